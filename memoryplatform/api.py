@@ -1,0 +1,265 @@
+"""The API envelope: renderer, parser, exception handler, JSON 404/500 and the schema hook.
+
+Success is `{"ok": true, "data": ...}`; failure `{"ok": false, "error", "code"[, "details"]}`
+(API.md §1). Every error path in the API, including Django's own 404/500 and DRF's exceptions,
+ends here so a client never sees HTML or a stack trace.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.parsers import JSONParser
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import set_rollback
+
+from .errors import ERROR_STATUS, DomainError
+from .middleware import request_id_var
+
+logger = logging.getLogger("memoryplatform.api")
+
+
+class EnvelopeJSONRenderer(JSONRenderer):
+    """Wraps successful payloads in the envelope; error payloads are already enveloped."""
+
+    charset = "utf-8"
+
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: dict[str, Any] | None = None,
+    ) -> bytes:
+        response = (renderer_context or {}).get("response")
+        if response is not None and (response.exception or response.status_code >= 400):
+            payload = data
+        else:
+            payload = {"ok": True, "data": data}
+        return super().render(payload, accepted_media_type, renderer_context)
+
+
+class LenientJSONParser(JSONParser):
+    """Parses every body as JSON whatever its Content-Type (the API is JSON only).
+
+    A `curl -d '{...}'` without `-H 'Content-Type: application/json'` should work, not 415.
+    The body must be a JSON object.
+    """
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        raw = stream.read() if stream is not None else b""
+        if not raw.strip():
+            return {}
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise DomainError("INVALID_JSON", f"body is not valid UTF-8 JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise DomainError("INVALID_JSON", "body must be a JSON object")
+        return data
+
+
+def _validation_details(detail: Any) -> dict[str, list[str]]:
+    if isinstance(detail, dict):
+        out: dict[str, list[str]] = {}
+        for field, messages in detail.items():
+            if isinstance(messages, dict):
+                for sub, sub_messages in _validation_details(messages).items():
+                    out[f"{field}.{sub}"] = sub_messages
+            elif isinstance(messages, list):
+                flat: list[str] = []
+                for m in messages:
+                    if isinstance(m, dict):
+                        for sub, sub_messages in _validation_details(m).items():
+                            out[f"{field}.{sub}"] = sub_messages
+                    else:
+                        flat.append(str(m))
+                if flat:
+                    out[str(field)] = flat
+            else:
+                out[str(field)] = [str(messages)]
+        return out
+    if isinstance(detail, list):
+        return {"non_field_errors": [str(m) for m in detail]}
+    return {"non_field_errors": [str(detail)]}
+
+
+def error_for_exception(exc: BaseException) -> DomainError | None:
+    """Maps any known exception to a DomainError; None means "unexpected" (a 500)."""
+    if isinstance(exc, DomainError):
+        return exc
+    if isinstance(exc, drf_exceptions.ValidationError):
+        details = _validation_details(exc.detail)
+        first = next(iter(details.items()), ("input", ["invalid"]))
+        return DomainError(
+            "VALIDATION_ERROR", f"{first[0]}: {first[1][0]}", details=details
+        )
+    if isinstance(exc, drf_exceptions.ParseError):
+        return DomainError("INVALID_JSON", "body is not valid JSON")
+    if isinstance(exc, drf_exceptions.NotAuthenticated):
+        return DomainError("MISSING_AUTH", "authentication headers are missing")
+    if isinstance(exc, drf_exceptions.AuthenticationFailed):
+        return DomainError("INVALID_API_KEY", str(exc.detail))
+    if isinstance(exc, drf_exceptions.PermissionDenied | DjangoPermissionDenied):
+        return DomainError("FORBIDDEN", "forbidden")
+    if isinstance(exc, drf_exceptions.NotFound | Http404):
+        return DomainError("NOT_FOUND", "not found")
+    if isinstance(exc, drf_exceptions.MethodNotAllowed):
+        return DomainError("METHOD_NOT_ALLOWED", str(exc.detail))
+    if isinstance(exc, drf_exceptions.UnsupportedMediaType):
+        return DomainError("UNSUPPORTED_MEDIA_TYPE", str(exc.detail))
+    if isinstance(exc, drf_exceptions.Throttled):
+        wait = int(exc.wait or 1)
+        return DomainError(
+            "RATE_LIMITED",
+            f"rate limit exceeded, retry in {wait} s",
+            headers={"Retry-After": str(max(1, wait))},
+        )
+    if isinstance(exc, RequestDataTooBig):
+        return DomainError("PAYLOAD_TOO_LARGE", "request body over the configured limit")
+    if isinstance(exc, drf_exceptions.APIException):
+        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE"}.get(
+            exc.status_code, "VALIDATION_ERROR" if exc.status_code == 400 else ""
+        )
+        if code:
+            return DomainError(code, str(exc.detail))
+    return None
+
+
+def internal_error_payload() -> dict[str, Any]:
+    rid = request_id_var.get()
+    return {
+        "ok": False,
+        "error": f"internal error; quote request id {rid} when reporting it",
+        "code": "INTERNAL_ERROR",
+    }
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    """DRF exception handler: every exception becomes an envelope, never a trace."""
+    set_rollback()
+    err = error_for_exception(exc)
+    if err is None:
+        view = context.get("view")
+        logger.exception("unhandled error in %s", type(view).__name__ if view else "view")
+        response = Response(internal_error_payload(), status=500)
+        response.exception = True
+        return response
+    response = Response(err.as_payload(), status=err.status, headers=err.headers)
+    response.exception = True
+    return response
+
+
+# --- Django-level handlers (URLs that reach no DRF view) ----------------------------------------
+
+
+def _is_html_area(request: HttpRequest) -> bool:
+    return request.path.startswith(("/admin", "/review", "/static"))
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_html_area(request):
+        from django.views.defaults import page_not_found
+
+        return page_not_found(request, exception or Http404())
+    err = DomainError("NOT_FOUND", f"no such endpoint: {request.method} {request.path}")
+    return JsonResponse(err.as_payload(), status=404, json_dumps_params={"ensure_ascii": False})
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    if _is_html_area(request):
+        from django.views.defaults import server_error
+
+        return server_error(request)
+    return JsonResponse(internal_error_payload(), status=500)
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    err = DomainError("VALIDATION_ERROR", "bad request")
+    return JsonResponse(err.as_payload(), status=400)
+
+
+def handler403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_html_area(request):
+        from django.views.defaults import permission_denied
+
+        return permission_denied(request, exception or DjangoPermissionDenied())
+    err = DomainError("FORBIDDEN", "forbidden")
+    return JsonResponse(err.as_payload(), status=403)
+
+
+# --- OpenAPI ------------------------------------------------------------------------------------
+
+ERROR_ENVELOPE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "ok": {"type": "boolean", "enum": [False]},
+        "error": {"type": "string", "description": "human readable"},
+        "code": {"type": "string", "enum": sorted(ERROR_STATUS)},
+        "details": {
+            "type": "object",
+            "additionalProperties": {"type": "array", "items": {"type": "string"}},
+            "description": "validation failures per field",
+        },
+    },
+    "required": ["ok", "error", "code"],
+}
+
+
+def wrap_schema_in_envelope(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular post-processing hook: documents the envelope around every answer."""
+    components = result.setdefault("components", {}).setdefault("schemas", {})
+    components["ErrorEnvelope"] = ERROR_ENVELOPE_SCHEMA
+    error_ref = {"$ref": "#/components/schemas/ErrorEnvelope"}
+    for path, methods in result.get("paths", {}).items():
+        for _method, operation in methods.items():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            responses = operation["responses"]
+            for status_code, response in list(responses.items()):
+                if not str(status_code).startswith("2"):
+                    continue
+                content = response.setdefault("content", {})
+                inner = content.get("application/json", {}).get("schema", {"nullable": True})
+                content.clear()
+                content["application/json"] = {
+                    "schema": {
+                        "type": "object",
+                        "properties": {"ok": {"type": "boolean", "enum": [True]}, "data": inner},
+                        "required": ["ok", "data"],
+                    }
+                }
+            authed = operation.get("security") != [] and path not in ("/health", "/health/ready")
+            defaults = {"400": "invalid JSON or validation error", "500": "internal error"}
+            if authed:
+                defaults.update(
+                    {
+                        "401": "missing or invalid authentication",
+                        "403": "another team, or not allowed for this key's agent",
+                        "429": "rate limited (see Retry-After)",
+                    }
+                )
+            for code, description in defaults.items():
+                responses.setdefault(
+                    code,
+                    {"description": description, "content": {"application/json": {"schema": error_ref}}},
+                )
+    return result
+
+
+class LenientContentNegotiation(DefaultContentNegotiation):
+    """Answers JSON even when the client's Accept header asks for something else (never 406)."""
+
+    def select_renderer(self, request: Any, renderers: Any, format_suffix: str | None = None) -> Any:
+        try:
+            return super().select_renderer(request, renderers, format_suffix)
+        except drf_exceptions.NotAcceptable:
+            return renderers[0], renderers[0].media_type

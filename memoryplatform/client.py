@@ -1,0 +1,237 @@
+"""Python client for the memory platform API. Needs only `requests`, not Django.
+
+    from memoryplatform.client import MemoryClient, MemoryAPIError
+    client = MemoryClient(api_key, secret, base_url="http://127.0.0.1:8000")
+    client.write_memory("assistant", "用户偏好简洁回复", importance=0.8)
+    for m in client.search("assistant", "沟通偏好"):
+        print(m["score"], m["content"])
+
+Every method returns the envelope's `data` and raises `MemoryAPIError` (with `.code`,
+`.status` and `.details`) when the server answers `ok: false`. Bodies are serialised once with
+`json.dumps(..., ensure_ascii=True)` and those exact bytes are both signed and sent, which is
+what the server verifies (API.md §2).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import requests
+
+__all__ = ["MemoryAPIError", "MemoryClient", "sign"]
+
+
+def sign(secret: str, timestamp: int | str, body: bytes = b"") -> str:
+    """v1 signature: hex HMAC-SHA256 over str(timestamp) + body (empty for GET/DELETE)."""
+    return hmac.new(secret.encode(), str(timestamp).encode() + body, hashlib.sha256).hexdigest()
+
+
+def sign_v2(secret: str, timestamp: int | str, nonce: str, method: str, full_path: str, body: bytes = b"") -> str:
+    """v2 signature: also covers method, path with query string and a single-use nonce."""
+    head = f"v2\n{timestamp}\n{nonce}\n{method.upper()}\n{full_path}\n".encode()
+    return hmac.new(secret.encode(), head + body, hashlib.sha256).hexdigest()
+
+
+class MemoryAPIError(Exception):
+    """The server said `ok: false` (or did not answer with the envelope)."""
+
+    def __init__(self, status: int, code: str, message: str, details: dict[str, Any] | None = None,
+                 request_id: str | None = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details or {}
+        self.request_id = request_id
+
+
+class MemoryClient:
+    def __init__(self, api_key: str, secret: str, base_url: str = "http://127.0.0.1:8000", *,
+                 timeout: float = 30.0, signature_version: int = 1,
+                 session: requests.Session | None = None) -> None:
+        self.api_key = api_key
+        self.secret = secret
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.signature_version = signature_version
+        # One keep-alive session: no TCP handshake per call.
+        self.session = session or requests.Session()
+
+    # --- transport ----------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                params: dict[str, Any] | None = None) -> Any:
+        method = method.upper()
+        query = urlencode({k: v for k, v in (params or {}).items() if v is not None}, doseq=True)
+        full_path = path + (f"?{query}" if query else "")
+        raw = b"" if body is None or method in ("GET", "DELETE") else json.dumps(body, ensure_ascii=True).encode()
+        ts = str(int(time.time()))
+        headers = {"X-API-Key": self.api_key, "X-Timestamp": ts}
+        if self.signature_version == 2:
+            nonce = secrets.token_urlsafe(18)
+            headers.update({"X-Signature-Version": "2", "X-Nonce": nonce,
+                            "X-Signature": sign_v2(self.secret, ts, nonce, method, full_path, raw)})
+        else:
+            headers["X-Signature"] = sign(self.secret, ts, raw)
+        if raw:
+            headers["Content-Type"] = "application/json"
+        response = self.session.request(method, self.base_url + full_path, data=raw or None,
+                                        headers=headers, timeout=self.timeout)
+        return self._unwrap(response)
+
+    @staticmethod
+    def _unwrap(response: requests.Response) -> Any:
+        rid = response.headers.get("X-Request-ID")
+        try:
+            payload = response.json()
+        except ValueError:
+            raise MemoryAPIError(response.status_code, "BAD_RESPONSE",
+                                 f"not a JSON answer: {response.text[:200]!r}", request_id=rid) from None
+        if not isinstance(payload, dict) or "ok" not in payload:
+            raise MemoryAPIError(response.status_code, "BAD_RESPONSE", "answer without envelope",
+                                 request_id=rid)
+        if not payload["ok"]:
+            raise MemoryAPIError(response.status_code, str(payload.get("code", "UNKNOWN")),
+                                 str(payload.get("error", "")), payload.get("details"), request_id=rid)
+        return payload.get("data")
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return self.request("POST", path, body if body is not None else {})
+
+    def put(self, path: str, body: dict[str, Any]) -> Any:
+        return self.request("PUT", path, body)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+    # --- system and tenancy ------------------------------------------------------------------
+
+    def health(self) -> Any:
+        return self._unwrap(self.session.get(self.base_url + "/health", timeout=self.timeout))
+
+    def get_stats(self) -> Any:
+        return self.get("/stats")
+
+    def upsert_team(self, team_id: str, name: str, description: str | None = None,
+                    config: dict[str, Any] | None = None) -> Any:
+        body: dict[str, Any] = {"team_id": team_id, "name": name}
+        if description is not None:
+            body["description"] = description
+        if config is not None:
+            body["config"] = config
+        return self.post("/teams", body)
+
+    def get_team(self, team_id: str) -> Any:
+        return self.get(f"/teams/{quote(team_id, safe='')}")
+
+    def delete_team(self, team_id: str) -> Any:
+        return self.delete(f"/teams/{quote(team_id, safe='')}")
+
+    def upsert_agent(self, agent_id: str, name: str, role: str | None = None,
+                     config: dict[str, Any] | None = None) -> Any:
+        body: dict[str, Any] = {"agent_id": agent_id, "name": name}
+        if role is not None:
+            body["role"] = role
+        if config is not None:
+            body["config"] = config
+        return self.post("/agents", body)
+
+    def get_agent(self, team_id: str, agent_id: str) -> Any:
+        return self.get(f"/agents/{quote(team_id, safe='')}/{quote(agent_id, safe='')}")
+
+    def list_agents(self, team_id: str) -> Any:
+        return self.get(f"/agents/{quote(team_id, safe='')}")
+
+    def delete_agent(self, team_id: str, agent_id: str) -> Any:
+        return self.delete(f"/agents/{quote(team_id, safe='')}/{quote(agent_id, safe='')}")
+
+    # --- long-term memory (seed 000 §2.4 names) -----------------------------------------------
+
+    def write_memory(self, agent_id: str, content: str, importance: float = 0.5, **extra: Any) -> Any:
+        return self.post("/memories/personal", {"agent_id": agent_id, "content": content,
+                                                "importance": importance, **extra})
+
+    def search(self, agent_id: str, query: str, limit: int = 10, min_score: float = 0.3,
+               max_chars_per_memory: int = 0, max_total_chars: int = 0, **extra: Any) -> Any:
+        body: dict[str, Any] = {"agent_id": agent_id, "query": query, "limit": limit,
+                                "min_score": min_score, **extra}
+        if max_chars_per_memory:
+            body["max_chars_per_memory"] = max_chars_per_memory
+        if max_total_chars:
+            body["max_total_chars"] = max_total_chars
+        return self.post("/memories/personal/search", body)
+
+    def get_recent(self, agent_id: str, limit: int = 10) -> Any:
+        return self.get(f"/memories/personal/recent/{quote(agent_id, safe='')}", params={"limit": limit})
+
+    def update_memory(self, memory_id: int, **fields: Any) -> Any:
+        return self.put(f"/memories/personal/{int(memory_id)}", fields)
+
+    def delete_memory(self, memory_id: int) -> Any:
+        return self.delete(f"/memories/personal/{int(memory_id)}")
+
+    def write_team_memory(self, content: str, importance: float = 0.5, **extra: Any) -> Any:
+        return self.post("/memories/team", {"content": content, "importance": importance, **extra})
+
+    def search_team(self, query: str, limit: int = 10, min_score: float = 0.3, **extra: Any) -> Any:
+        return self.post("/memories/team/search", {"query": query, "limit": limit,
+                                                   "min_score": min_score, **extra})
+
+    def get_team_recent(self, limit: int = 10) -> Any:
+        return self.get("/memories/team/recent", params={"limit": limit})
+
+    # --- working memory -----------------------------------------------------------------------
+
+    def write_working(self, agent_id: str, content: str, ttl: int | None = None) -> Any:
+        body: dict[str, Any] = {"agent_id": agent_id, "content": content}
+        if ttl is not None:
+            body["ttl"] = ttl
+        return self.post("/memories/working", body)
+
+    def get_working(self, agent_id: str, limit: int = 50) -> Any:
+        return self.get(f"/memories/working/{quote(agent_id, safe='')}", params={"limit": limit})
+
+    def clear_working(self, agent_id: str) -> Any:
+        return self.delete(f"/memories/working/{quote(agent_id, safe='')}")
+
+    # --- lifecycle (seed 000 §2.4 names) ------------------------------------------------------
+
+    def compress(self, agent_id: str, target_count: int = 5) -> Any:
+        return self.post("/lifecycle/compress", {"agent_id": agent_id, "target_count": target_count})
+
+    def cleanup(self, max_age_days: int = 90, min_importance: float = 0.2, **extra: Any) -> Any:
+        return self.post("/lifecycle/cleanup", {"max_age_days": max_age_days,
+                                                "min_importance": min_importance, **extra})
+
+    def extract_facts(self, agent_id: str, max_memories: int = 20, delete_after: bool = False) -> Any:
+        return self.post("/lifecycle/extract-facts", {"agent_id": agent_id, "max_memories": max_memories,
+                                                      "delete_after": delete_after})
+
+    def aggregate_scenarios(self, agent_id: str, max_memories: int = 50) -> Any:
+        return self.post("/lifecycle/aggregate-scenes", {"agent_id": agent_id, "max_memories": max_memories})
+
+    def get_scenarios(self, agent_id: str) -> Any:
+        return self.get(f"/lifecycle/scenarios/{quote(agent_id, safe='')}")
+
+    def generate_persona(self, agent_id: str, max_items: int = 30) -> Any:
+        return self.post("/lifecycle/generate-persona", {"agent_id": agent_id, "max_items": max_items})
+
+    def get_persona(self, agent_id: str) -> Any:
+        return self.get(f"/lifecycle/persona/{quote(agent_id, safe='')}")
+
+    def set_pipeline_config(self, **kwargs: Any) -> Any:
+        return self.post("/lifecycle/auto-config", kwargs)
+
+    def get_pipeline_config(self) -> Any:
+        return self.get("/lifecycle/auto-config")
+
+    def auto_run(self) -> Any:
+        return self.post("/lifecycle/auto-run", {})

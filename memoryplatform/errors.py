@@ -1,0 +1,80 @@
+"""The one domain exception type services raise; `memoryplatform.api` maps it to the envelope."""
+from __future__ import annotations
+
+from typing import Any
+
+# Machine code -> HTTP status (API.md §1). Adding a code here is all it takes to use it.
+ERROR_STATUS: dict[str, int] = {
+    "INVALID_JSON": 400,
+    "VALIDATION_ERROR": 400,
+    "MISSING_AUTH": 401,
+    "INVALID_API_KEY": 401,
+    "INVALID_TIMESTAMP": 401,
+    "TIMESTAMP_EXPIRED": 401,
+    "INVALID_SIGNATURE": 401,
+    "REPLAYED_REQUEST": 401,
+    "FORBIDDEN_CROSS_TEAM": 403,
+    "FORBIDDEN": 403,
+    "NOT_FOUND": 404,
+    "METHOD_NOT_ALLOWED": 405,
+    "CONFLICT": 409,
+    "PAYLOAD_TOO_LARGE": 413,
+    "UNSUPPORTED_MEDIA_TYPE": 415,
+    "RATE_LIMITED": 429,
+    "INTERNAL_ERROR": 500,
+    "WORKING_MEMORY_UNAVAILABLE": 503,
+    "EMBEDDING_UNAVAILABLE": 503,
+    "LLM_UNAVAILABLE": 503,
+    "SERVICE_UNAVAILABLE": 503,
+}
+
+
+class DomainError(Exception):
+    """A failure the caller can act on: carries a machine code, a message and optional details."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        details: dict[str, list[str]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if code not in ERROR_STATUS:
+            raise ValueError(f"unknown error code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+        self.headers = headers or {}
+
+    @property
+    def status(self) -> int:
+        return ERROR_STATUS[self.code]
+
+    def as_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"ok": False, "error": self.message, "code": self.code}
+        if self.details:
+            payload["details"] = self.details
+        return payload
+
+
+class NotFound(DomainError):
+    def __init__(self, what: str = "resource") -> None:
+        super().__init__("NOT_FOUND", f"{what} not found")
+
+
+class CrossTeamForbidden(DomainError):
+    def __init__(self) -> None:
+        # Same message whether the other team exists or not: no existence oracle.
+        super().__init__("FORBIDDEN_CROSS_TEAM", "this key cannot access another team")
+
+
+class Forbidden(DomainError):
+    def __init__(self, message: str = "this key's agent may not do that") -> None:
+        super().__init__("FORBIDDEN", message)
+
+
+class ValidationFailed(DomainError):
+    def __init__(self, details: dict[str, list[str]], message: str = "invalid input") -> None:
+        super().__init__("VALIDATION_ERROR", message, details=details)

@@ -1,0 +1,71 @@
+"""Request id and body size limit, both before anything reads the body."""
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import uuid
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from .errors import DomainError
+
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+_SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
+
+
+class RequestIdLogFilter(logging.Filter):
+    """Puts the current request id on every log record (`%(request_id)s`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id_var.get()
+        return True
+
+
+class RequestIdMiddleware:
+    """Gives every request an id, returned as `X-Request-ID` and written in every log line.
+
+    A well-formed id sent by a proxy is kept so logs can be joined across hops.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        incoming = request.headers.get("X-Request-ID", "")
+        rid = incoming if _SAFE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        request.request_id = rid  # type: ignore[attr-defined]
+        token = request_id_var.set(rid)
+        try:
+            response = self.get_response(request)
+        finally:
+            request_id_var.reset(token)
+        response["X-Request-ID"] = rid
+        return response
+
+
+class BodySizeLimitMiddleware:
+    """Answers 413 in the envelope before a too-large body is read.
+
+    Bodies without Content-Length (chunked) are caught later by Django's
+    DATA_UPLOAD_MAX_MEMORY_SIZE check, which `memoryplatform.api` maps to the same 413.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        raw = request.META.get("CONTENT_LENGTH") or "0"
+        try:
+            length = int(raw)
+        except ValueError:
+            length = 0
+        if length > settings.MAX_REQUEST_BYTES:
+            err = DomainError(
+                "PAYLOAD_TOO_LARGE",
+                f"request body over the limit of {settings.MAX_REQUEST_BYTES} bytes",
+            )
+            return JsonResponse(err.as_payload(), status=err.status)
+        return self.get_response(request)

@@ -1,0 +1,76 @@
+"""Strict input fields: a JSON value of the wrong type is a VALIDATION_ERROR, not coerced.
+
+DRF's own fields accept `"name": 123` as "123" and `"importance": "0.5"` as 0.5; API.md §1 asks
+for a 400 when a field has the wrong type.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+
+class StrictCharField(serializers.CharField):
+    default_error_messages = {"invalid": "Must be a string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictFloatField(serializers.FloatField):
+    default_error_messages = {"invalid": "Must be a number."}
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    default_error_messages = {"invalid": "Must be an integer."}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            # 5.0 is accepted as 5: JSON has one number type and some clients emit floats.
+            if isinstance(data, float) and data.is_integer():
+                data = int(data)
+            else:
+                self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    default_error_messages = {"invalid": "Must be true or false."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+class JSONObjectField(serializers.DictField):
+    """A JSON object with any values."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("child", serializers.JSONField())
+        super().__init__(**kwargs)
+
+
+def query_int(value: str | None, *, name: str, default: int, minimum: int, maximum: int) -> int:
+    """Parses an integer query parameter, raising VALIDATION_ERROR when absent-but-bad or out of range."""
+    from .errors import ValidationFailed
+
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValidationFailed({name: ["Must be an integer."]}, f"{name}: must be an integer") from None
+    if not minimum <= number <= maximum:
+        raise ValidationFailed(
+            {name: [f"Must be between {minimum} and {maximum}."]},
+            f"{name}: must be between {minimum} and {maximum}",
+        )
+    return number

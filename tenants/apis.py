@@ -1,0 +1,146 @@
+"""Teams and agents endpoints (API.md §3). Thin: validate, call a service or selector, render."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from memoryplatform.errors import Forbidden
+from memoryplatform.serializers import JSONObjectField, StrictCharField
+
+from . import selectors, services
+from .authentication import ApiPrincipal
+from .models import AGENT_ID_RE, TEAM_ID_RE, Agent, Team
+
+
+def principal_of(request: Request) -> ApiPrincipal:
+    principal = request.user
+    assert isinstance(principal, ApiPrincipal)
+    return principal
+
+
+def require_team_wide_key(principal: ApiPrincipal) -> None:
+    if principal.agent_id is not None:
+        raise Forbidden("an agent-scoped key cannot change the team")
+
+
+class TeamOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    config = serializers.DictField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class AgentOutputSerializer(serializers.Serializer):
+    id = serializers.CharField(source="agent_id")
+    team_id = serializers.CharField()
+    name = serializers.CharField()
+    role = serializers.CharField()
+    config = serializers.DictField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+def team_data(team: Team) -> dict[str, Any]:
+    return TeamOutputSerializer(team).data  # type: ignore[return-value]
+
+
+def agent_data(agent: Agent) -> dict[str, Any]:
+    return AgentOutputSerializer(agent).data  # type: ignore[return-value]
+
+
+class TeamUpsertApi(APIView):
+    class TeamUpsertInputSerializer(serializers.Serializer):
+        team_id = StrictCharField(validators=[RegexValidator(TEAM_ID_RE, "Must match [A-Za-z0-9_-]{1,64}.")])
+        name = StrictCharField(max_length=200)
+        description = StrictCharField(required=False, allow_blank=True, max_length=10_000)
+        config = JSONObjectField(required=False)
+
+    InputSerializer = TeamUpsertInputSerializer
+
+    @extend_schema(request=InputSerializer, responses=TeamOutputSerializer, summary="Create or update the key's team")
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        s = self.InputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        selectors.team_check_same(team=principal.team, team_id=s.validated_data["team_id"])
+        require_team_wide_key(principal)
+        team, created = services.team_upsert(
+            team_id=principal.team.id,
+            name=s.validated_data["name"],
+            description=s.validated_data.get("description"),
+            config=s.validated_data.get("config"),
+        )
+        return Response(team_data(team), status=201 if created else 200)
+
+
+class TeamDetailApi(APIView):
+    @extend_schema(responses=TeamOutputSerializer, summary="Get the key's team")
+    def get(self, request: Request, team_id: str) -> Response:
+        team = selectors.team_check_same(team=principal_of(request).team, team_id=team_id)
+        return Response(team_data(team))
+
+    @extend_schema(responses={200: None}, summary="Delete the key's team and all its data")
+    def delete(self, request: Request, team_id: str) -> Response:
+        principal = principal_of(request)
+        team = selectors.team_check_same(team=principal.team, team_id=team_id)
+        require_team_wide_key(principal)
+        services.team_delete(team=team)
+        return Response(None)
+
+
+class AgentUpsertApi(APIView):
+    class AgentUpsertInputSerializer(serializers.Serializer):
+        agent_id = StrictCharField(validators=[RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")])
+        name = StrictCharField(max_length=200)
+        role = StrictCharField(required=False, allow_blank=True, max_length=200)
+        config = JSONObjectField(required=False)
+
+    InputSerializer = AgentUpsertInputSerializer
+
+    @extend_schema(request=InputSerializer, responses=AgentOutputSerializer, summary="Create or update an agent")
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        s = self.InputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        agent_id = s.validated_data["agent_id"]
+        if principal.agent_id is not None and principal.agent_id != agent_id:
+            raise Forbidden("an agent-scoped key can only change its own agent")
+        agent, created = services.agent_upsert(
+            team=principal.team,
+            agent_id=agent_id,
+            name=s.validated_data["name"],
+            role=s.validated_data.get("role"),
+            config=s.validated_data.get("config"),
+        )
+        return Response(agent_data(agent), status=201 if created else 200)
+
+
+class AgentListApi(APIView):
+    @extend_schema(responses=AgentOutputSerializer(many=True), summary="List the team's agents")
+    def get(self, request: Request, team_id: str) -> Response:
+        team = selectors.team_check_same(team=principal_of(request).team, team_id=team_id)
+        return Response([agent_data(a) for a in selectors.agent_list(team=team)])
+
+
+class AgentDetailApi(APIView):
+    @extend_schema(responses=AgentOutputSerializer, summary="Get an agent")
+    def get(self, request: Request, team_id: str, agent_id: str) -> Response:
+        team = selectors.team_check_same(team=principal_of(request).team, team_id=team_id)
+        return Response(agent_data(selectors.agent_get(team=team, agent_id=agent_id)))
+
+    @extend_schema(responses={200: None}, summary="Delete an agent and its personal and working memories")
+    def delete(self, request: Request, team_id: str, agent_id: str) -> Response:
+        principal = principal_of(request)
+        team = selectors.team_check_same(team=principal.team, team_id=team_id)
+        if principal.agent_id is not None and principal.agent_id != agent_id:
+            raise Forbidden("an agent-scoped key can only delete its own agent")
+        services.agent_delete(team=team, agent_id=agent_id)
+        return Response(None)

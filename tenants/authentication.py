@@ -1,0 +1,166 @@
+"""HMAC-SHA256 request authentication (API.md §2).
+
+v1 (default, what seed clients send): the signature is
+`HMAC_SHA256(secret, str(timestamp).encode() + raw_body)` over the exact bytes received; GET and
+DELETE (and empty bodies) sign the timestamp alone.
+
+v2 (opt-in with `X-Signature-Version: 2` and `X-Nonce`): the signed bytes are
+`"v2\\n{timestamp}\\n{nonce}\\n{METHOD}\\n{path?query}\\n".encode() + raw_body`; a nonce is accepted
+once per key within the skew window. A team may require v2.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from memoryplatform.errors import DomainError
+
+from . import crypto
+from .models import ApiKey, Team
+from .ratelimit import check_rate_limit
+from .selectors import api_key_get_by_key_id
+from .services import api_key_secrets, api_key_touch
+
+logger = logging.getLogger(__name__)
+
+_TIMESTAMP_RE = re.compile(r"^[0-9]{1,12}$")
+_NONCE_RE = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
+_BODY_SIGNED_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+@dataclass(frozen=True)
+class ApiPrincipal:
+    """Who is calling: the key's team and, for an agent-scoped key, its agent."""
+
+    team: Team
+    api_key: ApiKey
+    agent_id: str | None
+
+    is_authenticated = True
+    is_anonymous = False
+
+    @property
+    def team_id(self) -> str:
+        return self.team.id
+
+    def __str__(self) -> str:
+        return f"key {self.api_key.key_id}"
+
+
+def signed_message(*, method: str, timestamp: str, body: bytes, version: int = 1,
+                   nonce: str = "", full_path: str = "") -> bytes:
+    if method.upper() not in _BODY_SIGNED_METHODS:
+        body = b""
+    if version == 2:
+        head = f"v2\n{timestamp}\n{nonce}\n{method.upper()}\n{full_path}\n".encode()
+        return head + body
+    return timestamp.encode() + body
+
+
+def _fail(code: str, message: str) -> DomainError:
+    return DomainError(code, message)
+
+
+class HmacAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[ApiPrincipal, ApiKey]:
+        headers = request.headers
+        key_id = headers.get("X-API-Key", "")
+        timestamp = headers.get("X-Timestamp", "")
+        signature = headers.get("X-Signature", "")
+        missing = [name for name, value in (("X-API-Key", key_id), ("X-Timestamp", timestamp),
+                                            ("X-Signature", signature)) if not value]
+        if missing:
+            raise _fail("MISSING_AUTH", f"missing header(s): {', '.join(missing)}")
+
+        timestamp = timestamp.strip()
+        if not _TIMESTAMP_RE.match(timestamp):
+            raise _fail("INVALID_TIMESTAMP", "X-Timestamp must be an integer of unix seconds")
+        skew = abs(time.time() - int(timestamp))
+        if skew > settings.HMAC_MAX_SKEW_SECONDS:
+            raise _fail(
+                "TIMESTAMP_EXPIRED",
+                f"X-Timestamp is {int(skew)} s away from server time (max "
+                f"{settings.HMAC_MAX_SKEW_SECONDS}); sign again with the current time",
+            )
+
+        api_key = api_key_get_by_key_id(key_id=key_id.strip()[:64])
+        if api_key is None or not api_key.is_active:
+            raise _fail("INVALID_API_KEY", "unknown, revoked or expired API key")
+
+        version_header = headers.get("X-Signature-Version", "1").strip() or "1"
+        if version_header not in ("1", "2"):
+            raise _fail("INVALID_SIGNATURE", "X-Signature-Version must be 1 or 2")
+        version = int(version_header)
+        if version == 1 and api_key.team.require_signature_v2:
+            raise _fail("INVALID_SIGNATURE", "this team requires signature version 2")
+        nonce = ""
+        if version == 2:
+            nonce = headers.get("X-Nonce", "").strip()
+            if not nonce:
+                raise _fail("MISSING_AUTH", "missing header(s): X-Nonce")
+            if not _NONCE_RE.match(nonce):
+                raise _fail("INVALID_SIGNATURE", "X-Nonce must be 16-128 characters of [A-Za-z0-9_-]")
+
+        # The exact bytes received: never re-serialised (clients differ in ensure_ascii etc.).
+        body = request._request.body if request.method in _BODY_SIGNED_METHODS else b""
+        message = signed_message(
+            method=request.method or "GET", timestamp=timestamp, body=body, version=version,
+            nonce=nonce, full_path=request._request.get_full_path(),
+        )
+        provided = signature.strip().lower().encode("utf-8", "replace")
+        try:
+            candidates = api_key_secrets(api_key=api_key)
+        except crypto.InvalidToken:
+            logger.error("secret of key %s cannot be decrypted: SECRET_KEY or "
+                         "SECRETS_ENCRYPTION_KEYS changed?", api_key.key_id)
+            raise _fail("INVALID_API_KEY", "unknown, revoked or expired API key") from None
+        matched = False
+        for secret in candidates:
+            expected = hmac.new(secret.encode(), message, hashlib.sha256).hexdigest().encode()
+            # Compare every candidate (no early exit) in constant time.
+            matched |= hmac.compare_digest(expected, provided)
+        if not matched:
+            raise _fail("INVALID_SIGNATURE", "signature does not match")
+
+        if version == 2:
+            self._claim_nonce(api_key, nonce)
+
+        check_rate_limit(api_key)
+        api_key_touch(api_key=api_key)
+        principal = ApiPrincipal(
+            team=api_key.team, api_key=api_key,
+            agent_id=api_key.agent.agent_id if api_key.agent_id else None,
+        )
+        return principal, api_key
+
+    @staticmethod
+    def _claim_nonce(api_key: ApiKey, nonce: str) -> None:
+        # Kept twice the skew window: a replay with a still-valid timestamp is always caught.
+        try:
+            fresh = cache.add(f"nonce:{api_key.pk}:{nonce}", 1, timeout=2 * settings.HMAC_MAX_SKEW_SECONDS)
+        except Exception:
+            # Replay protection cannot be proven without the cache: refuse rather than accept.
+            raise DomainError("SERVICE_UNAVAILABLE", "replay protection unavailable (cache down)") from None
+        if not fresh:
+            raise _fail("REPLAYED_REQUEST", "this nonce was already used")
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'HMAC-SHA256 realm="memoryplatform"'
+
+
+class IsTeamAuthenticated(BasePermission):
+    """Every API view needs a verified key (the authentication class raises otherwise)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, ApiKey)

@@ -1,0 +1,121 @@
+"""Tenancy: teams, their agents, their API keys and the admin users who govern them."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+TEAM_ID_RE = r"^[A-Za-z0-9_-]{1,64}$"
+AGENT_ID_RE = r"^[A-Za-z0-9_.:@-]{1,64}$"
+
+team_id_validator = RegexValidator(TEAM_ID_RE, "1 to 64 characters: letters, digits, _ and -.")
+agent_id_validator = RegexValidator(AGENT_ID_RE, "1 to 64 characters: letters, digits, _ . : @ -.")
+
+
+class Team(models.Model):
+    id = models.CharField(primary_key=True, max_length=64, validators=[team_id_validator])
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True, default="")
+    config = models.JSONField(default=dict, blank=True)
+    # Opt-in hardening (API.md §2, beyond): refuse v1 signatures, which do not cover the path
+    # and can be replayed within the skew window.
+    require_signature_v2 = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Agent(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="agents")
+    agent_id = models.CharField(max_length=64, validators=[agent_id_validator])
+    name = models.CharField(max_length=200)
+    role = models.CharField(max_length=200, blank=True, default="")
+    config = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["team_id", "agent_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "agent_id"], name="uniq_agent_per_team"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.agent_id}"
+
+
+class ApiKey(models.Model):
+    """A team's credential. `key_id` is public (X-API-Key); the secret is stored encrypted.
+
+    The server must know the raw secret to verify an HMAC, so it is Fernet-encrypted with a key
+    derived from settings, never only hashed, never logged (ARCHITECTURE.md §3).
+    """
+
+    key_id = models.CharField(max_length=64, unique=True)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_keys")
+    # Agent-scoped keys (API.md §3.3): null = a team-wide key.
+    agent = models.ForeignKey(
+        Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="api_keys"
+    )
+    label = models.CharField(max_length=200, blank=True, default="")
+    secret_encrypted = models.TextField()
+    # Rotation: the previous secret keeps verifying until previous_secret_expires_at.
+    previous_secret_encrypted = models.TextField(blank=True, default="")
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
+    # Requests per window for this key; null = the API_RATE_LIMIT setting, 0 = unlimited.
+    rate_limit = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    rotated_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["team_id", "-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return self.key_id
+
+    @property
+    def is_active(self) -> bool:
+        now = timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    @property
+    def status(self) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return "expired"
+        return "active"
+
+
+class TeamMembership(models.Model):
+    """Links a Django (admin) user to a team: `lead` may change, `viewer` may only look."""
+
+    ROLE_LEAD = "lead"
+    ROLE_VIEWER = "viewer"
+    ROLE_CHOICES = [(ROLE_LEAD, "Lead"), (ROLE_VIEWER, "Viewer")]
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="team_memberships"
+    )
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=ROLE_CHOICES, default=ROLE_VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team_id", "user_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="uniq_membership"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.team_id} ({self.role})"

@@ -1,0 +1,228 @@
+"""Writes for teams, agents, keys and memberships, used by the API, the admin and the commands."""
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from memoryplatform.errors import NotFound
+
+from . import crypto
+from .models import Agent, ApiKey, Team, TeamMembership
+
+logger = logging.getLogger(__name__)
+
+# Higher apps register cleanup of what lives outside the database (Redis working memory,
+# in-process indexes) so deleting a team or agent leaves no orphans, without tenants importing
+# them (imports flow tenants <- memories <- graph <- lifecycle). Hooks run after commit.
+TeamPurgeHook = Callable[[str], None]
+AgentPurgeHook = Callable[[str, str], None]
+_team_purge_hooks: list[TeamPurgeHook] = []
+_agent_purge_hooks: list[AgentPurgeHook] = []
+
+
+def register_team_purge_hook(hook: TeamPurgeHook) -> None:
+    if hook not in _team_purge_hooks:
+        _team_purge_hooks.append(hook)
+
+
+def register_agent_purge_hook(hook: AgentPurgeHook) -> None:
+    if hook not in _agent_purge_hooks:
+        _agent_purge_hooks.append(hook)
+
+
+def _run_hooks_on_commit(hooks: list[Callable[..., None]], *args: str) -> None:
+    def run() -> None:
+        for hook in list(hooks):
+            try:
+                hook(*args)
+            except Exception:
+                # The database rows are gone already; an unreachable Redis must not turn a
+                # completed delete into an error. The leftovers expire on their own TTL.
+                logger.exception("purge hook %s failed for %s", getattr(hook, "__name__", hook), args)
+
+    transaction.on_commit(run)
+
+
+# --- Teams ----------------------------------------------------------------------------------
+
+
+def team_upsert(
+    *, team_id: str, name: str, description: str | None = None, config: dict[str, Any] | None = None
+) -> tuple[Team, bool]:
+    team, created = Team.objects.get_or_create(id=team_id, defaults={"name": name})
+    team.name = name
+    if description is not None:
+        team.description = description
+    if config is not None:
+        team.config = config
+    team.full_clean()
+    team.save()
+    return team, created
+
+
+@transaction.atomic
+def team_delete(*, team: Team) -> None:
+    team_id = team.id
+    team.delete()
+    _run_hooks_on_commit(_team_purge_hooks, team_id)  # type: ignore[arg-type]
+
+
+# --- Agents -------------------------------------------------------------------------------------
+
+
+def agent_upsert(
+    *,
+    team: Team,
+    agent_id: str,
+    name: str,
+    role: str | None = None,
+    config: dict[str, Any] | None = None,
+) -> tuple[Agent, bool]:
+    agent, created = Agent.objects.get_or_create(
+        team=team, agent_id=agent_id, defaults={"name": name, "role": role or "", "config": config or {}}
+    )
+    if not created:
+        agent.name = name
+        if role is not None:
+            agent.role = role
+        if config is not None:
+            agent.config = config
+        agent.save()
+    return agent, created
+
+
+def agent_ensure(*, team: Team, agent_id: str) -> Agent:
+    """The agent, registered on first use with its id as name (API.md §3.2)."""
+    agent, _ = Agent.objects.get_or_create(team=team, agent_id=agent_id, defaults={"name": agent_id})
+    return agent
+
+
+@transaction.atomic
+def agent_delete(*, team: Team, agent_id: str) -> None:
+    deleted, _ = Agent.objects.filter(team=team, agent_id=agent_id).delete()
+    if not deleted:
+        raise NotFound("agent")
+    _run_hooks_on_commit(_agent_purge_hooks, team.id, agent_id)  # type: ignore[arg-type]
+
+
+# --- API keys -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    """What an operator sees exactly once: the public key id and the raw secret."""
+
+    api_key: ApiKey
+    secret: str
+
+    @property
+    def key_id(self) -> str:
+        return self.api_key.key_id
+
+
+def _new_key_id() -> str:
+    return "mk_" + secrets.token_hex(12)
+
+
+def _new_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def api_key_issue(
+    *,
+    team: Team,
+    agent: Agent | None = None,
+    label: str = "",
+    expires_at: datetime | None = None,
+    rate_limit: int | None = None,
+) -> IssuedKey:
+    if agent is not None and agent.team_id != team.id:
+        raise ValueError("an agent-scoped key must belong to the agent's team")
+    secret = _new_secret()
+    api_key = ApiKey.objects.create(
+        key_id=_new_key_id(),
+        team=team,
+        agent=agent,
+        label=label,
+        secret_encrypted=crypto.encrypt(secret),
+        expires_at=expires_at,
+        rate_limit=rate_limit,
+    )
+    logger.info("issued API key %s for team %s", api_key.key_id, team.id)
+    return IssuedKey(api_key=api_key, secret=secret)
+
+
+@transaction.atomic
+def api_key_rotate(*, api_key: ApiKey, grace_seconds: int | None = None) -> IssuedKey:
+    """Gives the key a new secret; the old one keeps verifying for the grace period."""
+    api_key = ApiKey.objects.select_for_update().get(pk=api_key.pk)
+    grace = settings.API_KEY_ROTATION_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    now = timezone.now()
+    secret = _new_secret()
+    if grace > 0:
+        api_key.previous_secret_encrypted = api_key.secret_encrypted
+        api_key.previous_secret_expires_at = now + timedelta(seconds=grace)
+    else:
+        api_key.previous_secret_encrypted = ""
+        api_key.previous_secret_expires_at = None
+    api_key.secret_encrypted = crypto.encrypt(secret)
+    api_key.rotated_at = now
+    api_key.save()
+    logger.info("rotated API key %s (grace %s s)", api_key.key_id, grace)
+    return IssuedKey(api_key=api_key, secret=secret)
+
+
+def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
+    if api_key.revoked_at is None:
+        api_key.revoked_at = timezone.now()
+        api_key.save(update_fields=["revoked_at"])
+        logger.info("revoked API key %s", api_key.key_id)
+    return api_key
+
+
+def api_key_touch(*, api_key: ApiKey) -> None:
+    """Records use at most once per resolution window: one conditional UPDATE, not one per call."""
+    now = timezone.now()
+    resolution = timedelta(seconds=settings.API_KEY_LAST_USED_RESOLUTION_SECONDS)
+    if api_key.last_used_at is not None and now - api_key.last_used_at < resolution:
+        return
+    # The condition makes concurrent workers agree: only one of them writes per window.
+    from django.db.models import Q
+
+    ApiKey.objects.filter(Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - resolution), pk=api_key.pk).update(
+        last_used_at=now
+    )
+    api_key.last_used_at = now
+
+
+def api_key_secrets(*, api_key: ApiKey) -> list[str]:
+    """The secrets that currently verify for this key: the current one, then the previous."""
+    found = [crypto.decrypt(api_key.secret_encrypted)]
+    if (
+        api_key.previous_secret_encrypted
+        and api_key.previous_secret_expires_at is not None
+        and api_key.previous_secret_expires_at > timezone.now()
+    ):
+        found.append(crypto.decrypt(api_key.previous_secret_encrypted))
+    return found
+
+
+# --- Memberships ----------------------------------------------------------------------------
+
+
+def membership_set(*, team: Team, user: AbstractBaseUser, role: str) -> TeamMembership:
+    if role not in (TeamMembership.ROLE_LEAD, TeamMembership.ROLE_VIEWER):
+        raise ValueError(f"unknown role {role!r}")
+    membership, _ = TeamMembership.objects.update_or_create(
+        team=team, user=user, defaults={"role": role}
+    )
+    return membership

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.core.cache import cache
+from django.test import Client
+
+from tenants.services import api_key_issue
+
+from .factories import AgentFactory, TeamFactory
+from .helpers import SignedClient
+
+
+@pytest.fixture(autouse=True)
+def _clean_cache():
+    """Each test starts with an empty cache (rate-limit counters, nonces, version stamps)."""
+    try:
+        cache.clear()
+    except Exception:
+        if settings.REQUIRE_SERVICES:
+            raise
+    yield
+
+
+def require_service(name: str, reason: str) -> None:
+    """Skips a service-backed test, or fails it when REQUIRE_SERVICES=1 (CI)."""
+    if settings.REQUIRE_SERVICES:
+        pytest.fail(f"{name} is required (REQUIRE_SERVICES=1) but unavailable: {reason}")
+    pytest.skip(f"{name} unavailable: {reason}")
+
+
+@pytest.fixture
+def redis_required():
+    if not settings.REDIS_URL:
+        require_service("Redis", "REDIS_URL is not set")
+    try:
+        from django_redis import get_redis_connection
+
+        get_redis_connection("default").ping()
+    except Exception as exc:
+        require_service("Redis", str(exc))
+    return settings.REDIS_URL
+
+
+@pytest.fixture
+def team(db):
+    return TeamFactory(id="team_a", name="Team A")
+
+
+@pytest.fixture
+def other_team(db):
+    return TeamFactory(id="team_b", name="Team B")
+
+
+@pytest.fixture
+def issued(team):
+    return api_key_issue(team=team, label="tests")
+
+
+@pytest.fixture
+def api(issued) -> SignedClient:
+    return SignedClient(Client(), issued.key_id, issued.secret)
+
+
+@pytest.fixture
+def other_api(other_team) -> SignedClient:
+    k = api_key_issue(team=other_team, label="tests")
+    return SignedClient(Client(), k.key_id, k.secret)
+
+
+@pytest.fixture
+def agent(team):
+    return AgentFactory(team=team, agent_id="researcher", name="研究员")
+
+
+@pytest.fixture
+def agent_api(team, agent) -> SignedClient:
+    k = api_key_issue(team=team, agent=agent, label="agent-scoped")
+    return SignedClient(Client(), k.key_id, k.secret)
