@@ -1,4 +1,5 @@
 """Embedding backends behind one interface (filled in by the memories issue)."""
+
 from __future__ import annotations
 
 import threading

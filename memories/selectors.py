@@ -1,4 +1,5 @@
 """Reads for memories. Every read takes the caller's team explicitly."""
+
 from __future__ import annotations
 
 from tenants.models import Team

@@ -1,4 +1,5 @@
 """Memory platform for AI agents."""
+
 from __future__ import annotations
 
 # Importing the Celery app here makes @shared_task bind to it in every process (Celery docs).

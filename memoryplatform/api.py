@@ -4,6 +4,7 @@ Success is `{"ok": true, "data": ...}`; failure `{"ok": false, "error", "code"[,
 (API.md §1). Every error path in the API, including Django's own 404/500 and DRF's exceptions,
 ends here so a client never sees HTML or a stack trace.
 """
+
 from __future__ import annotations
 
 import json
@@ -99,9 +100,7 @@ def error_for_exception(exc: BaseException) -> DomainError | None:
     if isinstance(exc, drf_exceptions.ValidationError):
         details = _validation_details(exc.detail)
         first = next(iter(details.items()), ("input", ["invalid"]))
-        return DomainError(
-            "VALIDATION_ERROR", f"{first[0]}: {first[1][0]}", details=details
-        )
+        return DomainError("VALIDATION_ERROR", f"{first[0]}: {first[1][0]}", details=details)
     if isinstance(exc, drf_exceptions.ParseError):
         return DomainError("INVALID_JSON", "body is not valid JSON")
     if isinstance(exc, drf_exceptions.NotAuthenticated):
@@ -214,7 +213,9 @@ ERROR_ENVELOPE_SCHEMA = {
 }
 
 
-def wrap_schema_in_envelope(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+def wrap_schema_in_envelope(
+    result: dict[str, Any], generator: Any, request: Any, public: bool
+) -> dict[str, Any]:
     """drf-spectacular post-processing hook: documents the envelope around every answer."""
     components = result.setdefault("components", {}).setdefault("schemas", {})
     components["ErrorEnvelope"] = ERROR_ENVELOPE_SCHEMA
@@ -250,7 +251,10 @@ def wrap_schema_in_envelope(result: dict[str, Any], generator: Any, request: Any
             for code, description in defaults.items():
                 responses.setdefault(
                     code,
-                    {"description": description, "content": {"application/json": {"schema": error_ref}}},
+                    {
+                        "description": description,
+                        "content": {"application/json": {"schema": error_ref}},
+                    },
                 )
     return result
 
@@ -258,7 +262,9 @@ def wrap_schema_in_envelope(result: dict[str, Any], generator: Any, request: Any
 class LenientContentNegotiation(DefaultContentNegotiation):
     """Answers JSON even when the client's Accept header asks for something else (never 406)."""
 
-    def select_renderer(self, request: Any, renderers: Any, format_suffix: str | None = None) -> Any:
+    def select_renderer(
+        self, request: Any, renderers: Any, format_suffix: str | None = None
+    ) -> Any:
         try:
             return super().select_renderer(request, renderers, format_suffix)
         except drf_exceptions.NotAcceptable:

@@ -1,4 +1,5 @@
 """ASGI entry point. Defaults to production settings, like wsgi.py."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The Celery app. Without CELERY_BROKER_URL tasks run eagerly in-process (embedded mode)."""
+
 from __future__ import annotations
 
 import os

@@ -11,6 +11,7 @@ Every method returns the envelope's `data` and raises `MemoryAPIError` (with `.c
 `json.dumps(..., ensure_ascii=True)` and those exact bytes are both signed and sent, which is
 what the server verifies (API.md §2).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,7 +32,9 @@ def sign(secret: str, timestamp: int | str, body: bytes = b"") -> str:
     return hmac.new(secret.encode(), str(timestamp).encode() + body, hashlib.sha256).hexdigest()
 
 
-def sign_v2(secret: str, timestamp: int | str, nonce: str, method: str, full_path: str, body: bytes = b"") -> str:
+def sign_v2(
+    secret: str, timestamp: int | str, nonce: str, method: str, full_path: str, body: bytes = b""
+) -> str:
     """v2 signature: also covers method, path with query string and a single-use nonce."""
     head = f"v2\n{timestamp}\n{nonce}\n{method.upper()}\n{full_path}\n".encode()
     return hmac.new(secret.encode(), head + body, hashlib.sha256).hexdigest()
@@ -40,8 +43,14 @@ def sign_v2(secret: str, timestamp: int | str, nonce: str, method: str, full_pat
 class MemoryAPIError(Exception):
     """The server said `ok: false` (or did not answer with the envelope)."""
 
-    def __init__(self, status: int, code: str, message: str, details: dict[str, Any] | None = None,
-                 request_id: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        request_id: str | None = None,
+    ) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
@@ -51,9 +60,16 @@ class MemoryAPIError(Exception):
 
 
 class MemoryClient:
-    def __init__(self, api_key: str, secret: str, base_url: str = "http://127.0.0.1:8000", *,
-                 timeout: float = 30.0, signature_version: int = 1,
-                 session: requests.Session | None = None) -> None:
+    def __init__(
+        self,
+        api_key: str,
+        secret: str,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        timeout: float = 30.0,
+        signature_version: int = 1,
+        session: requests.Session | None = None,
+    ) -> None:
         self.api_key = api_key
         self.secret = secret
         self.base_url = base_url.rstrip("/")
@@ -64,24 +80,43 @@ class MemoryClient:
 
     # --- transport ----------------------------------------------------------------------------
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None,
-                params: dict[str, Any] | None = None) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
         method = method.upper()
         query = urlencode({k: v for k, v in (params or {}).items() if v is not None}, doseq=True)
         full_path = path + (f"?{query}" if query else "")
-        raw = b"" if body is None or method in ("GET", "DELETE") else json.dumps(body, ensure_ascii=True).encode()
+        raw = (
+            b""
+            if body is None or method in ("GET", "DELETE")
+            else json.dumps(body, ensure_ascii=True).encode()
+        )
         ts = str(int(time.time()))
         headers = {"X-API-Key": self.api_key, "X-Timestamp": ts}
         if self.signature_version == 2:
             nonce = secrets.token_urlsafe(18)
-            headers.update({"X-Signature-Version": "2", "X-Nonce": nonce,
-                            "X-Signature": sign_v2(self.secret, ts, nonce, method, full_path, raw)})
+            headers.update(
+                {
+                    "X-Signature-Version": "2",
+                    "X-Nonce": nonce,
+                    "X-Signature": sign_v2(self.secret, ts, nonce, method, full_path, raw),
+                }
+            )
         else:
             headers["X-Signature"] = sign(self.secret, ts, raw)
         if raw:
             headers["Content-Type"] = "application/json"
-        response = self.session.request(method, self.base_url + full_path, data=raw or None,
-                                        headers=headers, timeout=self.timeout)
+        response = self.session.request(
+            method,
+            self.base_url + full_path,
+            data=raw or None,
+            headers=headers,
+            timeout=self.timeout,
+        )
         return self._unwrap(response)
 
     @staticmethod
@@ -90,14 +125,24 @@ class MemoryClient:
         try:
             payload = response.json()
         except ValueError:
-            raise MemoryAPIError(response.status_code, "BAD_RESPONSE",
-                                 f"not a JSON answer: {response.text[:200]!r}", request_id=rid) from None
+            raise MemoryAPIError(
+                response.status_code,
+                "BAD_RESPONSE",
+                f"not a JSON answer: {response.text[:200]!r}",
+                request_id=rid,
+            ) from None
         if not isinstance(payload, dict) or "ok" not in payload:
-            raise MemoryAPIError(response.status_code, "BAD_RESPONSE", "answer without envelope",
-                                 request_id=rid)
+            raise MemoryAPIError(
+                response.status_code, "BAD_RESPONSE", "answer without envelope", request_id=rid
+            )
         if not payload["ok"]:
-            raise MemoryAPIError(response.status_code, str(payload.get("code", "UNKNOWN")),
-                                 str(payload.get("error", "")), payload.get("details"), request_id=rid)
+            raise MemoryAPIError(
+                response.status_code,
+                str(payload.get("code", "UNKNOWN")),
+                str(payload.get("error", "")),
+                payload.get("details"),
+                request_id=rid,
+            )
         return payload.get("data")
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
@@ -120,8 +165,13 @@ class MemoryClient:
     def get_stats(self) -> Any:
         return self.get("/stats")
 
-    def upsert_team(self, team_id: str, name: str, description: str | None = None,
-                    config: dict[str, Any] | None = None) -> Any:
+    def upsert_team(
+        self,
+        team_id: str,
+        name: str,
+        description: str | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> Any:
         body: dict[str, Any] = {"team_id": team_id, "name": name}
         if description is not None:
             body["description"] = description
@@ -135,8 +185,13 @@ class MemoryClient:
     def delete_team(self, team_id: str) -> Any:
         return self.delete(f"/teams/{quote(team_id, safe='')}")
 
-    def upsert_agent(self, agent_id: str, name: str, role: str | None = None,
-                     config: dict[str, Any] | None = None) -> Any:
+    def upsert_agent(
+        self,
+        agent_id: str,
+        name: str,
+        role: str | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> Any:
         body: dict[str, Any] = {"agent_id": agent_id, "name": name}
         if role is not None:
             body["role"] = role
@@ -155,14 +210,31 @@ class MemoryClient:
 
     # --- long-term memory (seed 000 §2.4 names) -----------------------------------------------
 
-    def write_memory(self, agent_id: str, content: str, importance: float = 0.5, **extra: Any) -> Any:
-        return self.post("/memories/personal", {"agent_id": agent_id, "content": content,
-                                                "importance": importance, **extra})
+    def write_memory(
+        self, agent_id: str, content: str, importance: float = 0.5, **extra: Any
+    ) -> Any:
+        return self.post(
+            "/memories/personal",
+            {"agent_id": agent_id, "content": content, "importance": importance, **extra},
+        )
 
-    def search(self, agent_id: str, query: str, limit: int = 10, min_score: float = 0.3,
-               max_chars_per_memory: int = 0, max_total_chars: int = 0, **extra: Any) -> Any:
-        body: dict[str, Any] = {"agent_id": agent_id, "query": query, "limit": limit,
-                                "min_score": min_score, **extra}
+    def search(
+        self,
+        agent_id: str,
+        query: str,
+        limit: int = 10,
+        min_score: float = 0.3,
+        max_chars_per_memory: int = 0,
+        max_total_chars: int = 0,
+        **extra: Any,
+    ) -> Any:
+        body: dict[str, Any] = {
+            "agent_id": agent_id,
+            "query": query,
+            "limit": limit,
+            "min_score": min_score,
+            **extra,
+        }
         if max_chars_per_memory:
             body["max_chars_per_memory"] = max_chars_per_memory
         if max_total_chars:
@@ -170,7 +242,9 @@ class MemoryClient:
         return self.post("/memories/personal/search", body)
 
     def get_recent(self, agent_id: str, limit: int = 10) -> Any:
-        return self.get(f"/memories/personal/recent/{quote(agent_id, safe='')}", params={"limit": limit})
+        return self.get(
+            f"/memories/personal/recent/{quote(agent_id, safe='')}", params={"limit": limit}
+        )
 
     def update_memory(self, memory_id: int, **fields: Any) -> Any:
         return self.put(f"/memories/personal/{int(memory_id)}", fields)
@@ -182,8 +256,10 @@ class MemoryClient:
         return self.post("/memories/team", {"content": content, "importance": importance, **extra})
 
     def search_team(self, query: str, limit: int = 10, min_score: float = 0.3, **extra: Any) -> Any:
-        return self.post("/memories/team/search", {"query": query, "limit": limit,
-                                                   "min_score": min_score, **extra})
+        return self.post(
+            "/memories/team/search",
+            {"query": query, "limit": limit, "min_score": min_score, **extra},
+        )
 
     def get_team_recent(self, limit: int = 10) -> Any:
         return self.get("/memories/team/recent", params={"limit": limit})
@@ -205,24 +281,36 @@ class MemoryClient:
     # --- lifecycle (seed 000 §2.4 names) ------------------------------------------------------
 
     def compress(self, agent_id: str, target_count: int = 5) -> Any:
-        return self.post("/lifecycle/compress", {"agent_id": agent_id, "target_count": target_count})
+        return self.post(
+            "/lifecycle/compress", {"agent_id": agent_id, "target_count": target_count}
+        )
 
     def cleanup(self, max_age_days: int = 90, min_importance: float = 0.2, **extra: Any) -> Any:
-        return self.post("/lifecycle/cleanup", {"max_age_days": max_age_days,
-                                                "min_importance": min_importance, **extra})
+        return self.post(
+            "/lifecycle/cleanup",
+            {"max_age_days": max_age_days, "min_importance": min_importance, **extra},
+        )
 
-    def extract_facts(self, agent_id: str, max_memories: int = 20, delete_after: bool = False) -> Any:
-        return self.post("/lifecycle/extract-facts", {"agent_id": agent_id, "max_memories": max_memories,
-                                                      "delete_after": delete_after})
+    def extract_facts(
+        self, agent_id: str, max_memories: int = 20, delete_after: bool = False
+    ) -> Any:
+        return self.post(
+            "/lifecycle/extract-facts",
+            {"agent_id": agent_id, "max_memories": max_memories, "delete_after": delete_after},
+        )
 
     def aggregate_scenarios(self, agent_id: str, max_memories: int = 50) -> Any:
-        return self.post("/lifecycle/aggregate-scenes", {"agent_id": agent_id, "max_memories": max_memories})
+        return self.post(
+            "/lifecycle/aggregate-scenes", {"agent_id": agent_id, "max_memories": max_memories}
+        )
 
     def get_scenarios(self, agent_id: str) -> Any:
         return self.get(f"/lifecycle/scenarios/{quote(agent_id, safe='')}")
 
     def generate_persona(self, agent_id: str, max_items: int = 30) -> Any:
-        return self.post("/lifecycle/generate-persona", {"agent_id": agent_id, "max_items": max_items})
+        return self.post(
+            "/lifecycle/generate-persona", {"agent_id": agent_id, "max_items": max_items}
+        )
 
     def get_persona(self, agent_id: str) -> Any:
         return self.get(f"/lifecycle/persona/{quote(agent_id, safe='')}")

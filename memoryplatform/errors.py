@@ -1,4 +1,5 @@
 """The one domain exception type services raise; `memoryplatform.api` maps it to the envelope."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Request id and body size limit, both before anything reads the body."""
+
 from __future__ import annotations
 
 import contextvars

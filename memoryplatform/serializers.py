@@ -3,6 +3,7 @@
 DRF's own fields accept `"name": 123` as "123" and `"importance": "0.5"` as 0.5; API.md §1 asks
 for a 400 when a field has the wrong type.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -67,7 +68,9 @@ def query_int(value: str | None, *, name: str, default: int, minimum: int, maxim
     try:
         number = int(value)
     except ValueError:
-        raise ValidationFailed({name: ["Must be an integer."]}, f"{name}: must be an integer") from None
+        raise ValidationFailed(
+            {name: ["Must be an integer."]}, f"{name}: must be an integer"
+        ) from None
     if not minimum <= number <= maximum:
         raise ValidationFailed(
             {name: [f"Must be between {minimum} and {maximum}."]},

@@ -1,4 +1,5 @@
 """Team statistics. Each app contributes its own counts, always filtered by the team."""
+
 from __future__ import annotations
 
 from typing import Any

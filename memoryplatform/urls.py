@@ -1,4 +1,5 @@
 """URL map. API paths have no trailing slash (seed 000); admin keeps Django's."""
+
 from __future__ import annotations
 
 from django.contrib import admin
@@ -23,7 +24,11 @@ urlpatterns = [
     path("teams/<str:team_id>", tenant_apis.TeamDetailApi.as_view(), name="team-detail"),
     path("agents", tenant_apis.AgentUpsertApi.as_view(), name="agent-upsert"),
     path("agents/<str:team_id>", tenant_apis.AgentListApi.as_view(), name="agent-list"),
-    path("agents/<str:team_id>/<str:agent_id>", tenant_apis.AgentDetailApi.as_view(), name="agent-detail"),
+    path(
+        "agents/<str:team_id>/<str:agent_id>",
+        tenant_apis.AgentDetailApi.as_view(),
+        name="agent-detail",
+    ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin", RedirectView.as_view(url="/admin/", permanent=False)),

@@ -1,4 +1,5 @@
 """Project-level endpoints that span apps: health, readiness and stats (API.md §4.5)."""
+
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse

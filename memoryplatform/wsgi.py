@@ -1,4 +1,5 @@
 """WSGI entry point. Defaults to production settings: gunicorn refuses an insecure SECRET_KEY."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ A superuser sees everything. A staff user sees only the teams they hold a TeamMe
 `lead` may change, `viewer` may only look. Objects of other teams answer 404 on every admin URL
 (never a redirect with "does not exist", which would still be a different answer).
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -11,6 +12,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
@@ -37,7 +39,9 @@ class TeamScopedAdminMixin:
         cache_attr = "_mp_lead_teams" if lead else "_mp_teams"
         if not hasattr(request, cache_attr):
             roles = (TeamMembership.ROLE_LEAD,) if lead else None
-            setattr(request, cache_attr, selectors.team_ids_for_user(user=request.user, roles=roles))
+            setattr(
+                request, cache_attr, selectors.team_ids_for_user(user=request.user, roles=roles)
+            )
         return getattr(request, cache_attr)  # type: ignore[no-any-return]
 
     def _obj_team_id(self, obj: Model) -> str:
@@ -90,12 +94,32 @@ class TeamScopedAdminMixin:
             elif db_field.related_model is Agent:
                 kwargs["queryset"] = Agent.objects.filter(team_id__in=ids)
             elif db_field.related_model is get_user_model():
-                kwargs["queryset"] = get_user_model().objects.filter(
-                    team_memberships__team_id__in=ids
-                ).distinct()
+                kwargs["queryset"] = (
+                    get_user_model().objects.filter(team_memberships__team_id__in=ids).distinct()
+                )
         return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
 
-    def _get_obj_does_not_exist_redirect(self, request: HttpRequest, opts: Any, object_id: str) -> HttpResponse:
+    def _scoped_object_or_404(self, request: HttpRequest, object_id: str) -> None:
+        # Checked before any permission test: another team's object answers exactly like a
+        # missing one (404), never 403, so its existence cannot be probed.
+        if self.get_object(request, unquote(object_id)) is None:  # type: ignore[attr-defined]
+            raise Http404("not found")
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None) -> HttpResponse:
+        self._scoped_object_or_404(request, object_id)
+        return super().change_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+        self._scoped_object_or_404(request, object_id)
+        return super().delete_view(request, object_id, extra_context)  # type: ignore[misc]
+
+    def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+        self._scoped_object_or_404(request, object_id)
+        return super().history_view(request, object_id, extra_context)  # type: ignore[misc]
+
+    def _get_obj_does_not_exist_redirect(
+        self, request: HttpRequest, opts: Any, object_id: str
+    ) -> HttpResponse:
         # Another team's object and a missing one must look the same: a plain 404.
         raise Http404("not found")
 
@@ -127,12 +151,14 @@ class TeamAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
 @admin.register(Agent)
 class AgentAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
     list_display = ("agent_id", "team", "name", "role", "created_at")
-    list_filter = ("team",)
+    list_filter = (("team", admin.RelatedOnlyFieldListFilter),)
     search_fields = ("agent_id", "name", "role")
     readonly_fields = ("created_at", "updated_at")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> Any:
-        return (*self.readonly_fields, "team", "agent_id") if obj is not None else self.readonly_fields
+        return (
+            (*self.readonly_fields, "team", "agent_id") if obj is not None else self.readonly_fields
+        )
 
     def delete_model(self, request: HttpRequest, obj: Agent) -> None:
         services.agent_delete(team=obj.team, agent_id=obj.agent_id)
@@ -145,19 +171,24 @@ class AgentAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
 class IssueKeyForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.none())
     agent = forms.ModelChoiceField(
-        queryset=Agent.objects.none(), required=False,
+        queryset=Agent.objects.none(),
+        required=False,
         help_text="Bind the key to one agent (agent-scoped key); empty = team-wide key.",
     )
     label = forms.CharField(max_length=200, required=False)
     expires_in_days = forms.IntegerField(min_value=1, required=False, help_text="empty = never")
     rate_limit = forms.IntegerField(
-        min_value=0, required=False, help_text="requests per window; empty = server default, 0 = unlimited"
+        min_value=0,
+        required=False,
+        help_text="requests per window; empty = server default, 0 = unlimited",
     )
 
     def __init__(self, *args: Any, team_ids: set[str] | None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         teams = Team.objects.all() if team_ids is None else Team.objects.filter(id__in=team_ids)
-        agents = Agent.objects.all() if team_ids is None else Agent.objects.filter(team_id__in=team_ids)
+        agents = (
+            Agent.objects.all() if team_ids is None else Agent.objects.filter(team_id__in=team_ids)
+        )
         self.fields["team"].queryset = teams  # type: ignore[attr-defined]
         self.fields["agent"].queryset = agents.select_related("team")  # type: ignore[attr-defined]
 
@@ -171,17 +202,47 @@ class IssueKeyForm(forms.Form):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
-    list_display = ("key_id", "team", "agent", "label", "status", "created_at", "last_used_at", "expires_at")
-    list_filter = ("team",)
+    list_display = (
+        "key_id",
+        "team",
+        "agent",
+        "label",
+        "status",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+    )
+    list_filter = (("team", admin.RelatedOnlyFieldListFilter),)
     search_fields = ("key_id", "label")
     actions = ("revoke_keys", "rotate_keys")
     # The encrypted secrets are never shown, not even encrypted.
-    fields = ("key_id", "team", "agent", "label", "rate_limit", "expires_at", "created_at",
-              "rotated_at", "last_used_at", "previous_secret_expires_at", "revoked_at")
-    readonly_fields = ("key_id", "team", "agent", "created_at", "rotated_at", "last_used_at",
-                       "previous_secret_expires_at", "revoked_at")
+    fields = (
+        "key_id",
+        "team",
+        "agent",
+        "label",
+        "rate_limit",
+        "expires_at",
+        "created_at",
+        "rotated_at",
+        "last_used_at",
+        "previous_secret_expires_at",
+        "revoked_at",
+    )
+    readonly_fields = (
+        "key_id",
+        "team",
+        "agent",
+        "created_at",
+        "rotated_at",
+        "last_used_at",
+        "previous_secret_expires_at",
+        "revoked_at",
+    )
 
-    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None) -> HttpResponse:
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
         if not self.has_add_permission(request):
             raise PermissionDenied
         team_ids = self._team_ids(request, lead=True)
@@ -205,7 +266,9 @@ class ApiKeyAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/tenants/apikey/issue.html", context)
 
-    def _render_secrets(self, request: HttpRequest, issued: list[services.IssuedKey], title: str) -> HttpResponse:
+    def _render_secrets(
+        self, request: HttpRequest, issued: list[services.IssuedKey], title: str
+    ) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
@@ -225,7 +288,10 @@ class ApiKeyAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
             count += 1
         self.message_user(request, f"Revoked {count} key(s).", messages.SUCCESS)
 
-    @admin.action(description="Rotate selected keys (old secret valid for the grace period)", permissions=["change"])
+    @admin.action(
+        description="Rotate selected keys (old secret valid for the grace period)",
+        permissions=["change"],
+    )
     def rotate_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> HttpResponse | None:
         active = [k for k in queryset if k.revoked_at is None]
         if not active:
@@ -238,5 +304,5 @@ class ApiKeyAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
 @admin.register(TeamMembership)
 class TeamMembershipAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
     list_display = ("user", "team", "role", "created_at")
-    list_filter = ("role", "team")
+    list_filter = ("role", ("team", admin.RelatedOnlyFieldListFilter))
     search_fields = ("user__username", "team__id")

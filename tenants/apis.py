@@ -1,4 +1,5 @@
 """Teams and agents endpoints (API.md §3). Thin: validate, call a service or selector, render."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -58,14 +59,20 @@ def agent_data(agent: Agent) -> dict[str, Any]:
 
 class TeamUpsertApi(APIView):
     class TeamUpsertInputSerializer(serializers.Serializer):
-        team_id = StrictCharField(validators=[RegexValidator(TEAM_ID_RE, "Must match [A-Za-z0-9_-]{1,64}.")])
+        team_id = StrictCharField(
+            validators=[RegexValidator(TEAM_ID_RE, "Must match [A-Za-z0-9_-]{1,64}.")]
+        )
         name = StrictCharField(max_length=200)
         description = StrictCharField(required=False, allow_blank=True, max_length=10_000)
         config = JSONObjectField(required=False)
 
     InputSerializer = TeamUpsertInputSerializer
 
-    @extend_schema(request=InputSerializer, responses=TeamOutputSerializer, summary="Create or update the key's team")
+    @extend_schema(
+        request=InputSerializer,
+        responses=TeamOutputSerializer,
+        summary="Create or update the key's team",
+    )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
         s = self.InputSerializer(data=request.data)
@@ -98,14 +105,20 @@ class TeamDetailApi(APIView):
 
 class AgentUpsertApi(APIView):
     class AgentUpsertInputSerializer(serializers.Serializer):
-        agent_id = StrictCharField(validators=[RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")])
+        agent_id = StrictCharField(
+            validators=[RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")]
+        )
         name = StrictCharField(max_length=200)
         role = StrictCharField(required=False, allow_blank=True, max_length=200)
         config = JSONObjectField(required=False)
 
     InputSerializer = AgentUpsertInputSerializer
 
-    @extend_schema(request=InputSerializer, responses=AgentOutputSerializer, summary="Create or update an agent")
+    @extend_schema(
+        request=InputSerializer,
+        responses=AgentOutputSerializer,
+        summary="Create or update an agent",
+    )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
         s = self.InputSerializer(data=request.data)
@@ -136,7 +149,9 @@ class AgentDetailApi(APIView):
         team = selectors.team_check_same(team=principal_of(request).team, team_id=team_id)
         return Response(agent_data(selectors.agent_get(team=team, agent_id=agent_id)))
 
-    @extend_schema(responses={200: None}, summary="Delete an agent and its personal and working memories")
+    @extend_schema(
+        responses={200: None}, summary="Delete an agent and its personal and working memories"
+    )
     def delete(self, request: Request, team_id: str, agent_id: str) -> Response:
         principal = principal_of(request)
         team = selectors.team_check_same(team=principal.team, team_id=team_id)

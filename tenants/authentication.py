@@ -8,6 +8,7 @@ v2 (opt-in with `X-Signature-Version: 2` and `X-Nonce`): the signed bytes are
 `"v2\\n{timestamp}\\n{nonce}\\n{METHOD}\\n{path?query}\\n".encode() + raw_body`; a nonce is accepted
 once per key within the skew window. A team may require v2.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -58,8 +59,15 @@ class ApiPrincipal:
         return f"key {self.api_key.key_id}"
 
 
-def signed_message(*, method: str, timestamp: str, body: bytes, version: int = 1,
-                   nonce: str = "", full_path: str = "") -> bytes:
+def signed_message(
+    *,
+    method: str,
+    timestamp: str,
+    body: bytes,
+    version: int = 1,
+    nonce: str = "",
+    full_path: str = "",
+) -> bytes:
     if method.upper() not in _BODY_SIGNED_METHODS:
         body = b""
     if version == 2:
@@ -78,8 +86,15 @@ class HmacAuthentication(BaseAuthentication):
         key_id = headers.get("X-API-Key", "")
         timestamp = headers.get("X-Timestamp", "")
         signature = headers.get("X-Signature", "")
-        missing = [name for name, value in (("X-API-Key", key_id), ("X-Timestamp", timestamp),
-                                            ("X-Signature", signature)) if not value]
+        missing = [
+            name
+            for name, value in (
+                ("X-API-Key", key_id),
+                ("X-Timestamp", timestamp),
+                ("X-Signature", signature),
+            )
+            if not value
+        ]
         if missing:
             raise _fail("MISSING_AUTH", f"missing header(s): {', '.join(missing)}")
 
@@ -110,20 +125,29 @@ class HmacAuthentication(BaseAuthentication):
             if not nonce:
                 raise _fail("MISSING_AUTH", "missing header(s): X-Nonce")
             if not _NONCE_RE.match(nonce):
-                raise _fail("INVALID_SIGNATURE", "X-Nonce must be 16-128 characters of [A-Za-z0-9_-]")
+                raise _fail(
+                    "INVALID_SIGNATURE", "X-Nonce must be 16-128 characters of [A-Za-z0-9_-]"
+                )
 
         # The exact bytes received: never re-serialised (clients differ in ensure_ascii etc.).
         body = request._request.body if request.method in _BODY_SIGNED_METHODS else b""
         message = signed_message(
-            method=request.method or "GET", timestamp=timestamp, body=body, version=version,
-            nonce=nonce, full_path=request._request.get_full_path(),
+            method=request.method or "GET",
+            timestamp=timestamp,
+            body=body,
+            version=version,
+            nonce=nonce,
+            full_path=request._request.get_full_path(),
         )
         provided = signature.strip().lower().encode("utf-8", "replace")
         try:
             candidates = api_key_secrets(api_key=api_key)
         except crypto.InvalidToken:
-            logger.error("secret of key %s cannot be decrypted: SECRET_KEY or "
-                         "SECRETS_ENCRYPTION_KEYS changed?", api_key.key_id)
+            logger.error(
+                "secret of key %s cannot be decrypted: SECRET_KEY or "
+                "SECRETS_ENCRYPTION_KEYS changed?",
+                api_key.key_id,
+            )
             raise _fail("INVALID_API_KEY", "unknown, revoked or expired API key") from None
         matched = False
         for secret in candidates:
@@ -139,7 +163,8 @@ class HmacAuthentication(BaseAuthentication):
         check_rate_limit(api_key)
         api_key_touch(api_key=api_key)
         principal = ApiPrincipal(
-            team=api_key.team, api_key=api_key,
+            team=api_key.team,
+            api_key=api_key,
             agent_id=api_key.agent.agent_id if api_key.agent_id else None,
         )
         return principal, api_key
@@ -148,10 +173,14 @@ class HmacAuthentication(BaseAuthentication):
     def _claim_nonce(api_key: ApiKey, nonce: str) -> None:
         # Kept twice the skew window: a replay with a still-valid timestamp is always caught.
         try:
-            fresh = cache.add(f"nonce:{api_key.pk}:{nonce}", 1, timeout=2 * settings.HMAC_MAX_SKEW_SECONDS)
+            fresh = cache.add(
+                f"nonce:{api_key.pk}:{nonce}", 1, timeout=2 * settings.HMAC_MAX_SKEW_SECONDS
+            )
         except Exception:
             # Replay protection cannot be proven without the cache: refuse rather than accept.
-            raise DomainError("SERVICE_UNAVAILABLE", "replay protection unavailable (cache down)") from None
+            raise DomainError(
+                "SERVICE_UNAVAILABLE", "replay protection unavailable (cache down)"
+            ) from None
         if not fresh:
             raise _fail("REPLAYED_REQUEST", "this nonce was already used")
 

@@ -1,4 +1,5 @@
 """Encryption at rest for API secrets (Fernet; keys from settings)."""
+
 from __future__ import annotations
 
 import base64

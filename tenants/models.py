@@ -1,4 +1,5 @@
 """Tenancy: teams, their agents, their API keys and the admin users who govern them."""
+
 from __future__ import annotations
 
 from django.conf import settings

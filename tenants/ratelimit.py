@@ -1,4 +1,5 @@
 """Per-key fixed-window rate limit kept in the cache (shared across processes with Redis)."""
+
 from __future__ import annotations
 
 import logging
@@ -41,7 +42,9 @@ def check_rate_limit(api_key: ApiKey) -> None:
         count = 1
     except Exception:
         _cache_down_until = now + _CACHE_RETRY_SECONDS
-        logger.warning("rate limiter cache unreachable; not limiting for %s s", _CACHE_RETRY_SECONDS)
+        logger.warning(
+            "rate limiter cache unreachable; not limiting for %s s", _CACHE_RETRY_SECONDS
+        )
         return
     if count > limit:
         retry_after = max(1, int((bucket + 1) * window - now + 0.999))

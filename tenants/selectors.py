@@ -1,4 +1,5 @@
 """Reads for tenancy. Every read takes the caller's team explicitly."""
+
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -36,7 +37,9 @@ def api_key_get_by_key_id(*, key_id: str) -> ApiKey | None:
     return ApiKey.objects.select_related("team", "agent").filter(key_id=key_id).first()
 
 
-def team_ids_for_user(*, user: AbstractBaseUser | AnonymousUser, roles: tuple[str, ...] | None = None) -> set[str]:
+def team_ids_for_user(
+    *, user: AbstractBaseUser | AnonymousUser, roles: tuple[str, ...] | None = None
+) -> set[str]:
     """Teams an admin user governs; superusers are handled by callers (they see everything)."""
     if not user.is_authenticated:
         return set()

@@ -1,4 +1,5 @@
 """Writes for teams, agents, keys and memberships, used by the API, the admin and the commands."""
+
 from __future__ import annotations
 
 import logging
@@ -47,7 +48,9 @@ def _run_hooks_on_commit(hooks: list[Callable[..., None]], *args: str) -> None:
             except Exception:
                 # The database rows are gone already; an unreachable Redis must not turn a
                 # completed delete into an error. The leftovers expire on their own TTL.
-                logger.exception("purge hook %s failed for %s", getattr(hook, "__name__", hook), args)
+                logger.exception(
+                    "purge hook %s failed for %s", getattr(hook, "__name__", hook), args
+                )
 
     transaction.on_commit(run)
 
@@ -88,7 +91,9 @@ def agent_upsert(
     config: dict[str, Any] | None = None,
 ) -> tuple[Agent, bool]:
     agent, created = Agent.objects.get_or_create(
-        team=team, agent_id=agent_id, defaults={"name": name, "role": role or "", "config": config or {}}
+        team=team,
+        agent_id=agent_id,
+        defaults={"name": name, "role": role or "", "config": config or {}},
     )
     if not created:
         agent.name = name
@@ -102,7 +107,9 @@ def agent_upsert(
 
 def agent_ensure(*, team: Team, agent_id: str) -> Agent:
     """The agent, registered on first use with its id as name (API.md §3.2)."""
-    agent, _ = Agent.objects.get_or_create(team=team, agent_id=agent_id, defaults={"name": agent_id})
+    agent, _ = Agent.objects.get_or_create(
+        team=team, agent_id=agent_id, defaults={"name": agent_id}
+    )
     return agent
 
 
@@ -198,9 +205,9 @@ def api_key_touch(*, api_key: ApiKey) -> None:
     # The condition makes concurrent workers agree: only one of them writes per window.
     from django.db.models import Q
 
-    ApiKey.objects.filter(Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - resolution), pk=api_key.pk).update(
-        last_used_at=now
-    )
+    ApiKey.objects.filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - resolution), pk=api_key.pk
+    ).update(last_used_at=now)
     api_key.last_used_at = now
 
 

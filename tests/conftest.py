@@ -14,6 +14,9 @@ from .helpers import SignedClient
 @pytest.fixture(autouse=True)
 def _clean_cache():
     """Each test starts with an empty cache (rate-limit counters, nonces, version stamps)."""
+    from tenants import ratelimit
+
+    ratelimit._cache_down_until = 0.0
     try:
         cache.clear()
     except Exception:

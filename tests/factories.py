@@ -31,7 +31,7 @@ class UserFactory(factory.django.DjangoModelFactory):
 
     username = factory.Sequence(lambda n: f"user{n}")
     is_staff = True
-    password = factory.PostGenerationMethodCall("set_password", "pw-123456")
+    password = factory.django.Password("pw-123456")
 
 
 class MembershipFactory(factory.django.DjangoModelFactory):

@@ -1,4 +1,5 @@
 """A signing wrapper around Django's test client: real HMAC, real auth class, no mocks."""
+
 from __future__ import annotations
 
 import hashlib
@@ -36,7 +37,9 @@ class SignedClient:
     ):
         method = method.upper()
         if raw is None:
-            raw = b"" if body is None else json.dumps(body, ensure_ascii=ensure_ascii).encode("utf-8")
+            raw = (
+                b"" if body is None else json.dumps(body, ensure_ascii=ensure_ascii).encode("utf-8")
+            )
         ts_str = str(int(time.time())) if ts is None else str(ts)
         signed_body = raw if method in ("POST", "PUT", "PATCH") else b""
         all_headers = {
@@ -47,7 +50,9 @@ class SignedClient:
         all_headers.update(headers or {})
         for name in omit:
             all_headers.pop(name, None)
-        return self.client.generic(method, path, data=raw, content_type="application/json", headers=all_headers)
+        return self.client.generic(
+            method, path, data=raw, content_type="application/json", headers=all_headers
+        )
 
     def get(self, path: str, **kw: Any):
         return self.call("GET", path, **kw)

@@ -1,4 +1,5 @@
 """The HMAC matrix of API.md §2 through the real authentication class."""
+
 from __future__ import annotations
 
 import hashlib
@@ -22,13 +23,16 @@ pytestmark = pytest.mark.django_db
 CHINESE_BODY = {"team_id": "team_a", "name": "策略研究部", "description": "团队描述 — 中文"}
 
 
-@pytest.mark.parametrize("method,path,body", [
-    ("GET", "/stats", None),
-    ("GET", "/teams/team_a", None),
-    ("POST", "/teams", {"team_id": "team_a", "name": "A"}),
-    ("POST", "/agents", {"agent_id": "coder", "name": "Coder"}),
-    ("GET", "/agents/team_a", None),
-])
+@pytest.mark.parametrize(
+    "method,path,body",
+    [
+        ("GET", "/stats", None),
+        ("GET", "/teams/team_a", None),
+        ("POST", "/teams", {"team_id": "team_a", "name": "A"}),
+        ("POST", "/agents", {"agent_id": "coder", "name": "Coder"}),
+        ("GET", "/agents/team_a", None),
+    ],
+)
 def test_it_accepts_a_correct_signature_for_each_method(api, method, path, body):
     r = api.call(method, path, body)
     assert r.status_code in (200, 201), r.content
@@ -82,8 +86,15 @@ def test_it_rejects_a_tampered_body(api):
     assert (r.status_code, error_code(r)) == (401, "INVALID_SIGNATURE")
 
 
-@pytest.mark.parametrize("missing", [("X-API-Key",), ("X-Timestamp",), ("X-Signature",),
-                                     ("X-API-Key", "X-Timestamp", "X-Signature")])
+@pytest.mark.parametrize(
+    "missing",
+    [
+        ("X-API-Key",),
+        ("X-Timestamp",),
+        ("X-Signature",),
+        ("X-API-Key", "X-Timestamp", "X-Signature"),
+    ],
+)
 def test_it_answers_missing_auth_for_each_missing_header(api, missing):
     r = api.get("/stats", omit=missing)
     assert (r.status_code, error_code(r)) == (401, "MISSING_AUTH")
@@ -124,7 +135,9 @@ def test_it_rejects_a_revoked_key(api, issued):
 
 
 def test_it_rejects_an_expired_key(api, issued):
-    ApiKey.objects.filter(pk=issued.api_key.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    ApiKey.objects.filter(pk=issued.api_key.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
     r = api.get("/stats")
     assert (r.status_code, error_code(r)) == (401, "INVALID_API_KEY")
 
@@ -139,7 +152,8 @@ def test_a_rotated_key_accepts_old_and_new_secret_during_the_grace_period(api, i
 def test_a_rotated_key_rejects_the_old_secret_after_the_grace_period(api, issued):
     new = services.api_key_rotate(api_key=issued.api_key, grace_seconds=3600)
     ApiKey.objects.filter(pk=issued.api_key.pk).update(
-        previous_secret_expires_at=timezone.now() - timedelta(seconds=1))
+        previous_secret_expires_at=timezone.now() - timedelta(seconds=1)
+    )
     r = api.get("/stats")
     assert (r.status_code, error_code(r)) == (401, "INVALID_SIGNATURE")
     assert api.get("/stats", secret=new.secret).status_code == 200
@@ -163,7 +177,9 @@ def test_the_secret_is_encrypted_at_rest(issued):
     assert issued.secret not in json.dumps(list(ApiKey.objects.values()), default=str)
 
 
-def test_last_used_is_written_once_per_resolution_window(api, issued, django_assert_max_num_queries):
+def test_last_used_is_written_once_per_resolution_window(
+    api, issued, django_assert_max_num_queries
+):
     assert ApiKey.objects.get(pk=issued.api_key.pk).last_used_at is None
     api.get("/stats")
     first = ApiKey.objects.get(pk=issued.api_key.pk).last_used_at
@@ -196,10 +212,20 @@ class TestSignatureV2:
         ts = str(int(time.time())) if ts is None else str(ts)
         raw = b"" if body is None else json.dumps(body).encode()
         head = f"v2\n{ts}\n{nonce}\n{method}\n{sign_path or path}\n".encode()
-        sig = hmac.new(api.secret.encode(), head + (raw if method in ("POST", "PUT") else b""),
-                       hashlib.sha256).hexdigest()
-        return api.call(method, path, raw=raw, headers={
-            "X-Timestamp": ts, "X-Signature": sig, "X-Signature-Version": "2", "X-Nonce": nonce})
+        sig = hmac.new(
+            api.secret.encode(), head + (raw if method in ("POST", "PUT") else b""), hashlib.sha256
+        ).hexdigest()
+        return api.call(
+            method,
+            path,
+            raw=raw,
+            headers={
+                "X-Timestamp": ts,
+                "X-Signature": sig,
+                "X-Signature-Version": "2",
+                "X-Nonce": nonce,
+            },
+        )
 
     def test_it_accepts_a_v2_signature(self, api):
         assert self._v2(api, "GET", "/stats").status_code == 200

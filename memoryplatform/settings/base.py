@@ -3,6 +3,7 @@
 Every variable is listed with its default in `.env.example` and in the README. Nothing else in the
 code base reads `os.environ`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """Production settings: everything in base, plus refusal to start insecurely."""
+
 from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured

@@ -1,4 +1,5 @@
 """Test settings: base, with fast password hashing and generous limits tests set themselves."""
+
 from __future__ import annotations
 
 from .base import *  # noqa: F403

@@ -1,4 +1,5 @@
 """Create or update an admin user and their membership of a team (deployment scripts rely on it)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,8 +19,11 @@ class Command(BaseCommand):
         parser.add_argument("--team", required=True)
         parser.add_argument("--username", required=True)
         parser.add_argument("--password", default=None, help="set (or reset) the password")
-        parser.add_argument("--role", choices=[TeamMembership.ROLE_LEAD, TeamMembership.ROLE_VIEWER],
-                            default=TeamMembership.ROLE_VIEWER)
+        parser.add_argument(
+            "--role",
+            choices=[TeamMembership.ROLE_LEAD, TeamMembership.ROLE_VIEWER],
+            default=TeamMembership.ROLE_VIEWER,
+        )
 
     @transaction.atomic
     def handle(self, *args: Any, **opts: Any) -> None:

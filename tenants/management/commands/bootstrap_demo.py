@@ -4,6 +4,7 @@ Credentials are generated once and kept in DATA_DIR/demo-credentials.json (mode 
 `make run` can print them again; the database only ever holds the secret encrypted and the
 password hashed. Refused when DEBUG is off unless --force.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,16 +46,19 @@ class Command(BaseCommand):
         self.stdout.write(f"  team:            {creds['team_id']}")
         self.stdout.write(f"  api_key:         {creds['api_key']}")
         self.stdout.write(f"  secret:          {creds['secret']}")
-        self.stdout.write(f"  admin login:     {creds['admin_username']} / {creds['admin_password']}"
-                          "  at http://127.0.0.1:8000/admin/")
+        self.stdout.write(
+            f"  admin login:     {creds['admin_username']} / {creds['admin_password']}"
+            "  at http://127.0.0.1:8000/admin/"
+        )
         self.stdout.write(f"  (kept in {path}; delete it and the database to start over)")
         self.stdout.write("")
 
     def _ensure(self, team_id: str, creds: dict[str, str]) -> dict[str, str]:
         team = Team.objects.filter(id=team_id).first()
         if team is None:
-            team, _ = services.team_upsert(team_id=team_id, name="Demo team",
-                                           description="created by make run")
+            team, _ = services.team_upsert(
+                team_id=team_id, name="Demo team", description="created by make run"
+            )
         key = selectors.api_key_get_by_key_id(key_id=creds.get("api_key", ""))
         if key is None or not key.is_active or key.team_id != team.id:
             issued = services.api_key_issue(team=team, label="demo (make run)")

@@ -1,4 +1,5 @@
 """Issue an API key for a team (created if missing); prints the secret exactly once."""
+
 from __future__ import annotations
 
 import json
@@ -20,13 +21,20 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--team", required=True, help="team id, [A-Za-z0-9_-]{1,64}")
         parser.add_argument("--name", default=None, help="team name when the team is created")
-        parser.add_argument("--agent", default=None, help="bind the key to this agent (agent-scoped key)")
+        parser.add_argument(
+            "--agent", default=None, help="bind the key to this agent (agent-scoped key)"
+        )
         parser.add_argument("--label", default="", help="a note to recognise the key by")
         parser.add_argument("--expires-days", type=int, default=None, help="expire after N days")
-        parser.add_argument("--rate-limit", type=int, default=None,
-                            help="requests per window for this key (0 = unlimited)")
-        parser.add_argument("--json", action="store_true",
-                            help='print {"team_id", "api_key", "secret"} as JSON')
+        parser.add_argument(
+            "--rate-limit",
+            type=int,
+            default=None,
+            help="requests per window for this key (0 = unlimited)",
+        )
+        parser.add_argument(
+            "--json", action="store_true", help='print {"team_id", "api_key", "secret"} as JSON'
+        )
 
     @transaction.atomic
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -57,7 +65,10 @@ class Command(BaseCommand):
         if opts["rate_limit"] is not None and opts["rate_limit"] < 0:
             raise CommandError("--rate-limit must be >= 0")
         issued = services.api_key_issue(
-            team=team, agent=agent, label=opts["label"], expires_at=expires_at,
+            team=team,
+            agent=agent,
+            label=opts["label"],
+            expires_at=expires_at,
             rate_limit=opts["rate_limit"],
         )
         if opts["json"]:

@@ -1,4 +1,5 @@
 """List keys and their state. Never prints a secret."""
+
 from __future__ import annotations
 
 import json

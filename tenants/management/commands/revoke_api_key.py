@@ -1,4 +1,5 @@
 """Revoke a key: every request signed with it is refused from now on."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Give a key a new secret; the old secret stays valid for a grace period."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("api_key", help="the public key id (X-API-Key)")
-        parser.add_argument("--grace-seconds", type=int, default=None,
-                            help=f"how long the old secret keeps working "
-                                 f"(default {settings.API_KEY_ROTATION_GRACE_SECONDS}; 0 = stop now)")
+        parser.add_argument(
+            "--grace-seconds",
+            type=int,
+            default=None,
+            help=f"how long the old secret keeps working "
+            f"(default {settings.API_KEY_ROTATION_GRACE_SECONDS}; 0 = stop now)",
+        )
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -31,12 +36,20 @@ class Command(BaseCommand):
         issued = services.api_key_rotate(api_key=api_key, grace_seconds=opts["grace_seconds"])
         until = issued.api_key.previous_secret_expires_at
         if opts["json"]:
-            self.stdout.write(json.dumps({
-                "team_id": api_key.team_id, "api_key": issued.key_id, "secret": issued.secret,
-                "previous_secret_valid_until": until.isoformat() if until else None,
-            }))
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "team_id": api_key.team_id,
+                        "api_key": issued.key_id,
+                        "secret": issued.secret,
+                        "previous_secret_valid_until": until.isoformat() if until else None,
+                    }
+                )
+            )
             return
         self.stdout.write(f"api_key: {issued.key_id}")
         self.stdout.write(f"secret:  {issued.secret}")
-        self.stdout.write(f"old secret valid until: {until.isoformat() if until else 'no longer valid'}")
+        self.stdout.write(
+            f"old secret valid until: {until.isoformat() if until else 'no longer valid'}"
+        )
         self.stdout.write(self.style.WARNING("The secret is shown only now: store it safely."))

@@ -1,0 +1,127 @@
+"""Our client and the seed's own client against a real HTTP server (pytest-django live_server)."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from memoryplatform.client import MemoryAPIError, MemoryClient
+from tenants.services import api_key_issue, team_upsert
+
+from .seed_client import MemoryClient as SeedMemoryClient
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def keys(live_server):
+    out = {}
+    for team_id in ("codex_team", "team_a", "team_b"):
+        team, _ = team_upsert(team_id=team_id, name=team_id)
+        out[team_id] = api_key_issue(team=team)
+    return out
+
+
+def test_seed_section_2_3_first_request(live_server, keys):
+    """Seed 000 §2.3 verbatim: /health, then a hand-signed GET /stats."""
+    r = requests.get(f"{live_server.url}/health")
+    assert r.json() == {"ok": True, "data": {"status": "ok"}}
+    API_KEY, SECRET = keys["codex_team"].key_id, keys["codex_team"].secret
+    ts = int(time.time())
+    sig = hmac.new(SECRET.encode(), str(ts).encode(), hashlib.sha256).hexdigest()
+    r = requests.get(f"{live_server.url}/stats", headers={
+        "X-API-Key": API_KEY, "X-Timestamp": str(ts), "X-Signature": sig})
+    data = r.json()
+    assert data["ok"] is True
+    assert {"personal_memories", "team_memories", "agents"} <= set(data["data"])
+
+
+def test_seed_section_5_4_cross_team_isolation_with_the_seed_client(live_server, keys):
+    client = SeedMemoryClient(keys["codex_team"].key_id, keys["codex_team"].secret, base_url=live_server.url)
+    assert client.post("/teams", {"team_id": "codex_team", "name": "Codex 团队"}).status_code == 200
+    r = client.post("/agents", {"agent_id": "codex_agent", "name": "Codex 助手", "role": "coder"})
+    assert r.status_code == 201 and r.json()["data"]["name"] == "Codex 助手"
+    r = client.get("/teams/other_team")
+    assert (r.status_code, r.json().get("code")) == (403, "FORBIDDEN_CROSS_TEAM")
+    r = client.get("/agents/other_team/some_agent")
+    assert (r.status_code, r.json().get("code")) == (403, "FORBIDDEN_CROSS_TEAM")
+    r = client.get_stats()
+    assert r.json()["data"]["agents"] == 1
+    # PUT and DELETE are signed the seed's way too.
+    assert client.delete("/agents/codex_team/codex_agent").json() == {"ok": True, "data": None}
+
+
+def test_seed_client_stats_per_team(live_server, keys):
+    a = SeedMemoryClient(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url)
+    b = SeedMemoryClient(keys["team_b"].key_id, keys["team_b"].secret, base_url=live_server.url)
+    a.post("/agents", {"agent_id": "agent_1", "name": "Agent 1"})
+    b.post("/agents", {"agent_id": "agent_1", "name": "Agent B1"})
+    b.post("/agents", {"agent_id": "agent_2", "name": "Agent B2"})
+    assert a.get_stats().json()["data"]["agents"] == 1
+    assert b.get_stats().json()["data"]["agents"] == 2
+
+
+def test_our_client_round_trip_and_typed_errors(live_server, keys):
+    client = MemoryClient(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url)
+    assert client.health() == {"status": "ok"}
+    team = client.upsert_team("team_a", "团队 A", description="中文描述", config={"lang": "zh"})
+    assert (team["name"], team["config"]) == ("团队 A", {"lang": "zh"})
+    agent = client.upsert_agent("researcher", "研究员", role="research")
+    assert agent["team_id"] == "team_a"
+    assert [a["id"] for a in client.list_agents("team_a")] == ["researcher"]
+    assert client.get_agent("team_a", "researcher")["name"] == "研究员"
+    with pytest.raises(MemoryAPIError) as exc:
+        client.get_team("team_b")
+    assert (exc.value.status, exc.value.code) == (403, "FORBIDDEN_CROSS_TEAM")
+    with pytest.raises(MemoryAPIError) as exc:
+        client.upsert_agent("bad/id", "x")
+    assert exc.value.code == "VALIDATION_ERROR" and "agent_id" in exc.value.details
+    with pytest.raises(MemoryAPIError) as exc:
+        client.get_agent("team_a", "ghost")
+    assert exc.value.code == "NOT_FOUND" and exc.value.request_id
+    assert client.delete_agent("team_a", "researcher") is None
+    bad = MemoryClient(keys["team_a"].key_id, "wrong", base_url=live_server.url)
+    with pytest.raises(MemoryAPIError) as exc:
+        bad.get_stats()
+    assert exc.value.code == "INVALID_SIGNATURE"
+
+
+def test_our_client_signs_v2(live_server, keys):
+    client = MemoryClient(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url,
+                          signature_version=2)
+    assert client.get_stats()["agents"] == 0
+    assert client.upsert_agent("a1", "名字")["name"] == "名字"
+    assert client.get("/agents/team_a", params={"x": "1"})[0]["id"] == "a1"
+
+
+def test_the_client_module_imports_without_django(tmp_path):
+    code = (
+        "import sys, importlib.util\n"
+        "sys.modules['django'] = None\n"  # any import of django now fails
+        f"spec = importlib.util.spec_from_file_location('c', r'{ROOT / 'memoryplatform' / 'client.py'}')\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "print(m.sign('s', 1))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == hmac.new(b"s", b"1", hashlib.sha256).hexdigest()
+
+
+def test_curl_style_request_with_utf8_body(live_server, keys):
+    """A non-Python client sending raw UTF-8 (ensure_ascii=False) bytes."""
+    k = keys["team_a"]
+    body = json.dumps({"agent_id": "bot", "name": "机器人"}, ensure_ascii=False).encode()
+    ts = str(int(time.time()))
+    sig = hmac.new(k.secret.encode(), ts.encode() + body, hashlib.sha256).hexdigest()
+    r = requests.post(f"{live_server.url}/agents", data=body, headers={
+        "X-API-Key": k.key_id, "X-Timestamp": ts, "X-Signature": sig, "Content-Type": "application/json"})
+    assert r.status_code == 201
+    assert r.json()["data"]["name"] == "机器人"
