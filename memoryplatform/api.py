@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -36,7 +37,7 @@ class EnvelopeJSONRenderer(JSONRenderer):
         self,
         data: Any,
         accepted_media_type: str | None = None,
-        renderer_context: dict[str, Any] | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
     ) -> bytes:
         response = (renderer_context or {}).get("response")
         if response is not None and (response.exception or response.status_code >= 400):
@@ -116,7 +117,7 @@ def error_for_exception(exc: BaseException) -> DomainError | None:
     if isinstance(exc, drf_exceptions.UnsupportedMediaType):
         return DomainError("UNSUPPORTED_MEDIA_TYPE", str(exc.detail))
     if isinstance(exc, drf_exceptions.Throttled):
-        wait = int(exc.wait or 1)
+        wait = int(getattr(exc, "wait", None) or 1)
         return DomainError(
             "RATE_LIMITED",
             f"rate limit exceeded, retry in {wait} s",

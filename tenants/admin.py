@@ -105,15 +105,21 @@ class TeamScopedAdminMixin:
         if self.get_object(request, unquote(object_id)) is None:  # type: ignore[attr-defined]
             raise Http404("not found")
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None) -> HttpResponse:
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
         self._scoped_object_or_404(request, object_id)
         return super().change_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
 
-    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: Any = None
+    ) -> HttpResponse:
         self._scoped_object_or_404(request, object_id)
         return super().delete_view(request, object_id, extra_context)  # type: ignore[misc]
 
-    def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: Any = None
+    ) -> HttpResponse:
         self._scoped_object_or_404(request, object_id)
         return super().history_view(request, object_id, extra_context)  # type: ignore[misc]
 

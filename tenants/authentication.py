@@ -165,7 +165,7 @@ class HmacAuthentication(BaseAuthentication):
         principal = ApiPrincipal(
             team=api_key.team,
             api_key=api_key,
-            agent_id=api_key.agent.agent_id if api_key.agent_id else None,
+            agent_id=api_key.agent.agent_id if api_key.agent is not None else None,
         )
         return principal, api_key
 

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
@@ -226,7 +225,7 @@ def api_key_secrets(*, api_key: ApiKey) -> list[str]:
 # --- Memberships ----------------------------------------------------------------------------
 
 
-def membership_set(*, team: Team, user: AbstractBaseUser, role: str) -> TeamMembership:
+def membership_set(*, team: Team, user: Any, role: str) -> TeamMembership:
     if role not in (TeamMembership.ROLE_LEAD, TeamMembership.ROLE_VIEWER):
         raise ValueError(f"unknown role {role!r}")
     membership, _ = TeamMembership.objects.update_or_create(

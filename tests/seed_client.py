@@ -3,6 +3,7 @@
 # ruff: noqa
 import hashlib, hmac, time, json, requests
 
+
 class MemoryClient:
     """Memory System API 客户端 — 自动处理 HMAC 签名"""
 
@@ -13,7 +14,7 @@ class MemoryClient:
 
     def _sign(self, method, ts, body=None):
         if method == "GET" or body is None:
-            msg = str(ts).encode()            # GET: body = b""
+            msg = str(ts).encode()  # GET: body = b""
         else:
             msg = str(ts).encode() + json.dumps(body, ensure_ascii=True).encode()
         return hmac.new(self.secret.encode(), msg, hashlib.sha256).hexdigest()
@@ -27,30 +28,36 @@ class MemoryClient:
 
     def get(self, path, params=None):
         ts = int(time.time())
-        return requests.get(f"{self.base_url}{path}",
-                            headers=self._headers("GET", ts), params=params)
+        return requests.get(
+            f"{self.base_url}{path}", headers=self._headers("GET", ts), params=params
+        )
 
     def post(self, path, body):
         ts = int(time.time())
-        return requests.post(f"{self.base_url}{path}",
-                             json=body, headers=self._headers("POST", ts, body))
+        return requests.post(
+            f"{self.base_url}{path}", json=body, headers=self._headers("POST", ts, body)
+        )
 
     def put(self, path, body):
         ts = int(time.time())
-        return requests.put(f"{self.base_url}{path}",
-                            json=body, headers=self._headers("PUT", ts, body))
+        return requests.put(
+            f"{self.base_url}{path}", json=body, headers=self._headers("PUT", ts, body)
+        )
 
     def delete(self, path):
         ts = int(time.time())
-        return requests.delete(f"{self.base_url}{path}",
-                               headers=self._headers("DELETE", ts))
+        return requests.delete(f"{self.base_url}{path}", headers=self._headers("DELETE", ts))
 
     # ---- 便捷方法 ----
     def write_memory(self, agent_id, content, importance=0.5):
-        return self.post("/memories/personal",
-                         {"agent_id": agent_id, "content": content, "importance": importance})
+        return self.post(
+            "/memories/personal",
+            {"agent_id": agent_id, "content": content, "importance": importance},
+        )
 
-    def search(self, agent_id, query, limit=10, min_score=0.3, max_chars_per_memory=0, max_total_chars=0):
+    def search(
+        self, agent_id, query, limit=10, min_score=0.3, max_chars_per_memory=0, max_total_chars=0
+    ):
         body = {"agent_id": agent_id, "query": query, "limit": limit, "min_score": min_score}
         if max_chars_per_memory:
             body["max_chars_per_memory"] = max_chars_per_memory
@@ -67,13 +74,16 @@ class MemoryClient:
     # ---- 生命周期方法 ----
     def extract_facts(self, agent_id, max_memories=20, delete_after=False):
         """从工作记忆提取原子事实"""
-        return self.post("/lifecycle/extract-facts",
-                         {"agent_id": agent_id, "max_memories": max_memories, "delete_after": delete_after})
+        return self.post(
+            "/lifecycle/extract-facts",
+            {"agent_id": agent_id, "max_memories": max_memories, "delete_after": delete_after},
+        )
 
     def aggregate_scenarios(self, agent_id, max_memories=50):
         """将记忆按主题聚合为场景块"""
-        return self.post("/lifecycle/aggregate-scenes",
-                         {"agent_id": agent_id, "max_memories": max_memories})
+        return self.post(
+            "/lifecycle/aggregate-scenes", {"agent_id": agent_id, "max_memories": max_memories}
+        )
 
     def get_scenarios(self, agent_id):
         """获取已存储的场景块"""
@@ -81,8 +91,9 @@ class MemoryClient:
 
     def generate_persona(self, agent_id, max_items=30):
         """从记忆和场景中生成用户画像"""
-        return self.post("/lifecycle/generate-persona",
-                         {"agent_id": agent_id, "max_items": max_items})
+        return self.post(
+            "/lifecycle/generate-persona", {"agent_id": agent_id, "max_items": max_items}
+        )
 
     def get_persona(self, agent_id):
         """获取最新用户画像"""
@@ -98,5 +109,6 @@ class MemoryClient:
 
     def compress(self, agent_id, target_count=5):
         """压缩工作记忆为长期记忆"""
-        return self.post("/lifecycle/compress",
-                         {"agent_id": agent_id, "target_count": target_count})
+        return self.post(
+            "/lifecycle/compress", {"agent_id": agent_id, "target_count": target_count}
+        )

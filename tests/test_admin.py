@@ -1,4 +1,5 @@
 """Admin scoping: a lead of team A gets nothing of team B by any admin URL."""
+
 from __future__ import annotations
 
 import re
@@ -27,8 +28,15 @@ def world(team, other_team):
     MembershipFactory(user=viewer, team=team, role="viewer")
     b_user = UserFactory(username="lead_b")
     b_membership = MembershipFactory(user=b_user, team=other_team, role="lead")
-    return {"a_agent": a_agent, "b_agent": b_agent, "a_key": a_key, "b_key": b_key, "lead": lead,
-            "viewer": viewer, "b_membership": b_membership}
+    return {
+        "a_agent": a_agent,
+        "b_agent": b_agent,
+        "a_key": a_key,
+        "b_key": b_key,
+        "lead": lead,
+        "viewer": viewer,
+        "b_membership": b_membership,
+    }
 
 
 def login(user) -> Client:
@@ -39,8 +47,12 @@ def login(user) -> Client:
 
 def b_object_urls(world, other_team) -> list[str]:
     urls = []
-    for model, pk in ((Team, other_team.pk), (Agent, world["b_agent"].pk), (ApiKey, world["b_key"].api_key.pk),
-                      (TeamMembership, world["b_membership"].pk)):
+    for model, pk in (
+        (Team, other_team.pk),
+        (Agent, world["b_agent"].pk),
+        (ApiKey, world["b_key"].api_key.pk),
+        (TeamMembership, world["b_membership"].pk),
+    ):
         info = (model._meta.app_label, model._meta.model_name)
         for view in ("change", "delete", "history"):
             urls.append(reverse(f"admin:{info[0]}_{info[1]}_{view}", args=[pk]))
@@ -60,9 +72,12 @@ def test_a_lead_gets_404_for_every_object_url_of_another_team(world, other_team)
 
 def test_changelists_show_only_the_leads_teams(world):
     c = login(world["lead"])
-    for name, visible, hidden in (("tenants_team", "team_a", "team_b"), ("tenants_agent", "a_agent", "b_agent"),
-                                  ("tenants_apikey", world["a_key"].key_id, world["b_key"].key_id),
-                                  ("tenants_teammembership", "lead_a", "lead_b")):
+    for name, visible, hidden in (
+        ("tenants_team", "team_a", "team_b"),
+        ("tenants_agent", "a_agent", "b_agent"),
+        ("tenants_apikey", world["a_key"].key_id, world["b_key"].key_id),
+        ("tenants_teammembership", "lead_a", "lead_b"),
+    ):
         r = c.get(reverse(f"admin:{name}_changelist"))
         assert r.status_code == 200, name
         body = r.content.decode()
@@ -84,12 +99,16 @@ def test_changelist_filters_cannot_widen_the_scope(world):
 def test_bulk_actions_on_another_teams_ids_do_nothing(world):
     c = login(world["lead"])
     b_key = world["b_key"].api_key
-    c.post(reverse("admin:tenants_apikey_changelist"),
-           {"action": "revoke_keys", "_selected_action": [b_key.pk]})
+    c.post(
+        reverse("admin:tenants_apikey_changelist"),
+        {"action": "revoke_keys", "_selected_action": [b_key.pk]},
+    )
     b_key.refresh_from_db()
     assert b_key.revoked_at is None
-    c.post(reverse("admin:tenants_agent_changelist"),
-           {"action": "delete_selected", "_selected_action": [world["b_agent"].pk], "post": "yes"})
+    c.post(
+        reverse("admin:tenants_agent_changelist"),
+        {"action": "delete_selected", "_selected_action": [world["b_agent"].pk], "post": "yes"},
+    )
     assert Agent.objects.filter(pk=world["b_agent"].pk).exists()
 
 
@@ -106,8 +125,10 @@ def test_the_issue_form_offers_only_the_leads_teams_and_agents(world):
 
 def test_issuing_a_key_shows_the_secret_once(world):
     c = login(world["lead"])
-    r = c.post(reverse("admin:tenants_apikey_add"), {"team": "team_a", "agent": world["a_agent"].pk,
-                                                     "label": "from admin"})
+    r = c.post(
+        reverse("admin:tenants_apikey_add"),
+        {"team": "team_a", "agent": world["a_agent"].pk, "label": "from admin"},
+    )
     assert r.status_code == 200
     assert "no-store" in r["Cache-Control"]
     body = r.content.decode()
@@ -119,21 +140,29 @@ def test_issuing_a_key_shows_the_secret_once(world):
 
     assert api_key_secrets(api_key=key) == [secret]
     # Nowhere else: not on the change page, not in the list.
-    assert secret not in c.get(reverse("admin:tenants_apikey_change", args=[key.pk])).content.decode()
+    assert (
+        secret not in c.get(reverse("admin:tenants_apikey_change", args=[key.pk])).content.decode()
+    )
     assert secret not in c.get(reverse("admin:tenants_apikey_changelist")).content.decode()
 
 
 def test_rotate_and_revoke_actions(world):
     c = login(world["lead"])
     key = world["a_key"].api_key
-    r = c.post(reverse("admin:tenants_apikey_changelist"), {"action": "rotate_keys", "_selected_action": [key.pk]})
+    r = c.post(
+        reverse("admin:tenants_apikey_changelist"),
+        {"action": "rotate_keys", "_selected_action": [key.pk]},
+    )
     assert r.status_code == 200
     new_secret = re.search(r'<code class="secret">([^<]+)</code>', r.content.decode()).group(1)
     from tenants.services import api_key_secrets
 
     key.refresh_from_db()
     assert api_key_secrets(api_key=key) == [new_secret, world["a_key"].secret]
-    c.post(reverse("admin:tenants_apikey_changelist"), {"action": "revoke_keys", "_selected_action": [key.pk]})
+    c.post(
+        reverse("admin:tenants_apikey_changelist"),
+        {"action": "revoke_keys", "_selected_action": [key.pk]},
+    )
     key.refresh_from_db()
     assert key.revoked_at is not None
 
@@ -144,14 +173,18 @@ def test_a_viewer_can_look_but_not_change(world, team):
     r = c.get(reverse("admin:tenants_agent_change", args=[world["a_agent"].pk]))
     assert r.status_code == 200
     assert b'type="submit"' not in r.content or b"_save" not in r.content
-    r = c.post(reverse("admin:tenants_agent_change", args=[world["a_agent"].pk]),
-               {"name": "hacked", "role": "", "config": "{}"})
+    r = c.post(
+        reverse("admin:tenants_agent_change", args=[world["a_agent"].pk]),
+        {"name": "hacked", "role": "", "config": "{}"},
+    )
     assert r.status_code == 403
     world["a_agent"].refresh_from_db()
     assert world["a_agent"].name == "A agent"
     assert c.get(reverse("admin:tenants_apikey_add")).status_code == 403
-    r = c.post(reverse("admin:tenants_apikey_changelist"),
-               {"action": "revoke_keys", "_selected_action": [world["a_key"].api_key.pk]})
+    r = c.post(
+        reverse("admin:tenants_apikey_changelist"),
+        {"action": "revoke_keys", "_selected_action": [world["a_key"].api_key.pk]},
+    )
     world["a_key"].api_key.refresh_from_db()
     assert world["a_key"].api_key.revoked_at is None
 
@@ -159,7 +192,10 @@ def test_a_viewer_can_look_but_not_change(world, team):
 def test_a_lead_cannot_create_or_delete_teams(world):
     c = login(world["lead"])
     assert c.get(reverse("admin:tenants_team_add")).status_code == 403
-    assert c.post(reverse("admin:tenants_team_delete", args=["team_a"]), {"post": "yes"}).status_code == 403
+    assert (
+        c.post(reverse("admin:tenants_team_delete", args=["team_a"]), {"post": "yes"}).status_code
+        == 403
+    )
     assert Team.objects.filter(id="team_a").exists()
 
 
@@ -189,6 +225,8 @@ def test_a_superuser_sees_everything(world):
 
 def test_autocomplete_is_scoped(world):
     c = login(world["lead"])
-    r = c.get(reverse("admin:autocomplete"), {"app_label": "tenants", "model_name": "apikey",
-                                              "field_name": "team", "term": "team"})
+    r = c.get(
+        reverse("admin:autocomplete"),
+        {"app_label": "tenants", "model_name": "apikey", "field_name": "team", "term": "team"},
+    )
     assert "team_b" not in r.content.decode()

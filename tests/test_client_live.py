@@ -1,4 +1,5 @@
 """Our client and the seed's own client against a real HTTP server (pytest-django live_server)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -37,15 +38,19 @@ def test_seed_section_2_3_first_request(live_server, keys):
     API_KEY, SECRET = keys["codex_team"].key_id, keys["codex_team"].secret
     ts = int(time.time())
     sig = hmac.new(SECRET.encode(), str(ts).encode(), hashlib.sha256).hexdigest()
-    r = requests.get(f"{live_server.url}/stats", headers={
-        "X-API-Key": API_KEY, "X-Timestamp": str(ts), "X-Signature": sig})
+    r = requests.get(
+        f"{live_server.url}/stats",
+        headers={"X-API-Key": API_KEY, "X-Timestamp": str(ts), "X-Signature": sig},
+    )
     data = r.json()
     assert data["ok"] is True
     assert {"personal_memories", "team_memories", "agents"} <= set(data["data"])
 
 
 def test_seed_section_5_4_cross_team_isolation_with_the_seed_client(live_server, keys):
-    client = SeedMemoryClient(keys["codex_team"].key_id, keys["codex_team"].secret, base_url=live_server.url)
+    client = SeedMemoryClient(
+        keys["codex_team"].key_id, keys["codex_team"].secret, base_url=live_server.url
+    )
     assert client.post("/teams", {"team_id": "codex_team", "name": "Codex 团队"}).status_code == 200
     r = client.post("/agents", {"agent_id": "codex_agent", "name": "Codex 助手", "role": "coder"})
     assert r.status_code == 201 and r.json()["data"]["name"] == "Codex 助手"
@@ -95,8 +100,9 @@ def test_our_client_round_trip_and_typed_errors(live_server, keys):
 
 
 def test_our_client_signs_v2(live_server, keys):
-    client = MemoryClient(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url,
-                          signature_version=2)
+    client = MemoryClient(
+        keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url, signature_version=2
+    )
     assert client.get_stats()["agents"] == 0
     assert client.upsert_agent("a1", "名字")["name"] == "名字"
     assert client.get("/agents/team_a", params={"x": "1"})[0]["id"] == "a1"
@@ -121,7 +127,15 @@ def test_curl_style_request_with_utf8_body(live_server, keys):
     body = json.dumps({"agent_id": "bot", "name": "机器人"}, ensure_ascii=False).encode()
     ts = str(int(time.time()))
     sig = hmac.new(k.secret.encode(), ts.encode() + body, hashlib.sha256).hexdigest()
-    r = requests.post(f"{live_server.url}/agents", data=body, headers={
-        "X-API-Key": k.key_id, "X-Timestamp": ts, "X-Signature": sig, "Content-Type": "application/json"})
+    r = requests.post(
+        f"{live_server.url}/agents",
+        data=body,
+        headers={
+            "X-API-Key": k.key_id,
+            "X-Timestamp": ts,
+            "X-Signature": sig,
+            "Content-Type": "application/json",
+        },
+    )
     assert r.status_code == 201
     assert r.json()["data"]["name"] == "机器人"

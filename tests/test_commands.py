@@ -1,4 +1,5 @@
 """Operator commands: names and flags are relied upon by deployment scripts."""
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,14 @@ def test_create_api_key_human_output_shows_key_and_secret():
     assert "api_key: mk_" in out and "secret:" in out
 
 
-@pytest.mark.parametrize("args", [["--team", "bad team"], ["--team", "t", "--agent", "a/b"],
-                                  ["--team", "t", "--expires-days", "0"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--team", "bad team"],
+        ["--team", "t", "--agent", "a/b"],
+        ["--team", "t", "--expires-days", "0"],
+    ],
+)
 def test_create_api_key_rejects_bad_input(args):
     with pytest.raises(CommandError):
         run("create_api_key", *args)
@@ -95,8 +102,17 @@ def test_list_api_keys_never_prints_secrets(issued, other_api):
 
 
 def test_add_team_member_creates_and_updates(team):
-    out = run("add_team_member", "--team", "team_a", "--username", "lead1", "--password", "pw-long-enough",
-              "--role", "lead")
+    out = run(
+        "add_team_member",
+        "--team",
+        "team_a",
+        "--username",
+        "lead1",
+        "--password",
+        "pw-long-enough",
+        "--role",
+        "lead",
+    )
     assert "created" in out
     m = TeamMembership.objects.get(user__username="lead1")
     assert (m.role, m.user.is_staff) == ("lead", True)
@@ -108,16 +124,32 @@ def test_add_team_member_creates_and_updates(team):
 
 def test_commands_run_as_real_processes(tmp_path):
     """The exact command line of the README, in a subprocess, on a fresh SQLite file."""
-    env = {**os.environ, "DATA_DIR": str(tmp_path), "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
-           "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base"}
+    env = {
+        **os.environ,
+        "DATA_DIR": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+        "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
+    }
     env.pop("REDIS_URL", None)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    out = subprocess.run([sys.executable, "manage.py", "create_api_key", "--team", "cli_team", "--json"],
-                         cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "manage.py", "create_api_key", "--team", "cli_team", "--json"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     data = json.loads(out.strip().splitlines()[-1])
     assert data["team_id"] == "cli_team"
-    listing = subprocess.run([sys.executable, "manage.py", "list_api_keys"], cwd=ROOT, env=env, check=True,
-                             capture_output=True, text=True)
+    listing = subprocess.run(
+        [sys.executable, "manage.py", "list_api_keys"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     assert data["api_key"] in listing.stdout
     assert data["secret"] not in listing.stdout + listing.stderr
 
@@ -125,17 +157,32 @@ def test_commands_run_as_real_processes(tmp_path):
 def test_production_settings_refuse_an_insecure_secret_key():
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.production"}
     env.pop("SECRET_KEY", None)
-    r = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0
     assert "SECRET_KEY is missing or insecure" in r.stderr
     env["SECRET_KEY"] = "s" * 60
-    r = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0  # one repeated character is not a secret either
     env["SECRET_KEY"] = "k3J9-x8Qz_vP2mW7nR4tY6uB1cD5eF0gH3jK8lM2nP6qR9sT4vW7xZ1aC5dE8fG2h"
-    r = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -148,5 +195,7 @@ def test_bootstrap_demo_is_idempotent_and_prints_working_credentials(settings, t
     assert oct((tmp_path / "demo-credentials.json").stat().st_mode & 0o777) == "0o600"
     assert creds["secret"] in first and creds["secret"] in second
     assert ApiKey.objects.filter(team_id="demo").count() == 1
-    assert SignedClient(Client(), creds["api_key"], creds["secret"]).get("/stats").status_code == 200
+    assert (
+        SignedClient(Client(), creds["api_key"], creds["secret"]).get("/stats").status_code == 200
+    )
     assert Client().login(username=creds["admin_username"], password=creds["admin_password"])

@@ -1,4 +1,5 @@
 """Every API answer is an envelope, including 404, 405, 413, 400 and 500 (API.md §1)."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,10 @@ def test_a_trailing_slash_variant_is_not_an_html_page():
     assert error_code(r) == "NOT_FOUND"
 
 
-@pytest.mark.parametrize("method,path", [("put", "/health"), ("delete", "/stats"), ("get", "/teams"),
-                                         ("patch", "/agents")])
+@pytest.mark.parametrize(
+    "method,path",
+    [("put", "/health"), ("delete", "/stats"), ("get", "/teams"), ("patch", "/agents")],
+)
 def test_wrong_methods_are_405_in_the_envelope(api, method, path):
     r = api.call(method, path, {} if method in ("put", "patch") else None)
     assert r.status_code == 405
@@ -68,13 +71,22 @@ def test_an_empty_post_body_is_an_empty_object(api):
 
 def test_a_body_without_json_content_type_is_still_parsed(api):
     body = json.dumps({"team_id": "team_a", "name": "A"}).encode()
-    from .helpers import sign
     import time
 
+    from .helpers import sign
+
     ts = str(int(time.time()))
-    r = Client().generic("POST", "/teams", data=body, content_type="application/x-www-form-urlencoded",
-                         headers={"X-API-Key": api.key_id, "X-Timestamp": ts,
-                                  "X-Signature": sign(api.secret, ts, body)})
+    r = Client().generic(
+        "POST",
+        "/teams",
+        data=body,
+        content_type="application/x-www-form-urlencoded",
+        headers={
+            "X-API-Key": api.key_id,
+            "X-Timestamp": ts,
+            "X-Signature": sign(api.secret, ts, body),
+        },
+    )
     assert r.status_code == 200, r.content
 
 
@@ -112,8 +124,11 @@ def test_unexpected_exceptions_are_500_with_a_logged_request_id(api, monkeypatch
     assert "Traceback" not in r.content.decode()
     rid = r["X-Request-ID"]
     assert rid in payload["error"]
-    assert any(rid == getattr(rec, "request_id", None) and "kaboom" in rec.exc_text
-               for rec in caplog.records if rec.exc_text)
+    assert any(
+        rid == getattr(rec, "request_id", None) and "kaboom" in rec.exc_text
+        for rec in caplog.records
+        if rec.exc_text
+    )
 
 
 def test_validation_errors_name_the_field(api):
@@ -139,10 +154,16 @@ def test_openapi_schema_describes_the_headers_and_the_envelope():
     schemes = schema["components"]["securitySchemes"]
     assert {s["name"] for s in schemes.values()} == {"X-API-Key", "X-Timestamp", "X-Signature"}
     assert "ErrorEnvelope" in schema["components"]["schemas"]
-    stats_ok = schema["paths"]["/stats"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    stats_ok = schema["paths"]["/stats"]["get"]["responses"]["200"]["content"]["application/json"][
+        "schema"
+    ]
     assert set(stats_ok["properties"]) == {"ok", "data"}
-    assert schema["paths"]["/stats"]["get"]["security"] == [{"ApiKey": [], "Timestamp": [], "Signature": []}]
-    assert "security" not in schema["paths"]["/health"]["get"] or schema["paths"]["/health"]["get"]["security"] in ([], [{}])
+    assert schema["paths"]["/stats"]["get"]["security"] == [
+        {"ApiKey": [], "Timestamp": [], "Signature": []}
+    ]
+    assert "security" not in schema["paths"]["/health"]["get"] or schema["paths"]["/health"]["get"][
+        "security"
+    ] in ([], [{}])
 
 
 def test_swagger_docs_are_served():

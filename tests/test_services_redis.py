@@ -1,4 +1,5 @@
 """Behaviour that needs the production cache: Redis shared by several processes."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,12 @@ def test_the_rate_limit_is_shared_across_processes(redis_required, api, issued):
         f"key = ApiKey(pk={issued.api_key.pk})\n"
         "for _ in range(3): check_rate_limit(key)\n"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.test", "API_RATE_LIMIT": "3",
-           "API_RATE_LIMIT_WINDOW_SECONDS": "60"}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.test",
+        "API_RATE_LIMIT": "3",
+        "API_RATE_LIMIT_WINDOW_SECONDS": "60",
+    }
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True)
     # ...so this process must refuse the next request.
     r = api.get("/stats")
@@ -38,7 +43,9 @@ def test_stats_report_redis_down_when_it_is(redis_required, api, settings):
     from django.core.cache import caches
 
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:1/0"}}
+    settings.CACHES = {
+        "default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:1/0"}
+    }
     caches._settings = None  # type: ignore[attr-defined]
     try:
         r = api.get("/stats")

@@ -1,4 +1,5 @@
 """Teams, agents and stats endpoints (API.md §3, §4.5), with cross-team isolation on each."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,15 +15,23 @@ pytestmark = pytest.mark.django_db
 
 class TestTeams:
     def test_post_updates_the_keys_own_team(self, api):
-        r = api.post("/teams", {"team_id": "team_a", "name": "Alpha", "description": "d", "config": {"x": 1}})
+        r = api.post(
+            "/teams", {"team_id": "team_a", "name": "Alpha", "description": "d", "config": {"x": 1}}
+        )
         assert r.status_code == 200
         data = ok_data(r)
         assert {k: data[k] for k in ("id", "name", "description", "config")} == {
-            "id": "team_a", "name": "Alpha", "description": "d", "config": {"x": 1}}
+            "id": "team_a",
+            "name": "Alpha",
+            "description": "d",
+            "config": {"x": 1},
+        }
         assert set(data) == {"id", "name", "description", "config", "created_at", "updated_at"}
 
     def test_post_keeps_description_and_config_when_omitted(self, api, team):
-        api.post("/teams", {"team_id": "team_a", "name": "A", "description": "keep", "config": {"k": 1}})
+        api.post(
+            "/teams", {"team_id": "team_a", "name": "A", "description": "keep", "config": {"k": 1}}
+        )
         data = ok_data(api.post("/teams", {"team_id": "team_a", "name": "A2"}))
         assert (data["description"], data["config"]) == ("keep", {"k": 1})
 
@@ -33,15 +42,18 @@ class TestTeams:
         assert Team.objects.get(id="team_b").name == "Team B"
         assert not Team.objects.filter(id="no_such_team").exists()
 
-    @pytest.mark.parametrize("body,fields", [
-        ({}, {"team_id", "name"}),
-        ({"team_id": "x" * 65, "name": "n"}, {"team_id"}),
-        ({"team_id": "a b", "name": "n"}, {"team_id"}),
-        ({"team_id": "team_a", "name": ""}, {"name"}),
-        ({"team_id": "team_a", "name": "n", "config": "text"}, {"config"}),
-        ({"team_id": "team_a", "name": ["n"]}, {"name"}),
-        ({"team_id": 7, "name": "n"}, {"team_id"}),
-    ])
+    @pytest.mark.parametrize(
+        "body,fields",
+        [
+            ({}, {"team_id", "name"}),
+            ({"team_id": "x" * 65, "name": "n"}, {"team_id"}),
+            ({"team_id": "a b", "name": "n"}, {"team_id"}),
+            ({"team_id": "team_a", "name": ""}, {"name"}),
+            ({"team_id": "team_a", "name": "n", "config": "text"}, {"config"}),
+            ({"team_id": "team_a", "name": ["n"]}, {"name"}),
+            ({"team_id": 7, "name": "n"}, {"team_id"}),
+        ],
+    )
     def test_post_validates(self, api, body, fields):
         r = api.post("/teams", body)
         assert (r.status_code, error_code(r)) == (400, "VALIDATION_ERROR")
@@ -62,7 +74,9 @@ class TestTeams:
         assert (r.status_code, error_code(r)) == (403, "FORBIDDEN_CROSS_TEAM")
         assert Team.objects.filter(id="team_b").exists()
 
-    def test_delete_removes_team_agents_keys_and_runs_purge_hooks(self, api, agent, django_capture_on_commit_callbacks):
+    def test_delete_removes_team_agents_keys_and_runs_purge_hooks(
+        self, api, agent, django_capture_on_commit_callbacks
+    ):
         purged: list[str] = []
         register_team_purge_hook(purged.append)
         with django_capture_on_commit_callbacks(execute=True):
@@ -82,7 +96,12 @@ class TestAgents:
         assert r.status_code == 201
         data = ok_data(r)
         assert {k: data[k] for k in ("id", "team_id", "name", "role", "config")} == {
-            "id": "researcher", "team_id": "team_a", "name": "研究员", "role": "research", "config": {}}
+            "id": "researcher",
+            "team_id": "team_a",
+            "name": "研究员",
+            "role": "research",
+            "config": {},
+        }
         r = api.post("/agents", {"agent_id": "researcher", "name": "R2"})
         assert r.status_code == 200
         assert ok_data(r)["role"] == "research"
@@ -94,12 +113,15 @@ class TestAgents:
         assert ok_data(api.get("/agents/team_a/agent_1"))["name"] == "A1"
         assert ok_data(other_api.get("/agents/team_b/agent_1"))["name"] == "B1"
 
-    @pytest.mark.parametrize("body,fields", [
-        ({"name": "x"}, {"agent_id"}),
-        ({"agent_id": "a/b", "name": "x"}, {"agent_id"}),
-        ({"agent_id": "ok", "name": "x", "role": 3}, {"role"}),
-        ({"agent_id": "ok"}, {"name"}),
-    ])
+    @pytest.mark.parametrize(
+        "body,fields",
+        [
+            ({"name": "x"}, {"agent_id"}),
+            ({"agent_id": "a/b", "name": "x"}, {"agent_id"}),
+            ({"agent_id": "ok", "name": "x", "role": 3}, {"role"}),
+            ({"agent_id": "ok"}, {"name"}),
+        ],
+    )
     def test_create_validates(self, api, body, fields):
         r = api.post("/agents", body)
         assert (r.status_code, error_code(r)) == (400, "VALIDATION_ERROR")
@@ -114,8 +136,15 @@ class TestAgents:
         r = api.get("/agents/team_a/ghost")
         assert (r.status_code, error_code(r)) == (404, "NOT_FOUND")
 
-    @pytest.mark.parametrize("path", ["/agents/team_b", "/agents/team_b/agent_b", "/agents/other_team/some_agent",
-                                      "/agents/nope"])
+    @pytest.mark.parametrize(
+        "path",
+        [
+            "/agents/team_b",
+            "/agents/team_b/agent_b",
+            "/agents/other_team/some_agent",
+            "/agents/nope",
+        ],
+    )
     def test_other_teams_agents_are_forbidden_cross_team(self, api, other_team, path):
         Agent.objects.create(team=other_team, agent_id="agent_b", name="B")
         r = api.get(path)
@@ -142,13 +171,17 @@ class TestAgentScopedKeys:
         assert agent_api.get("/agents/team_a").status_code == 200
 
     def test_it_may_update_only_its_own_agent(self, agent_api):
-        assert agent_api.post("/agents", {"agent_id": "researcher", "name": "me"}).status_code == 200
+        assert (
+            agent_api.post("/agents", {"agent_id": "researcher", "name": "me"}).status_code == 200
+        )
         r = agent_api.post("/agents", {"agent_id": "someone_else", "name": "x"})
         assert (r.status_code, error_code(r)) == (403, "FORBIDDEN")
         assert not Agent.objects.filter(agent_id="someone_else").exists()
 
     def test_it_cannot_change_or_delete_the_team(self, agent_api):
-        assert error_code(agent_api.post("/teams", {"team_id": "team_a", "name": "x"})) == "FORBIDDEN"
+        assert (
+            error_code(agent_api.post("/teams", {"team_id": "team_a", "name": "x"})) == "FORBIDDEN"
+        )
         assert error_code(agent_api.delete("/teams/team_a")) == "FORBIDDEN"
         assert Team.objects.filter(id="team_a").exists()
 
@@ -166,7 +199,9 @@ class TestStats:
         other_api.post("/agents", {"agent_id": "b2", "name": "b2"})
         data = ok_data(api.get("/stats"))
         assert data["agents"] == 1
-        assert {"personal_memories", "team_memories", "agents", "redis_ok", "embedding_ok"} <= set(data)
+        assert {"personal_memories", "team_memories", "agents", "redis_ok", "embedding_ok"} <= set(
+            data
+        )
         assert ok_data(other_api.get("/stats"))["agents"] == 2
 
     def test_stats_report_real_health(self, api):
