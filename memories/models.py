@@ -1,1 +1,146 @@
+"""Long-term memories (personal and team), their revisions and shares; working memory rows.
+
+Vectors live here as float32 bytes with the model that made them: the database is the source of
+truth and every in-process index is rebuilt from it (ARCHITECTURE.md §3, §5).
+"""
+
 from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from tenants.models import ApiKey, Team
+
+
+class Memory(models.Model):
+    SCOPE_PERSONAL = "personal"
+    SCOPE_TEAM = "team"
+    SCOPE_CHOICES = [(SCOPE_PERSONAL, "personal"), (SCOPE_TEAM, "team")]
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memories")
+    scope = models.CharField(max_length=8, choices=SCOPE_CHOICES)
+    # Owner of a personal memory; optional author of a team memory. A plain id, not a foreign
+    # key: a team memory outlives its author, and personal memories are deleted with their agent
+    # by the agent purge (memories.signals).
+    agent_id = models.CharField(max_length=64, blank=True, default="")
+    content = models.TextField()
+    importance = models.FloatField(default=0.5)
+    category = models.CharField(max_length=64, default="general")
+    metadata = models.JSONField(default=dict, blank=True)
+    embedding = models.BinaryField(null=True, blank=True, editable=False)
+    embedding_model = models.CharField(max_length=128, blank=True, default="")
+    # sha256 of the normalised content: exact duplicates are found without vectors.
+    content_hash = models.CharField(max_length=64, db_index=False)
+    access_count = models.PositiveIntegerField(default=0)
+    last_accessed = models.DateTimeField(null=True, blank=True)
+    # Pinned memories are protected: cleanup and purges never remove them.
+    pinned = models.BooleanField(default=False)
+    # Set when a newer fact replaced this one (lifecycle); superseded memories stay for history
+    # but are left out of default search.
+    superseded_by = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="supersedes"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            # recent: newest first within one scope
+            models.Index(fields=["team", "scope", "agent_id", "-created_at"], name="mem_recent"),
+            # exact-duplicate check on write
+            models.Index(fields=["team", "scope", "agent_id", "content_hash"], name="mem_hash"),
+            # cleanup: idle and unimportant
+            models.Index(fields=["team", "scope", "last_accessed"], name="mem_idle"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.team_id}/{self.scope}/{self.agent_id}: {self.content[:40]}"
+
+
+class MemoryRevision(models.Model):
+    """One change to a memory's content, importance, category or metadata: before, after, who."""
+
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="revisions")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    action = models.CharField(max_length=16, default="update")  # update | revert | supersede
+    before = models.JSONField(default=dict)
+    after = models.JSONField(default=dict)
+    api_key = models.ForeignKey(
+        ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # Who, readable even after the key or user is gone ("key mk_…", "user alice", "system").
+    actor = models.CharField(max_length=200, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["memory", "-created_at"], name="rev_memory")]
+
+    def __str__(self) -> str:
+        return f"{self.action} of memory {self.memory_id} by {self.actor}"
+
+
+class MemoryShare(models.Model):
+    """A grant on a personal memory to another agent of the same team (API.md §3.3)."""
+
+    PERMISSION_READ = "read"
+    PERMISSION_WRITE = "write"
+    PERMISSION_CHOICES = [(PERMISSION_READ, "read"), (PERMISSION_WRITE, "write")]
+
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="shares")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    agent_id = models.CharField(max_length=64)
+    permission = models.CharField(max_length=5, choices=PERMISSION_CHOICES, default=PERMISSION_READ)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["memory", "agent_id"], name="uniq_share")]
+        indexes = [models.Index(fields=["team", "agent_id"], name="share_grantee")]
+
+    def __str__(self) -> str:
+        return f"memory {self.memory_id} -> {self.agent_id} ({self.permission})"
+
+
+class IndexChange(models.Model):
+    """Append-only log of writes per index scope: how other processes learn what changed.
+
+    Each in-process index remembers the last change id it applied; before a search it reads the
+    newer rows of its scope (one indexed query) and applies them. Because the log is written in
+    the same transaction as the memory, a committed write is visible to the next search in any
+    process, and a deleted memory can never come back from a stale index.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    scope_key = models.CharField(max_length=160)
+    memory_id = models.BigIntegerField()
+    deleted = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["scope_key", "id"], name="idxchange_scope")]
+
+    def __str__(self) -> str:
+        return f"{self.scope_key} #{self.memory_id}{' deleted' if self.deleted else ''}"
+
+
+class WorkingMemoryItem(models.Model):
+    """Working memory for the embedded mode (the production backend is Redis)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    agent_id = models.CharField(max_length=64)
+    item_id = models.CharField(max_length=32, unique=True)
+    content = models.TextField()
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["team", "agent_id", "created_at"], name="wm_list"),
+            models.Index(fields=["expires_at"], name="wm_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.agent_id}: {self.content[:40]}"

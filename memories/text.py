@@ -1,0 +1,239 @@
+"""Text normalisation and tokenisation for BM25 and for dedup (Chinese via jieba, words otherwise)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import unicodedata
+from functools import lru_cache
+
+_CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+# Runs of CJK characters, or runs of letters/digits (with inner ' . - _ kept, e.g. "don't", "3.5").
+_TOKEN_RE = re.compile(rf"[{_CJK}]+|[^\W_]+(?:['’.\-_][^\W_]+)*", re.UNICODE)
+_CJK_RUN = re.compile(rf"^[{_CJK}]+$")
+
+# English function words: they match everything and carry no topic (LOCOMO questions are full of
+# them). Short on purpose; Chinese stop words are handled by jieba's segmentation + idf.
+STOP_WORDS = frozenset(
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "s",
+        "t",
+        "d",
+        "ll",
+        "m",
+        "re",
+        "ve",
+        "的",
+        "了",
+        "和",
+        "是",
+        "在",
+        "也",
+        "就",
+        "都",
+        "而",
+        "及",
+        "与",
+        "或",
+        "一个",
+        "这个",
+        "那个",
+        "吗",
+        "呢",
+        "吧",
+        "啊",
+        "呀",
+    ]
+)
+
+_jieba_lock = threading.Lock()
+_jieba_ready = False
+
+
+def _jieba():  # type: ignore[no-untyped-def]
+    """jieba, initialised once (its dictionary load takes ~1 s, so never at import time)."""
+    global _jieba_ready
+    import jieba
+
+    if not _jieba_ready:
+        with _jieba_lock:
+            if not _jieba_ready:
+                jieba.setLogLevel(30)
+                jieba.initialize()
+                _jieba_ready = True
+    return jieba
+
+
+_stemmer_lock = threading.Lock()
+_stemmer = None
+
+
+@lru_cache(maxsize=200_000)
+def _stem(word: str) -> str:
+    """Snowball (Porter 2) stem of an English word, so "hikes"/"hiking"/"hiked" meet.
+
+    Measured on LOCOMO: +4 points of BM25 recall@10 (docs/benchmarks.md). Non-ASCII words are
+    left alone. Cached: the stemmer costs ~60 µs a word, the cache ~0.1 µs.
+    """
+    global _stemmer
+    if not word.isascii() or not word.isalpha():
+        return word
+    if _stemmer is None:
+        with _stemmer_lock:
+            if _stemmer is None:
+                import snowballstemmer
+
+                _stemmer = snowballstemmer.stemmer("english")
+    with _stemmer_lock:  # snowball stemmer objects keep state between calls
+        return str(_stemmer.stemWord(word))
+
+
+@lru_cache(maxsize=65536)
+def tokenize(text: str) -> tuple[str, ...]:
+    """Lower-cased word tokens (stop words dropped, lightly stemmed) plus jieba words for Chinese."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    out: list[str] = []
+    for match in _TOKEN_RE.finditer(text):
+        tok = match.group(0)
+        if _CJK_RUN.match(tok):
+            for word in _jieba().cut_for_search(tok):
+                word = word.strip()
+                if word and word not in STOP_WORDS:
+                    out.append(word)
+        elif tok not in STOP_WORDS:
+            out.append(_stem(tok.strip("'’.-_")))
+    return tuple(t for t in out if t)
+
+
+def normalise(text: str) -> str:
+    """What counts as "the same content": NFKC, case-folded, whitespace collapsed."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(normalise(text).encode("utf-8")).hexdigest()
