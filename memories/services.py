@@ -281,3 +281,36 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
     )
     MemoryShare.objects.filter(team=team, agent_id=agent_id).delete()
     return memories_delete(team=team, memory_ids=ids)
+
+
+def memories_reembed(*, memory_ids: list[int]) -> int:
+    """Embeds these memories with the current model (a batch) and tells every index."""
+    rows = list(Memory.objects.filter(pk__in=memory_ids).order_by("id"))
+    if not rows:
+        return 0
+    vectors = embed_passages([m.content for m in rows])
+    model_name = get_embedder().model_name
+    for memory, vec in zip(rows, vectors, strict=True):
+        memory.embedding = to_bytes(vec)
+        memory.embedding_model = model_name
+    with transaction.atomic():
+        Memory.objects.bulk_update(rows, ["embedding", "embedding_model"], batch_size=500)
+        by_scope: dict[tuple[str, str, str], list[int]] = {}
+        for m in rows:
+            by_scope.setdefault((m.team_id, m.scope, m.agent_id), []).append(m.pk)
+        for (team_id, scope, agent_id), ids in by_scope.items():
+            index.log_changes(
+                team_id=team_id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=False
+            )
+    return len(rows)
+
+
+def index_changes_prune(*, older_than_seconds: int) -> int:
+    """Drops change-log rows every index has long applied (indexes idle longer reload fully)."""
+    from datetime import timedelta
+
+    from .models import IndexChange
+
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    deleted, _ = IndexChange.objects.filter(created_at__lt=cutoff).delete()
+    return deleted

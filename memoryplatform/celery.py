@@ -5,9 +5,20 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.schedules import crontab
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryplatform.settings.base")
 
 app = Celery("memoryplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+app.conf.beat_schedule = {
+    # Index change rows are only needed until every process has applied them.
+    "prune-index-changes": {"task": "memories.prune_index_changes", "schedule": crontab(minute=17)},
+    # Expired working-memory rows of the database backend (Redis expires its own keys).
+    "purge-expired-working-items": {
+        "task": "memories.purge_expired_working_items",
+        "schedule": crontab(minute="*/10"),
+    },
+}

@@ -13,14 +13,20 @@ from . import health
 
 def team_stats(*, team: Team) -> dict[str, Any]:
     from memories.selectors import memory_counts
+    from memories.working import get_working_store
 
     counts = memory_counts(team=team)
+    try:
+        working: int | None = get_working_store().count_team(team_id=team.id)
+    except Exception:
+        working = None  # Redis down: reported through redis_ok
     redis = health.check_redis()
     embedding = health.check_embedding()
     return {
         "personal_memories": counts.get("personal", 0),
         "team_memories": counts.get("team", 0),
         "agents": Agent.objects.filter(team=team).count(),
+        "working_memories": working,
         # In embedded mode working memory lives in the database, so it is as healthy as the API.
         "redis_ok": redis.ok,
         "embedding_ok": embedding.ok,

@@ -1,0 +1,480 @@
+"""Search / write / working-memory latency and server RSS with N memories in one agent's scope.
+
+Usage (from the project root):
+
+    .venv/bin/python bench/latency.py --sizes 10000,100000 --lang zh,en [--json out.json]
+    .venv/bin/python bench/latency.py --prepare-only --sizes 100000 --lang zh,en   # vectors only
+
+Options: --searches 200, --writes 200, --working-writes 500, --redis-url
+redis://127.0.0.1:6379/13, --working-backends redis,db (or none), --server gunicorn|runserver,
+--mysql (each run on a fresh MariaDB database `membench_<lang>_<n>` at 127.0.0.1:3306 as root,
+dropped afterwards; default: a fresh SQLite file), --keep (keep the temporary DATA_DIR).
+
+What it does, per language and size N:
+
+1. **Corpus** (`bench/corpus.py`): N deterministic synthetic memories (12 templates, varied
+   names, places, products, numbers and ids; English or Chinese), each with a question about it.
+2. **Vectors**: `memories.embeddings.embed_passages` in batches, cached per 5,000-text chunk in
+   `var/bench-cache/<sha256>.npy` (key: model name + texts), so re-runs and the 10k run reuse
+   the 100k run's work.
+3. **Seed** in-process (a child process of this script with Django set up against the run's
+   database): one agent, N `Memory` rows via `bulk_create` (no IndexChange rows: a fresh scope's
+   index loads from the Memory table on first search).
+4. **Serve**: a fresh server (gunicorn, one sync worker, or runserver) on a loopback port.
+5. **Measure** with `memoryplatform.client.MemoryClient`, one client, sequential, client-side
+   wall time per HTTP call: the first search (index load, reported on its own), 10 warm-up
+   searches, `--searches` timed searches (half are questions about a seeded memory — "needle"
+   hit@10 is reported —, half questions about things never stored), `--writes` timed writes
+   (`enable_dedup` true, content distinct from the corpus), 50 searches after the writes, and
+   the worker's VmRSS / VmHWM from /proc.
+6. **Working memory**: a server with `REDIS_URL` (and one without, the database store),
+   `--working-writes` timed POST /memories/working of one agent.
+
+Targets (the memories issue): search p95 <= 50 ms and write p95 <= 60 ms at 100k, working
+write p95 <= 10 ms on Redis, RSS < 400 MB per worker at 100k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import corpus
+from common import (
+    PYTHON,
+    ROOT,
+    BenchServer,
+    log,
+    machine_info,
+    machine_load,
+    rss_kib,
+    summarise,
+)
+
+CHUNK = 5000
+EMBED_BATCH = 16
+CACHE_DIR = ROOT / "var" / "bench-cache"
+AGENT = "bench-agent"
+
+
+# --- in-process part (Django) -----------------------------------------------------------------
+
+
+def _django_setup() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryplatform.settings.base")
+    import django
+
+    django.setup()
+
+
+def cached_vectors(lang: str, n: int) -> Any:
+    """(n, dim) float32 passage vectors of the first n corpus items, cached per chunk."""
+    import numpy as np
+
+    from memories.embeddings import embed_passages, get_embedder
+
+    model = get_embedder().model_name
+    # Whole chunks, so a chunk's cache key does not depend on n (10k reuses the 100k's chunks).
+    texts = [i.text for i in corpus.generate(lang, -(-n // CHUNK) * CHUNK)]
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for start in range(0, n, CHUNK):
+        full_chunk = texts[start : start + CHUNK]
+        key = hashlib.sha256((model + "\0" + "\n".join(full_chunk)).encode()).hexdigest()[:32]
+        path = CACHE_DIR / f"{key}.npy"
+        if path.exists():
+            vecs = np.load(path)
+        else:
+            t0 = time.perf_counter()
+            rows = []
+            for b in range(0, len(full_chunk), EMBED_BATCH):
+                rows.append(embed_passages(full_chunk[b : b + EMBED_BATCH]))
+            vecs = np.vstack(rows).astype(np.float32)
+            tmp = path.with_suffix(".tmp.npy")
+            np.save(tmp, vecs)
+            tmp.replace(path)
+            dt = time.perf_counter() - t0
+            log(
+                f"embedded {lang} chunk {start // CHUNK} ({len(full_chunk)} texts) in {dt:.0f}s "
+                f"= {len(full_chunk) / dt:.1f}/s; {machine_load()}"
+            )
+        parts.append(vecs[: min(CHUNK, n - start)])
+    return np.vstack(parts)
+
+
+def prepare_vectors(langs: list[str], n: int) -> None:
+    """Fills the cache: first 10k of every language (the small runs), then the rest."""
+    _django_setup()
+    for first in (min(n, 10000), n):
+        for lang in langs:
+            cached_vectors(lang, first)
+
+
+def seed(lang: str, n: int, team_id: str) -> dict[str, Any]:
+    """Bulk-inserts the first n corpus items as personal memories of AGENT (run in a child)."""
+    _django_setup()
+    from django.db import connection
+
+    from memories.embeddings import get_embedder, to_bytes
+    from memories.models import Memory
+    from memories.text import content_hash
+    from tenants.models import Team
+    from tenants.services import agent_ensure
+
+    t0 = time.perf_counter()
+    vecs = cached_vectors(lang, n)
+    t_vec = time.perf_counter() - t0
+    items = corpus.generate(lang, n)
+    team = Team.objects.get(pk=team_id)
+    agent_ensure(team=team, agent_id=AGENT)
+    model = get_embedder().model_name
+    t1 = time.perf_counter()
+    batch: list[Memory] = []
+    for i, (item, vec) in enumerate(zip(items, vecs, strict=True)):
+        batch.append(
+            Memory(
+                team=team,
+                scope=Memory.SCOPE_PERSONAL,
+                agent_id=AGENT,
+                content=item.text,
+                importance=item.importance,
+                category=item.category,
+                metadata={"seq": i, "lang": lang},
+                embedding=to_bytes(vec),
+                embedding_model=model,
+                content_hash=content_hash(item.text),
+            )
+        )
+        if len(batch) >= 2000:
+            Memory.objects.bulk_create(batch)
+            batch = []
+    if batch:
+        Memory.objects.bulk_create(batch)
+    t_ins = time.perf_counter() - t1
+    count = Memory.objects.filter(team=team, agent_id=AGENT).count()
+    connection.close()
+    return {"vectors_s": round(t_vec, 1), "insert_s": round(t_ins, 1), "rows": count}
+
+
+# --- HTTP part ----------------------------------------------------------------------------------
+
+
+def _mysql_db(name: str, drop_only: bool = False) -> str:
+    import MySQLdb
+
+    conn = MySQLdb.connect(host="127.0.0.1", port=3306, user="root")
+    try:
+        cur = conn.cursor()
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        if not drop_only:
+            cur.execute(
+                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+            )
+    finally:
+        conn.close()
+    return f"mysql://root@127.0.0.1:3306/{name}"
+
+
+def _rss_mb(pid: int) -> dict[str, float]:
+    r = rss_kib(pid)
+    return {k: round(v / 1024, 1) for k, v in r.items()}
+
+
+def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    from memoryplatform.client import MemoryAPIError, MemoryClient
+
+    db_name = f"membench_{lang}_{n}"
+    database_url = _mysql_db(db_name) if args.mysql else None
+    srv = BenchServer(server=args.server, database_url=database_url, keep=args.keep)
+    result: dict[str, Any] = {
+        "lang": lang,
+        "size": n,
+        "database": "mariadb" if args.mysql else "sqlite",
+    }
+    try:
+        srv.prepare()
+        log(f"[{lang} {n}] seeding; {machine_load()}")
+        t0 = time.perf_counter()
+        out = subprocess.run(
+            [PYTHON, str(Path(__file__).resolve()), "--_seed", lang, str(n), srv.team],
+            cwd=ROOT,
+            env=srv.env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"seed failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+        result["seed"] = json.loads(out.stdout.strip().splitlines()[-1])
+        result["seed"]["total_s"] = round(time.perf_counter() - t0, 1)
+        log(f"[{lang} {n}] seeded {result['seed']}")
+        if result["seed"]["rows"] != n:
+            raise RuntimeError(f"expected {n} rows, seeded {result['seed']['rows']}")
+
+        srv.start()
+        pid = srv.worker_pid()
+        client = MemoryClient(srv.api_key, srv.secret, base_url=srv.base_url, timeout=1800)
+        result["rss_start_mb"] = _rss_mb(pid)
+
+        items = corpus.generate(lang, n)
+        seeded = {i.text for i in items}
+        rng = random.Random(f"latency:{lang}:{n}")
+        half = args.searches // 2
+        needles = rng.sample(items, half)
+        others = corpus.fresh(lang, args.searches - half + 60, "query", seeded)
+        queries: list[tuple[str, str | None]] = [(i.question, i.text) for i in needles]
+        queries += [(i.question, None) for i in others[: args.searches - half]]
+        rng.shuffle(queries)
+        warm = [i.question for i in others[args.searches - half :]]
+
+        # 1. first search: loads the scope's index (vectors + BM25) from the database
+        t = time.perf_counter()
+        client.search(AGENT, warm[0])
+        result["index_load_ms"] = round((time.perf_counter() - t) * 1000, 1)
+        result["load_at"] = machine_load()
+        result["rss_after_load_mb"] = _rss_mb(pid)
+        log(
+            f"[{lang} {n}] first search (index load) {result['index_load_ms']} ms; {machine_load()}"
+        )
+        for q in warm[1:11]:
+            client.search(AGENT, q)
+
+        # 2. timed searches
+        lat: list[float] = []
+        hits = 0
+        n_results: list[int] = []
+        for q, target in queries:
+            t = time.perf_counter()
+            res = client.search(AGENT, q)
+            lat.append((time.perf_counter() - t) * 1000)
+            n_results.append(len(res))
+            if target is not None and any(r["content"] == target for r in res):
+                hits += 1
+        result["search_ms"] = summarise(lat)
+        result["search_load"] = machine_load()
+        result["needle_hit_at_10"] = round(hits / max(half, 1), 3)
+        result["mean_results"] = round(sum(n_results) / len(n_results), 1)
+        result["rss_after_search_mb"] = _rss_mb(pid)
+        log(f"[{lang} {n}] search {result['search_ms']} needle@10 {result['needle_hit_at_10']}")
+
+        # 3. timed writes (dedup on, distinct content)
+        writes = corpus.fresh(lang, args.writes, "write", seeded)
+        wl: list[float] = []
+        skipped = 0
+        errors: list[str] = []
+        for i, item in enumerate(writes):
+            t = time.perf_counter()
+            try:
+                res = client.write_memory(
+                    AGENT,
+                    item.text,
+                    importance=item.importance,
+                    enable_dedup=True,
+                    metadata={"w": i},
+                )
+                if res.get("dedup_skipped"):
+                    skipped += 1
+            except MemoryAPIError as exc:
+                errors.append(f"{exc.status} {exc.code}")
+            wl.append((time.perf_counter() - t) * 1000)
+        result["write_ms"] = summarise(wl)
+        result["write_first_ms"] = round(wl[0], 1) if wl else None
+        result["write_load"] = machine_load()
+        result["write_dedup_skipped"] = skipped
+        result["write_errors"] = errors[:10]
+        log(f"[{lang} {n}] write {result['write_ms']} skipped {skipped} errors {len(errors)}")
+
+        # 4. searches after writes (each applies the change log first)
+        al: list[float] = []
+        for q, _ in queries[:50]:
+            t = time.perf_counter()
+            client.search(AGENT, q)
+            al.append((time.perf_counter() - t) * 1000)
+        result["search_after_writes_ms"] = summarise(al)
+        result["rss_end_mb"] = _rss_mb(pid)
+        result["end_load"] = machine_load()
+        log(f"[{lang} {n}] RSS {result['rss_end_mb']}; {machine_load()}")
+    finally:
+        if srv.proc is not None and srv.proc.poll() is not None:
+            log(srv.log_tail())
+        srv.cleanup()
+        if args.mysql:
+            _mysql_db(db_name, drop_only=True)
+    return result
+
+
+def run_working(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    from memoryplatform.client import MemoryClient
+
+    redis_url = args.redis_url if backend == "redis" else None
+    srv = BenchServer(server=args.server, redis_url=redis_url, keep=args.keep)
+    result: dict[str, Any] = {"backend": backend}
+    agent = f"wm-{os.getpid()}-{int(time.time())}"
+    try:
+        srv.prepare()
+        srv.start()
+        pid = srv.worker_pid()
+        client = MemoryClient(srv.api_key, srv.secret, base_url=srv.base_url, timeout=60)
+        if backend == "redis":
+            stats = client.get_stats()
+            if not stats.get("redis_ok"):
+                raise RuntimeError(f"server does not see Redis: {stats}")
+        items = corpus.generate("en", 300) + corpus.generate("zh", 300)
+        random.Random("working").shuffle(items)
+        for item in items[:20]:
+            client.write_working(agent, item.text)
+        lat: list[float] = []
+        for i in range(args.working_writes):
+            text = f"{items[i % len(items)].text} (#{i})"
+            t = time.perf_counter()
+            client.write_working(agent, text)
+            lat.append((time.perf_counter() - t) * 1000)
+        result["write_ms"] = summarise(lat)
+        result["load"] = machine_load()
+        t = time.perf_counter()
+        listed = client.get_working(agent, limit=50)
+        result["list_50_ms"] = round((time.perf_counter() - t) * 1000, 1)
+        result["listed"] = len(listed)
+        result["rss_mb"] = _rss_mb(pid)
+        cleared = client.clear_working(agent)
+        result["cleared"] = cleared.get("cleared")
+        log(f"[working {backend}] {result}")
+    finally:
+        srv.cleanup()
+    return result
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def _fmt(s: dict[str, float]) -> str:
+    return f"{s.get('p50', float('nan')):.1f} / {s.get('p95', float('nan')):.1f} / {s.get('p99', float('nan')):.1f}"
+
+
+def print_report(report: dict[str, Any]) -> None:
+    print(f"\nmachine: {report['machine']}")
+    print(
+        "\n| lang | N | index load (first search) | search p50/p95/p99 ms | needle hit@10 | "
+        "write p50/p95/p99 ms | first write ms | dedup-skipped | search after writes p50/p95 | "
+        "RSS after load / end / peak MB | load during run |"
+    )
+    print("| --- " * 11 + "|")
+    for r in report["runs"]:
+        if "error" in r:
+            print(f"| {r['lang']} | {r['size']} | ERROR: {r['error']} |")
+            continue
+        aw = r["search_after_writes_ms"]
+        print(
+            f"| {r['lang']} | {r['size']:,} | {r['index_load_ms'] / 1000:.1f} s | {_fmt(r['search_ms'])} | "
+            f"{r['needle_hit_at_10']:.2f} | {_fmt(r['write_ms'])} | {r['write_first_ms']} | "
+            f"{r['write_dedup_skipped']} | {aw['p50']:.1f} / {aw['p95']:.1f} | "
+            f"{r['rss_after_load_mb'].get('rss')} / {r['rss_end_mb'].get('rss')} / "
+            f"{r['rss_end_mb'].get('hwm')} | {r['search_load']} |"
+        )
+    if report.get("working"):
+        print("\n| working memory | write p50/p95/p99 ms | max ms | list 50 ms | RSS MB | load |")
+        print("| --- " * 6 + "|")
+        for w in report["working"]:
+            if "error" in w:
+                print(f"| {w['backend']} | ERROR: {w['error']} |")
+                continue
+            print(
+                f"| {w['backend']} | {_fmt(w['write_ms'])} | {w['write_ms']['max']} | "
+                f"{w['list_50_ms']} | {w['rss_mb'].get('rss')} | {w['load']} |"
+            )
+
+
+def main() -> int:
+    if len(sys.argv) >= 2 and sys.argv[1] == "--_seed":
+        lang, n, team = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+        print(json.dumps(seed(lang, n, team)))
+        return 0
+
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--sizes", default="10000,100000")
+    p.add_argument("--lang", default="zh,en")
+    p.add_argument("--searches", type=int, default=200)
+    p.add_argument("--writes", type=int, default=200)
+    p.add_argument("--working-writes", type=int, default=500)
+    p.add_argument("--working-backends", default="redis,db", help="redis,db | redis | db | none")
+    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
+    p.add_argument("--server", choices=["gunicorn", "runserver"], default="gunicorn")
+    p.add_argument("--mysql", action="store_true", help="fresh MariaDB database per run")
+    p.add_argument("--prepare-only", action="store_true", help="only fill the vector cache")
+    p.add_argument("--keep", action="store_true", help="keep temporary data directories")
+    p.add_argument("--json", type=Path, help="write the numbers here")
+    args = p.parse_args()
+
+    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
+    langs = [x.strip() for x in args.lang.split(",") if x.strip()]
+    for lang in langs:
+        if lang not in corpus.MAKERS:
+            p.error(f"unknown language {lang!r} (en, zh)")
+
+    if args.prepare_only:
+        os.environ.setdefault("DATA_DIR", tempfile.mkdtemp(prefix="membench-prep-"))
+        prepare_vectors(langs, max(sizes))
+        return 0
+
+    report: dict[str, Any] = {
+        "machine": machine_info(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "load_at_start": machine_load(),
+        "server": f"{args.server}, 1 worker",
+        "runs": [],
+        "working": [],
+    }
+    # Vectors first (in a child with Django set up), so the timed runs never wait for embedding.
+    log(f"preparing vectors; {machine_load()}")
+    subprocess.run(
+        [
+            PYTHON,
+            str(Path(__file__).resolve()),
+            "--prepare-only",
+            "--sizes",
+            str(max(sizes)),
+            "--lang",
+            ",".join(langs),
+        ],
+        cwd=ROOT,
+        check=True,
+    )
+    for n in sizes:
+        for lang in langs:
+            try:
+                report["runs"].append(run_one(lang, n, args))
+            except Exception as exc:  # keep going: one failed run must not lose the others
+                log(f"[{lang} {n}] FAILED: {exc}")
+                report["runs"].append({"lang": lang, "size": n, "error": str(exc)[:500]})
+            if args.json:
+                args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    backends = [b for b in args.working_backends.split(",") if b.strip() and b != "none"]
+    for backend in backends:
+        try:
+            report["working"].append(run_working(backend, args))
+        except Exception as exc:
+            log(f"[working {backend}] FAILED: {exc}")
+            report["working"].append({"backend": backend, "error": str(exc)[:500]})
+    report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    report["load_at_end"] = machine_load()
+    print_report(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""Re-embed memories after a model change (EMBEDDING_BACKEND / EMBEDDING_MODEL)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from memories.embeddings import get_embedder
+from memories.selectors import memories_needing_embedding
+from memories.services import memories_reembed
+from tenants.models import Team
+
+
+class Command(BaseCommand):
+    help = "Embed memories whose vector was made by another model (or all with --all), with a progress bar."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--team", default=None, help="only this team")
+        parser.add_argument(
+            "--all", action="store_true", help="also memories already embedded by the current model"
+        )
+        parser.add_argument("--batch-size", type=int, default=64)
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        team = None
+        if opts["team"]:
+            team = Team.objects.filter(id=opts["team"]).first()
+            if team is None:
+                raise CommandError(f"no team {opts['team']}")
+        if opts["batch_size"] < 1:
+            raise CommandError("--batch-size must be >= 1")
+        embedder = get_embedder()
+        ids = memories_needing_embedding(
+            team=team, model_name=embedder.model_name, everything=opts["all"]
+        )
+        total = len(ids)
+        self.stdout.write(f"{total} memories to embed with {embedder.model_name}")
+        done = 0
+        started = time.monotonic()
+        for start in range(0, total, opts["batch_size"]):
+            batch = ids[start : start + opts["batch_size"]]
+            done += memories_reembed(memory_ids=batch)
+            self._progress(done, total, started)
+        if total:
+            sys.stderr.write("\n")
+        self.stdout.write(self.style.SUCCESS(f"re-embedded {done} memories"))
+
+    @staticmethod
+    def _progress(done: int, total: int, started: float) -> None:
+        width = 30
+        filled = int(width * done / total) if total else width
+        rate = done / max(time.monotonic() - started, 1e-6)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  {rate:.0f}/s")
+        sys.stderr.flush()

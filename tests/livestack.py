@@ -1,0 +1,152 @@
+"""Real server processes for tests that need more than one (gunicorn, shared database)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    urls: list[str]
+    api_key: str
+    secret: str
+
+
+def _database_url(tmp: Path) -> tuple[str, str | None]:
+    """A fresh database of the same kind as the test run's (SQLite file, or a MariaDB database)."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] == "django.db.backends.mysql":
+        import MySQLdb
+
+        name = f"mp_xproc_{uuid.uuid4().hex[:8]}"
+        conn = MySQLdb.connect(
+            host=db.get("HOST") or "127.0.0.1",
+            port=int(db.get("PORT") or 3306),
+            user=db.get("USER") or "root",
+            passwd=db.get("PASSWORD") or "",
+        )
+        conn.cursor().execute(
+            f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+        )
+        conn.close()
+        auth = db.get("USER") or "root"
+        if db.get("PASSWORD"):
+            auth += f":{db['PASSWORD']}"
+        return (
+            f"mysql://{auth}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 3306}/{name}",
+            name,
+        )
+    return f"sqlite:///{tmp}/db.sqlite3", None
+
+
+def _drop_mysql(name: str) -> None:
+    import MySQLdb
+
+    db = settings.DATABASES["default"]
+    conn = MySQLdb.connect(
+        host=db.get("HOST") or "127.0.0.1",
+        port=int(db.get("PORT") or 3306),
+        user=db.get("USER") or "root",
+        passwd=db.get("PASSWORD") or "",
+    )
+    conn.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+    conn.close()
+
+
+@contextmanager
+def live_stack(
+    tmp: Path, *, servers: int = 2, extra_env: dict[str, str] | None = None
+) -> Iterator[Stack]:
+    """`servers` gunicorn processes (one worker each) on one database, plus a team key."""
+    url, mysql_name = _database_url(tmp)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
+        "DATABASE_URL": url,
+        "DATA_DIR": str(tmp),
+        "API_RATE_LIMIT": "0",
+        "DEBUG": "0",
+        **(extra_env or {}),
+    }
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
+        )
+        out = subprocess.run(
+            [sys.executable, "manage.py", "create_api_key", "--team", "xproc", "--json"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        creds = json.loads(out.strip().splitlines()[-1])
+        urls = []
+        for _ in range(servers):
+            port = free_port()
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "gunicorn",
+                        "memoryplatform.wsgi",
+                        "-w",
+                        "1",
+                        "-b",
+                        f"127.0.0.1:{port}",
+                        "--timeout",
+                        "120",
+                        "--log-level",
+                        "warning",
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                )
+            )
+            urls.append(f"http://127.0.0.1:{port}")
+        deadline = time.time() + 60
+        for u in urls:
+            while True:
+                try:
+                    if requests.get(u + "/health", timeout=1).ok:
+                        break
+                except requests.RequestException:
+                    pass
+                if time.time() > deadline:
+                    raise RuntimeError(f"server {u} did not start")
+                time.sleep(0.2)
+        yield Stack(env=env, urls=urls, api_key=creds["api_key"], secret=creds["secret"])
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if mysql_name:
+            _drop_mysql(mysql_name)

