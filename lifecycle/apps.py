@@ -1,7 +1,29 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
 
 
 class LifecycleConfig(AppConfig):
     name = "lifecycle"
+
+    def ready(self) -> None:
+        from memories.signals import working_memory_written
+
+        working_memory_written.connect(_on_working_write, dispatch_uid="lifecycle.pipeline")
+
+
+def _on_working_write(sender: Any, team: Any, agent_id: str, **kwargs: Any) -> None:
+    import logging
+
+    from .services.pipeline import on_working_memory_written
+
+    try:
+        on_working_memory_written(team=team, agent_id=agent_id)
+    except Exception:
+        # The item is stored; a failing trigger must not turn the write into an error. The next
+        # write (or auto-run, or beat) tries again.
+        logging.getLogger(__name__).exception(
+            "pipeline trigger failed for %s/%s", team.id, agent_id
+        )

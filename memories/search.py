@@ -7,8 +7,11 @@ What `score` means (docs/search.md):
 * `lexical` — BM25 of the memory for the query divided by what a document of average length
   containing each query term once would score, clipped to 1. So 1.0 means "contains every query
   word", and a query term this scope never saw counts against the match.
-* `score` = `SEARCH_DENSE_WEIGHT` × dense + (1 − that) × lexical in `hybrid` mode; the dense or
-  lexical part alone in `vector` / `keyword` mode. `min_score` filters on it.
+* `score` in `hybrid` mode = 1 − (1 − dense)(1 − lexical) (`SEARCH_FUSION=noisy_or`, the default):
+  a memory is as relevant as its strongest evidence, more when both agree, so a purely semantic
+  (e.g. cross-lingual) match keeps its dense score; `weighted` (SEARCH_DENSE_WEIGHT × dense + the
+  rest × lexical) and `max` are alternatives. `vector` / `keyword` modes use one part alone.
+  `min_score` filters on it.
 
 Order: `score` × memory strength, where strength = 1 − λ + λ·R and R is an Ebbinghaus retention
 exp(−idle_days / S) with stability S = SEARCH_DECAY_DAYS × (1 + importance) × (1 + ln(1 +
@@ -58,6 +61,17 @@ def _filters_q(filters: dict[str, Any]) -> Q:
     return q
 
 
+def fuse(dense: np.ndarray, lexical: np.ndarray, dense_weight: float) -> np.ndarray:
+    mode = settings.SEARCH_FUSION
+    weighted = dense_weight * dense + (1.0 - dense_weight) * lexical
+    if mode == "weighted":
+        return weighted
+    if mode == "noisy_or":
+        return 1.0 - (1.0 - dense) * (1.0 - lexical)
+    # "max": a memory is as relevant as its best evidence: the blend, or a strong dense match alone
+    return np.maximum(weighted, dense)
+
+
 def _score_slots(
     ix: index.ScopeIndex,
     qvec: np.ndarray | None,
@@ -82,7 +96,7 @@ def _score_slots(
     elif mode == "keyword":
         score = lexical
     else:
-        score = dense_weight * dense + (1.0 - dense_weight) * lexical
+        score = fuse(dense, lexical, dense_weight)
     score = np.where(ix.alive[:n], score, -1.0)
     return score, dense, lexical
 
@@ -145,7 +159,7 @@ def _shared_candidates(
             if mode == "vector"
             else lexical
             if mode == "keyword"
-            else (dense_weight * dense + (1 - dense_weight) * lexical)
+            else float(fuse(np.array([dense]), np.array([lexical]), dense_weight)[0])
         )
         if score > 0:
             out.append(Candidate(m.pk, score, dense, lexical))

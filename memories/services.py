@@ -48,6 +48,29 @@ class DedupHit:
     score: float
 
 
+def memory_find_similar(
+    *, team: Team, scope: str, agent_id: str, vector: np.ndarray, min_score: float, k: int = 5
+) -> list[tuple[Memory, float]]:
+    """The scope's memories whose calibrated similarity to `vector` is at least `min_score`, best first."""
+    embedder = get_embedder()
+    ix = index.registry.get(team_id=team.id, scope=scope, agent_id=agent_id, embedder=embedder)
+    with ix.lock:
+        if ix.n == 0:
+            return []
+        sims = ix.dense(vector)
+        top = np.argsort(-sims)[:k]
+        scored = [
+            (int(ix.ids[s]), float(embedder.score(sims[s]))) for s in top if np.isfinite(sims[s])
+        ]
+    scored = [(mid, score) for mid, score in scored if score >= min_score]
+    if not scored:
+        return []
+    rows = Memory.objects.filter(team=team, scope=scope, superseded_by__isnull=True).in_bulk(
+        [mid for mid, _ in scored]
+    )
+    return [(rows[mid], score) for mid, score in scored if mid in rows]
+
+
 def _find_duplicate(
     *,
     team: Team,
@@ -66,30 +89,13 @@ def _find_duplicate(
     exact = same_scope.order_by("id").first()
     if exact is not None:
         return DedupHit(exact, 1.0)
-    embedder = get_embedder()
-    ix = index.registry.get(team_id=team.id, scope=scope, agent_id=agent_id, embedder=embedder)
-    with ix.lock:
-        if ix.n == 0:
-            return None
-        sims = ix.dense(vector)
-        top = np.argsort(-sims)[:5]
-        candidates = [
-            (int(ix.ids[s]), float(embedder.score(sims[s]))) for s in top if np.isfinite(sims[s])
-        ]
-    candidates = [(mid, score) for mid, score in candidates if score >= threshold]
-    if not candidates:
-        return None
-    rows = {
-        m.pk: m for m in Memory.objects.filter(team=team, pk__in=[mid for mid, _ in candidates])
-    }
-    for mid, score in candidates:
-        old = rows.get(mid)
-        if old is None:
-            continue
+    for old, score in memory_find_similar(
+        team=team, scope=scope, agent_id=agent_id, vector=vector, min_score=threshold
+    ):
         reason = conflict_reason(content, old.content)
         if reason is None:
             return DedupHit(old, score)
-        logger.info("not a duplicate of memory %s (%s): written as a new memory", mid, reason)
+        logger.info("not a duplicate of memory %s (%s): written as a new memory", old.pk, reason)
     return None
 
 
@@ -314,3 +320,28 @@ def index_changes_prune(*, older_than_seconds: int) -> int:
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     deleted, _ = IndexChange.objects.filter(created_at__lt=cutoff).delete()
     return deleted
+
+
+def memory_supersede(*, old: Memory, new: Memory, actor: Actor) -> Memory:
+    """Marks `old` as replaced by `new`: kept with its history, left out of default search."""
+    with transaction.atomic():
+        Memory.objects.filter(pk=old.pk).update(superseded_by=new, updated_at=timezone.now())
+        MemoryRevision.objects.create(
+            memory=old,
+            team_id=old.team_id,
+            action="supersede",
+            before={"superseded_by": None},
+            after={"superseded_by": new.pk, "by_content": new.content[:500]},
+            api_key=actor.api_key,
+            user=actor.user,
+            actor=actor.label,
+        )
+        index.log_changes(
+            team_id=old.team_id,
+            scope=old.scope,
+            agent_id=old.agent_id,
+            memory_ids=[old.pk],
+            deleted=False,
+        )
+    old.superseded_by = new
+    return old

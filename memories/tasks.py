@@ -6,14 +6,14 @@ from celery import shared_task
 from django.conf import settings
 
 
-@shared_task(name="memories.prune_index_changes", queue="maintenance", ignore_result=True)
+@shared_task(name="memories.prune_index_changes", ignore_result=True)
 def prune_index_changes() -> int:
     from .services import index_changes_prune
 
     return index_changes_prune(older_than_seconds=settings.INDEX_CHANGE_RETENTION_SECONDS)
 
 
-@shared_task(name="memories.purge_expired_working_items", queue="maintenance", ignore_result=True)
+@shared_task(name="memories.purge_expired_working_items", ignore_result=True)
 def purge_expired_working_items() -> int:
     from .working import purge_expired_working_items as purge
 

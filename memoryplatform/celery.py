@@ -14,6 +14,8 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 app.conf.beat_schedule = {
+    # Cleanup for every enabled team, per its pipeline config (API.md §6.3).
+    "lifecycle-cleanups": {"task": "lifecycle.schedule_cleanups", "schedule": crontab(minute=5)},
     # Index change rows are only needed until every process has applied them.
     "prune-index-changes": {"task": "memories.prune_index_changes", "schedule": crontab(minute=17)},
     # Expired working-memory rows of the database backend (Redis expires its own keys).

@@ -7,6 +7,7 @@ from django.urls import path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from lifecycle import apis as lifecycle_apis
 from memories import apis as memory_apis
 from tenants import apis as tenant_apis
 
@@ -63,6 +64,37 @@ urlpatterns = [
         memory_apis.WorkingAgentApi.as_view(),
         name="working-agent",
     ),
+    path("lifecycle/compress", lifecycle_apis.CompressApi.as_view(), name="lifecycle-compress"),
+    path("lifecycle/cleanup", lifecycle_apis.CleanupApi.as_view(), name="lifecycle-cleanup"),
+    path(
+        "lifecycle/extract-facts",
+        lifecycle_apis.ExtractFactsApi.as_view(),
+        name="lifecycle-extract-facts",
+    ),
+    path(
+        "lifecycle/aggregate-scenes",
+        lifecycle_apis.AggregateApi.as_view(),
+        name="lifecycle-aggregate",
+    ),
+    path(
+        "lifecycle/scenarios/<str:key>",
+        lifecycle_apis.ScenariosApi.as_view(),
+        name="lifecycle-scenarios",
+    ),
+    path(
+        "lifecycle/generate-persona",
+        lifecycle_apis.GeneratePersonaApi.as_view(),
+        name="lifecycle-persona-generate",
+    ),
+    path(
+        "lifecycle/persona/<str:key>", lifecycle_apis.PersonaApi.as_view(), name="lifecycle-persona"
+    ),
+    path(
+        "lifecycle/auto-config",
+        lifecycle_apis.AutoConfigApi.as_view(),
+        name="lifecycle-auto-config",
+    ),
+    path("lifecycle/auto-run", lifecycle_apis.AutoRunApi.as_view(), name="lifecycle-auto-run"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin", RedirectView.as_view(url="/admin/", permanent=False)),

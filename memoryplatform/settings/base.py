@@ -134,6 +134,14 @@ CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=600)
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=540)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+# Lifecycle jobs pick their queue per kind when sent (llm or maintenance); these go by name.
+CELERY_TASK_ROUTES = {
+    "memories.*": {"queue": "maintenance"},
+    "lifecycle.schedule_cleanups": {"queue": "maintenance"},
+}
+# Embedded mode only: run queued lifecycle jobs synchronously instead of in a background thread.
+LIFECYCLE_INLINE = env.bool("LIFECYCLE_INLINE", default=False)
 
 # --- API ------------------------------------------------------------------------------------------
 MAX_REQUEST_BYTES = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
@@ -187,6 +195,7 @@ INDEX_MEMORY_BUDGET_MB = env.int("INDEX_MEMORY_BUDGET_MB", default=300)
 INDEX_CHANGE_RETENTION_SECONDS = env.int("INDEX_CHANGE_RETENTION_SECONDS", default=24 * 3600)
 # Hybrid search: weight of the dense part of the score (the rest is lexical); decay (docs/search.md).
 SEARCH_DENSE_WEIGHT = env.float("SEARCH_DENSE_WEIGHT", default=0.5)
+SEARCH_FUSION = env.str("SEARCH_FUSION", default="noisy_or")
 SEARCH_DECAY_WEIGHT = env.float("SEARCH_DECAY_WEIGHT", default=0.1)
 SEARCH_DECAY_DAYS = env.float("SEARCH_DECAY_DAYS", default=30.0)
 MEMORY_MAX_CONTENT_CHARS = env.int("MEMORY_MAX_CONTENT_CHARS", default=32000)

@@ -11,3 +11,5 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 API_RATE_LIMIT = env.int("API_RATE_LIMIT", default=0)
 # Tests fail instead of skipping when a service they need is unreachable (CI sets it).
 REQUIRE_SERVICES = env.bool("REQUIRE_SERVICES", default=False)
+# Automatic lifecycle jobs run synchronously in tests without a broker (deterministic).
+LIFECYCLE_INLINE = env.bool("LIFECYCLE_INLINE", default=True)

@@ -1,0 +1,50 @@
+"""Forget unimportant, idle memories of a team: a dry run unless --apply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from lifecycle.services import operations, pipeline
+from tenants.models import Team
+
+
+class Command(BaseCommand):
+    help = "Show (or with --apply, delete) memories with importance < X not accessed for N days; pinned ones never."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--team", required=True)
+        parser.add_argument("--max-age-days", type=int, required=True)
+        parser.add_argument("--min-importance", type=float, required=True)
+        parser.add_argument("--agent", default="")
+        parser.add_argument("--apply", action="store_true", help="really delete (default: dry run)")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        team = Team.objects.filter(id=opts["team"]).first()
+        if team is None:
+            raise CommandError(f"no team {opts['team']}")
+        if opts["max_age_days"] < 0 or not 0.0 <= opts["min_importance"] <= 1.0:
+            raise CommandError("--max-age-days must be >= 0 and --min-importance within 0..1")
+        params = {"max_age_days": opts["max_age_days"], "min_importance": opts["min_importance"]}
+        if not opts["apply"]:
+            result, _, _ = operations.cleanup(
+                team=team, agent_id=opts["agent"] or None, dry_run=True, **params
+            )
+            for c in result["candidates"]:
+                self.stdout.write(
+                    f"#{c['id']} [{c['scope']}/{c['agent_id'] or '-'}] {c['content'][:70]!r} — {c['reason']}"
+                )
+            self.stdout.write(
+                f"dry run: {result['would_clean']} memories would be deleted, "
+                f"{result['remaining']} in scope. Add --apply to delete them."
+            )
+            return
+        result = pipeline.run(
+            team=team,
+            kind="cleanup",
+            trigger="command",
+            agent_id=opts["agent"],
+            params={**params, "dry_run": False},
+        )
+        self.stdout.write(f"deleted {result['cleaned']} memories; {result['remaining']} remain")

@@ -1,0 +1,352 @@
+"""The lifecycle operations (API.md §6): compress, extract facts, aggregate, persona, cleanup.
+
+Each returns `(result, usage, engine_name)` so `jobs.run_job` can record it. Never loss:
+working-memory items are archived (L0) in the same transaction that writes what was derived
+from them, and removed from the working store only after that transaction committed. If the
+engine or the database fails, working memory is untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from lifecycle.llm import get_engine
+from lifecycle.models import Persona, Scenario, WorkingArchive
+from lifecycle.schemas import Fact, Usage
+from memories.dedup import conflict_reason, preference_terms
+from memories.embeddings import embed_passages
+from memories.models import Memory
+from memories.selectors import memory_to_dict
+from memories.services import (
+    Actor,
+    memories_delete,
+    memory_create,
+    memory_find_similar,
+    memory_supersede,
+)
+from memories.working import WorkingItem, get_working_store
+from tenants.models import Team
+
+logger = logging.getLogger(__name__)
+
+Outcome = tuple[dict[str, Any], Usage, str]
+SYSTEM = Actor(label="lifecycle")
+# A fact this close to an older one, that differs from it in a number, date, negation or
+# preference (or only adds detail), is an update of it: the older one is superseded, not lost.
+SUPERSEDE_MIN_SCORE = 0.85
+
+
+def _archive(team: Team, agent_id: str, items: list[WorkingItem], job_id: int | None) -> None:
+    WorkingArchive.objects.bulk_create(
+        [
+            WorkingArchive(
+                team=team,
+                agent_id=agent_id,
+                item_id=i.id,
+                content=i.content,
+                item_created_at=i.created_at,
+                job_id=job_id,
+            )
+            for i in items
+        ]
+    )
+
+
+def _sources(items: list[WorkingItem], indexes: list[int]) -> list[str]:
+    picked = [items[i].id for i in indexes if 0 <= i < len(items)]
+    return picked or [i.id for i in items]
+
+
+def compress(
+    *, team: Team, agent_id: str, target_count: int = 5, job_id: int | None = None
+) -> Outcome:
+    store = get_working_store()
+    items = store.list(team_id=team.id, agent_id=agent_id)
+    engine = get_engine()
+    result: dict[str, Any] = {
+        "compressed": 0,
+        "remaining": 0,
+        "total_before": len(items),
+        "target_count": target_count,
+        "summary": None,
+        "memory_ids": [],
+    }
+    if not items:
+        return result, Usage(), engine.name
+    summaries, usage = engine.compress([i.content for i in items], target_count)
+    summaries = summaries[:target_count]
+    embed_passages([s.content for s in summaries])  # outside the transaction (fills the cache)
+    written: list[int] = []
+    with transaction.atomic():
+        for s in summaries:
+            memory, _ = memory_create(
+                team=team,
+                scope=Memory.SCOPE_PERSONAL,
+                agent_id=agent_id,
+                content=s.content,
+                importance=s.importance,
+                metadata={
+                    "source": "compression",
+                    "source_items": _sources(items, s.source_indexes),
+                    "job_id": job_id,
+                },
+            )
+            written.append(memory.pk)
+        _archive(team, agent_id, items, job_id)
+    # Committed: only now may the working items go.
+    store.remove(team_id=team.id, agent_id=agent_id, item_ids=[i.id for i in items])
+    result.update(
+        compressed=len(items),
+        remaining=store.count(team_id=team.id, agent_id=agent_id),
+        summary="\n".join(s.content for s in summaries) or None,
+        memory_ids=written,
+    )
+    return result, usage, engine.name
+
+
+def _store_fact(
+    team: Team, agent_id: str, fact: Fact, source_items: list[str], job_id: int | None
+) -> tuple[str, Memory]:
+    """Writes one fact: skipped as a duplicate, written as an update (superseding), or written."""
+    vector = embed_passages([fact.content])[0]
+    similar = memory_find_similar(
+        team=team,
+        scope=Memory.SCOPE_PERSONAL,
+        agent_id=agent_id,
+        vector=vector,
+        min_score=SUPERSEDE_MIN_SCORE,
+    )
+    metadata = {"source": "extraction", "source_items": source_items, "job_id": job_id}
+    for old, _score in similar:
+        reason = conflict_reason(fact.content, old.content)
+        if reason is None:
+            return "duplicate", old
+        updates = reason in (
+            "numbers differ",
+            "negation differs",
+            "stated preference differs",
+            "dates differ",
+            "adds detail",
+        ) or (reason.startswith("replaces") and bool(preference_terms(fact.content)))
+        if updates:
+            new, _ = memory_create(
+                team=team,
+                scope=Memory.SCOPE_PERSONAL,
+                agent_id=agent_id,
+                content=fact.content,
+                importance=fact.importance,
+                category=fact.category,
+                metadata={**metadata, "supersedes": old.pk},
+                enable_dedup=False,
+            )
+            memory_supersede(old=old, new=new, actor=SYSTEM)
+            return "superseded", new
+    new, hit = memory_create(
+        team=team,
+        scope=Memory.SCOPE_PERSONAL,
+        agent_id=agent_id,
+        content=fact.content,
+        importance=fact.importance,
+        category=fact.category,
+        metadata=metadata,
+    )
+    return ("duplicate" if hit else "created"), new
+
+
+def extract_facts(
+    *,
+    team: Team,
+    agent_id: str,
+    max_memories: int = 20,
+    delete_after: bool = False,
+    job_id: int | None = None,
+) -> Outcome:
+    store = get_working_store()
+    items = store.list(team_id=team.id, agent_id=agent_id, limit=max_memories)
+    engine = get_engine()
+    if not items:
+        return {"facts": [], "count": 0, "duplicates": 0, "superseded": 0}, Usage(), engine.name
+    facts, usage = engine.extract_facts([i.content for i in items])
+    embed_passages([f.content for f in facts])
+    stored: list[dict[str, Any]] = []
+    duplicates = superseded = 0
+    with transaction.atomic():
+        for fact in facts:
+            outcome, memory = _store_fact(
+                team, agent_id, fact, _sources(items, fact.source_indexes), job_id
+            )
+            if outcome == "duplicate":
+                duplicates += 1
+                continue
+            superseded += outcome == "superseded"
+            stored.append(
+                {
+                    "id": memory.pk,
+                    "content": memory.content,
+                    "importance": memory.importance,
+                    "category": memory.category,
+                }
+            )
+        _archive(team, agent_id, items, job_id)
+    if delete_after:
+        store.remove(team_id=team.id, agent_id=agent_id, item_ids=[i.id for i in items])
+    result = {
+        "facts": stored,
+        "count": len(stored),
+        "duplicates": duplicates,
+        "superseded": superseded,
+        "analyzed": len(items),
+    }
+    return result, usage, engine.name
+
+
+def _scenario_dict(s: Scenario) -> dict[str, Any]:
+    from memories.selectors import iso
+
+    return {
+        "id": s.id,
+        "name": s.name,
+        "summary": s.summary,
+        "memory_ids": s.memory_ids,
+        "created_at": iso(s.created_at),
+    }
+
+
+def aggregate_scenes(
+    *, team: Team, agent_id: str, max_memories: int = 50, job_id: int | None = None
+) -> Outcome:
+    """Groups the agent's personal and the team's memories into scenarios (replacing the agent's
+    previous scenarios; personas keep a snapshot of the ones they were built from)."""
+    memories = list(
+        Memory.objects.filter(
+            Q(scope=Memory.SCOPE_PERSONAL, agent_id=agent_id) | Q(scope=Memory.SCOPE_TEAM),
+            team=team,
+            superseded_by__isnull=True,
+        ).order_by("-created_at", "-id")[:max_memories]
+    )
+    engine = get_engine()
+    if not memories:
+        return {"scenarios": [], "count": 0}, Usage(), engine.name
+    drafts, usage = engine.aggregate([(m.pk, m.content) for m in reversed(memories)])
+    with transaction.atomic():
+        Scenario.objects.filter(team=team, agent_id=agent_id).delete()
+        created = [
+            Scenario.objects.create(
+                team=team,
+                agent_id=agent_id,
+                name=d.name,
+                summary=d.summary,
+                memory_ids=d.memory_ids,
+                job_id=job_id,
+            )
+            for d in drafts
+        ]
+    scenarios = [_scenario_dict(s) for s in created]
+    return {"scenarios": scenarios, "count": len(scenarios)}, usage, engine.name
+
+
+def persona_dict(p: Persona) -> dict[str, Any]:
+    from memories.selectors import iso
+
+    return {
+        "id": p.id,
+        "agent_id": p.agent_id,
+        "preferences": p.preferences,
+        "habits": p.habits,
+        "expertise": p.expertise,
+        "communication_style": p.communication_style,
+        "summary": p.summary,
+        "memory_ids": p.memory_ids,
+        "scenario_ids": p.scenario_ids,
+        "created_at": iso(p.created_at),
+    }
+
+
+def generate_persona(
+    *, team: Team, agent_id: str, max_items: int = 30, job_id: int | None = None
+) -> Outcome:
+    memories = list(
+        Memory.objects.filter(
+            team=team, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id, superseded_by__isnull=True
+        ).order_by("-importance", "-created_at")[:max_items]
+    )
+    scenarios = list(
+        Scenario.objects.filter(team=team, agent_id=agent_id).order_by("-created_at")[:max_items]
+    )
+    engine = get_engine()
+    draft, usage = engine.persona(
+        [(m.pk, m.content, m.category) for m in memories],
+        [(s.id, s.name, s.summary) for s in scenarios],
+    )
+    used = {s.id: s for s in scenarios}
+    persona = Persona.objects.create(
+        team=team,
+        agent_id=agent_id,
+        preferences=draft.preferences,
+        habits=draft.habits,
+        expertise=draft.expertise,
+        communication_style=draft.communication_style,
+        summary=draft.summary,
+        memory_ids=draft.memory_ids,
+        scenario_ids=draft.scenario_ids,
+        scenarios_snapshot=[_scenario_dict(used[sid]) for sid in draft.scenario_ids if sid in used],
+        job_id=job_id,
+    )
+    return {"persona": persona_dict(persona)}, usage, engine.name
+
+
+def _cleanup_queryset(
+    team: Team, max_age_days: int, min_importance: float, agent_id: str | None
+) -> Any:
+    cutoff = timezone.now() - timedelta(days=max_age_days)
+    qs = Memory.objects.filter(team=team, pinned=False, importance__lt=min_importance).filter(
+        Q(last_accessed__lt=cutoff) | Q(last_accessed__isnull=True, created_at__lt=cutoff)
+    )
+    if agent_id:
+        qs = qs.filter(scope=Memory.SCOPE_PERSONAL, agent_id=agent_id)
+    return qs
+
+
+def cleanup(
+    *,
+    team: Team,
+    max_age_days: int = 90,
+    min_importance: float = 0.2,
+    agent_id: str | None = None,
+    dry_run: bool = False,
+    job_id: int | None = None,
+) -> Outcome:
+    """Forgets memories that are both unimportant and idle; pinned ones never (seed 000 §6.2)."""
+    qs = _cleanup_queryset(team, max_age_days, min_importance, agent_id)
+    scope_qs = Memory.objects.filter(team=team)
+    if agent_id:
+        scope_qs = scope_qs.filter(scope=Memory.SCOPE_PERSONAL, agent_id=agent_id)
+    if dry_run:
+        candidates = list(qs.order_by("importance", "id")[:1000])
+        total = scope_qs.count()
+        return (
+            {
+                "cleaned": 0,
+                "remaining": total,
+                "dry_run": True,
+                "would_clean": qs.count(),
+                "candidates": [
+                    {
+                        **memory_to_dict(m),
+                        "reason": f"importance {m.importance:g} < {min_importance:g} and "
+                        f"not accessed for more than {max_age_days} days",
+                    }
+                    for m in candidates
+                ],
+            },
+            Usage(),
+            "rules",
+        )
+    cleaned = memories_delete(team=team, memory_ids=list(qs.values_list("pk", flat=True)))
+    return {"cleaned": cleaned, "remaining": scope_qs.count()}, Usage(), "rules"

@@ -1,0 +1,202 @@
+"""The automatic pipeline (API.md §6.3): per-team config, compress on working-memory writes,
+periodic cleanup, and auto-run."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from lifecycle.models import JobRun, PipelineConfig
+from memories.models import Memory
+from memories.working import get_working_store
+from tenants.models import Agent, Team
+
+from . import jobs, operations
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FIELDS = (
+    "compress_every_n",
+    "compress_target_count",
+    "cleanup_idle_days",
+    "cleanup_min_importance",
+    "enabled",
+    "warmup_max_memories",
+    "warmup_compress_every_n",
+)
+
+
+def config_get(*, team: Team) -> PipelineConfig:
+    config, _ = PipelineConfig.objects.get_or_create(team=team)
+    return config
+
+
+def config_dict(config: PipelineConfig) -> dict[str, Any]:
+    return {"team_id": config.team_id, **{f: getattr(config, f) for f in CONFIG_FIELDS}}
+
+
+def config_update(*, team: Team, **fields: Any) -> PipelineConfig:
+    config = config_get(team=team)
+    for name, value in fields.items():
+        if name in CONFIG_FIELDS:
+            setattr(config, name, value)
+    config.save()
+    return config
+
+
+def compress_threshold(*, config: PipelineConfig, team: Team, agent_id: str) -> int:
+    """How many working items trigger a compress for this agent (0 = never).
+
+    While the agent has fewer than `warmup_max_memories` personal memories it is warming up and
+    compresses every `warmup_compress_every_n` items, so a new agent gets long-term memory fast
+    (seed 003's warm-up); afterwards every `compress_every_n`.
+    """
+    if not config.enabled or config.compress_every_n == 0:
+        return 0
+    if config.warmup_max_memories > 0 and config.warmup_compress_every_n > 0:
+        personal = Memory.objects.filter(
+            team=team, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id, superseded_by__isnull=True
+        ).count()
+        if personal < config.warmup_max_memories:
+            return config.warmup_compress_every_n
+    return config.compress_every_n
+
+
+def on_working_memory_written(*, team: Team, agent_id: str) -> JobRun | None:
+    """After a working-memory write: queue one compress when the threshold is reached.
+
+    Fast on purpose (a config read, two counts): the job itself runs elsewhere (a Celery worker,
+    or a background thread in embedded mode). A unique `active_key` makes a burst of writes queue
+    one job, not many.
+    """
+    config = config_get(team=team)
+    threshold = compress_threshold(config=config, team=team, agent_id=agent_id)
+    if threshold <= 0:
+        return None
+    if get_working_store().count(team_id=team.id, agent_id=agent_id) < threshold:
+        return None
+    job = jobs.job_create(
+        team=team,
+        kind="compress",
+        trigger="auto",
+        agent_id=agent_id,
+        params={"target_count": config.compress_target_count},
+        active_key=f"compress:{team.id}:{agent_id}",
+    )
+    if job is not None:
+        from lifecycle.tasks import enqueue
+
+        transaction.on_commit(lambda: enqueue(job))
+    return job
+
+
+def auto_run(*, team: Team, trigger: str = "api") -> list[dict[str, Any]]:
+    """Runs now, for the team, every action its config calls for; one result entry per action."""
+    config = config_get(team=team)
+    results: list[dict[str, Any]] = []
+    if not config.enabled:
+        return results
+    store = get_working_store()
+    for agent_id in (
+        Agent.objects.filter(team=team).order_by("agent_id").values_list("agent_id", flat=True)
+    ):
+        threshold = compress_threshold(config=config, team=team, agent_id=agent_id)
+        if threshold <= 0 or store.count(team_id=team.id, agent_id=agent_id) < threshold:
+            continue
+        result = run(
+            team=team,
+            kind="compress",
+            trigger=trigger,
+            agent_id=agent_id,
+            params={"target_count": config.compress_target_count},
+        )
+        results.append({"action": "compress", "agent_id": agent_id, **result})
+    if config.cleanup_idle_days > 0:
+        result = run(
+            team=team,
+            kind="cleanup",
+            trigger=trigger,
+            agent_id="",
+            params={
+                "max_age_days": config.cleanup_idle_days,
+                "min_importance": config.cleanup_min_importance,
+            },
+        )
+        results.append({"action": "cleanup", **result})
+    return results
+
+
+def dispatch(
+    *, team: Team, kind: str, agent_id: str, params: dict[str, Any], job_id: int | None
+) -> operations.Outcome:
+    """Calls the operation of `kind` with its parameters."""
+    if kind == "compress":
+        return operations.compress(team=team, agent_id=agent_id, job_id=job_id, **params)
+    if kind == "extract-facts":
+        return operations.extract_facts(team=team, agent_id=agent_id, job_id=job_id, **params)
+    if kind == "aggregate-scenes":
+        return operations.aggregate_scenes(team=team, agent_id=agent_id, job_id=job_id, **params)
+    if kind == "generate-persona":
+        return operations.generate_persona(team=team, agent_id=agent_id, job_id=job_id, **params)
+    if kind == "cleanup":
+        return operations.cleanup(team=team, agent_id=agent_id or None, job_id=job_id, **params)
+    raise ValueError(f"unknown job kind {kind!r}")
+
+
+def run(
+    *, team: Team, kind: str, trigger: str, agent_id: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    """Runs an operation now in this process, recorded as a job."""
+    job = JobRun.objects.create(
+        team=team,
+        agent_id=agent_id,
+        kind=kind,
+        trigger=trigger,
+        params=params,
+        status=JobRun.STATUS_RUNNING,
+        started_at=timezone.now(),
+    )
+    return jobs.run_job(
+        job, lambda: dispatch(team=team, kind=kind, agent_id=agent_id, params=params, job_id=job.pk)
+    )
+
+
+def run_queued(*, job_id: int) -> dict[str, Any] | None:
+    """Runs a queued job if this caller wins the claim; None when someone else has it (or it is gone)."""
+    job = jobs.job_claim(job_id=job_id)
+    if job is None:
+        return None
+    return jobs.run_job(
+        job,
+        lambda: dispatch(
+            team=job.team, kind=job.kind, agent_id=job.agent_id, params=job.params, job_id=job.pk
+        ),
+    )
+
+
+def schedule_cleanups(*, trigger: str = "beat") -> int:
+    """Queues a cleanup job for every enabled team whose config asks for one (Celery beat)."""
+    queued = 0
+    for config in PipelineConfig.objects.filter(
+        enabled=True, cleanup_idle_days__gt=0
+    ).select_related("team"):
+        job = jobs.job_create(
+            team=config.team,
+            kind="cleanup",
+            trigger=trigger,
+            params={
+                "max_age_days": config.cleanup_idle_days,
+                "min_importance": config.cleanup_min_importance,
+            },
+            active_key=f"cleanup:{config.team_id}",
+        )
+        if job is not None:
+            from lifecycle.tasks import enqueue
+
+            transaction.on_commit(partial(enqueue, job))
+            queued += 1
+    return queued

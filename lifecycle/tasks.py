@@ -1,0 +1,82 @@
+"""Thin Celery tasks: they take ids, claim their job, call the services.
+
+Queues: `llm` for the operations that may call an LLM, `maintenance` for cleanup. Transient
+failures (LLM or Redis unavailable) are retried with backoff and jitter; anything else fails the
+job, which records the error. In embedded mode (no broker) a queued job runs in a background
+thread of the server process — the same code path — so a working-memory write never waits for
+it; tests set LIFECYCLE_INLINE to run it synchronously.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+from django.db import connection
+
+from memoryplatform.errors import DomainError
+
+from .models import JobRun
+
+logger = logging.getLogger(__name__)
+
+TRANSIENT = {"LLM_UNAVAILABLE", "WORKING_MEMORY_UNAVAILABLE", "EMBEDDING_UNAVAILABLE"}
+LLM_KINDS = {"compress", "extract-facts", "aggregate-scenes", "generate-persona", "extract-graph"}
+_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lifecycle")
+
+
+@shared_task(
+    bind=True,
+    name="lifecycle.run_job",
+    acks_late=True,
+    max_retries=3,
+    soft_time_limit=settings.CELERY_TASK_SOFT_TIME_LIMIT,
+    time_limit=settings.CELERY_TASK_TIME_LIMIT,
+)
+def run_job_task(self: Any, job_id: int) -> dict[str, Any] | None:
+    from .services.pipeline import run_queued
+
+    try:
+        return run_queued(job_id=job_id)
+    except DomainError as exc:
+        if exc.code in TRANSIENT and self.request.retries < self.max_retries:
+            # Back to the queue for the retry (the failure stays in `error` until it succeeds).
+            JobRun.objects.filter(pk=job_id, status=JobRun.STATUS_FAILED).update(
+                status=JobRun.STATUS_QUEUED
+            )
+            countdown = min(600, 30 * 2**self.request.retries)
+            raise self.retry(exc=exc, countdown=countdown) from exc
+        return None
+    except JobRun.DoesNotExist:
+        return None  # the team (and its jobs) was deleted meanwhile
+
+
+@shared_task(name="lifecycle.schedule_cleanups", ignore_result=True)
+def schedule_cleanups_task() -> int:
+    from .services.pipeline import schedule_cleanups
+
+    return schedule_cleanups(trigger="beat")
+
+
+def _run_in_thread(job_id: int) -> None:
+    try:
+        run_job_task.apply(args=[job_id])
+    except Exception:
+        logger.exception("lifecycle job %s failed in the background", job_id)
+    finally:
+        connection.close()
+
+
+def enqueue(job: JobRun) -> None:
+    """Sends a queued job to its worker (call after commit)."""
+    queue = "llm" if job.kind in LLM_KINDS else "maintenance"
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        if settings.LIFECYCLE_INLINE:
+            run_job_task.apply(args=[job.pk])
+        else:
+            _executor.submit(_run_in_thread, job.pk)
+        return
+    run_job_task.apply_async(args=[job.pk], queue=queue)
