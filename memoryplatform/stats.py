@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 
+from lifecycle.models import Persona, Scenario
 from tenants.models import Agent, Team
 
 from . import health
@@ -27,10 +28,12 @@ def team_stats(*, team: Team) -> dict[str, Any]:
         "team_memories": counts.get("team", 0),
         "agents": Agent.objects.filter(team=team).count(),
         "working_memories": working,
+        "scenarios": Scenario.objects.filter(team=team).count(),
+        "personas": Persona.objects.filter(team=team).count(),
         # In embedded mode working memory lives in the database, so it is as healthy as the API.
         "redis_ok": redis.ok,
         "embedding_ok": embedding.ok,
         "working_memory_backend": "redis" if settings.REDIS_URL else "database",
         "embedding_model": embedding.detail,
-        "llm": "openai-compatible" if settings.LLM_BASE_URL else "offline",
+        "llm": f"openai-compatible ({settings.LLM_MODEL})" if settings.LLM_BASE_URL else "offline",
     }

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from lifecycle.models import JobRun, PipelineConfig
+from lifecycle.schemas import Usage
 from memories.models import Memory
 from memories.working import get_working_store
 from tenants.models import Agent, Team
@@ -170,6 +171,17 @@ def run_queued(*, job_id: int) -> dict[str, Any] | None:
     job = jobs.job_claim(job_id=job_id)
     if job is None:
         return None
+    if job.kind == "compress" and job.trigger == "auto":
+        # A job queued by a burst of writes may find the work done by the time it runs (an
+        # earlier job or a manual compress consumed the items): nothing to do then.
+        config = config_get(team=job.team)
+        threshold = compress_threshold(config=config, team=job.team, agent_id=job.agent_id)
+        if (
+            threshold <= 0
+            or get_working_store().count(team_id=job.team_id, agent_id=job.agent_id) < threshold
+        ):
+            jobs.job_finish(job=job, counts={"skipped": 1}, usage=Usage(), engine="")
+            return {"skipped": True}
     return jobs.run_job(
         job,
         lambda: dispatch(
