@@ -58,7 +58,10 @@ def memory_find_similar(
         if ix.n == 0:
             return []
         sims = ix.dense(vector)
-        top = np.argsort(-sims)[:k]
+        k = min(k, ix.n)
+        # argpartition, not a full sort: this runs on every write, over up to 100k+ vectors.
+        top = np.argpartition(-sims, k - 1)[:k]
+        top = top[np.argsort(-sims[top])]
         scored = [
             (int(ix.ids[s]), float(embedder.score(sims[s]))) for s in top if np.isfinite(sims[s])
         ]
