@@ -230,3 +230,20 @@ def test_autocomplete_is_scoped(world):
         {"app_label": "tenants", "model_name": "apikey", "field_name": "team", "term": "team"},
     )
     assert "team_b" not in r.content.decode()
+
+
+def test_lifecycle_records_are_scoped_and_read_only(world, team, other_team):
+    from lifecycle.models import JobRun
+
+    a_job = JobRun.objects.create(team=team, kind="compress", trigger="api", agent_id="a_agent")
+    b_job = JobRun.objects.create(
+        team=other_team, kind="cleanup", trigger="beat", agent_id="b_agent_job"
+    )
+    c = login(world["lead"])
+    body = c.get(reverse("admin:lifecycle_jobrun_changelist")).content.decode()
+    assert "a_agent" in body and "b_agent_job" not in body
+    assert c.get(reverse("admin:lifecycle_jobrun_change", args=[b_job.pk])).status_code == 404
+    r = c.post(reverse("admin:lifecycle_jobrun_change", args=[a_job.pk]), {"status": "failed"})
+    assert r.status_code == 403
+    a_job.refresh_from_db()
+    assert a_job.status == "queued"
