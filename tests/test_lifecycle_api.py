@@ -403,6 +403,7 @@ class TestAutoConfig:
             "enabled": True,
             "warmup_max_memories": 5,
             "warmup_compress_every_n": 1,
+            "configured": False,
         }
         data = ok_data(
             api.post(
@@ -414,6 +415,8 @@ class TestAutoConfig:
             data["warmup_compress_every_n"],
             data["compress_target_count"],
         ) == (3, 2, 5)
+        assert data["configured"] is True
+        assert ok_data(api.get("/lifecycle/auto-config"))["compress_every_n"] == 3
 
     @pytest.mark.parametrize(
         "body",
@@ -440,7 +443,16 @@ class TestAutoConfig:
 
 @pytest.mark.django_db(transaction=True)  # jobs are enqueued on commit: let requests really commit
 class TestPipeline:
+    def test_an_unconfigured_team_is_never_compressed_automatically(self, api):
+        for i in range(3):
+            api.post(
+                "/memories/working", {"agent_id": "a", "content": f"untouched item {i} {'xyz'[i]}"}
+            )
+        assert len(ok_data(api.get("/memories/working/a"))) == 3
+        assert not JobRun.objects.exists()
+
     def test_warm_up_compresses_every_write_for_a_new_agent(self, api):
+        api.post("/lifecycle/auto-config", {})  # opt in with the defaults (warm-up: every write)
         r = api.post(
             "/memories/working",
             {"agent_id": "newbie", "content": "第一次见面：用户叫小王，做量化研究"},

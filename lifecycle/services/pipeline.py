@@ -32,12 +32,25 @@ CONFIG_FIELDS = (
 
 
 def config_get(*, team: Team) -> PipelineConfig:
-    config, _ = PipelineConfig.objects.get_or_create(team=team)
-    return config
+    """The team's saved config, or an unsaved one holding the defaults (API.md §6).
+
+    Automation is opt-in: nothing runs automatically for a team until it saves its config once
+    (POST /lifecycle/auto-config or the admin), as seed 000 §5.6 configures its pipeline as a
+    last, explicit step. Until then its working memory stays exactly as the agent wrote it.
+    """
+    return PipelineConfig.objects.filter(team=team).first() or PipelineConfig(team=team)
+
+
+def config_is_saved(config: PipelineConfig) -> bool:
+    return not config._state.adding
 
 
 def config_dict(config: PipelineConfig) -> dict[str, Any]:
-    return {"team_id": config.team_id, **{f: getattr(config, f) for f in CONFIG_FIELDS}}
+    return {
+        "team_id": config.team_id,
+        **{f: getattr(config, f) for f in CONFIG_FIELDS},
+        "configured": config_is_saved(config),
+    }
 
 
 def config_update(*, team: Team, **fields: Any) -> PipelineConfig:
@@ -75,6 +88,8 @@ def on_working_memory_written(*, team: Team, agent_id: str) -> JobRun | None:
     one job, not many.
     """
     config = config_get(team=team)
+    if not config_is_saved(config):
+        return None  # automation is opt-in (see config_get)
     threshold = compress_threshold(config=config, team=team, agent_id=agent_id)
     if threshold <= 0:
         return None
@@ -145,6 +160,10 @@ def dispatch(
         return operations.generate_persona(team=team, agent_id=agent_id, job_id=job_id, **params)
     if kind == "cleanup":
         return operations.cleanup(team=team, agent_id=agent_id or None, job_id=job_id, **params)
+    if kind == "extract-graph":
+        from graph.extraction import graph_extract
+
+        return graph_extract(team=team, agent_id=agent_id, job_id=job_id, **params)
     raise ValueError(f"unknown job kind {kind!r}")
 
 
