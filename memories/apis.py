@@ -316,14 +316,9 @@ class PersonalShareApi(APIView):
         ),
     )
     def post(self, request: Request, memory_id: int) -> Response:
-        principal = principal_of(request)
         s = ShareInputSerializer(data=request.data)
         s.is_valid(raise_exception=True)
-        memory = selectors.memory_get(
-            team=principal.team, memory_id=memory_id, scope=Memory.SCOPE_PERSONAL
-        )
-        # Only the owner (or a team-wide key) decides who sees a personal memory.
-        selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=DELETE)
+        memory = _owned_personal_memory(request, memory_id)
         services.memory_share(
             memory=memory,
             agent_ids=s.validated_data["agent_ids"],
@@ -339,15 +334,21 @@ class PersonalShareApi(APIView):
         ),
     )
     def delete(self, request: Request, memory_id: int) -> Response:
-        principal = principal_of(request)
         s = UnshareInputSerializer(data=request.data)
         s.is_valid(raise_exception=True)
-        memory = selectors.memory_get(
-            team=principal.team, memory_id=memory_id, scope=Memory.SCOPE_PERSONAL
-        )
-        selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=DELETE)
+        memory = _owned_personal_memory(request, memory_id)
         services.memory_unshare(memory=memory, agent_ids=s.validated_data.get("agent_ids"))
         return Response(_shares_of(memory))
+
+
+def _owned_personal_memory(request: Request, memory_id: int) -> Memory:
+    """A personal memory the caller may share: only its owner (or a team-wide key) decides."""
+    principal = principal_of(request)
+    memory = selectors.memory_get(
+        team=principal.team, memory_id=memory_id, scope=Memory.SCOPE_PERSONAL
+    )
+    selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=DELETE)
+    return memory
 
 
 def _shares_of(memory: Memory) -> dict[str, Any]:
