@@ -170,7 +170,11 @@ class SentenceTransformerEmbedder(Embedder):
         from sentence_transformers import SentenceTransformer
 
         self._model = SentenceTransformer(model, device="cpu")
-        self.dim = int(self._model.get_sentence_embedding_dimension() or 0)
+        # Renamed in sentence-transformers 6; keep working with both.
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or (
+            self._model.get_sentence_embedding_dimension
+        )
+        self.dim = int(get_dim() or 0)
         self.model_name = f"st:{model}"
         self._query_prefix = settings.EMBEDDING_QUERY_PREFIX
         self._passage_prefix = settings.EMBEDDING_PASSAGE_PREFIX
