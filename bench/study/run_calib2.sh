@@ -1,0 +1,7 @@
+#!/bin/bash
+# calibration re-run (edits applied to the turn body), after run_round2.sh.
+cd /tmp/embbench
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+while pgrep -f run_round2.sh >/dev/null; do sleep 5; done
+.venv/bin/python locomo_study.py calib --models e5,use,minilm > logs/calib.log 2>&1
+.venv/bin/python calib_anchors.py > logs/calib_anchors.log 2>&1
