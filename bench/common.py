@@ -108,6 +108,42 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def code_version() -> dict[str, Any]:
+    """Which application code a run measured (the tree changes while benchmarks run).
+
+    Read-only git calls: HEAD, the number of changed files, and a hash of the search-relevant
+    sources as they are on disk now (the server imports them when it starts).
+    """
+    import hashlib
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    h = hashlib.sha256()
+    for rel in (
+        "memories/search.py",
+        "memories/index.py",
+        "memories/text.py",
+        "memories/embeddings.py",
+        "memories/services.py",
+        "memories/dedup.py",
+        "memoryplatform/settings/base.py",
+    ):
+        path = ROOT / rel
+        if path.exists():
+            h.update(rel.encode() + b"\0" + path.read_bytes())
+    return {
+        "head": git("rev-parse", "--short", "HEAD"),
+        "changed_files": len([x for x in git("status", "--porcelain").splitlines() if x.strip()]),
+        "search_code_sha256": h.hexdigest()[:12],
+    }
+
+
 def rss_kib(pid: int) -> dict[str, int]:
     """{"rss": VmRSS, "hwm": VmHWM} in KiB of a live process (empty if it is gone)."""
     out: dict[str, int] = {}

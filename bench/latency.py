@@ -5,10 +5,13 @@ Usage (from the project root):
     .venv/bin/python bench/latency.py --sizes 10000,100000 --lang zh,en [--json out.json]
     .venv/bin/python bench/latency.py --prepare-only --sizes 100000 --lang zh,en   # vectors only
 
-Options: --searches 200, --writes 200, --working-writes 500, --redis-url
-redis://127.0.0.1:6379/13, --working-backends redis,db (or none), --server gunicorn|runserver,
---mysql (each run on a fresh MariaDB database `membench_<lang>_<n>` at 127.0.0.1:3306 as root,
-dropped afterwards; default: a fresh SQLite file), --keep (keep the temporary DATA_DIR).
+Options: --searches 200, --writes 200, --working-writes 500,
+--redis-url redis://127.0.0.1:6379/13, --working redis,redis:pipeline,db (or none),
+--server gunicorn|runserver, --mysql (each run on a fresh MariaDB database
+`membench_<lang>_<n>` at 127.0.0.1:3306 as root, dropped afterwards; default: a fresh SQLite
+file), --max-embed N (embed only the first N texts per language, later rows reuse those vectors
+cyclically — for a machine too loaded to embed 200k texts; reported in the table), --keep (keep
+the temporary DATA_DIR).
 
 What it does, per language and size N:
 
@@ -25,10 +28,14 @@ What it does, per language and size N:
    wall time per HTTP call: the first search (index load, reported on its own), 10 warm-up
    searches, `--searches` timed searches (half are questions about a seeded memory — "needle"
    hit@10 is reported —, half questions about things never stored), `--writes` timed writes
-   (`enable_dedup` true, content distinct from the corpus), 50 searches after the writes, and
-   the worker's VmRSS / VmHWM from /proc.
+   (`enable_dedup` true, content distinct from the corpus), 50 writes without dedup, 50 new
+   questions after the writes, 50 questions asked again (the server caches query vectors, so
+   this is a search without the query embedding), and the worker's VmRSS / VmHWM from /proc
+   (after the index load, after the first write, at the end).
 6. **Working memory**: a server with `REDIS_URL` (and one without, the database store),
-   `--working-writes` timed POST /memories/working of one agent.
+   `--working-writes` timed POST /memories/working of one agent — with the team's pipeline
+   setting as shipped and, for Redis, with the automatic pipeline saved as enabled (a compress
+   job every few writes, run in a background thread of the server in embedded mode).
 
 Targets (the memories issue): search p95 <= 50 ms and write p95 <= 60 ms at 100k, working
 write p95 <= 10 ms on Redis, RSS < 400 MB per worker at 100k.
@@ -55,6 +62,7 @@ from common import (
     PYTHON,
     ROOT,
     BenchServer,
+    code_version,
     log,
     machine_info,
     machine_load,
@@ -301,6 +309,9 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         skipped_examples: list[dict[str, Any]] = []
         errors: list[str] = []
         for i, item in enumerate(writes):
+            if i == 1:
+                # After the first write: the index grows its arrays when a write overflows them.
+                result["rss_after_first_write_mb"] = _rss_mb(pid)
             t = time.perf_counter()
             try:
                 res = client.write_memory(
@@ -331,13 +342,30 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         result["write_errors"] = errors[:10]
         log(f"[{lang} {n}] write {result['write_ms']} skipped {skipped} errors {len(errors)}")
 
-        # 4. searches after writes (each applies the change log first)
+        # 4. writes without dedup: the same path minus the duplicate check
+        nl: list[float] = []
+        for i, item in enumerate(corpus.fresh(lang, 50, "write-nodedup", seeded)):
+            t = time.perf_counter()
+            client.write_memory(AGENT, item.text, enable_dedup=False, metadata={"nd": i})
+            nl.append((time.perf_counter() - t) * 1000)
+        result["write_nodedup_ms"] = summarise(nl)
+
+        # 5. new questions after the writes (each search applies the change log first)
         al: list[float] = []
+        for item in corpus.fresh(lang, 50, "query-after", seeded):
+            t = time.perf_counter()
+            client.search(AGENT, item.question)
+            al.append((time.perf_counter() - t) * 1000)
+        result["search_after_writes_ms"] = summarise(al)
+
+        # 6. questions asked before: the server's query-vector cache answers the embedding, so
+        # this is the search without the query embedding (index, database, rendering, HTTP).
+        cl: list[float] = []
         for q, _ in queries[:50]:
             t = time.perf_counter()
             client.search(AGENT, q)
-            al.append((time.perf_counter() - t) * 1000)
-        result["search_after_writes_ms"] = summarise(al)
+            cl.append((time.perf_counter() - t) * 1000)
+        result["search_cached_query_ms"] = summarise(cl)
         result["rss_end_mb"] = _rss_mb(pid)
         result["end_load"] = machine_load()
         log(f"[{lang} {n}] RSS {result['rss_end_mb']}; {machine_load()}")
@@ -350,12 +378,19 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def run_working(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_working(config: str, args: argparse.Namespace) -> dict[str, Any]:
+    """`config`: "redis" or "db" (the store), optionally ":pipeline" / ":nopipeline" (the team's
+    automatic pipeline saved as enabled / disabled through POST /lifecycle/auto-config; enabled,
+    a compress job is queued every few writes and runs in a background thread of the server in
+    embedded mode). Without the option the team keeps the shipped default."""
     from memoryplatform.client import MemoryClient
 
+    backend, _, option = config.partition(":")
+    if backend not in ("redis", "db") or option not in ("", "pipeline", "nopipeline"):
+        raise ValueError(f"unknown working-memory configuration {config!r}")
     redis_url = args.redis_url if backend == "redis" else None
     srv = BenchServer(server=args.server, redis_url=redis_url, keep=args.keep)
-    result: dict[str, Any] = {"backend": backend}
+    result: dict[str, Any] = {"backend": config}
     agent = f"wm-{os.getpid()}-{int(time.time())}"
     try:
         srv.prepare()
@@ -366,6 +401,9 @@ def run_working(backend: str, args: argparse.Namespace) -> dict[str, Any]:
             stats = client.get_stats()
             if not stats.get("redis_ok"):
                 raise RuntimeError(f"server does not see Redis: {stats}")
+        if option:
+            client.set_pipeline_config(enabled=option == "pipeline")
+        result["pipeline"] = client.get_pipeline_config()
         items = corpus.generate("en", 300) + corpus.generate("zh", 300)
         random.Random("working").shuffle(items)
         for item in items[:20]:
@@ -383,9 +421,12 @@ def run_working(backend: str, args: argparse.Namespace) -> dict[str, Any]:
         result["list_50_ms"] = round((time.perf_counter() - t) * 1000, 1)
         result["listed"] = len(listed)
         result["rss_mb"] = _rss_mb(pid)
+        # What the pipeline did meanwhile (compress jobs turn working items into memories).
+        stats = client.get_stats()
+        result["personal_memories_after"] = stats.get("personal_memories")
         cleared = client.clear_working(agent)
         result["cleared"] = cleared.get("cleared")
-        log(f"[working {backend}] {result}")
+        log(f"[working {config}] {result}")
     finally:
         srv.cleanup()
     return result
@@ -394,40 +435,51 @@ def run_working(backend: str, args: argparse.Namespace) -> dict[str, Any]:
 # --- report -------------------------------------------------------------------------------------
 
 
-def _fmt(s: dict[str, float]) -> str:
-    return f"{s.get('p50', float('nan')):.1f} / {s.get('p95', float('nan')):.1f} / {s.get('p99', float('nan')):.1f}"
+def _p(s: dict[str, float] | None, key: str) -> str:
+    return "–" if not s or key not in s else f"{s[key]:.0f}"
 
 
 def print_report(report: dict[str, Any]) -> None:
     print(f"\nmachine: {report['machine']}")
+    print(f"code: {report['code']}")
     print(
-        "\n| lang | N | index load (first search) | search p50/p95/p99 ms | needle hit@10 | "
-        "write p50/p95/p99 ms | first write ms | dedup-skipped | search after writes p50/p95 | "
-        "RSS after load / end / peak MB | vectors embedded | load during run |"
+        "\n| lang | N | vectors embedded | index load (1st search) | search p50 / p95 / p99 ms | "
+        "search, cached query vector p50 / p95 | search after writes p50 / p95 | "
+        "write (dedup) p50 / p95 / p99 | write (no dedup) p50 / p95 | dedup-skipped | "
+        "needle hit@10 | RSS after load / after 1st write / end / peak MB | load |"
     )
-    print("| --- " * 12 + "|")
+    print("| --- " * 13 + "|")
     for r in report["runs"]:
         if "error" in r:
             print(f"| {r['lang']} | {r['size']} | ERROR: {r['error']} |")
             continue
-        aw = r["search_after_writes_ms"]
+        s, c, a = r["search_ms"], r.get("search_cached_query_ms"), r["search_after_writes_ms"]
+        w, nd = r["write_ms"], r.get("write_nodedup_ms")
+        fw = r.get("rss_after_first_write_mb", {})
         print(
-            f"| {r['lang']} | {r['size']:,} | {r['index_load_ms'] / 1000:.1f} s | {_fmt(r['search_ms'])} | "
-            f"{r['needle_hit_at_10']:.2f} | {_fmt(r['write_ms'])} | {r['write_first_ms']} | "
-            f"{r['write_dedup_skipped']} | {aw['p50']:.1f} / {aw['p95']:.1f} | "
-            f"{r['rss_after_load_mb'].get('rss')} / {r['rss_end_mb'].get('rss')} / "
-            f"{r['rss_end_mb'].get('hwm')} | {r['seed']['embedded']:,} | {r['search_load']} |"
+            f"| {r['lang']} | {r['size']:,} | {r['seed']['embedded']:,} | "
+            f"{r['index_load_ms'] / 1000:.1f} s | "
+            f"{_p(s, 'p50')} / {_p(s, 'p95')} / {_p(s, 'p99')} | {_p(c, 'p50')} / {_p(c, 'p95')} | "
+            f"{_p(a, 'p50')} / {_p(a, 'p95')} | {_p(w, 'p50')} / {_p(w, 'p95')} / {_p(w, 'p99')} | "
+            f"{_p(nd, 'p50')} / {_p(nd, 'p95')} | {r['write_dedup_skipped']} / {w['n']} | "
+            f"{r['needle_hit_at_10']:.2f} | {r['rss_after_load_mb'].get('rss')} / "
+            f"{fw.get('rss', '–')} / {r['rss_end_mb'].get('rss')} / {r['rss_end_mb'].get('hwm')} | "
+            f"{r['search_load'].replace('load average: ', '')} |"
         )
     if report.get("working"):
-        print("\n| working memory | write p50/p95/p99 ms | max ms | list 50 ms | RSS MB | load |")
+        print(
+            "\n| working memory | write p50 / p95 / p99 ms | max ms | list 50 ms | RSS MB | load |"
+        )
         print("| --- " * 6 + "|")
-        for w in report["working"]:
-            if "error" in w:
-                print(f"| {w['backend']} | ERROR: {w['error']} |")
+        for wm in report["working"]:
+            if "error" in wm:
+                print(f"| {wm['backend']} | ERROR: {wm['error']} |")
                 continue
+            ws = wm["write_ms"]
             print(
-                f"| {w['backend']} | {_fmt(w['write_ms'])} | {w['write_ms']['max']} | "
-                f"{w['list_50_ms']} | {w['rss_mb'].get('rss')} | {w['load']} |"
+                f"| {wm['backend']} | {ws['p50']} / {ws['p95']} / {ws['p99']} | {ws['max']} | "
+                f"{wm['list_50_ms']} | {wm['rss_mb'].get('rss')} | "
+                f"{wm['load'].replace('load average: ', '')} |"
             )
 
 
@@ -445,7 +497,12 @@ def main() -> int:
     p.add_argument("--searches", type=int, default=200)
     p.add_argument("--writes", type=int, default=200)
     p.add_argument("--working-writes", type=int, default=500)
-    p.add_argument("--working-backends", default="redis,db", help="redis,db | redis | db | none")
+    p.add_argument(
+        "--working",
+        default="redis,redis:pipeline,db",
+        help="working-memory configurations: redis | db, each optionally :pipeline or "
+        ":nopipeline; or none",
+    )
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
     p.add_argument("--server", choices=["gunicorn", "runserver"], default="gunicorn")
     p.add_argument("--mysql", action="store_true", help="fresh MariaDB database per run")
@@ -478,6 +535,7 @@ def main() -> int:
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "load_at_start": machine_load(),
         "server": f"{args.server}, 1 worker",
+        "code": code_version(),
         "runs": [],
         "working": [],
     }
@@ -507,7 +565,7 @@ def main() -> int:
                 report["runs"].append({"lang": lang, "size": n, "error": str(exc)[:500]})
             if args.json:
                 args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False))
-    backends = [b for b in args.working_backends.split(",") if b.strip() and b != "none"]
+    backends = [b.strip() for b in args.working.split(",") if b.strip() and b.strip() != "none"]
     for backend in backends:
         try:
             report["working"].append(run_working(backend, args))

@@ -8,9 +8,14 @@ Usage (from the project root):
     .venv/bin/python bench/locomo.py --data ../shared/bench/locomo-dev \
         --base-url http://127.0.0.1:8000 --api-key mk_… --secret …   # an already running server
 
-Options: --limit-conversations N (first N files), --mode (hybrid | vector | keyword, or several
-separated by commas: the conversations are ingested once and searched in each mode; default: no
-mode sent, i.e. the server's default), --server gunicorn|runserver (own server only), --keep.
+Options: --limit-conversations N (first N files), --mode (hybrid | vector | keyword | default,
+or several separated by commas: the conversations are ingested once and searched in each; an
+entry may carry settings for the own server while it is searched, e.g.
+`--mode hybrid,hybrid@SEARCH_FUSION=weighted@SEARCH_DENSE_WEIGHT=0.4`; default: no mode sent,
+i.e. the server's default). Own server only: --server gunicorn|runserver, --keep
+(keep the temporary DATA_DIR), --server-env KEY=VALUE (repeatable, e.g. SEARCH_FUSION=weighted),
+--same-process (by default the server is restarted between modes, so that no mode profits from
+the query vectors cached by the previous one).
 
 Protocol (../shared/reference/retrieval.md), deterministic, no LLM:
 
@@ -47,7 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BenchServer, log, machine_info, machine_load, summarise
+from common import BenchServer, code_version, log, machine_info, machine_load, summarise
 
 from memoryplatform.client import MemoryAPIError, MemoryClient
 
@@ -170,7 +175,8 @@ def evaluate(
         except MemoryAPIError as exc:
             res.errors.append(f"{conv.name}#{q.index}: {exc.status} {exc.code}")
             results = []
-        res.latencies_ms.append((time.perf_counter() - t) * 1000)
+        ms = (time.perf_counter() - t) * 1000
+        res.latencies_ms.append(ms)
         if len(results) < 20:
             res.short_results += 1
         got = [str((r.get("metadata") or {}).get("dia_id", "")) for r in results]
@@ -182,6 +188,7 @@ def evaluate(
             "evidence": q.evidence,
             "ranks": ranks,
             "returned": len(results),
+            "ms": round(ms, 1),
         }
         for k in KS:
             row[f"r{k}"] = sum(1 for r in ranks.values() if r is not None and r <= k) / len(
@@ -214,13 +221,33 @@ def main() -> int:
     p.add_argument("--mode", default="", help="hybrid|vector|keyword (comma-separated for several)")
     p.add_argument("--server", choices=["gunicorn", "runserver"], default="gunicorn")
     p.add_argument("--keep", action="store_true", help="keep the temporary DATA_DIR")
+    p.add_argument(
+        "--same-process",
+        action="store_true",
+        help="own server: search every mode in the same server process (default: restart it "
+        "between modes, so no mode profits from the server's query-vector cache)",
+    )
+    p.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="own server: an extra environment setting, e.g. SEARCH_FUSION=weighted (repeatable)",
+    )
     p.add_argument("--json", type=Path, help="write the numbers (and per-question ranks) here")
     args = p.parse_args()
 
-    modes: list[str | None] = [m.strip() for m in args.mode.split(",") if m.strip()] or [None]
-    for m in modes:
-        if m is not None and m not in ("hybrid", "vector", "keyword"):
-            p.error(f"unknown mode {m!r}")
+    # Each entry: "mode" or "mode@KEY=VALUE@KEY=VALUE" (settings for the own server while that
+    # entry is searched); "default" = no mode sent.
+    variants: list[tuple[str, str | None, dict[str, str]]] = []
+    for entry in [m.strip() for m in args.mode.split(",") if m.strip()] or ["default"]:
+        head, *settings = entry.split("@")
+        if head not in ("default", "hybrid", "vector", "keyword"):
+            p.error(f"unknown mode {head!r}")
+        env = dict(kv.split("=", 1) for kv in settings if "=" in kv)
+        if env and args.base_url:
+            p.error("per-mode settings (mode@KEY=VALUE) need the script's own server")
+        variants.append((entry, None if head == "default" else head, env))
     files = sorted(args.data.glob("*.json")) if args.data.is_dir() else [args.data]
     if args.limit_conversations:
         files = files[: args.limit_conversations]
@@ -242,7 +269,10 @@ def main() -> int:
         base_url, api_key, secret = args.base_url, args.api_key, args.secret
         suffix = "-" + time.strftime("%Y%m%d%H%M%S")  # a fresh agent per run on a shared server
     else:
-        server = BenchServer(server=args.server, keep=args.keep)
+        base_env = dict(kv.split("=", 1) for kv in args.server_env)
+        server = BenchServer(
+            server=args.server, keep=args.keep, extra_env={**base_env, **variants[0][2]}
+        )
         server.__enter__()
         base_url, api_key, secret = server.base_url, server.api_key, server.secret
         suffix = ""
@@ -250,6 +280,8 @@ def main() -> int:
         "machine": machine_info(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "server": base_url if args.base_url else f"own ({args.server}, 1 worker, SQLite)",
+        "code": code_version(),
+        "server_env": args.server_env,
         "conversations": [c.name for c in convs],
         "turns": n_turns,
         "questions": n_q,
@@ -283,8 +315,20 @@ def main() -> int:
 
         # 2. search, per mode
         report["modes"] = {}
-        for mode in modes:
-            res = ModeResult(mode or "default")
+        for i, (entry, mode, env) in enumerate(variants):
+            if server is not None and i > 0:
+                wanted = {**base_env, **env}
+                # A fresh process per mode: the server caches query vectors, so a second mode
+                # would otherwise skip the query embedding and look faster than it is.
+                if not args.same_process or wanted != server.extra_env:
+                    server.extra_env = wanted
+                    server.stop()
+                    server.start()
+                    client = MemoryClient(api_key, secret, base_url=server.base_url, timeout=300)
+            name = entry
+            if name in report["modes"]:  # the same mode twice: keep both
+                name = f"{name}#{i + 1}"
+            res = ModeResult(name)
             for conv in convs:
                 evaluate(client, f"locomo-{conv.name}{suffix}", conv, mode, res)
             res.load = machine_load()
@@ -311,6 +355,11 @@ def main() -> int:
     report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
 
     ing = report["ingest"]
+    code = report["code"]
+    print(
+        f"\ncode: HEAD {code['head']} (+{code['changed_files']} changed files), search code "
+        f"{code['search_code_sha256']}"
+    )
     print(
         f"\n{len(convs)} conversations, {n_turns} turns, {n_q} questions; "
         f"server: {report['server']}; machine: {report['machine']['cores']} cores"

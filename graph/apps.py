@@ -1,7 +1,28 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db.models.signals import pre_delete
 
 
 class GraphConfig(AppConfig):
     name = "graph"
+
+    def ready(self) -> None:
+        from memories import search
+        from tenants.models import Agent
+        from tenants.services import register_team_purge_hook
+
+        from . import search as graph_search
+        from . import selectors, signals
+
+        pre_delete.connect(
+            signals.delete_agents_entities, sender=Agent, dispatch_uid="graph.agent_purge"
+        )
+        # A deleted team's vectors leave this process's cache at once (not only when LRU).
+        register_team_purge_hook(graph_search.forget_team)
+        # Search's `include_entities` asks the graph through a hook, so memories never imports
+        # graph (imports flow tenants <- memories <- graph <- lifecycle). Looked up by name:
+        # the hook is optional for the memories app.
+        register = getattr(search, "register_entities_provider", None)
+        if register is not None:
+            register(selectors.entities_for_memories)

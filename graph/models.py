@@ -1,1 +1,144 @@
+"""The knowledge graph (API.md §7): entities, directed relations between them, and the memories
+each entity was read from.
+
+Every row belongs to one team. An entity may also belong to one agent (`agent_id`; blank = the
+whole team), like a personal memory. Vectors are float32 bytes with the model that made them, as
+for memories: the database is the source of truth.
+"""
+
 from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+from memories.models import Memory
+from tenants.models import Team
+
+ENTITY_TYPES = (
+    "person",
+    "preference",
+    "skill",
+    "project",
+    "goal",
+    "fact",
+    "concept",
+    "organization",
+    "location",
+    "custom",
+)
+RELATION_TYPES = (
+    "prefers",
+    "works_on",
+    "knows",
+    "uses",
+    "works_at",
+    "located_in",
+    "has_goal",
+    "related_to",
+    "part_of",
+)
+
+
+class Entity(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="entities")
+    # Owning agent; "" = team-wide. A plain id like Memory.agent_id: entities of a deleted agent
+    # are removed by graph.signals, team-wide ones outlive every agent.
+    agent_id = models.CharField(max_length=64, blank=True, default="")
+    name = models.CharField(max_length=255)
+    entity_type = models.CharField(max_length=16, choices=[(t, t) for t in ENTITY_TYPES])
+    description = models.TextField(blank=True, default="")
+    properties = models.JSONField(default=dict, blank=True)
+    embedding = models.BinaryField(null=True, blank=True, editable=False)
+    embedding_model = models.CharField(max_length=128, blank=True, default="")
+    # Resolution key ("Python 3.13" -> "python"): graph.resolution.normalise_name. Also what the
+    # create-or-merge lookup narrows on before comparing names exactly (case-insensitively).
+    normalized_name = models.CharField(max_length=255)
+    # The memory this entity was first extracted from; every later mention is an EntityMention.
+    source_memory = models.ForeignKey(
+        Memory, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    access_count = models.PositiveIntegerField(default=0)
+    last_accessed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "agent_id", "name", "entity_type"], name="uniq_entity_name"
+            )
+        ]
+        indexes = [
+            # list: newest first, optionally by agent and/or type
+            models.Index(fields=["team", "-created_at"], name="ent_team_recent"),
+            models.Index(fields=["team", "entity_type", "-created_at"], name="ent_type_recent"),
+            models.Index(
+                fields=["team", "agent_id", "entity_type", "-created_at"],
+                name="ent_agent_recent",
+            ),
+            # create-or-merge and resolution: same scope, same normalised name
+            models.Index(fields=["team", "agent_id", "normalized_name"], name="ent_resolve"),
+            # whole-graph render: most used first
+            models.Index(fields=["team", "-access_count"], name="ent_team_used"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.entity_type}) in {self.team_id}/{self.agent_id or '*'}"
+
+
+class Relation(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="relations")
+    # Both ends are always entities of `team` (graph.services.relation_create checks it).
+    source = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="outgoing")
+    target = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="incoming")
+    relation_type = models.CharField(max_length=16, choices=[(t, t) for t in RELATION_TYPES])
+    description = models.TextField(blank=True, default="")
+    properties = models.JSONField(default=dict, blank=True)
+    source_memory = models.ForeignKey(
+        Memory, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            # Also the index for "outgoing relations of these entities" (leading column).
+            models.UniqueConstraint(
+                fields=["source", "target", "relation_type"], name="uniq_relation"
+            )
+        ]
+        indexes = [
+            # incoming relations of these entities (traversal, detail, list by entity)
+            models.Index(fields=["target", "source"], name="rel_target"),
+            # list: newest first, optionally by type
+            models.Index(fields=["team", "-created_at"], name="rel_team_recent"),
+            models.Index(fields=["team", "relation_type", "-created_at"], name="rel_type_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} -{self.relation_type}-> {self.target_id}"
+
+
+class EntityMention(models.Model):
+    """An entity was read from a memory (extraction). Search's `include_entities` reads these.
+
+    `Entity.source_memory` keeps only the first memory; a later memory that mentions the same
+    thing merges into the entity and is recorded here, so every memory finds its entities.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="mentions")
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["entity", "memory"], name="uniq_entity_mention")
+        ]
+        indexes = [models.Index(fields=["team", "memory"], name="mention_memory")]
+
+    def __str__(self) -> str:
+        return f"entity {self.entity_id} in memory {self.memory_id}"

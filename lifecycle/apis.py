@@ -222,6 +222,7 @@ class AutoConfigInputSerializer(serializers.Serializer):
     enabled = StrictBooleanField(required=False)
     warmup_max_memories = StrictIntegerField(required=False, min_value=0, max_value=10000)
     warmup_compress_every_n = StrictIntegerField(required=False, min_value=0, max_value=10000)
+    extract_graph = StrictBooleanField(required=False)
 
 
 class AutoConfigApi(APIView):

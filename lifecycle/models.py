@@ -27,6 +27,9 @@ class PipelineConfig(models.Model):
     enabled = models.BooleanField(default=True)
     warmup_max_memories = models.PositiveIntegerField(default=5)
     warmup_compress_every_n = models.PositiveIntegerField(default=1)
+    # (beyond API.md) After each fact extraction, extract graph entities and relations from the
+    # new facts (a separate, recorded job).
+    extract_graph = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -66,6 +66,11 @@ class MemoryOutputSerializer(serializers.Serializer):
     )
     dedup_skipped = serializers.BooleanField(required=False)
     dedup_score = serializers.FloatField(required=False)
+    entities = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="search with include_entities only: the graph entities read from the memory",
+    )
 
 
 class _CreateBase(serializers.Serializer):
@@ -101,6 +106,7 @@ class _SearchBase(serializers.Serializer):
         choices=["hybrid", "vector", "keyword"], required=False, default="hybrid"
     )
     filters = JSONObjectField(required=False, default=dict)
+    include_entities = StrictBooleanField(required=False, default=False)
 
     def validate_filters(self, value: dict[str, Any]) -> dict[str, Any]:
         unknown = set(value) - FILTER_KEYS
@@ -214,6 +220,10 @@ def _search(request: Request, scope: str, s: serializers.Serializer) -> Response
         include_shared=data.get("include_shared", False),
         include_team=data.get("include_team", False),
     )
+    if data["include_entities"]:
+        search.attach_entities(
+            team=principal.team, results=results, acting_agent=principal.agent_id
+        )
     return Response(results)
 
 

@@ -22,6 +22,7 @@ stronger. λ = SEARCH_DECAY_WEIGHT (0.1) caps the effect, so a strong match is n
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -46,6 +47,32 @@ class Candidate:
     score: float
     dense: float
     lexical: float
+
+
+# The graph app registers how to find the entities read from memories, so search can attach
+# them (`include_entities`) without memories importing graph (imports flow tenants <- memories
+# <- graph <- lifecycle). Called as provider(team=, memory_ids=, acting_agent=).
+EntitiesProvider = Callable[..., dict[int, list[dict[str, Any]]]]
+_entities_provider: EntitiesProvider | None = None
+
+
+def register_entities_provider(provider: EntitiesProvider) -> None:
+    global _entities_provider
+    _entities_provider = provider
+
+
+def attach_entities(
+    *, team: Team, results: list[dict[str, Any]], acting_agent: str | None
+) -> list[dict[str, Any]]:
+    """Adds `entities` (graph entities read from each memory; [] if none) to search results."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    if _entities_provider is not None and results:
+        found = _entities_provider(
+            team=team, memory_ids=[r["id"] for r in results], acting_agent=acting_agent
+        )
+    for r in results:
+        r["entities"] = found.get(r["id"], [])
+    return results
 
 
 def _filters_q(filters: dict[str, Any]) -> Q:

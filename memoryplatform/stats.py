@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 
+from graph.models import Entity, Relation
 from lifecycle.models import Persona, Scenario
 from tenants.models import Agent, Team
 
@@ -30,6 +31,8 @@ def team_stats(*, team: Team) -> dict[str, Any]:
         "working_memories": working,
         "scenarios": Scenario.objects.filter(team=team).count(),
         "personas": Persona.objects.filter(team=team).count(),
+        "entities": Entity.objects.filter(team=team).count(),
+        "relations": Relation.objects.filter(team=team).count(),
         # In embedded mode working memory lives in the database, so it is as healthy as the API.
         "redis_ok": redis.ok,
         "embedding_ok": embedding.ok,

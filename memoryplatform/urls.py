@@ -7,7 +7,9 @@ from django.urls import path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from graph import apis as graph_apis
 from lifecycle import apis as lifecycle_apis
+from lifecycle.services import pipeline as lifecycle_pipeline
 from memories import apis as memory_apis
 from tenants import apis as tenant_apis
 
@@ -95,6 +97,25 @@ urlpatterns = [
         name="lifecycle-auto-config",
     ),
     path("lifecycle/auto-run", lifecycle_apis.AutoRunApi.as_view(), name="lifecycle-auto-run"),
+    path("graph", graph_apis.GraphApi.as_view(), name="graph"),
+    path("graph/entities", graph_apis.EntityListCreateApi.as_view(), name="graph-entities"),
+    path(
+        "graph/entities/<str:entity_id>",
+        graph_apis.EntityDetailApi.as_view(),
+        name="graph-entity-detail",
+    ),
+    path("graph/relations", graph_apis.RelationListCreateApi.as_view(), name="graph-relations"),
+    path(
+        "graph/relations/<str:relation_id>",
+        graph_apis.RelationDetailApi.as_view(),
+        name="graph-relation-detail",
+    ),
+    # The job runner is handed to the view here: graph must not import lifecycle services.
+    path(
+        "lifecycle/extract-graph",
+        graph_apis.ExtractGraphApi.as_view(run_job=lifecycle_pipeline.run),
+        name="lifecycle-extract-graph",
+    ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin", RedirectView.as_view(url="/admin/", permanent=False)),

@@ -403,6 +403,7 @@ class TestAutoConfig:
             "enabled": True,
             "warmup_max_memories": 5,
             "warmup_compress_every_n": 1,
+            "extract_graph": False,
             "configured": False,
         }
         data = ok_data(
@@ -498,3 +499,23 @@ class TestPipeline:
         assert [r["action"] for r in results] == ["compress", "cleanup"]
         assert results[0]["agent_id"] == "a" and results[0]["compressed"] == 2
         assert {j.trigger for j in JobRun.objects.all()} == {"api"}
+
+
+def test_the_graph_step_after_fact_extraction_is_opt_in(api):
+    from graph.models import Entity
+
+    working(api, "r", ["Alice works at Acme Corp in Berlin and uses Python every day."])
+    api.post("/lifecycle/auto-config", {"enabled": False})
+    ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "r"}))
+    assert not JobRun.objects.filter(kind="extract-graph").exists()
+    api.post(
+        "/memories/working", {"agent_id": "r2", "content": "Bob works at Initech and uses Go."}
+    )
+    api.post(
+        "/lifecycle/auto-config", {"enabled": True, "extract_graph": True, "compress_every_n": 0}
+    )
+    data = ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "r2"}))
+    assert data["count"] >= 1
+    job = JobRun.objects.get(kind="extract-graph")
+    assert (job.trigger, job.status, job.agent_id) == ("auto", "succeeded", "r2")
+    assert Entity.objects.filter(team_id="team_a").exists()

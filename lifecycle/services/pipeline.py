@@ -28,6 +28,7 @@ CONFIG_FIELDS = (
     "enabled",
     "warmup_max_memories",
     "warmup_compress_every_n",
+    "extract_graph",
 )
 
 
@@ -146,6 +147,24 @@ def auto_run(*, team: Team, trigger: str = "api") -> list[dict[str, Any]]:
     return results
 
 
+def _maybe_extract_graph(*, team: Team, agent_id: str, facts: int) -> None:
+    """The optional graph step after fact extraction (config `extract_graph`), as its own job."""
+    config = config_get(team=team)
+    if not facts or not config_is_saved(config) or not config.enabled or not config.extract_graph:
+        return
+    try:
+        run(
+            team=team,
+            kind="extract-graph",
+            trigger="auto",
+            agent_id=agent_id,
+            params={"max_memories": facts},
+        )
+    except Exception:
+        # Recorded as a failed job; the facts are committed and stay.
+        logger.exception("graph step after fact extraction failed for %s/%s", team.id, agent_id)
+
+
 def dispatch(
     *, team: Team, kind: str, agent_id: str, params: dict[str, Any], job_id: int | None
 ) -> operations.Outcome:
@@ -153,7 +172,9 @@ def dispatch(
     if kind == "compress":
         return operations.compress(team=team, agent_id=agent_id, job_id=job_id, **params)
     if kind == "extract-facts":
-        return operations.extract_facts(team=team, agent_id=agent_id, job_id=job_id, **params)
+        outcome = operations.extract_facts(team=team, agent_id=agent_id, job_id=job_id, **params)
+        _maybe_extract_graph(team=team, agent_id=agent_id, facts=outcome[0].get("count", 0))
+        return outcome
     if kind == "aggregate-scenes":
         return operations.aggregate_scenes(team=team, agent_id=agent_id, job_id=job_id, **params)
     if kind == "generate-persona":

@@ -1,0 +1,519 @@
+"""Knowledge-graph endpoints (API.md §7) and `POST /lifecycle/extract-graph`. Thin: validate,
+check access, call a selector or service, render."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from memoryplatform.errors import ValidationFailed
+from memoryplatform.serializers import (
+    JSONObjectField,
+    StrictCharField,
+    StrictIntegerField,
+    query_int,
+)
+from tenants.apis import principal_of
+from tenants.models import AGENT_ID_RE
+from tenants.services import agent_ensure
+
+from . import selectors, services, traversal
+from .models import ENTITY_TYPES, RELATION_TYPES
+from .selectors import check_agent_filter, entity_to_dict, relation_to_dict
+
+AGENT_ID = RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")
+MAX_SEEDS = 100
+MAX_QUERY_CHARS = 1000
+DESCRIPTION_MAX_CHARS = 10_000
+
+
+class StrictUUIDField(serializers.UUIDField):
+    """A UUID given as a string; DRF's own field also takes integers and coerces them."""
+
+    default_error_messages = {"invalid": "Must be a valid UUID."}
+
+    def to_internal_value(self, data: Any) -> uuid.UUID:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+def _validate_name(value: str) -> None:
+    if not value.strip():
+        raise serializers.ValidationError("Must not be empty.")
+
+
+# --- output documentation --------------------------------------------------------------------
+
+
+class EntityOutputSerializer(serializers.Serializer):
+    """Documentation of the entity object (rendered by selectors.entity_to_dict)."""
+
+    id = serializers.UUIDField()
+    team_id = serializers.CharField()
+    agent_id = serializers.CharField(allow_null=True, help_text="null = team-wide")
+    name = serializers.CharField()
+    entity_type = serializers.ChoiceField(choices=ENTITY_TYPES)
+    description = serializers.CharField(allow_null=True)
+    properties = serializers.DictField()
+    source_memory_id = serializers.IntegerField(allow_null=True)
+    access_count = serializers.IntegerField()
+    last_accessed_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    score = serializers.FloatField(required=False, help_text="with q only: 0..1")
+
+
+class RelationOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    team_id = serializers.CharField()
+    source_entity_id = serializers.UUIDField()
+    target_entity_id = serializers.UUIDField()
+    relation_type = serializers.ChoiceField(choices=RELATION_TYPES)
+    description = serializers.CharField(allow_null=True)
+    properties = serializers.DictField()
+    source_memory_id = serializers.IntegerField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+def _page_of(name: str, item: serializers.Serializer) -> serializers.Serializer:
+    return inline_serializer(
+        name,
+        {
+            "items": serializers.ListField(child=item),
+            "total": serializers.IntegerField(),
+            "page": serializers.IntegerField(),
+            "page_size": serializers.IntegerField(),
+        },
+    )
+
+
+PAGING = [
+    OpenApiParameter("page", int, description=">= 1 (1)"),
+    OpenApiParameter("page_size", int, description="1..100 (20)"),
+]
+
+
+# --- query parameters ------------------------------------------------------------------------
+
+
+def _paging(request: Request) -> tuple[int, int]:
+    params = request.query_params
+    page = query_int(params.get("page"), name="page", default=1, minimum=1, maximum=10**6)
+    size = query_int(params.get("page_size"), name="page_size", default=20, minimum=1, maximum=100)
+    return page, size
+
+
+def _choice_param(request: Request, name: str, choices: tuple[str, ...]) -> str | None:
+    value = request.query_params.get(name)
+    if value is None or value == "":
+        return None
+    if value not in choices:
+        raise ValidationFailed(
+            {name: [f"Must be one of: {', '.join(choices)}."]}, f"{name}: unknown value"
+        )
+    return value
+
+
+def _agent_param(request: Request) -> str | None:
+    value = request.query_params.get("agent_id")
+    if value is None or value == "":
+        return None
+    try:
+        AGENT_ID(value)
+    except Exception:
+        raise ValidationFailed(
+            {"agent_id": ["Must match [A-Za-z0-9_.:@-]{1,64}."]}, "agent_id: invalid"
+        ) from None
+    check_agent_filter(agent_id=value, acting_agent=principal_of(request).agent_id)
+    return value
+
+
+def _uuid_param(value: str, name: str) -> str:
+    if selectors.parse_uuid(value) is None:
+        raise ValidationFailed({name: ["Must be a valid UUID."]}, f"{name}: not a UUID")
+    return value
+
+
+# --- entities --------------------------------------------------------------------------------
+
+
+class EntityCreateInputSerializer(serializers.Serializer):
+    name = StrictCharField(max_length=255, validators=[_validate_name])
+    entity_type = serializers.ChoiceField(choices=ENTITY_TYPES)
+    description = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, max_length=DESCRIPTION_MAX_CHARS
+    )
+    properties = JSONObjectField(required=False, allow_null=True)
+    agent_id = StrictCharField(required=False, allow_blank=True, default="", validators=[AGENT_ID])
+
+    def validate_name(self, value: str) -> str:
+        return value.strip()
+
+
+class EntityUpdateInputSerializer(serializers.Serializer):
+    name = StrictCharField(
+        required=False, allow_null=True, max_length=255, validators=[_validate_name]
+    )
+    description = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, max_length=DESCRIPTION_MAX_CHARS
+    )
+    properties = JSONObjectField(required=False, allow_null=True)
+
+    def validate_name(self, value: str | None) -> str | None:
+        return value.strip() if value is not None else None
+
+
+class EntityListCreateApi(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("agent_id", str, description="only this agent's entities"),
+            OpenApiParameter("entity_type", str, enum=list(ENTITY_TYPES)),
+            OpenApiParameter("q", str, description="semantic + name search, best first"),
+            *PAGING,
+        ],
+        responses=_page_of("EntityPage", EntityOutputSerializer()),
+        summary="List entities (newest first, or best match for q)",
+    )
+    def get(self, request: Request) -> Response:
+        principal = principal_of(request)
+        agent_id = _agent_param(request)
+        entity_type = _choice_param(request, "entity_type", ENTITY_TYPES)
+        q = request.query_params.get("q") or ""
+        if len(q) > MAX_QUERY_CHARS:
+            raise ValidationFailed({"q": [f"At most {MAX_QUERY_CHARS} characters."]}, "q: too long")
+        page, page_size = _paging(request)
+        result = selectors.entity_list(
+            team=principal.team,
+            acting_agent=principal.agent_id,
+            agent_id=agent_id,
+            entity_type=entity_type,
+            q=q,
+            page=page,
+            page_size=page_size,
+        )
+        return Response(result.as_dict())
+
+    @extend_schema(
+        request=EntityCreateInputSerializer,
+        responses={201: EntityOutputSerializer, 200: EntityOutputSerializer},
+        summary="Create an entity, or merge into the same (name, entity_type) of its scope (200)",
+    )
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        s = EntityCreateInputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        data = s.validated_data
+        check_agent_filter(agent_id=data["agent_id"], acting_agent=principal.agent_id)
+        entity, created = services.entity_create_or_merge(
+            team=principal.team,
+            name=data["name"],
+            entity_type=data["entity_type"],
+            agent_id=data["agent_id"],
+            description=data.get("description") or "",
+            properties=data.get("properties") or {},
+        )
+        return Response(entity_to_dict(entity), status=201 if created else 200)
+
+
+class EntityDetailApi(APIView):
+    @extend_schema(
+        responses=inline_serializer(
+            "EntityDetail",
+            {
+                "entity": EntityOutputSerializer(),
+                "outgoing_relations": RelationOutputSerializer(many=True),
+                "incoming_relations": RelationOutputSerializer(many=True),
+            },
+        ),
+        summary="An entity with its outgoing and incoming relations",
+    )
+    def get(self, request: Request, entity_id: str) -> Response:
+        principal = principal_of(request)
+        entity = selectors.entity_get(
+            team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
+        )
+        services.entities_touch(entity_ids=[entity.pk])
+        entity.refresh_from_db(fields=["access_count", "last_accessed_at"])
+        return Response(selectors.entity_detail(entity=entity, acting_agent=principal.agent_id))
+
+    @extend_schema(
+        request=EntityUpdateInputSerializer,
+        responses=EntityOutputSerializer,
+        summary="Update an entity (null/omitted = unchanged; properties merged)",
+    )
+    def put(self, request: Request, entity_id: str) -> Response:
+        principal = principal_of(request)
+        s = EntityUpdateInputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        entity = selectors.entity_get(
+            team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
+        )
+        data = s.validated_data
+        entity = services.entity_update(
+            entity=entity,
+            name=data.get("name"),
+            description=data.get("description"),
+            properties=data.get("properties"),
+        )
+        return Response(entity_to_dict(entity))
+
+    @extend_schema(
+        responses=inline_serializer(
+            "EntityDeleted",
+            {"deleted": serializers.UUIDField(), "relations_deleted": serializers.IntegerField()},
+        ),
+        summary="Delete an entity and its relations",
+    )
+    def delete(self, request: Request, entity_id: str) -> Response:
+        principal = principal_of(request)
+        entity = selectors.entity_get(
+            team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
+        )
+        deleted_id = str(entity.pk)
+        relations = services.entity_delete(entity=entity)
+        return Response({"deleted": deleted_id, "relations_deleted": relations})
+
+
+# --- relations -------------------------------------------------------------------------------
+
+
+class RelationCreateInputSerializer(serializers.Serializer):
+    source_entity_id = StrictUUIDField()
+    target_entity_id = StrictUUIDField()
+    relation_type = serializers.ChoiceField(choices=RELATION_TYPES)
+    description = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, max_length=DESCRIPTION_MAX_CHARS
+    )
+    properties = JSONObjectField(required=False, allow_null=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["source_entity_id"] == attrs["target_entity_id"]:
+            raise serializers.ValidationError(
+                {"target_entity_id": ["Must differ from source_entity_id."]}
+            )
+        return attrs
+
+
+class RelationListCreateApi(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("entity_id", str, description="relations at either end"),
+            OpenApiParameter("relation_type", str, enum=list(RELATION_TYPES)),
+            *PAGING,
+        ],
+        responses=_page_of("RelationPage", RelationOutputSerializer()),
+        summary="List relations, newest first",
+    )
+    def get(self, request: Request) -> Response:
+        principal = principal_of(request)
+        entity = None
+        entity_id = request.query_params.get("entity_id")
+        if entity_id:
+            entity = selectors.entity_get(
+                team=principal.team,
+                entity_id=_uuid_param(entity_id, "entity_id"),
+                acting_agent=principal.agent_id,
+            )
+        relation_type = _choice_param(request, "relation_type", RELATION_TYPES)
+        page, page_size = _paging(request)
+        result = selectors.relation_list(
+            team=principal.team,
+            acting_agent=principal.agent_id,
+            entity=entity,
+            relation_type=relation_type,
+            page=page,
+            page_size=page_size,
+        )
+        return Response(result.as_dict())
+
+    @extend_schema(
+        request=RelationCreateInputSerializer,
+        responses={201: RelationOutputSerializer, 200: RelationOutputSerializer},
+        summary="Create a relation (an existing one is returned unchanged, 200)",
+    )
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        s = RelationCreateInputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        data = s.validated_data
+        # Both ends are looked up in the caller's team: another team's id is a 404, so a
+        # relation can never join two teams.
+        source = selectors.entity_get(
+            team=principal.team,
+            entity_id=str(data["source_entity_id"]),
+            acting_agent=principal.agent_id,
+        )
+        target = selectors.entity_get(
+            team=principal.team,
+            entity_id=str(data["target_entity_id"]),
+            acting_agent=principal.agent_id,
+        )
+        relation, created = services.relation_create(
+            source=source,
+            target=target,
+            relation_type=data["relation_type"],
+            description=data.get("description") or "",
+            properties=data.get("properties") or {},
+        )
+        return Response(relation_to_dict(relation), status=201 if created else 200)
+
+
+class RelationDetailApi(APIView):
+    @extend_schema(
+        responses=inline_serializer("RelationDeleted", {"deleted": serializers.UUIDField()}),
+        summary="Delete a relation",
+    )
+    def delete(self, request: Request, relation_id: str) -> Response:
+        principal = principal_of(request)
+        relation = selectors.relation_get(
+            team=principal.team, relation_id=relation_id, acting_agent=principal.agent_id
+        )
+        deleted_id = str(relation.pk)
+        services.relation_delete(relation=relation)
+        return Response({"deleted": deleted_id})
+
+
+# --- the graph -------------------------------------------------------------------------------
+
+
+def _seed_ids(request: Request) -> list[str]:
+    raw: list[str] = []
+    for value in request.query_params.getlist("entity_ids"):
+        # Repeated parameters (seed 001) or one comma-separated list: both are common.
+        raw.extend(v.strip() for v in value.split(",") if v.strip())
+    if len(raw) > MAX_SEEDS:
+        raise ValidationFailed(
+            {"entity_ids": [f"At most {MAX_SEEDS} seed entities."]}, "entity_ids: too many"
+        )
+    return [_uuid_param(v, "entity_ids") for v in dict.fromkeys(raw)]
+
+
+class GraphApi(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("entity_ids", str, many=True, description="seed entities"),
+            OpenApiParameter("max_depth", int, description="1..3 (1), with seeds"),
+            OpenApiParameter("agent_id", str, description="only this agent's entities"),
+            OpenApiParameter("max_nodes", int, description=f"1..{traversal.MAX_NODES_LIMIT} (500)"),
+            OpenApiParameter(
+                "max_edges", int, description=f"1..{traversal.MAX_EDGES_LIMIT} (2000)"
+            ),
+        ],
+        responses=inline_serializer(
+            "Graph",
+            {
+                "entities": EntityOutputSerializer(many=True),
+                "relations": RelationOutputSerializer(many=True),
+                "truncated": serializers.BooleanField(),
+            },
+        ),
+        summary="The whole graph, or a bounded subgraph around seed entities",
+    )
+    def get(self, request: Request) -> Response:
+        principal = principal_of(request)
+        params = request.query_params
+        max_depth = query_int(
+            params.get("max_depth"),
+            name="max_depth",
+            default=1,
+            minimum=1,
+            maximum=traversal.MAX_DEPTH,
+        )
+        max_nodes = query_int(
+            params.get("max_nodes"),
+            name="max_nodes",
+            default=traversal.DEFAULT_MAX_NODES,
+            minimum=1,
+            maximum=traversal.MAX_NODES_LIMIT,
+        )
+        max_edges = query_int(
+            params.get("max_edges"),
+            name="max_edges",
+            default=traversal.DEFAULT_MAX_EDGES,
+            minimum=1,
+            maximum=traversal.MAX_EDGES_LIMIT,
+        )
+        agent_id = _agent_param(request)
+        seed_ids = _seed_ids(request)
+        if seed_ids:
+            seeds = selectors.entities_get(
+                team=principal.team, entity_ids=seed_ids, acting_agent=principal.agent_id
+            )
+            graph = traversal.graph_subgraph(
+                team=principal.team,
+                seeds=seeds,
+                max_depth=max_depth,
+                acting_agent=principal.agent_id,
+                agent_id=agent_id,
+                max_nodes=max_nodes,
+                max_edges=max_edges,
+            )
+        else:
+            graph = traversal.graph_whole(
+                team=principal.team,
+                acting_agent=principal.agent_id,
+                agent_id=agent_id,
+                max_nodes=max_nodes,
+                max_edges=max_edges,
+            )
+        # Rendering the graph is a recall of its entities (as search is of memories).
+        graph.mark_accessed(services.entities_touch(entity_ids=graph.entity_ids))
+        return Response(graph.as_dict())
+
+
+# --- extraction (a lifecycle job) ------------------------------------------------------------
+
+
+class ExtractGraphInputSerializer(serializers.Serializer):
+    agent_id = StrictCharField(required=False, allow_blank=True, default="", validators=[AGENT_ID])
+    max_memories = StrictIntegerField(required=False, default=20, min_value=1, max_value=200)
+
+
+JobRunner = Callable[..., dict[str, Any]]
+
+
+class ExtractGraphApi(APIView):
+    """Runs extraction as a recorded lifecycle job.
+
+    The job runner (`lifecycle.services.pipeline.run`) is handed in by the URL map
+    (`as_view(run_job=...)`): imports flow tenants <- memories <- graph <- lifecycle, so graph
+    never imports the lifecycle services, while the job still goes through the one code path
+    that records every lifecycle run.
+    """
+
+    run_job: JobRunner | None = None
+
+    @extend_schema(
+        request=ExtractGraphInputSerializer,
+        responses=inline_serializer("ExtractGraphResult", {"result": serializers.DictField()}),
+        summary="Extract entities and relations from an agent's recent memories",
+    )
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        s = ExtractGraphInputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        agent_id = s.validated_data["agent_id"]
+        # An agent key extracts from its own memories, or from the team's into team-wide
+        # entities (both of which it may touch).
+        check_agent_filter(agent_id=agent_id, acting_agent=principal.agent_id)
+        if agent_id:
+            agent_ensure(team=principal.team, agent_id=agent_id)
+        assert self.run_job is not None, "wire ExtractGraphApi.as_view(run_job=...) in urls.py"
+        result = self.run_job(
+            team=principal.team,
+            kind="extract-graph",
+            trigger="api",
+            agent_id=agent_id,
+            params={"max_memories": s.validated_data["max_memories"]},
+        )
+        return Response(result)

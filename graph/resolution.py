@@ -1,0 +1,142 @@
+"""Entity resolution: when two names mean the same thing.
+
+"Python", "python 3.13" and "Python3" are one skill; "腾讯" and "腾讯公司" one organisation. The
+key is `normalise_name`: NFKC, case-folded, version numbers and punctuation dropped, spaces
+removed, and (for organisations) legal suffixes dropped. Exact key equality merges outright.
+A near key ("postgres" / "postgresql") merges only when the names' embeddings also agree
+(calibrated score >= NAME_MATCH_SCORE): spelling alone would join "Java" and "JavaScript"'s
+cousins, meaning alone would join "Redis" and "Memcached".
+
+Types: a confident proposal ("works at X" makes X an organisation) merges only with an entity of
+the same type. A proposal whose type is a guess (a capitalised word with no context becomes a
+`concept`) may join an existing entity of another type with the same key: that entity's type is
+the better evidence. Never otherwise across types.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import unicodedata
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from memories.embeddings import embed_passages, get_embedder
+
+# Calibrated name-embedding score above which two near-identical keys are the same thing: the
+# embedding scale's "says the same thing" edge (memories.embeddings).
+NAME_MATCH_SCORE = 0.85
+# Keys this similar by spelling are worth asking the embedding about.
+SPELLING_RATIO = 0.8
+
+# "v4", "3.13", "2024", "4o" as separate tokens, and a version glued to a word ("python3").
+_VERSION_TOKEN = re.compile(r"(?<![^\W\d_])v?\d+(?:\.\d+)*[a-z]?(?![^\W\d_])")
+_GLUED_VERSION = re.compile(r"(?<=[a-z]{2})\d+(?:\.\d+)*$")
+_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+_ORG_SUFFIXES = (
+    "股份有限公司",
+    "有限责任公司",
+    "有限公司",
+    "公司",
+    "集团",
+    "corporation",
+    "incorporated",
+    "limited",
+    "company",
+    "corp",
+    "gmbh",
+    "inc",
+    "ltd",
+    "llc",
+    "co",
+)
+# The user an agent works for, however a memory names them: one entity, not five.
+SELF_KEY = "user"
+_SELF_ALIASES = frozenset({"user", "theuser", "用户", "我", "i", "me", "myself"})
+
+
+def normalise_name(name: str, entity_type: str | None = None) -> str:
+    """The resolution key of a name ("Python 3.13" -> "python", "Node.js" -> "nodejs")."""
+    text = unicodedata.normalize("NFKC", name).casefold().strip()
+    words = [w for w in _NON_WORD.split(text) if w]
+    plain = "".join(words)
+    if plain in _SELF_ALIASES and entity_type in (None, "person"):
+        return SELF_KEY
+    kept = [_GLUED_VERSION.sub("", w) for w in words if not _VERSION_TOKEN.fullmatch(w)]
+    key = "".join(w for w in kept if w)
+    if entity_type == "organization":
+        for suffix in _ORG_SUFFIXES:
+            if key.endswith(suffix) and len(key) > len(suffix):
+                key = key[: -len(suffix)]
+                break
+    # A name that is only a version or a number ("3.13", "2024") keeps its digits.
+    return (key or plain or text)[:255]
+
+
+def keys_are_close(a: str, b: str) -> bool:
+    """Spelling says these keys may be the same thing (the embedding decides)."""
+    if not a or not b or a == b:
+        return a == b and bool(a)
+    short, long_ = sorted((a, b), key=len)
+    # "postgres" / "postgresql", "kubernetes" / "kubernetescluster": a prefix of some length.
+    min_prefix = 2 if not short.isascii() else 4
+    if len(short) >= min_prefix and long_.startswith(short):
+        return True
+    return difflib.SequenceMatcher(None, a, b).ratio() >= SPELLING_RATIO
+
+
+def names_agree(a: str, b: str) -> bool:
+    """The embedding model says two names denote the same thing (calibrated score)."""
+    vecs = embed_passages([a, b])
+    raw = float(np.dot(vecs[0], vecs[1]))
+    return float(get_embedder().score(raw)) >= NAME_MATCH_SCORE
+
+
+@dataclass
+class Known:
+    """An entity of the scope, as the resolver sees it."""
+
+    id: str
+    name: str
+    entity_type: str
+    key: str
+    agent_id: str
+
+
+@dataclass
+class Resolver:
+    """Finds the existing entity a proposed one stands for, within one extraction run.
+
+    Loaded once with the scope's entities (the agent's own, then the team-wide ones), and told
+    about every entity the run creates, so two memories naming "Python" and "python 3.13" in the
+    same run meet as well.
+    """
+
+    _by_key: dict[str, list[Known]] = field(default_factory=dict)
+    # (type, first character of the key) -> entities: the near-key candidates. Names that differ
+    # in their first character are not taken for spellings of one another, which keeps a
+    # 10k-entity scope from costing 10k string comparisons per proposal.
+    _by_head: dict[tuple[str, str], list[Known]] = field(default_factory=dict)
+
+    def add(self, item: Known) -> None:
+        self._by_key.setdefault(item.key, []).append(item)
+        self._by_head.setdefault((item.entity_type, item.key[:1]), []).append(item)
+
+    def resolve(self, *, name: str, entity_type: str, confident: bool = True) -> Known | None:
+        key = normalise_name(name, entity_type)
+        same_key = self._by_key.get(key, [])
+        # Prefer the agent's own entity over a team-wide one: the list is in that order.
+        for item in same_key:
+            if item.entity_type == entity_type:
+                return item
+        if not confident:
+            # The proposal's type is a guess; an entity of another type with the same key is
+            # the better evidence of what this is. Most specific first (`concept` last).
+            typed = sorted(same_key, key=lambda k: (k.entity_type == "concept", k.entity_type))
+            if typed:
+                return typed[0]
+        for item in self._by_head.get((entity_type, key[:1]), []):
+            if keys_are_close(item.key, key) and names_agree(item.name, name):
+                return item
+        return None

@@ -1,0 +1,281 @@
+"""Writes of the knowledge graph: create-or-merge, update, delete, relate, touch.
+
+Embeddings are computed before the transaction (a model call must not hold row locks), as in
+memories.services.
+"""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from memories.embeddings import embed_passages, get_embedder, to_bytes
+from memories.models import Memory
+from memoryplatform.errors import DomainError
+from tenants.models import Team
+from tenants.services import agent_ensure
+
+from .models import Entity, EntityMention, Relation
+from .resolution import normalise_name
+
+logger = logging.getLogger(__name__)
+
+
+def embedding_text(name: str, description: str) -> str:
+    """What an entity's vector is made from: its name, then what is known about it."""
+    return f"{name}\n{description}" if description else name
+
+
+def same_name(a: str, b: str) -> bool:
+    """Names are the same entity name regardless of case and width ("Python" = "ＰＹＴＨＯＮ").
+
+    Case-insensitive on purpose: MariaDB's utf8mb4_unicode_ci unique index treats them as equal
+    anyway, and SQLite must behave the same.
+    """
+    return (
+        unicodedata.normalize("NFKC", a).casefold() == unicodedata.normalize("NFKC", b).casefold()
+    )
+
+
+def _merge_description(old: str, new: str) -> str:
+    # Appended (seed 001), but the same sentence twice adds nothing: a re-sent create, or the
+    # same fact extracted again, leaves the description as it is.
+    new = new.strip()
+    if not new or new in old:
+        return old
+    return f"{old}\n{new}" if old else new
+
+
+def entity_find(*, team: Team, agent_id: str, name: str, entity_type: str) -> Entity | None:
+    """The entity `(name, entity_type)` of this scope, if any (names compared case-insensitively)."""
+    candidates = Entity.objects.filter(
+        team=team,
+        agent_id=agent_id,
+        entity_type=entity_type,
+        normalized_name=normalise_name(name, entity_type),
+    ).order_by("created_at", "id")
+    return next((e for e in candidates if same_name(e.name, name)), None)
+
+
+def entity_create_or_merge(
+    *,
+    team: Team,
+    name: str,
+    entity_type: str,
+    agent_id: str = "",
+    description: str = "",
+    properties: dict[str, Any] | None = None,
+    source_memory: Memory | None = None,
+) -> tuple[Entity, bool]:
+    """Creates the entity, or merges into the existing `(name, entity_type)` of the same scope.
+
+    Merge (seed 001): description appended, properties merged key by key (new values win),
+    embedding refreshed. Returns (entity, created).
+    """
+    properties = properties or {}
+    description = (description or "").strip()
+    if agent_id:
+        agent_ensure(team=team, agent_id=agent_id)
+    existing = entity_find(team=team, agent_id=agent_id, name=name, entity_type=entity_type)
+    if existing is not None:
+        return entity_merge(
+            entity=existing,
+            description=description,
+            properties=properties,
+            source_memory=source_memory,
+        ), False
+    vector = embed_passages([embedding_text(name, description)])[0]
+    try:
+        with transaction.atomic():
+            entity = Entity.objects.create(
+                team=team,
+                agent_id=agent_id,
+                name=name,
+                entity_type=entity_type,
+                description=description,
+                properties=properties,
+                normalized_name=normalise_name(name, entity_type),
+                embedding=to_bytes(vector),
+                embedding_model=get_embedder().model_name,
+                source_memory=source_memory,
+            )
+            if source_memory is not None:
+                entity_mention(entity=entity, memory=source_memory)
+    except IntegrityError:
+        # A concurrent create won, or the database's collation calls two names equal that
+        # Python does not (MariaDB: "café" = "cafe"): merge into the row the database has.
+        existing = (
+            Entity.objects.filter(team=team, agent_id=agent_id, entity_type=entity_type, name=name)
+            .order_by("created_at", "id")
+            .first()
+        )
+        if existing is None:
+            raise
+        return entity_merge(
+            entity=existing,
+            description=description,
+            properties=properties,
+            source_memory=source_memory,
+        ), False
+    return entity, True
+
+
+def entity_merge(
+    *,
+    entity: Entity,
+    description: str = "",
+    properties: dict[str, Any] | None = None,
+    source_memory: Memory | None = None,
+) -> Entity:
+    """Merges what is newly known into an entity: description appended, properties merged."""
+    properties = properties or {}
+    merged_description = _merge_description(entity.description, description)
+    vector = None
+    if merged_description != entity.description or entity.embedding is None:
+        vector = embed_passages([embedding_text(entity.name, merged_description)])[0]
+    with transaction.atomic():
+        entity = Entity.objects.select_for_update().get(pk=entity.pk)
+        # Re-read under the lock: a merge racing this one must not lose its description.
+        entity.description = _merge_description(entity.description, description)
+        entity.properties = {**entity.properties, **properties}
+        if vector is not None:
+            entity.embedding = to_bytes(vector)
+            entity.embedding_model = get_embedder().model_name
+        if entity.source_memory_id is None and source_memory is not None:
+            entity.source_memory = source_memory
+        entity.save()
+        if source_memory is not None:
+            entity_mention(entity=entity, memory=source_memory)
+    return entity
+
+
+def entity_mention(*, entity: Entity, memory: Memory) -> None:
+    """Records that `memory` mentions `entity` (idempotent)."""
+    EntityMention.objects.get_or_create(
+        entity=entity, memory=memory, defaults={"team_id": entity.team_id}
+    )
+
+
+def entity_update(
+    *,
+    entity: Entity,
+    name: str | None = None,
+    description: str | None = None,
+    properties: dict[str, Any] | None = None,
+) -> Entity:
+    """PUT semantics (seed 001): None = unchanged; description replaces; properties merge.
+
+    Renaming onto another entity's `(name, entity_type)` in the same scope is a 409 CONFLICT:
+    merging two entities silently would rewire their relations behind the caller's back.
+    """
+    new_name = entity.name if name is None else name
+    new_description = entity.description if description is None else description.strip()
+    if name is not None and not same_name(name, entity.name):
+        clash = entity_find(
+            team=entity.team, agent_id=entity.agent_id, name=name, entity_type=entity.entity_type
+        )
+        if clash is not None and clash.pk != entity.pk:
+            raise DomainError(
+                "CONFLICT", "another entity of this scope already has this name and type"
+            )
+    vector = None
+    if new_name != entity.name or new_description != entity.description:
+        vector = embed_passages([embedding_text(new_name, new_description)])[0]
+    try:
+        with transaction.atomic():
+            entity = Entity.objects.select_for_update().get(pk=entity.pk)
+            entity.name = new_name
+            entity.normalized_name = normalise_name(new_name, entity.entity_type)
+            entity.description = new_description
+            if properties is not None:
+                entity.properties = {**entity.properties, **properties}
+            if vector is not None:
+                entity.embedding = to_bytes(vector)
+                entity.embedding_model = get_embedder().model_name
+            entity.save()
+    except IntegrityError:
+        raise DomainError(
+            "CONFLICT", "another entity of this scope already has this name and type"
+        ) from None
+    return entity
+
+
+def entity_delete(*, entity: Entity) -> int:
+    """Deletes the entity and every relation that starts or ends at it; returns that count."""
+    with transaction.atomic():
+        relations = Relation.objects.filter(Q(source=entity) | Q(target=entity)).count()
+        entity.delete()  # relations and mentions go with it (on_delete=CASCADE)
+    return relations
+
+
+def relation_create(
+    *,
+    source: Entity,
+    target: Entity,
+    relation_type: str,
+    description: str = "",
+    properties: dict[str, Any] | None = None,
+    source_memory: Memory | None = None,
+) -> tuple[Relation, bool]:
+    """The relation `source -relation_type-> target`; an existing one is returned unchanged.
+
+    Both ends must be entities of one team: callers fetch them with the caller's team
+    (selectors.entity_get), and this is checked again here because a relation across teams would
+    leak one team's graph into another's traversal.
+    """
+    if source.team_id != target.team_id:
+        raise ValueError("a relation cannot join entities of two teams")
+    existing = Relation.objects.filter(
+        source=source, target=target, relation_type=relation_type
+    ).first()
+    if existing is not None:
+        return existing, False
+    try:
+        with transaction.atomic():
+            relation = Relation.objects.create(
+                team_id=source.team_id,
+                source=source,
+                target=target,
+                relation_type=relation_type,
+                description=(description or "").strip(),
+                properties=properties or {},
+                source_memory=source_memory,
+            )
+    except IntegrityError:
+        # Created concurrently: idempotent all the same.
+        return Relation.objects.get(
+            source=source, target=target, relation_type=relation_type
+        ), False
+    return relation, True
+
+
+def relation_delete(*, relation: Relation) -> None:
+    relation.delete()
+
+
+def entities_touch(*, entity_ids: list[Any]) -> datetime:
+    """Marks entities as recalled: one UPDATE for all of them, `updated_at` left alone.
+
+    Returns the time recorded."""
+    now = timezone.now()
+    if entity_ids:
+        Entity.objects.filter(pk__in=entity_ids).update(
+            access_count=F("access_count") + 1, last_accessed_at=now
+        )
+    return now
+
+
+def purge_agent(*, team: Team, agent_id: str) -> int:
+    """Deletes an agent's own entities (and so their relations): the agent is being deleted."""
+    if not agent_id:
+        return 0
+    entities = Entity.objects.filter(team=team, agent_id=agent_id)
+    count = entities.count()
+    entities.delete()
+    return count
