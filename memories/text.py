@@ -193,7 +193,7 @@ _stemmer_lock = threading.Lock()
 _stemmer = None
 
 
-@lru_cache(maxsize=200_000)
+@lru_cache(maxsize=50_000)
 def _stem(word: str) -> str:
     """Snowball (Porter 2) stem of an English word, so "hikes"/"hiking"/"hiked" meet.
 
@@ -213,7 +213,9 @@ def _stem(word: str) -> str:
         return str(_stemmer.stemWord(word))
 
 
-@lru_cache(maxsize=65536)
+# Small on purpose: index loads tokenise every memory once, and a large cache would keep every
+# memory's text and tokens alive (measured: RSS 538 MB with 100k memories and a 65k-entry cache).
+@lru_cache(maxsize=2048)
 def tokenize(text: str) -> tuple[str, ...]:
     """Lower-cased word tokens (stop words dropped, lightly stemmed) plus jieba words for Chinese."""
     text = unicodedata.normalize("NFKC", text).lower()
