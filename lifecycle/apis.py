@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from memories.selectors import check_scope_access
+from memories.selectors import READ, check_memory_access, check_scope_access, iso, memory_get
 from memoryplatform.errors import NotFound
 from memoryplatform.serializers import (
     StrictBooleanField,
@@ -23,7 +23,7 @@ from tenants.apis import principal_of, require_team_wide_key
 from tenants.models import AGENT_ID_RE
 from tenants.services import agent_ensure
 
-from .models import Persona, Scenario
+from .models import Persona, Scenario, WorkingArchive
 from .services import operations, pipeline
 
 AGENT_ID = RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")
@@ -252,3 +252,41 @@ class AutoRunApi(APIView):
         principal = principal_of(request)
         require_team_wide_key(principal)
         return Response({"results": pipeline.auto_run(team=principal.team, trigger="api")})
+
+
+class SourcesApi(APIView):
+    """Traceability through the API: the working-memory items (L0) a derived memory was made from."""
+
+    @extend_schema(
+        responses=ANY, summary="The archived working-memory items a memory was derived from"
+    )
+    def get(self, request: Request, memory_id: int) -> Response:
+        principal = principal_of(request)
+        memory = memory_get(team=principal.team, memory_id=memory_id)
+        check_memory_access(memory=memory, acting_agent=principal.agent_id, action=READ)
+        item_ids = [
+            str(i)
+            for i in (memory.metadata or {}).get("source_items", [])
+            if isinstance(i, str | int)
+        ]
+        archived = WorkingArchive.objects.filter(
+            team=principal.team, item_id__in=item_ids
+        ).order_by("item_created_at", "id")
+        return Response(
+            {
+                "memory_id": memory.pk,
+                "source": (memory.metadata or {}).get("source"),
+                "job_id": (memory.metadata or {}).get("job_id"),
+                "supersedes": list(memory.supersedes.values_list("pk", flat=True)),
+                "source_items": [
+                    {
+                        "id": a.item_id,
+                        "agent_id": a.agent_id,
+                        "content": a.content,
+                        "created_at": iso(a.item_created_at),
+                        "archived_at": iso(a.archived_at),
+                    }
+                    for a in archived
+                ],
+            }
+        )

@@ -97,6 +97,11 @@ urlpatterns = [
         name="lifecycle-auto-config",
     ),
     path("lifecycle/auto-run", lifecycle_apis.AutoRunApi.as_view(), name="lifecycle-auto-run"),
+    path(
+        "lifecycle/sources/<int:memory_id>",
+        lifecycle_apis.SourcesApi.as_view(),
+        name="lifecycle-sources",
+    ),
     path("graph", graph_apis.GraphApi.as_view(), name="graph"),
     path("graph/entities", graph_apis.EntityListCreateApi.as_view(), name="graph-entities"),
     path(

@@ -100,3 +100,109 @@ def test_working_memory_writes_trigger_one_compress_on_a_real_worker(tmp_path, r
             finally:
                 worker.terminate()
                 worker.wait(timeout=20)
+
+
+def test_seed_5_6_on_a_worker_backed_deployment_with_the_fake_llm(tmp_path, redis_required):
+    """Seed 000 §5.6 with the seed's own client against gunicorn + a Celery worker + Redis, the LLM
+    being the fake OpenAI-compatible server; every derived memory traced through the API."""
+    from .seed_client import MemoryClient as SeedClient
+
+    broker = _redis_db(settings.REDIS_URL, 14)
+    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
+    with FakeOpenAI() as fake:
+        fake.chat_replies.extend(
+            [
+                json.dumps(
+                    {
+                        "facts": [
+                            {
+                                "content": "量化策略的回测周期从 3 个月改为 6 个月",
+                                "importance": 0.8,
+                                "category": "decision",
+                                "source_indexes": [0],
+                            },
+                            {
+                                "content": "用户偏好简洁直接的回复风格",
+                                "importance": 0.9,
+                                "category": "preference",
+                                "source_indexes": [2],
+                            },
+                            {
+                                "content": "Redis 命中率 92% 后 API 响应时间降到 45ms",
+                                "importance": 0.7,
+                                "category": "metric",
+                                "source_indexes": [3],
+                            },
+                            {"content": "", "importance": 2},
+                        ]
+                    },
+                    ensure_ascii=False,
+                ),
+                json.dumps(
+                    {
+                        "scenarios": [
+                            {"name": "策略回测", "summary": "回测周期与数据源", "memory_ids": []},
+                        ]
+                    },
+                    ensure_ascii=False,
+                ),
+                json.dumps(
+                    {
+                        "preferences": ["简洁直接的回复"],
+                        "habits": [],
+                        "expertise": ["量化策略"],
+                        "communication_style": "简洁直接",
+                        "summary": "关注量化策略的研究员",
+                    },
+                    ensure_ascii=False,
+                ),
+            ]
+        )
+        env = {
+            "CELERY_BROKER_URL": broker,
+            "REDIS_URL": settings.REDIS_URL,
+            "LLM_BASE_URL": fake.base_url,
+            "LLM_MODEL": "fake-chat",
+            "LLM_API_KEY": "sk-test",
+        }
+        with live_stack(tmp_path, servers=1, extra_env=env) as stack:
+            client = SeedClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+            for item in [
+                "今天决定把量化策略的回测周期从 3 个月改为 6 个月，因为短期数据噪声太大",
+                "发现 DeepSeek V4 在代码生成任务上比 MiMo 快约 40%，但中文理解稍弱",
+                "用户偏好简洁直接的回复风格，不喜欢冗长的解释",
+                "Redis 缓存命中率从 75% 提升到 92% 后，API 响应时间从 120ms 降到 45ms",
+                "下周一需要和团队讨论 Q3 的风控模型升级方案",
+            ]:
+                assert (
+                    client.post(
+                        "/memories/working", {"agent_id": "researcher", "content": item}
+                    ).status_code
+                    == 201
+                )
+            facts = client.extract_facts("researcher").json()["data"]["facts"]
+            assert [f["category"] for f in facts] == [
+                "decision",
+                "preference",
+                "metric",
+            ]  # the invalid one skipped
+            client.post(
+                "/memories/personal",
+                {
+                    "agent_id": "researcher",
+                    "content": "回测数据源：Binance USDT 永续合约",
+                    "importance": 0.7,
+                },
+            )
+            scenarios = client.aggregate_scenarios("researcher").json()["data"]["scenarios"]
+            assert scenarios == [] or all(
+                s["memory_ids"] for s in scenarios
+            )  # ids not among the inputs are dropped
+            persona = client.generate_persona("researcher").json()["data"]["persona"]
+            assert persona["communication_style"] == "简洁直接"
+            assert client.get_persona("researcher").json()["data"]["id"] == persona["id"]
+            for fact in facts:
+                traced = client.get(f"/lifecycle/sources/{fact['id']}").json()["data"]
+                assert traced["source"] == "extraction" and len(traced["source_items"]) == 1
+            stats = client.get_stats().json()["data"]
+            assert stats["redis_ok"] and stats["personas"] == 1

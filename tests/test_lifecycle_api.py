@@ -519,3 +519,22 @@ def test_the_graph_step_after_fact_extraction_is_opt_in(api):
     job = JobRun.objects.get(kind="extract-graph")
     assert (job.trigger, job.status, job.agent_id) == ("auto", "succeeded", "r2")
     assert Entity.objects.filter(team_id="team_a").exists()
+
+
+def test_a_derived_memory_is_traced_to_its_sources_through_the_api(manual, other_api, agent_api):
+    item_ids = working(manual, "researcher", SEED_5_3)
+    data = ok_data(
+        manual.post("/lifecycle/compress", {"agent_id": "researcher", "target_count": 1})
+    )
+    mid = data["memory_ids"][0]
+    traced = ok_data(manual.get(f"/lifecycle/sources/{mid}"))
+    assert traced["source"] == "compression" and traced["memory_id"] == mid
+    assert [i["id"] for i in traced["source_items"]] == item_ids
+    assert [i["content"] for i in traced["source_items"]] == SEED_5_3
+    assert error_code(other_api.get(f"/lifecycle/sources/{mid}")) == "NOT_FOUND"
+    plain = ok_data(
+        manual.post("/memories/personal", {"agent_id": "coder", "content": "written by hand"})
+    )
+    assert ok_data(manual.get(f"/lifecycle/sources/{plain['id']}"))["source_items"] == []
+    # an agent-scoped key of another agent may not read it (API.md §3.3)
+    assert error_code(agent_api.get(f"/lifecycle/sources/{plain['id']}")) == "FORBIDDEN"
