@@ -66,6 +66,7 @@ from common import (
     log,
     machine_info,
     machine_load,
+    percentile,
     rss_kib,
     summarise,
 )
@@ -288,17 +289,33 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         lat: list[float] = []
         hits = 0
         n_results: list[int] = []
+        # Top-1 score for questions about a stored memory vs about things never stored: how
+        # well `min_score` (0.3 by default) can tell "nothing relevant" apart.
+        top_needle: list[float] = []
+        top_absent: list[float] = []
         for q, target in queries:
             t = time.perf_counter()
             res = client.search(AGENT, q)
             lat.append((time.perf_counter() - t) * 1000)
             n_results.append(len(res))
+            top = float(res[0].get("score") or 0.0) if res else 0.0
+            (top_needle if target is not None else top_absent).append(top)
             if target is not None and any(r["content"] == target for r in res):
                 hits += 1
         result["search_ms"] = summarise(lat)
         result["search_load"] = machine_load()
         result["needle_hit_at_10"] = round(hits / max(half, 1), 3)
         result["mean_results"] = round(sum(n_results) / len(n_results), 1)
+        result["top_score_needle"] = {
+            "p5": round(percentile(top_needle, 5), 3),
+            "p50": round(percentile(top_needle, 50), 3),
+        }
+        result["top_score_absent"] = {
+            "p50": round(percentile(top_absent, 50), 3),
+            "p95": round(percentile(top_absent, 95), 3),
+            "returned_any": sum(1 for x in top_absent if x > 0),
+            "n": len(top_absent),
+        }
         result["rss_after_search_mb"] = _rss_mb(pid)
         log(f"[{lang} {n}] search {result['search_ms']} needle@10 {result['needle_hit_at_10']}")
 
@@ -467,6 +484,19 @@ def print_report(report: dict[str, Any]) -> None:
             f"{r['needle_hit_at_10']:.2f} | {r['rss_after_load_mb'].get('rss')} / "
             f"{fw.get('rss', '–')} / {r['rss_end_mb'].get('rss')} / {r['rss_end_mb'].get('hwm')} | "
             f"{r['search_load'].replace('load average: ', '')} |"
+        )
+    print(
+        "\n| lang | N | top-1 score, stored-memory questions p5 / p50 | top-1 score, never-stored "
+        "questions p50 / p95 | never-stored questions with results (min_score 0.3) | mean results |"
+    )
+    print("| --- " * 6 + "|")
+    for r in report["runs"]:
+        if "top_score_needle" not in r:
+            continue
+        sn, sa = r["top_score_needle"], r["top_score_absent"]
+        print(
+            f"| {r['lang']} | {r['size']:,} | {sn['p5']} / {sn['p50']} | {sa['p50']} / {sa['p95']} | "
+            f"{sa['returned_any']} / {sa['n']} | {r['mean_results']} |"
         )
     if report.get("working"):
         print(
