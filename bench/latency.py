@@ -48,6 +48,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -557,9 +558,14 @@ def main() -> int:
             p.error(f"unknown language {lang!r} (en, zh)")
 
     if args.prepare_only:
-        os.environ.setdefault("DATA_DIR", tempfile.mkdtemp(prefix="membench-prep-"))
-        top = max(sizes)
-        prepare_vectors(langs, min(top, args.max_embed) if args.max_embed > 0 else top)
+        # Django's settings create DATA_DIR; nothing is written there by the embedding step.
+        scratch = tempfile.mkdtemp(prefix="membench-prep-")
+        os.environ.setdefault("DATA_DIR", scratch)
+        try:
+            top = max(sizes)
+            prepare_vectors(langs, min(top, args.max_embed) if args.max_embed > 0 else top)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         return 0
 
     report: dict[str, Any] = {
