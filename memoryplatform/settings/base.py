@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "memories",
     "lifecycle",
     "graph",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -68,6 +69,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "console.context.console",
             ],
         },
     },

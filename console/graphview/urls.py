@@ -1,0 +1,11 @@
+"""Console URLs for the graphview area (mounted under /review/<team_id>/graph/)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("", views.index, name="graph"),
+]
