@@ -23,6 +23,7 @@ from memoryplatform.serializers import (
 )
 from tenants.apis import principal_of
 from tenants.models import AGENT_ID_RE
+from tenants.usage import KIND_SEARCH, KIND_WRITE, usage_record
 
 from . import search, selectors, services
 from .models import Memory, MemoryShare
@@ -192,6 +193,7 @@ def _create(request: Request, scope: str, s: serializers.Serializer) -> Response
         dedup_threshold=data["dedup_threshold"],
         pinned=data["pinned"],
     )
+    usage_record(team=principal.team, agent_id=agent_id, kind=KIND_WRITE)
     body = memory_to_dict(memory)
     if hit is not None:
         body.update(dedup_skipped=True, dedup_score=round(hit.score, 4))
@@ -220,6 +222,7 @@ def _search(request: Request, scope: str, s: serializers.Serializer) -> Response
         include_shared=data.get("include_shared", False),
         include_team=data.get("include_team", False),
     )
+    usage_record(team=principal.team, agent_id=principal.agent_id or agent_id, kind=KIND_SEARCH)
     if data["include_entities"]:
         search.attach_entities(
             team=principal.team, results=results, acting_agent=principal.agent_id
@@ -451,6 +454,7 @@ class WorkingCreateApi(APIView):
             content=data["content"],
             ttl_seconds=data["ttl"],
         )
+        usage_record(team=principal.team, agent_id=data["agent_id"], kind=KIND_WRITE)
         from .signals import working_memory_written
 
         working_memory_written.send(

@@ -23,4 +23,6 @@ app.conf.beat_schedule = {
         "task": "memories.purge_expired_working_items",
         "schedule": crontab(minute="*/10"),
     },
+    # Search/write counters kept in the cache -> tenants.UsageDay (the console dashboard).
+    "flush-usage-counters": {"task": "tenants.flush_usage", "schedule": 60.0},
 }

@@ -120,3 +120,28 @@ class TeamMembership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} @ {self.team_id} ({self.role})"
+
+
+class UsageDay(models.Model):
+    """API usage of one agent (or "" for team-wide calls) on one day: the dashboard's counts.
+
+    Written only by tenants.usage.usage_flush from counters kept in the cache, never on the
+    request path (usage_record counts in the cache).
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    # A plain id like Memory.agent_id: usage history outlives a deleted agent.
+    agent_id = models.CharField(max_length=64, blank=True, default="")
+    day = models.DateField()
+    searches = models.PositiveIntegerField(default=0)
+    writes = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "agent_id", "day"], name="uniq_usage_day")
+        ]
+        indexes = [models.Index(fields=["team", "day"], name="usage_team_day")]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.agent_id or '*'} {self.day}: {self.searches}s {self.writes}w"
