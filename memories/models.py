@@ -148,3 +148,69 @@ class WorkingMemoryItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team_id}/{self.agent_id}: {self.content[:40]}"
+
+
+class PurgeRun(models.Model):
+    """Audit of one confirmed console purge (or of a confirm refused because the set changed).
+
+    Previews are not recorded: a preview changes nothing; its signed token carries the previewed
+    set to the confirm step (memories.purge).
+    """
+
+    STATUS_CONFIRMED = "confirmed"  # the previewed set was moved to the trash
+    STATUS_CHANGED = "changed"  # the set changed since the preview: nothing was purged
+    STATUS_CHOICES = [(STATUS_CONFIRMED, "confirmed"), (STATUS_CHANGED, "changed")]
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # Readable after the user is gone.
+    actor = models.CharField(max_length=200, default="")
+    status = models.CharField(max_length=10, choices=STATUS_CHOICES)
+    criteria = models.JSONField(default=dict)
+    count = models.PositiveIntegerField(default=0)
+    memory_ids = models.JSONField(default=list)
+    # For a "changed" run: what differed from the preview ({"added": [...], "removed": [...], ...}).
+    changes = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "-created_at"], name="purgerun_team")]
+
+    def __str__(self) -> str:
+        return f"purge {self.pk} of {self.team_id} by {self.actor} ({self.status}, {self.count})"
+
+
+class TrashedMemory(models.Model):
+    """A purged memory, restorable until `expires_at` (then emptied by a beat job).
+
+    `memory_id` is the id it had and gets back on restore. `snapshot` holds every column of the
+    Memory row except the embedding (kept as bytes here), plus the ids of memories that pointed to
+    it; `shares` and `revisions` are its MemoryShare / MemoryRevision rows as dicts.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    purge_run = models.ForeignKey(PurgeRun, on_delete=models.CASCADE, related_name="trashed")
+    memory_id = models.BigIntegerField()
+    scope = models.CharField(max_length=8)
+    agent_id = models.CharField(max_length=64, blank=True, default="")
+    content = models.TextField()
+    reason = models.CharField(max_length=300, default="")
+    snapshot = models.JSONField(default=dict)
+    embedding = models.BinaryField(null=True, blank=True, editable=False)
+    shares = models.JSONField(default=list)
+    revisions = models.JSONField(default=list)
+    purged_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-purged_at", "-id"]
+        indexes = [
+            models.Index(fields=["team", "-purged_at"], name="trash_team"),
+            models.Index(fields=["expires_at"], name="trash_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"trashed memory {self.memory_id} of {self.team_id} (run {self.purge_run_id})"

@@ -18,3 +18,10 @@ def purge_expired_working_items() -> int:
     from .working import purge_expired_working_items as purge
 
     return purge()
+
+
+@shared_task(name="memories.empty_expired_trash", ignore_result=True)
+def empty_expired_trash() -> int:
+    from .purge import trash_empty_expired
+
+    return trash_empty_expired()

@@ -25,4 +25,6 @@ app.conf.beat_schedule = {
     },
     # Search/write counters kept in the cache -> tenants.UsageDay (the console dashboard).
     "flush-usage-counters": {"task": "tenants.flush_usage", "schedule": 60.0},
+    # Purged memories past TRASH_RETENTION_DAYS (console purge trash, memories.purge).
+    "empty-expired-trash": {"task": "memories.empty_expired_trash", "schedule": crontab(minute=41)},
 }

@@ -1,0 +1,510 @@
+"""Dry-run purge, its audit and the restorable trash (issue 6 item 4; docs/console/purge.md).
+
+Flow: `purge_preview` (a selector, changes nothing) lists what the criteria would remove and signs
+the exact set — every (memory id, state stamp) pair plus the criteria — into a token. The confirm
+step, `purge_confirm`, recomputes the set under row locks and purges only when it is identical to
+the signed one; otherwise it purges nothing and records a "changed" run. Purged memories are
+copied to `TrashedMemory` (every column, the embedding, shares, revisions) and deleted through
+`memories_delete`, so the index change log drops them from every process's search index.
+`trash_restore` puts them back with the same ids and logs them as live again.
+
+Protected (matching but never purged): pinned memories, and memories that supersede another one —
+deleting the newer fact would null the old fact's `superseded_by` link and bring the stale fact
+back into search.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core import signing
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from memoryplatform.errors import DomainError
+from tenants.models import Agent, ApiKey, Team
+
+from . import index
+from .models import Memory, MemoryRevision, MemoryShare, PurgeRun, TrashedMemory
+from .services import memories_delete
+
+# One confirm moves at most this many memories: the preview lists every item and the token carries
+# every id, so a bigger set must be narrowed first (by agent, scope or thresholds).
+MAX_PURGE_ITEMS = 2000
+# A preview older than this must be made again before it can be confirmed.
+PREVIEW_MAX_AGE_SECONDS = 3600
+_TOKEN_SALT = "memories.purge.preview"
+
+SNAPSHOT_FIELDS = (
+    "scope",
+    "agent_id",
+    "content",
+    "importance",
+    "category",
+    "metadata",
+    "embedding_model",
+    "content_hash",
+    "access_count",
+    "last_accessed",
+    "pinned",
+    "superseded_by_id",
+    "promoted_from_id",
+    "created_at",
+    "updated_at",
+)
+_DATETIME_FIELDS = ("last_accessed", "created_at", "updated_at")
+
+
+@dataclass(frozen=True)
+class PurgeCriteria:
+    """What to purge: importance < `importance_below` AND idle for >= `idle_days` days.
+
+    Idle counts from `last_accessed`, or from `created_at` for a never-accessed memory. An
+    `agent_id` limits the purge to that agent's memories (personal ones it owns, team ones it
+    wrote) within `scopes`.
+    """
+
+    idle_days: int
+    importance_below: float
+    scopes: tuple[str, ...] = (Memory.SCOPE_PERSONAL, Memory.SCOPE_TEAM)
+    agent_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "idle_days": self.idle_days,
+            "importance_below": self.importance_below,
+            "scopes": sorted(self.scopes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PurgeCriteria:
+        return cls(
+            idle_days=int(data["idle_days"]),
+            importance_below=float(data["importance_below"]),
+            scopes=tuple(sorted(data["scopes"])),
+            agent_id=str(data.get("agent_id") or ""),
+        )
+
+    def describe(self) -> str:
+        who = f"agent {self.agent_id}" if self.agent_id else "all agents"
+        return (
+            f"{'+'.join(sorted(self.scopes))} memories of {who}, idle >= {self.idle_days} d, "
+            f"importance < {self.importance_below:.2f}"
+        )
+
+
+@dataclass
+class PurgeItem:
+    memory: Memory
+    idle_days: int
+    reason: str
+    stamp: str
+    protected: str = ""  # why it is skipped, "" when it would be purged
+
+
+@dataclass
+class PurgePreview:
+    criteria: PurgeCriteria
+    items: list[PurgeItem]  # what a confirm would purge
+    protected: list[PurgeItem]  # matching but skipped
+    too_many: bool  # more than MAX_PURGE_ITEMS matched: narrow the criteria, no token
+    token: str = ""
+
+    @property
+    def per_agent(self) -> list[tuple[str, int]]:
+        counts = Counter(i.memory.agent_id for i in self.items)
+        return sorted(counts.items())
+
+    @property
+    def stamps(self) -> dict[int, str]:
+        return {i.memory.pk: i.stamp for i in self.items}
+
+
+@dataclass
+class PurgeOutcome:
+    """`run.status` confirmed: `run.count` memories went to the trash. changed: nothing purged;
+    `changes` says what differs and `preview` is the new one to confirm instead."""
+
+    run: PurgeRun
+    changes: dict[str, list[int]] = field(default_factory=dict)
+    preview: PurgePreview | None = None
+
+
+@dataclass
+class RestoreResult:
+    restored: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # why an item stayed in the trash
+    notes: list[str] = field(default_factory=list)  # restored, but something could not be
+
+
+# --- preview -------------------------------------------------------------------------------------
+
+
+def _stamp(m: Memory) -> str:
+    # Everything a "has it changed since the preview?" check must see. last_accessed and
+    # access_count matter because a search touches them without changing updated_at.
+    raw = "|".join(
+        str(v)
+        for v in (
+            m.updated_at.isoformat(),
+            m.last_accessed.isoformat() if m.last_accessed else "",
+            m.access_count,
+            int(m.pinned),
+            repr(m.importance),
+            m.superseded_by_id or "",
+        )
+    )
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def _matching(team: Team, criteria: PurgeCriteria, now: datetime) -> QuerySet[Memory]:
+    cutoff = now - timedelta(days=criteria.idle_days)
+    qs = Memory.objects.filter(
+        team=team, scope__in=criteria.scopes, importance__lt=criteria.importance_below
+    ).filter(Q(last_accessed__lte=cutoff) | Q(last_accessed__isnull=True, created_at__lte=cutoff))
+    if criteria.agent_id:
+        qs = qs.filter(agent_id=criteria.agent_id)
+    return qs.annotate(
+        supersedes_other=Exists(Memory.objects.filter(superseded_by=OuterRef("pk")))
+    ).order_by("agent_id", "scope", "id")
+
+
+def _item(m: Memory, criteria: PurgeCriteria, now: datetime) -> PurgeItem:
+    since = m.last_accessed or m.created_at
+    idle = max(0, (now - since).days)
+    reason = f"idle {idle} d, importance {m.importance:.2f} < {criteria.importance_below:.2f}"
+    if m.last_accessed is None:
+        reason += ", never accessed"
+    if m.superseded_by_id:
+        reason += f", superseded by #{m.superseded_by_id}"
+    protected = ""
+    if m.pinned:
+        protected = "pinned"
+    elif getattr(m, "supersedes_other", False):
+        protected = "supersedes an older memory"
+    return PurgeItem(memory=m, idle_days=idle, reason=reason, stamp=_stamp(m), protected=protected)
+
+
+def _select(
+    team: Team, criteria: PurgeCriteria, now: datetime, *, lock: bool
+) -> tuple[list[PurgeItem], list[PurgeItem], bool]:
+    qs = _matching(team, criteria, now)
+    # Confirm (lock): hold the rows until the purge commits, so a concurrent search (touch), edit
+    # or pin waits and cannot slip between the check and the delete (no-op on SQLite, which
+    # serialises writers anyway). Preview: the vectors are not needed.
+    qs = qs.select_for_update() if lock else qs.defer("embedding")
+    rows = list(qs[: MAX_PURGE_ITEMS + 1])
+    too_many = len(rows) > MAX_PURGE_ITEMS
+    items = [_item(m, criteria, now) for m in rows[:MAX_PURGE_ITEMS]]
+    return [i for i in items if not i.protected], [i for i in items if i.protected], too_many
+
+
+def _sign(team: Team, criteria: PurgeCriteria, items: list[PurgeItem]) -> str:
+    payload = {
+        "team": team.id,
+        "criteria": criteria.to_dict(),
+        "items": sorted([i.memory.pk, i.stamp] for i in items),
+    }
+    return signing.dumps(payload, salt=_TOKEN_SALT, compress=True)
+
+
+def purge_preview(
+    *, team: Team, criteria: PurgeCriteria, now: datetime | None = None
+) -> PurgePreview:
+    """What `criteria` would purge now, with reasons, and a token naming that exact set."""
+    now = now or timezone.now()
+    items, protected, too_many = _select(team, criteria, now, lock=False)
+    preview = PurgePreview(criteria=criteria, items=items, protected=protected, too_many=too_many)
+    if not too_many and items:
+        preview.token = _sign(team, criteria, items)
+    return preview
+
+
+def purge_token_load(*, team: Team, token: str) -> tuple[PurgeCriteria, dict[int, str]]:
+    """The criteria and (id -> stamp) set a preview token names; DomainError if forged/stale."""
+    try:
+        payload = signing.loads(token, salt=_TOKEN_SALT, max_age=PREVIEW_MAX_AGE_SECONDS)
+    except signing.SignatureExpired as exc:
+        raise DomainError("VALIDATION_ERROR", "This preview is too old: preview again.") from exc
+    except signing.BadSignature as exc:
+        raise DomainError("VALIDATION_ERROR", "Invalid preview token: preview again.") from exc
+    if payload.get("team") != team.id:
+        raise DomainError("VALIDATION_ERROR", "This preview belongs to another team.")
+    criteria = PurgeCriteria.from_dict(payload["criteria"])
+    return criteria, {int(mid): str(stamp) for mid, stamp in payload["items"]}
+
+
+# --- confirm -------------------------------------------------------------------------------------
+
+
+def _diff(before: dict[int, str], now: dict[int, str]) -> dict[str, list[int]]:
+    return {
+        "added": sorted(set(now) - set(before)),
+        "removed": sorted(set(before) - set(now)),
+        "modified": sorted(mid for mid in set(before) & set(now) if before[mid] != now[mid]),
+    }
+
+
+def _iso(dt: datetime | None) -> str | None:
+    return dt.isoformat() if dt else None
+
+
+def _snapshot(m: Memory) -> dict[str, Any]:
+    data = {f: getattr(m, f) for f in SNAPSHOT_FIELDS}
+    for f in _DATETIME_FIELDS:
+        data[f] = _iso(data[f])
+    # Links from other memories to this one are nulled by the delete: remember them for restore.
+    data["promoted_to_ids"] = list(
+        Memory.objects.filter(promoted_from=m).values_list("pk", flat=True)
+    )
+    return data
+
+
+def _shares(m: Memory) -> list[dict[str, Any]]:
+    return [
+        {"agent_id": s.agent_id, "permission": s.permission, "created_at": _iso(s.created_at)}
+        for s in MemoryShare.objects.filter(memory=m).order_by("id")
+    ]
+
+
+def _revisions(m: Memory) -> list[dict[str, Any]]:
+    return [
+        {
+            "action": r.action,
+            "before": r.before,
+            "after": r.after,
+            "api_key_id": r.api_key_id,
+            "user_id": r.user_id,
+            "actor": r.actor,
+            "created_at": _iso(r.created_at),
+        }
+        for r in MemoryRevision.objects.filter(memory=m).order_by("id")
+    ]
+
+
+def purge_confirm(
+    *, team: Team, token: str, user: Any, now: datetime | None = None
+) -> PurgeOutcome:
+    """Purges exactly the set the preview token names, or nothing if the set has changed.
+
+    Either way a PurgeRun records who asked, when and with which criteria.
+    """
+    criteria, previewed = purge_token_load(team=team, token=token)
+    now = now or timezone.now()
+    actor = f"user {user.get_username()}" if user is not None else "system"
+    with transaction.atomic():
+        items, _, too_many = _select(team, criteria, now, lock=True)
+        current = {i.memory.pk: i.stamp for i in items}
+        if too_many or current != previewed:
+            changes = _diff(previewed, current)
+            run = PurgeRun.objects.create(
+                team=team,
+                user=user,
+                actor=actor,
+                status=PurgeRun.STATUS_CHANGED,
+                criteria=criteria.to_dict(),
+                count=0,
+                memory_ids=sorted(previewed),
+                changes=changes,
+            )
+            changed = True
+        else:
+            run = PurgeRun.objects.create(
+                team=team,
+                user=user,
+                actor=actor,
+                status=PurgeRun.STATUS_CONFIRMED,
+                criteria=criteria.to_dict(),
+                count=len(items),
+                memory_ids=sorted(current),
+            )
+            expires = now + timedelta(days=settings.TRASH_RETENTION_DAYS)
+            TrashedMemory.objects.bulk_create(
+                [
+                    TrashedMemory(
+                        team=team,
+                        purge_run=run,
+                        memory_id=i.memory.pk,
+                        scope=i.memory.scope,
+                        agent_id=i.memory.agent_id,
+                        content=i.memory.content,
+                        reason=i.reason[:300],
+                        snapshot=_snapshot(i.memory),
+                        embedding=i.memory.embedding,
+                        shares=_shares(i.memory),
+                        revisions=_revisions(i.memory),
+                        purged_at=now,
+                        expires_at=expires,
+                    )
+                    for i in items
+                ],
+                batch_size=500,
+            )
+            deleted = memories_delete(team=team, memory_ids=list(current))
+            if deleted != len(current):  # rows are locked: only a bug gets here; roll back
+                raise DomainError("CONFLICT", "The set changed during the purge; nothing purged.")
+            changed = False
+    if changed:
+        return PurgeOutcome(
+            run=run, changes=changes, preview=purge_preview(team=team, criteria=criteria)
+        )
+    return PurgeOutcome(run=run)
+
+
+# --- trash ---------------------------------------------------------------------------------------
+
+
+def purge_runs(*, team: Team, limit: int = 50) -> list[PurgeRun]:
+    return list(PurgeRun.objects.filter(team=team).order_by("-created_at", "-id")[:limit])
+
+
+def trash_list(
+    *, team: Team, purge_run: PurgeRun | None = None, agent_id: str = ""
+) -> QuerySet[TrashedMemory]:
+    qs = (
+        TrashedMemory.objects.filter(team=team)
+        .defer("embedding", "revisions")
+        .select_related("purge_run")
+    )
+    if purge_run is not None:
+        qs = qs.filter(purge_run=purge_run)
+    if agent_id:
+        qs = qs.filter(agent_id=agent_id)
+    return qs.order_by("-purged_at", "memory_id")
+
+
+def trash_agents(*, team: Team) -> list[str]:
+    return list(
+        TrashedMemory.objects.filter(team=team)
+        .order_by("agent_id")
+        .values_list("agent_id", flat=True)
+        .distinct()
+    )
+
+
+def _dt(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None:
+    snap = item.snapshot
+    mid = item.memory_id
+    if Memory.objects.filter(pk=mid).exists():
+        result.problems.append(f"#{mid}: the id is taken by another memory; left in the trash.")
+        return
+    if (
+        item.scope == Memory.SCOPE_PERSONAL
+        and not Agent.objects.filter(team=team, agent_id=item.agent_id).exists()
+    ):
+        result.problems.append(
+            f"#{mid}: its agent {item.agent_id} no longer exists; left in the trash."
+        )
+        return
+    team_ids = Memory.objects.filter(team=team)
+    superseded_by = snap.get("superseded_by_id")
+    if superseded_by and not team_ids.filter(pk=superseded_by).exists():
+        result.notes.append(f"#{mid}: the memory that superseded it (#{superseded_by}) is gone.")
+        superseded_by = None
+    promoted_from = snap.get("promoted_from_id")
+    if promoted_from and not team_ids.filter(pk=promoted_from).exists():
+        result.notes.append(f"#{mid}: the memory it was promoted from (#{promoted_from}) is gone.")
+        promoted_from = None
+    Memory.objects.create(
+        pk=mid,
+        team=team,
+        scope=snap["scope"],
+        agent_id=snap["agent_id"],
+        content=snap["content"],
+        importance=snap["importance"],
+        category=snap["category"],
+        metadata=snap["metadata"],
+        embedding=item.embedding,
+        embedding_model=snap["embedding_model"],
+        content_hash=snap["content_hash"],
+        access_count=snap["access_count"],
+        last_accessed=_dt(snap["last_accessed"]),
+        pinned=snap["pinned"],
+        superseded_by_id=superseded_by,
+        promoted_from_id=promoted_from,
+    )
+    # auto_now/auto_now_add overwrote the timestamps on insert; a queryset update does not.
+    Memory.objects.filter(pk=mid).update(
+        created_at=_dt(snap["created_at"]), updated_at=_dt(snap["updated_at"])
+    )
+    Memory.objects.filter(
+        team=team, pk__in=snap.get("promoted_to_ids") or [], promoted_from__isnull=True
+    ).update(promoted_from_id=mid)
+    live_agents = set(
+        Agent.objects.filter(
+            team=team, agent_id__in=[s["agent_id"] for s in item.shares]
+        ).values_list("agent_id", flat=True)
+    )
+    for s in item.shares:
+        if s["agent_id"] not in live_agents:
+            result.notes.append(f"#{mid}: share with deleted agent {s['agent_id']} not restored.")
+            continue
+        share = MemoryShare.objects.create(
+            memory_id=mid, team=team, agent_id=s["agent_id"], permission=s["permission"]
+        )
+        MemoryShare.objects.filter(pk=share.pk).update(created_at=_dt(s["created_at"]))
+    if item.revisions:
+        user_model = MemoryRevision._meta.get_field("user").related_model
+        users = set(
+            user_model._default_manager.filter(  # type: ignore[union-attr]
+                pk__in=[r["user_id"] for r in item.revisions if r["user_id"]]
+            ).values_list("pk", flat=True)
+        )
+        keys = set(
+            ApiKey.objects.filter(
+                pk__in=[r["api_key_id"] for r in item.revisions if r["api_key_id"]]
+            ).values_list("pk", flat=True)
+        )
+        for r in item.revisions:
+            rev = MemoryRevision.objects.create(
+                memory_id=mid,
+                team=team,
+                action=r["action"],
+                before=r["before"],
+                after=r["after"],
+                api_key_id=r["api_key_id"] if r["api_key_id"] in keys else None,
+                user_id=r["user_id"] if r["user_id"] in users else None,
+                actor=r["actor"],
+            )
+            MemoryRevision.objects.filter(pk=rev.pk).update(created_at=_dt(r["created_at"]))
+    # The same change log a write uses: every process's index picks the memory up again.
+    index.log_changes(
+        team_id=team.id, scope=item.scope, agent_id=item.agent_id, memory_ids=[mid], deleted=False
+    )
+    item.delete()
+    result.restored.append(mid)
+
+
+def trash_restore(*, team: Team, items: list[TrashedMemory]) -> RestoreResult:
+    """Puts trashed memories back with their ids, fields, shares and revisions.
+
+    An item whose id is taken again, or whose owning agent was deleted, stays in the trash and is
+    reported in `problems` instead of failing the others.
+    """
+    result = RestoreResult()
+    for item in items:
+        if item.team_id != team.id:  # callers fetch by team; never restore across teams
+            continue
+        with transaction.atomic():
+            _restore_one(team, item, result)
+    return result
+
+
+def trash_empty_expired(*, team: Team | None = None, now: datetime | None = None) -> int:
+    """Deletes trash past its `expires_at` (all teams, or one). Idempotent."""
+    qs = TrashedMemory.objects.filter(expires_at__lte=now or timezone.now())
+    if team is not None:
+        qs = qs.filter(team=team)
+    deleted, _ = qs.delete()
+    return deleted
