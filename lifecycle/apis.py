@@ -23,7 +23,8 @@ from tenants.apis import principal_of, require_team_wide_key
 from tenants.models import AGENT_ID_RE
 from tenants.services import agent_ensure
 
-from .models import Persona, Scenario, WorkingArchive
+from .models import Persona, Scenario
+from .selectors import working_sources
 from .services import operations, pipeline
 
 AGENT_ID = RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")
@@ -264,14 +265,7 @@ class SourcesApi(APIView):
         principal = principal_of(request)
         memory = memory_get(team=principal.team, memory_id=memory_id)
         check_memory_access(memory=memory, acting_agent=principal.agent_id, action=READ)
-        item_ids = [
-            str(i)
-            for i in (memory.metadata or {}).get("source_items", [])
-            if isinstance(i, str | int)
-        ]
-        archived = WorkingArchive.objects.filter(
-            team=principal.team, item_id__in=item_ids
-        ).order_by("item_created_at", "id")
+        archived = working_sources(team=principal.team, memory=memory)
         return Response(
             {
                 "memory_id": memory.pk,

@@ -8,4 +8,11 @@ from . import views
 
 urlpatterns = [
     path("", views.index, name="lifecycle"),
+    path("run/<str:kind>/", views.run_now, name="lifecycle-run"),
+    path("jobs/", views.job_log, name="lifecycle-jobs"),
+    path("jobs/<int:job_id>/", views.job_detail, name="lifecycle-job"),
+    path("personas/", views.persona_list, name="lifecycle-personas"),
+    path("personas/<str:persona_id>/", views.persona_detail, name="lifecycle-persona"),
+    path("scenarios/<str:scenario_id>/", views.scenario_detail, name="lifecycle-scenario"),
+    path("memories/<int:memory_id>/sources/", views.memory_sources, name="lifecycle-sources"),
 ]

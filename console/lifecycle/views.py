@@ -1,15 +1,197 @@
-"""Console views for the lifecycle area. Thin: parse the form, call services/selectors, render."""
+"""Console views for the lifecycle area. Thin: parse the form, call services/selectors, render.
+
+Pipeline config: saved through `pipeline.config_update` after the API's own serializer
+validated it. Run now: queued with `pipeline.run_later` (trigger "admin"), the same dispatch the
+API and the workers use, recorded as a JobRun. Drill-down: persona -> scenarios (as the persona
+saw them) -> memories -> archived working-memory sources, all read through lifecycle selectors
+filtered by the team, so another team's ids answer 404.
+"""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from typing import Any
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from console import access
+from lifecycle import selectors
+from lifecycle.services import pipeline
+from memories.models import Memory
+from tenants import selectors as tenant_selectors
 from tenants.models import Team
+
+from .forms import OPERATIONS, OPERATIONS_BY_KIND, JobFilterForm, PipelineConfigForm, RunForm
+
+JOBS_PER_PAGE = 50
+PERSONAS_PER_PAGE = 30
+
+
+def _agent_ids(team: Team) -> list[str]:
+    return list(tenant_selectors.agent_list(team=team).values_list("agent_id", flat=True))
+
+
+def _run_forms(team: Team, agent_ids: list[str], failed: RunForm | None = None) -> list[RunForm]:
+    forms = []
+    for op in OPERATIONS:
+        if failed is not None and failed.operation.kind == op.kind:
+            forms.append(failed)
+        else:
+            forms.append(RunForm(operation=op, agent_ids=agent_ids, prefix=op.kind))
+    return forms
+
+
+def _index_page(
+    request: HttpRequest,
+    team: Team,
+    *,
+    config_form: PipelineConfigForm | None = None,
+    failed_run: RunForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    config = pipeline.config_get(team=team)
+    if config_form is None:
+        config_form = PipelineConfigForm(initial=pipeline.config_dict(config))
+    agent_ids = _agent_ids(team)
+    context: dict[str, Any] = {
+        "area": "lifecycle",
+        "config": config,
+        "configured": pipeline.config_is_saved(config),
+        "config_form": config_form,
+        "run_forms": _run_forms(team, agent_ids, failed_run),
+        "agent_ids": agent_ids,
+        "recent_jobs": selectors.job_list(team=team)[:10],
+    }
+    return render(request, "console/lifecycle/index.html", context, status=status)
 
 
 @access.console_view()
 def index(request: HttpRequest, team: Team) -> HttpResponse:
-    # Placeholder until the area is built.
-    return render(request, "console/placeholder.html", {"team": team, "area": "lifecycle"})
+    """The pipeline config form (lead saves), the run-now buttons and the latest jobs."""
+    if request.method == "POST":
+        form = PipelineConfigForm(request.POST)
+        if not form.is_valid():
+            return _index_page(request, team, config_form=form, status=400)
+        was_saved = pipeline.config_is_saved(pipeline.config_get(team=team))
+        pipeline.config_update(team=team, **form.validated)
+        if was_saved:
+            messages.success(request, "Pipeline configuration saved.")
+        else:
+            messages.success(
+                request, "Pipeline configuration saved: automation is now on for this team."
+            )
+        return redirect("console:lifecycle", team_id=team.id)
+    return _index_page(request, team)
+
+
+@require_POST
+@access.console_view(lead=True)
+def run_now(request: HttpRequest, team: Team, kind: str) -> HttpResponse:
+    """Queues one operation as a job (trigger "admin") and sends the lead to the job log."""
+    operation = OPERATIONS_BY_KIND.get(kind)
+    if operation is None:
+        raise Http404("No such operation.")
+    form = RunForm(request.POST, operation=operation, agent_ids=_agent_ids(team), prefix=kind)
+    if not form.is_valid():
+        return _index_page(request, team, failed_run=form, status=400)
+    agent_id, params = form.job_args()
+    job = pipeline.run_later(
+        team=team, kind=kind, trigger="admin", agent_id=agent_id, params=params
+    )
+    what = operation.title.lower() + (" (dry run)" if params.get("dry_run") else "")
+    messages.success(
+        request,
+        f"Job #{job.pk} ({what}{' for ' + agent_id if agent_id else ''}) started; "
+        "its status is below.",
+    )
+    return redirect("console:lifecycle-jobs", team_id=team.id)
+
+
+@access.console_view()
+def job_log(request: HttpRequest, team: Team) -> HttpResponse:
+    form = JobFilterForm(request.GET or None, agent_ids=selectors.job_agent_ids(team=team))
+    jobs = selectors.job_list(team=team, **form.filters())
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {"area": "lifecycle", "form": form, "page": page, "query": query.urlencode()}
+    return render(request, "console/lifecycle/jobs.html", context)
+
+
+@access.console_view()
+def job_detail(request: HttpRequest, team: Team, job_id: int) -> HttpResponse:
+    job = selectors.job_get(team=team, job_id=job_id)
+    if job is None:
+        raise Http404("No such job.")
+    context = {
+        "area": "lifecycle",
+        "job": job,
+        "outputs": selectors.job_outputs(team=team, job=job),
+    }
+    return render(request, "console/lifecycle/job.html", context)
+
+
+@access.console_view()
+def persona_list(request: HttpRequest, team: Team) -> HttpResponse:
+    agent_id = request.GET.get("agent", "")
+    personas = selectors.persona_list(team=team, agent_id=agent_id)
+    page = Paginator(personas, PERSONAS_PER_PAGE).get_page(request.GET.get("page"))
+    context = {
+        "area": "lifecycle",
+        "page": page,
+        "agent": agent_id,
+        "agent_ids": _agent_ids(team),
+    }
+    return render(request, "console/lifecycle/personas.html", context)
+
+
+@access.console_view()
+def persona_detail(request: HttpRequest, team: Team, persona_id: str) -> HttpResponse:
+    persona = selectors.persona_get(team=team, persona_id=persona_id)
+    if persona is None:
+        raise Http404("No such persona.")
+    context = {
+        "area": "lifecycle",
+        "persona": persona,
+        "scenarios": selectors.persona_scenarios(team=team, persona=persona),
+        "memories": selectors.memories_in_order(team=team, memory_ids=persona.memory_ids),
+    }
+    return render(request, "console/lifecycle/persona.html", context)
+
+
+@access.console_view()
+def scenario_detail(request: HttpRequest, team: Team, scenario_id: str) -> HttpResponse:
+    persona = None
+    if request.GET.get("persona"):
+        persona = selectors.persona_get(team=team, persona_id=request.GET["persona"])
+        if persona is None:
+            raise Http404("No such persona.")
+    scenario = selectors.scenario_view(team=team, scenario_id=scenario_id, persona=persona)
+    if scenario is None:
+        raise Http404("No such scenario.")
+    context = {
+        "area": "lifecycle",
+        "persona": persona,
+        "scenario": scenario,
+        "memories": selectors.memories_in_order(
+            team=team, memory_ids=scenario.get("memory_ids") or []
+        ),
+    }
+    return render(request, "console/lifecycle/scenario.html", context)
+
+
+@access.console_view()
+def memory_sources(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
+    """The archived working-memory items a memory was derived from (GET /lifecycle/sources)."""
+    memory = get_object_or_404(Memory, team=team, pk=memory_id)
+    context = {
+        "area": "lifecycle",
+        "memory": memory,
+        "item_ids": selectors.memory_source_item_ids(memory=memory),
+        "sources": list(selectors.working_sources(team=team, memory=memory)),
+        "supersedes": list(memory.supersedes.filter(team=team).order_by("pk")),
+    }
+    return render(request, "console/lifecycle/sources.html", context)

@@ -185,6 +185,8 @@ def dispatch(
         from graph.extraction import graph_extract
 
         return graph_extract(team=team, agent_id=agent_id, job_id=job_id, **params)
+    if kind == "auto-run":
+        return _auto_run_outcome(team=team, job_id=job_id)
     raise ValueError(f"unknown job kind {kind!r}")
 
 
@@ -252,3 +254,39 @@ def schedule_cleanups(*, trigger: str = "beat") -> int:
             transaction.on_commit(partial(enqueue, job))
             queued += 1
     return queued
+
+
+# --- Queued runs (the review console's "run now") ---------------------------------------------
+
+
+def _auto_run_outcome(*, team: Team, job_id: int | None) -> operations.Outcome:
+    """The whole pipeline as one recorded job: each action it runs is its own job, with the
+    same trigger as this one, and records its own counts and tokens."""
+    trigger = "auto"
+    if job_id is not None:
+        trigger = (
+            JobRun.objects.filter(pk=job_id).values_list("trigger", flat=True).first() or trigger
+        )
+    results = auto_run(team=team, trigger=trigger)
+    counts = {
+        "actions": len(results),
+        "compress_runs": sum(1 for r in results if r.get("action") == "compress"),
+        "cleanup_runs": sum(1 for r in results if r.get("action") == "cleanup"),
+    }
+    return counts, Usage(), "pipeline"
+
+
+def run_later(
+    *, team: Team, kind: str, trigger: str, agent_id: str, params: dict[str, Any]
+) -> JobRun:
+    """Queues an operation as a recorded job, handed to its worker once the caller's transaction
+    commits: the same dispatch as `run`, but the request does not wait for an LLM. In embedded
+    mode the job runs in a background thread (inline under LIFECYCLE_INLINE, as in tests)."""
+    if kind not in JobRun.KINDS:
+        raise ValueError(f"unknown job kind {kind!r}")
+    job = jobs.job_create(team=team, kind=kind, trigger=trigger, agent_id=agent_id, params=params)
+    assert job is not None  # no active_key, so never refused as a duplicate
+    from lifecycle.tasks import enqueue
+
+    transaction.on_commit(partial(enqueue, job))
+    return job

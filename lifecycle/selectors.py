@@ -1,0 +1,138 @@
+"""Reads for the lifecycle records. Every read takes the caller's team explicitly; another team's
+id is simply not found."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from memories.models import Memory
+from tenants.models import Team
+
+from .models import JobRun, Persona, Scenario, WorkingArchive
+
+
+def memory_source_item_ids(*, memory: Memory) -> list[str]:
+    """The working-memory item ids a derived memory records in `metadata.source_items`."""
+    return [
+        str(i) for i in (memory.metadata or {}).get("source_items", []) if isinstance(i, str | int)
+    ]
+
+
+def working_sources(*, team: Team, memory: Memory) -> QuerySet[WorkingArchive]:
+    """The archived working-memory items (L0) a memory was derived from, oldest first.
+
+    Empty for a memory written by hand. Filtered by team as well as by item id: item ids are
+    only unique per working store, and another team's archive must never show up here.
+    """
+    return WorkingArchive.objects.filter(
+        team=team, item_id__in=memory_source_item_ids(memory=memory)
+    ).order_by("item_created_at", "id")
+
+
+def job_list(
+    *,
+    team: Team,
+    status: str = "",
+    kind: str = "",
+    trigger: str = "",
+    agent_id: str = "",
+    failed_only: bool = False,
+) -> QuerySet[JobRun]:
+    """The team's job log, newest first, narrowed by any of the given filters."""
+    qs = JobRun.objects.filter(team=team)
+    if status:
+        qs = qs.filter(status=status)
+    if failed_only:
+        qs = qs.filter(status=JobRun.STATUS_FAILED)
+    if kind:
+        qs = qs.filter(kind=kind)
+    if trigger:
+        qs = qs.filter(trigger=trigger)
+    if agent_id:
+        qs = qs.filter(agent_id=agent_id)
+    return qs.order_by("-created_at", "-id")
+
+
+def job_get(*, team: Team, job_id: int) -> JobRun | None:
+    return JobRun.objects.filter(team=team, pk=job_id).first()
+
+
+def job_outputs(*, team: Team, job: JobRun) -> dict[str, Any]:
+    """What a job left behind: memories it wrote, scenarios, personas, archived working items.
+
+    JobRun keeps only counts; the outputs carry the job id, so they are found from it.
+    """
+    return {
+        "memories": list(
+            Memory.objects.filter(team=team, metadata__job_id=job.pk).order_by("id")[:200]
+        ),
+        "scenarios": list(Scenario.objects.filter(team=team, job=job).order_by("created_at")),
+        "personas": list(Persona.objects.filter(team=team, job=job).order_by("created_at")),
+        "archived": WorkingArchive.objects.filter(team=team, job=job).count(),
+    }
+
+
+def job_agent_ids(*, team: Team) -> list[str]:
+    """Agent ids that appear in the team's job log (for the filter)."""
+    return sorted(
+        a
+        for a in JobRun.objects.filter(team=team).values_list("agent_id", flat=True).distinct()
+        if a
+    )
+
+
+def persona_list(*, team: Team, agent_id: str = "") -> QuerySet[Persona]:
+    qs = Persona.objects.filter(team=team)
+    if agent_id:
+        qs = qs.filter(agent_id=agent_id)
+    return qs.order_by("-created_at", "id")
+
+
+def persona_get(*, team: Team, persona_id: str) -> Persona | None:
+    return Persona.objects.filter(team=team, pk=persona_id).first()
+
+
+def persona_scenarios(*, team: Team, persona: Persona) -> list[dict[str, Any]]:
+    """The scenarios a persona was built from, as it saw them (its snapshot), each marked with
+    whether that scenario still exists (scenarios are regenerated over time)."""
+    snapshot = [s for s in persona.scenarios_snapshot or [] if isinstance(s, dict) and s.get("id")]
+    live = set(
+        Scenario.objects.filter(team=team, pk__in=[s["id"] for s in snapshot]).values_list(
+            "pk", flat=True
+        )
+    )
+    return [{**s, "live": s["id"] in live} for s in snapshot]
+
+
+def scenario_view(
+    *, team: Team, scenario_id: str, persona: Persona | None = None
+) -> dict[str, Any] | None:
+    """A scenario as a persona saw it (its snapshot) when `persona` is given and holds it, else
+    the stored scenario of the team; None when neither exists."""
+    if persona is not None:
+        for s in persona_scenarios(team=team, persona=persona):
+            if s["id"] == scenario_id:
+                return {**s, "agent_id": persona.agent_id, "from_snapshot": True}
+    scenario = Scenario.objects.filter(team=team, pk=scenario_id).first()
+    if scenario is None:
+        return None
+    return {
+        "id": scenario.id,
+        "name": scenario.name,
+        "summary": scenario.summary,
+        "memory_ids": scenario.memory_ids,
+        "created_at": scenario.created_at,
+        "agent_id": scenario.agent_id,
+        "live": True,
+        "from_snapshot": False,
+    }
+
+
+def memories_in_order(*, team: Team, memory_ids: list[Any]) -> list[tuple[int, Memory | None]]:
+    """The team's memories for these ids, in the given order; None for one that is gone
+    (cleaned up, deleted) or is not the team's."""
+    ids = [int(i) for i in memory_ids if isinstance(i, int) or (isinstance(i, str) and i.isdigit())]
+    found = {m.pk: m for m in Memory.objects.filter(team=team, pk__in=ids)}
+    return [(i, found.get(i)) for i in ids]

@@ -1,0 +1,396 @@
+"""Console lifecycle pages: pipeline config (the API's validation), run now (a recorded job with
+trigger admin, through the pipeline's dispatch), the job log, and the persona drill-down to the
+archived working-memory sources; other teams 404, viewers 403 on every POST."""
+
+from __future__ import annotations
+
+import pytest
+
+from lifecycle.models import JobRun, Persona, PipelineConfig, Scenario, WorkingArchive
+from memories.models import Memory
+from tenants.models import Team
+
+from .console_helpers import member_client
+from .helpers import error_code, ok_data
+from .test_lifecycle_api import SEED_5_3, SEED_5_6, working
+
+pytestmark = pytest.mark.django_db
+
+CONFIG = {
+    "compress_every_n": "4",
+    "compress_target_count": "2",
+    "cleanup_idle_days": "60",
+    "cleanup_min_importance": "0.3",
+    "enabled": "on",
+    "warmup_max_memories": "5",
+    "warmup_compress_every_n": "1",
+}
+
+
+@pytest.fixture
+def lead(team):
+    return member_client(team, "lead_a", "lead")
+
+
+@pytest.fixture
+def viewer(team):
+    return member_client(team, "viewer_a", "viewer")
+
+
+def url(team: Team | str, rest: str = "") -> str:
+    team_id = team if isinstance(team, str) else team.id
+    return f"/review/{team_id}/lifecycle/{rest}"
+
+
+class TestPipelineConfig:
+    def test_an_unsaved_config_says_automation_is_off_and_saving_turns_it_on(self, team, lead):
+        page = lead.get(url(team)).content.decode()
+        assert "Automation is <strong>off</strong>" in page
+        assert "saving this form turns automation on" in page
+        response = lead.post(url(team), CONFIG, follow=True)
+        assert response.status_code == 200
+        assert "automation is now on" in response.content.decode()
+        config = PipelineConfig.objects.get(team=team)
+        assert (
+            config.compress_every_n,
+            config.compress_target_count,
+            config.cleanup_idle_days,
+            config.cleanup_min_importance,
+            config.enabled,
+            config.extract_graph,
+        ) == (4, 2, 60, 0.3, True, False)
+        assert "Automation is <strong>on</strong>" in lead.get(url(team)).content.decode()
+
+    def test_an_unchecked_box_saves_false(self, team, lead):
+        data = {**CONFIG}
+        del data["enabled"]
+        assert lead.post(url(team), data).status_code == 302
+        assert PipelineConfig.objects.get(team=team).enabled is False
+
+    @pytest.mark.parametrize(
+        ("field", "value", "api_value"),
+        [
+            ("compress_every_n", "-1", -1),
+            ("cleanup_min_importance", "1.5", 1.5),
+            ("compress_target_count", "0", 0),
+        ],
+    )
+    def test_an_invalid_value_is_refused_by_the_form_and_by_the_api_alike(
+        self, team, lead, api, field, value, api_value
+    ):
+        response = lead.post(url(team), {**CONFIG, field: value})
+        assert response.status_code == 400
+        form = response.context["config_form"]
+        assert field in form.errors
+        # The same serializer refuses it through the API, with the same message.
+        api_response = api.post("/lifecycle/auto-config", {field: api_value})
+        assert error_code(api_response) == "VALIDATION_ERROR"
+        assert form.errors[field][0] in str(api_response.json())
+        assert not PipelineConfig.objects.filter(team=team).exists()
+        assert "errorlist" in response.content.decode()
+
+    def test_a_value_that_is_not_a_number_is_a_form_error_not_a_500(self, team, lead):
+        response = lead.post(url(team), {**CONFIG, "compress_every_n": "ten"})
+        assert response.status_code == 400
+        assert "compress_every_n" in response.context["config_form"].errors
+
+    def test_a_viewer_sees_the_config_read_only_and_cannot_save(self, team, viewer):
+        page = viewer.get(url(team)).content.decode()
+        assert "Only a lead of the team can change the configuration." in page
+        assert 'id="save-config"' not in page and 'id="run-now"' not in page
+        assert viewer.post(url(team), CONFIG).status_code == 403
+        assert not PipelineConfig.objects.filter(team=team).exists()
+
+
+class TestRunNow:
+    def test_run_now_queues_a_job_with_trigger_admin_and_runs_it(
+        self, team, lead, api, django_capture_on_commit_callbacks
+    ):
+        item_ids = working(api, "coder", SEED_5_3)
+        with django_capture_on_commit_callbacks(execute=True):
+            response = lead.post(
+                url(team, "run/compress/"),
+                {"compress-agent_id": "coder", "compress-target_count": "1"},
+            )
+        assert response.status_code == 302
+        assert response["Location"] == url(team, "jobs/")
+        job = JobRun.objects.get(team=team, kind="compress")
+        assert (job.trigger, job.status, job.agent_id, job.params) == (
+            "admin",
+            "succeeded",
+            "coder",
+            {"target_count": 1},
+        )
+        assert job.counts["compressed"] == 4 and job.engine
+        assert set(WorkingArchive.objects.filter(job=job).values_list("item_id", flat=True)) == set(
+            item_ids
+        )
+        log = lead.get(response["Location"]).content.decode()
+        assert f"Job #{job.pk} (compress working memory for coder) started" in log
+        detail = lead.get(url(team, f"jobs/{job.pk}/")).content.decode()
+        assert "compressed=4" in detail and "4 working-memory items archived" in detail
+
+    @pytest.mark.parametrize(
+        ("kind", "data", "counts"),
+        [
+            ("extract-facts", {"agent_id": "coder"}, {"count"}),
+            ("aggregate-scenes", {"agent_id": "coder"}, {"count"}),
+            ("generate-persona", {"agent_id": "coder"}, set()),
+            ("cleanup", {"dry_run": "true"}, {"would_clean", "dry_run"}),
+            ("cleanup", {"dry_run": "false", "max_age_days": "0"}, {"cleaned"}),
+            ("extract-graph", {"agent_id": "coder"}, set()),
+            ("auto-run", {}, {"actions"}),
+        ],
+    )
+    def test_every_operation_runs_as_an_admin_job(
+        self, team, lead, api, django_capture_on_commit_callbacks, kind, data, counts
+    ):
+        api.post("/lifecycle/auto-config", {"enabled": True, "compress_every_n": 2})
+        working(api, "coder", SEED_5_6[:3])
+        api.post(
+            "/memories/personal", {"agent_id": "coder", "content": "用户偏好简洁直接的回复风格"}
+        )
+        with django_capture_on_commit_callbacks(execute=True):
+            response = lead.post(
+                url(team, f"run/{kind}/"), {f"{kind}-{k}": v for k, v in data.items()}
+            )
+        assert response.status_code == 302, response.content.decode()[:2000]
+        job = JobRun.objects.filter(team=team, kind=kind).latest("id")
+        assert (job.trigger, job.status) == ("admin", "succeeded"), job.error
+        assert counts <= set(job.counts)
+        if kind == "cleanup" and data["dry_run"] == "true":
+            assert job.counts["dry_run"] is True and Memory.objects.filter(team=team).exists()
+        if kind == "auto-run":
+            # The whole pipeline: each action it ran is its own admin job.
+            assert JobRun.objects.filter(team=team, kind="compress", trigger="admin").exists()
+
+    @pytest.mark.parametrize(
+        ("data", "field"),
+        [
+            ({"compress-agent_id": "coder", "compress-target_count": "0"}, "target_count"),
+            ({"compress-agent_id": "coder", "compress-target_count": "51"}, "target_count"),
+            ({"compress-agent_id": "nobody"}, "agent_id"),
+            ({}, "agent_id"),
+        ],
+    )
+    def test_invalid_parameters_are_refused_like_the_api_and_nothing_runs(
+        self, team, lead, api, data, field
+    ):
+        working(api, "coder", SEED_5_3[:1])
+        response = lead.post(url(team, "run/compress/"), data)
+        assert response.status_code == 400
+        failed = next(f for f in response.context["run_forms"] if f.operation.kind == "compress")
+        assert field in failed.errors
+        assert not JobRun.objects.filter(team=team).exists()
+
+    def test_an_unknown_operation_is_404_and_get_is_not_allowed(self, team, lead):
+        assert lead.post(url(team, "run/delete-everything/"), {}).status_code == 404
+        assert lead.get(url(team, "run/compress/")).status_code == 405
+
+
+class TestJobLog:
+    @pytest.fixture
+    def jobs(self, team, other_team):
+        made = [
+            JobRun.objects.create(
+                team=team, kind="compress", trigger="auto", agent_id="a1", status="succeeded"
+            ),
+            JobRun.objects.create(
+                team=team,
+                kind="compress",
+                trigger="admin",
+                agent_id="a2",
+                status="failed",
+                error="LLM_UNAVAILABLE: the LLM did not answer",
+            ),
+            JobRun.objects.create(team=team, kind="cleanup", trigger="beat", status="succeeded"),
+            JobRun.objects.create(
+                team=team, kind="generate-persona", trigger="api", agent_id="a1", status="queued"
+            ),
+        ]
+        JobRun.objects.create(team=other_team, kind="compress", trigger="api", status="failed")
+        return made
+
+    def listed(self, client, team, query=""):
+        response = client.get(url(team, "jobs/") + query)
+        assert response.status_code == 200
+        return [j.pk for j in response.context["page"].object_list]
+
+    def test_filters(self, team, viewer, jobs):
+        c1, c2, cl, gp = (j.pk for j in jobs)
+        assert self.listed(viewer, team) == [gp, cl, c2, c1]  # newest first, own team only
+        assert self.listed(viewer, team, "?status=succeeded") == [cl, c1]
+        assert self.listed(viewer, team, "?kind=compress") == [c2, c1]
+        assert self.listed(viewer, team, "?trigger=beat") == [cl]
+        assert self.listed(viewer, team, "?agent_id=a1") == [gp, c1]
+        assert self.listed(viewer, team, "?failed=on") == [c2]
+        assert self.listed(viewer, team, "?kind=compress&agent_id=a1") == [c1]
+        # A value the filter does not know is ignored, never a 500.
+        assert self.listed(viewer, team, "?status=bogus") == [gp, cl, c2, c1]
+
+    def test_paging(self, team, viewer):
+        for _ in range(55):
+            JobRun.objects.create(team=team, kind="cleanup", trigger="beat", status="succeeded")
+        first = viewer.get(url(team, "jobs/?trigger=beat"))
+        assert len(first.context["page"].object_list) == 50
+        assert "trigger=beat&amp;page=2" in first.content.decode()
+        assert len(self.listed(viewer, team, "?trigger=beat&page=2")) == 5
+
+    def test_the_detail_page_shows_the_full_error(self, team, viewer, jobs):
+        page = viewer.get(url(team, f"jobs/{jobs[1].pk}/")).content.decode()
+        assert "LLM_UNAVAILABLE: the LLM did not answer" in page
+
+    def test_another_teams_job_is_404(self, team, lead, other_team, jobs):
+        theirs = JobRun.objects.get(team=other_team)
+        assert lead.get(url(team, f"jobs/{theirs.pk}/")).status_code == 404
+        assert theirs.pk not in self.listed(lead, team)
+
+
+@pytest.fixture
+def drilled(team, api):
+    """A persona built by the real lifecycle, down to archived working memory (seed 000 §5.6)."""
+    api.post("/lifecycle/auto-config", {"enabled": False})
+    item_ids = working(api, "researcher", SEED_5_3)
+    compressed = ok_data(
+        api.post("/lifecycle/compress", {"agent_id": "researcher", "target_count": 1})
+    )
+    working(api, "researcher", SEED_5_6)
+    ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "researcher"}))
+    for content, importance in (
+        ("2025-06 策略复盘：最大回撤 12%，主要损失来自 6/3 闪崩", 0.85),
+        ("回测数据源：Binance USDT 永续合约，1h K线，2024-01 至今", 0.7),
+    ):
+        api.post(
+            "/memories/personal",
+            {"agent_id": "researcher", "content": content, "importance": importance},
+        )
+    ok_data(api.post("/lifecycle/aggregate-scenes", {"agent_id": "researcher"}))
+    persona = ok_data(api.post("/lifecycle/generate-persona", {"agent_id": "researcher"}))[
+        "persona"
+    ]
+    return {
+        "persona": Persona.objects.get(pk=persona["id"]),
+        "compressed_id": compressed["memory_ids"][0],
+        "item_ids": item_ids,
+    }
+
+
+class TestPersonaDrillDown:
+    def test_persona_to_scenarios_to_memories_to_archived_sources(self, team, viewer, drilled):
+        persona = drilled["persona"]
+        listing = viewer.get(url(team, "personas/")).content.decode()
+        assert url(team, f"personas/{persona.pk}/") in listing
+
+        page = viewer.get(url(team, f"personas/{persona.pk}/"))
+        assert page.status_code == 200
+        body = page.content.decode()
+        assert persona.summary[:20] in body
+        assert persona.scenarios_snapshot, "the offline engine builds scenarios"
+
+        derived_seen: set[int] = set()
+        for snap in persona.scenarios_snapshot:
+            scenario_url = url(team, f"scenarios/{snap['id']}/") + f"?persona={persona.pk}"
+            assert scenario_url in body
+            scenario_page = viewer.get(scenario_url)
+            assert scenario_page.status_code == 200
+            scenario_body = scenario_page.content.decode()
+            assert snap["name"] in scenario_body
+            for mid, memory in scenario_page.context["memories"]:
+                assert memory is not None and memory.team_id == team.id
+                assert f"/review/{team.id}/memories/{mid}/" in scenario_body
+                if memory.metadata.get("source_items"):
+                    assert url(team, f"memories/{mid}/sources/") in scenario_body
+                    derived_seen.add(mid)
+        assert derived_seen, "some scenario memory was derived by the lifecycle"
+
+        # Down to the archived working memory (the same selector as GET /lifecycle/sources).
+        sources = viewer.get(url(team, f"memories/{drilled['compressed_id']}/sources/"))
+        assert [a.item_id for a in sources.context["sources"]] == drilled["item_ids"]
+        text = sources.content.decode()
+        for item in SEED_5_3:
+            assert item in text
+        for mid in derived_seen:
+            listed = viewer.get(url(team, f"memories/{mid}/sources/")).context["sources"]
+            assert listed and {a.content for a in listed} <= set(SEED_5_3) | set(SEED_5_6)
+
+    def test_a_snapshot_scenario_still_opens_after_it_was_regenerated(self, team, viewer, drilled):
+        persona = drilled["persona"]
+        snap = persona.scenarios_snapshot[0]
+        Scenario.objects.filter(pk=snap["id"]).delete()
+        page = viewer.get(url(team, f"scenarios/{snap['id']}/?persona={persona.pk}"))
+        assert page.status_code == 200 and "no longer stored" in page.content.decode()
+        assert viewer.get(url(team, f"scenarios/{snap['id']}/")).status_code == 404
+
+    def test_a_memory_written_by_hand_has_no_sources(self, team, viewer, api):
+        plain = ok_data(api.post("/memories/personal", {"agent_id": "coder", "content": "by hand"}))
+        page = viewer.get(url(team, f"memories/{plain['id']}/sources/"))
+        assert page.status_code == 200 and page.context["sources"] == []
+        assert "not derived from working memory" in page.content.decode()
+
+
+@pytest.fixture
+def theirs(other_team, other_api):
+    """One of everything in team B, made by the real lifecycle."""
+    other_api.post("/lifecycle/auto-config", {"enabled": False})
+    working(other_api, "spy", SEED_5_3)
+    mid = ok_data(other_api.post("/lifecycle/compress", {"agent_id": "spy", "target_count": 1}))[
+        "memory_ids"
+    ][0]
+    ok_data(other_api.post("/lifecycle/aggregate-scenes", {"agent_id": "spy"}))
+    ok_data(other_api.post("/lifecycle/generate-persona", {"agent_id": "spy"}))
+    return {
+        "job": JobRun.objects.filter(team=other_team).first(),
+        "persona": Persona.objects.get(team=other_team),
+        "scenario": Scenario.objects.filter(team=other_team).first(),
+        "memory": mid,
+        "archive": WorkingArchive.objects.filter(team=other_team).first(),
+    }
+
+
+def test_every_id_of_another_team_answers_404_and_is_never_listed(team, lead, theirs):
+    assert theirs["scenario"] is not None and theirs["archive"] is not None
+    for path in (
+        f"jobs/{theirs['job'].pk}/",
+        f"personas/{theirs['persona'].pk}/",
+        f"scenarios/{theirs['scenario'].pk}/",
+        f"scenarios/{theirs['scenario'].pk}/?persona={theirs['persona'].pk}",
+        f"memories/{theirs['memory']}/sources/",
+    ):
+        assert lead.get(url(team, path)).status_code == 404, path
+    for listing in ("", "jobs/", "personas/"):
+        body = lead.get(url(team, listing)).content.decode()
+        assert "spy" not in body and theirs["persona"].pk not in body
+        assert theirs["archive"].content not in body
+
+
+def test_another_teams_pages_and_posts_answer_404(team, other_team, lead, theirs):
+    for path in (
+        "",
+        "jobs/",
+        f"jobs/{theirs['job'].pk}/",
+        "personas/",
+        f"personas/{theirs['persona'].pk}/",
+        f"scenarios/{theirs['scenario'].pk}/",
+        f"memories/{theirs['memory']}/sources/",
+    ):
+        assert lead.get(url(other_team, path)).status_code == 404, path
+    assert lead.post(url(other_team), CONFIG).status_code == 404
+    assert (
+        lead.post(url(other_team, "run/cleanup/"), {"cleanup-dry_run": "true"}).status_code == 404
+    )
+    assert not JobRun.objects.filter(team=other_team, trigger="admin").exists()
+
+
+def test_a_viewer_gets_403_on_every_post(team, viewer):
+    assert viewer.post(url(team), CONFIG).status_code == 403
+    for kind in (
+        "compress",
+        "extract-facts",
+        "aggregate-scenes",
+        "generate-persona",
+        "cleanup",
+        "extract-graph",
+        "auto-run",
+    ):
+        assert viewer.post(url(team, f"run/{kind}/"), {}).status_code == 403, kind
+    assert not JobRun.objects.exists()
