@@ -90,7 +90,7 @@ def names_agree(a: str, b: str) -> bool:
     """The embedding model says two names denote the same thing (calibrated score)."""
     vecs = embed_passages([a, b])
     raw = float(np.dot(vecs[0], vecs[1]))
-    return float(get_embedder().score(raw)) >= NAME_MATCH_SCORE
+    return float(get_embedder().same_score(raw)) >= NAME_MATCH_SCORE
 
 
 @dataclass

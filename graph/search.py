@@ -42,6 +42,7 @@ class _TeamVectors:
     ids: list[uuid.UUID]
     names: list[str]
     keys: list[str]
+    descriptions: list[str]  # casefolded
     agent_ids: np.ndarray
     types: np.ndarray
     matrix: np.ndarray  # (n, dim) float32; zero rows where there is no usable vector
@@ -49,7 +50,7 @@ class _TeamVectors:
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes) + 200 * len(self.ids)
+        return int(self.matrix.nbytes) + 200 * len(self.ids) + sum(map(len, self.descriptions))
 
 
 _cache: OrderedDict[str, _TeamVectors] = OrderedDict()
@@ -71,6 +72,7 @@ def _load(team: Team, version: tuple[Any, ...], dim: int) -> _TeamVectors:
             "entity_type",
             "embedding",
             "embedding_model",
+            "description",
         )
     )
     model_name = version[2]
@@ -86,6 +88,7 @@ def _load(team: Team, version: tuple[Any, ...], dim: int) -> _TeamVectors:
         ids=[r[0] for r in rows],
         names=[r[1] for r in rows],
         keys=[r[2] for r in rows],
+        descriptions=[(r[7] or "").casefold() for r in rows],
         agent_ids=np.array([r[3] for r in rows], dtype=object),
         types=np.array([r[4] for r in rows], dtype=object),
         matrix=matrix,
@@ -129,6 +132,16 @@ def name_score(query_key: str, query_text: str, key: str, name: str) -> float:
     return 0.0
 
 
+# The query's words inside the description: weaker evidence than the name, but it is what a
+# user types when they remember what a thing is rather than what it is called.
+DESCRIPTION_MATCH_SCORE = 0.6
+
+
+def description_score(query_text: str, description: str) -> float:
+    text = query_text.casefold()
+    return DESCRIPTION_MATCH_SCORE if len(text) >= 2 and text in description else 0.0
+
+
 def rank_entities(
     *,
     team: Team,
@@ -156,7 +169,10 @@ def rank_entities(
     text = q.strip()
     scored: list[tuple[uuid.UUID, float]] = []
     for i in np.flatnonzero(mask):
-        lexical = name_score(query_key, text, tv.keys[i], tv.names[i])
+        lexical = max(
+            name_score(query_key, text, tv.keys[i], tv.names[i]),
+            description_score(text, tv.descriptions[i]),
+        )
         score = 1.0 - (1.0 - float(dense[i])) * (1.0 - lexical)
         if score >= Q_MIN_SCORE:
             scored.append((tv.ids[i], score))

@@ -75,6 +75,7 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 
 from memories.text import STOP_WORDS, normalise, tokenize
 from memoryplatform.errors import DomainError
@@ -503,10 +504,13 @@ def similarity_matrix(texts: list[str]) -> np.ndarray:
     """Pairwise similarity in [0, 1]: calibrated embedding score blended with keyword overlap."""
     lexical = _keyword_similarity(texts)
     try:
-        from memories.embeddings import embed_passages, get_embedder
+        from memories.embeddings import get_named_embedder
 
-        vectors = embed_passages(texts)
-        semantic = np.asarray(get_embedder().score(vectors @ vectors.T), dtype=np.float64)
+        # Grouping is a batch job: it may use a slower model that sees topics better than
+        # the search model (LIFECYCLE_TOPIC_EMBEDDING_BACKEND, docs/lifecycle.md).
+        embedder = get_named_embedder(settings.LIFECYCLE_TOPIC_EMBEDDING_BACKEND)
+        vectors = embedder.encode_passages(texts)
+        semantic = np.asarray(embedder.score(vectors @ vectors.T), dtype=np.float64)
         sim = EMBEDDING_WEIGHT * semantic + (1.0 - EMBEDDING_WEIGHT) * lexical
     except DomainError as exc:
         logger.warning("offline engine: embeddings unavailable (%s), grouping by keywords", exc)

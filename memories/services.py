@@ -51,7 +51,7 @@ class DedupHit:
 def memory_find_similar(
     *, team: Team, scope: str, agent_id: str, vector: np.ndarray, min_score: float, k: int = 5
 ) -> list[tuple[Memory, float]]:
-    """The scope's memories whose calibrated similarity to `vector` is at least `min_score`, best first."""
+    """The scope's memories that say about the same as `vector` (`same_score` >= min_score), best first."""
     embedder = get_embedder()
     ix = index.registry.get(team_id=team.id, scope=scope, agent_id=agent_id, embedder=embedder)
     with ix.lock:
@@ -63,7 +63,9 @@ def memory_find_similar(
         top = np.argpartition(-sims, k - 1)[:k]
         top = top[np.argsort(-sims[top])]
         scored = [
-            (int(ix.ids[s]), float(embedder.score(sims[s]))) for s in top if np.isfinite(sims[s])
+            (int(ix.ids[s]), float(embedder.same_score(sims[s])))
+            for s in top
+            if np.isfinite(sims[s])
         ]
     scored = [(mid, score) for mid, score in scored if score >= min_score]
     if not scored:

