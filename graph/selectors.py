@@ -322,3 +322,80 @@ def entities_for_memories(
             }
         )
     return out
+
+
+# --- console (review pages) reads --------------------------------------------------------------
+
+
+def graph_agent_ids(*, team: Team) -> list[str]:
+    """The agents owning at least one entity of the team (the console's agent selector)."""
+    rows = (
+        Entity.objects.filter(team=team)
+        .exclude(agent_id="")
+        .values_list("agent_id", flat=True)
+        .distinct()
+        .order_by("agent_id")
+    )
+    return list(rows)
+
+
+SOURCE_MEMORIES_LIMIT = 50
+SOURCE_SNIPPET_CHARS = 400
+
+
+def entity_console_detail(
+    *, team: Team, entity: Entity, acting_agent: str | None = None
+) -> dict[str, Any]:
+    """`entity_detail` plus what a reviewer needs to follow it: the name and type of the other
+    end of each relation, and the memories the entity was read from (newest first, at most
+    SOURCE_MEMORIES_LIMIT, content cut to SOURCE_SNIPPET_CHARS). Five queries whatever the
+    number of relations and mentions.
+    """
+    from memories.models import Memory
+
+    detail = entity_detail(entity=entity, acting_agent=acting_agent)
+    me = str(entity.pk)
+    relations = detail["outgoing_relations"] + detail["incoming_relations"]
+    others = {
+        r["target_entity_id"] if r["source_entity_id"] == me else r["source_entity_id"]
+        for r in relations
+    }
+    # By primary key, the team checked per row (see entities_get).
+    ends = Entity.objects.only("id", "team_id", "name", "entity_type", "agent_id").in_bulk(
+        [parse_uuid(i) for i in others]
+    )
+    names = {str(pk): e for pk, e in ends.items() if e.team_id == team.id}
+    for r in relations:
+        other_id = r["target_entity_id"] if r["source_entity_id"] == me else r["source_entity_id"]
+        other = names.get(other_id)
+        r["other"] = {
+            "id": other_id,
+            "name": other.name if other else None,
+            "entity_type": other.entity_type if other else None,
+        }
+    memory_ids = set(
+        EntityMention.objects.filter(entity=entity).values_list("memory_id", flat=True)
+    )
+    if entity.source_memory_id is not None:
+        memory_ids.add(entity.source_memory_id)
+    rows = (
+        Memory.objects.filter(team=team, pk__in=memory_ids)
+        .order_by("-created_at", "-id")
+        .values("id", "scope", "agent_id", "content", "category", "created_at")[
+            :SOURCE_MEMORIES_LIMIT
+        ]
+    )
+    detail["source_memories"] = [
+        {
+            "id": m["id"],
+            "scope": m["scope"],
+            "agent_id": m["agent_id"] or None,
+            "category": m["category"],
+            "content": m["content"][:SOURCE_SNIPPET_CHARS],
+            "truncated": len(m["content"]) > SOURCE_SNIPPET_CHARS,
+            "created_at": iso(m["created_at"]),
+        }
+        for m in rows
+    ]
+    detail["source_memories_total"] = len(memory_ids)
+    return detail

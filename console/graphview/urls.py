@@ -8,4 +8,6 @@ from . import views
 
 urlpatterns = [
     path("", views.index, name="graph"),
+    path("data/", views.data, name="graph-data"),
+    path("entity/<str:entity_id>/", views.entity, name="graph-entity"),
 ]

@@ -1,0 +1,102 @@
+"""What the console's graph view reads: the same traversal, search and caps as `GET /graph` and
+`GET /graph/entities?q=` (graph/apis.py), for a team or as one agent sees it.
+
+"As an agent sees it" is the API's rule for an agent-scoped key (graph.selectors.visible_q): the
+agent's own entities and the team-wide ones. A reviewer's look is not an agent's recall, so
+unlike the API these reads never bump the entities' access counts (which rank the whole graph
+and feed lifecycle decisions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from graph import selectors as graph_selectors
+from graph import traversal
+from graph.models import Entity
+from tenants.models import Team
+
+SEARCH_MATCHES = 10
+
+
+@dataclass(frozen=True)
+class GraphQuery:
+    agent: str = ""  # "" = the whole team
+    q: str = ""  # centre on the best match of this search
+    entity: str = ""  # centre on this entity (wins over q)
+    depth: int = 1
+    max_nodes: int = traversal.DEFAULT_MAX_NODES
+    max_edges: int = traversal.DEFAULT_MAX_EDGES
+
+
+def console_graph(*, team: Team, query: GraphQuery) -> dict[str, Any]:
+    """The graph to draw: entities, relations, `truncated`, the caps, the centre and matches.
+
+    Raises graph's NotFound for an entity id that is not the team's (another team's included)
+    and Forbidden for one the chosen agent may not see.
+    """
+    acting_agent = query.agent or None
+    matches: list[dict[str, Any]] = []
+    seeds: list[Entity] = []
+    centre: str | None = None
+    if query.entity:
+        seeds = graph_selectors.entities_get(
+            team=team, entity_ids=[query.entity], acting_agent=acting_agent
+        )
+    elif query.q.strip():
+        page = graph_selectors.entity_list(
+            team=team, acting_agent=acting_agent, q=query.q, page_size=SEARCH_MATCHES
+        )
+        matches = [
+            {
+                "id": e["id"],
+                "name": e["name"],
+                "entity_type": e["entity_type"],
+                "score": e.get("score"),
+            }
+            for e in page.items
+        ]
+        if matches:
+            seeds = graph_selectors.entities_get(
+                team=team, entity_ids=[matches[0]["id"]], acting_agent=acting_agent
+            )
+    if seeds:
+        centre = str(seeds[0].pk)
+        graph = traversal.graph_subgraph(
+            team=team,
+            seeds=seeds,
+            max_depth=query.depth,
+            acting_agent=acting_agent,
+            max_nodes=query.max_nodes,
+            max_edges=query.max_edges,
+        )
+    elif query.q.strip():
+        graph = traversal.Subgraph([], [], False)  # nothing matched: nothing to draw
+    else:
+        graph = traversal.graph_whole(
+            team=team,
+            acting_agent=acting_agent,
+            max_nodes=query.max_nodes,
+            max_edges=query.max_edges,
+        )
+    body = graph.as_dict()
+    body.update(
+        {
+            "centre": centre,
+            "matches": matches,
+            "agent": query.agent or None,
+            "caps": {"max_nodes": query.max_nodes, "max_edges": query.max_edges},
+        }
+    )
+    return body
+
+
+def console_entity(*, team: Team, entity_id: str, agent: str = "") -> dict[str, Any]:
+    """One entity for the side panel: relations both ways (with the other end's name) and the
+    memories it was read from. NotFound for another team's id, Forbidden as in console_graph."""
+    acting_agent = agent or None
+    entity = graph_selectors.entity_get(team=team, entity_id=entity_id, acting_agent=acting_agent)
+    return graph_selectors.entity_console_detail(
+        team=team, entity=entity, acting_agent=acting_agent
+    )
