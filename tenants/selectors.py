@@ -47,3 +47,8 @@ def team_ids_for_user(
     if roles:
         qs = qs.filter(role__in=roles)
     return set(qs.values_list("team_id", flat=True))
+
+
+def api_key_get(*, team: Team, key_id: str) -> ApiKey | None:
+    """One of the team's keys by its public id; another team's key is simply not found."""
+    return ApiKey.objects.select_related("agent").filter(team=team, key_id=key_id).first()

@@ -8,4 +8,7 @@ from . import views
 
 urlpatterns = [
     path("", views.index, name="keys"),
+    path("issue/", views.issue, name="keys-issue"),
+    path("<str:key_id>/rotate/", views.rotate, name="keys-rotate"),
+    path("<str:key_id>/revoke/", views.revoke, name="keys-revoke"),
 ]
