@@ -123,3 +123,136 @@ def memories_needing_embedding(
     if not everything:
         qs = qs.exclude(embedding_model=model_name)
     return list(qs.order_by("id").values_list("id", flat=True))
+
+
+# --- Review console (issue 6): the lead's team-wide list and search ----------------------------
+
+# The `source` filter value for memories without `metadata.source` (written through the API).
+SOURCE_API = "api"
+
+
+def memory_review_queryset(
+    *,
+    team: Team,
+    agent_id: str = "",
+    scope: str = "",
+    source: str = "",
+    category: str = "",
+    importance_min: float | None = None,
+    importance_max: float | None = None,
+    idle_days: int | None = None,
+    pinned: bool | None = None,
+    superseded: bool | None = False,
+) -> QuerySet[Memory]:
+    """The team's memories matching the console's filters, newest first (vectors not loaded).
+
+    `source` is `metadata.source` as lifecycle writes it ("compression", "extraction", ...);
+    "api" means none (written directly through the API). Idle means neither recalled nor, when
+    never recalled, created in the last `idle_days` days. `superseded`: False hides replaced
+    memories (the default, like search), True shows only them, None both.
+    """
+    from datetime import timedelta
+
+    from django.db.models.functions import Coalesce
+    from django.utils import timezone
+
+    qs = Memory.objects.filter(team=team).defer("embedding")
+    if agent_id:
+        qs = qs.filter(agent_id=agent_id)
+    if scope:
+        qs = qs.filter(scope=scope)
+    if source == SOURCE_API:
+        qs = qs.filter(metadata__source__isnull=True)
+    elif source:
+        qs = qs.filter(metadata__source=source)
+    if category:
+        qs = qs.filter(category=category)
+    if importance_min is not None:
+        qs = qs.filter(importance__gte=importance_min)
+    if importance_max is not None:
+        qs = qs.filter(importance__lte=importance_max)
+    if idle_days is not None:
+        cutoff = timezone.now() - timedelta(days=idle_days)
+        qs = qs.annotate(_idle_since=Coalesce("last_accessed", "created_at")).filter(
+            _idle_since__lte=cutoff
+        )
+    if pinned is not None:
+        qs = qs.filter(pinned=pinned)
+    if superseded is not None:
+        qs = qs.filter(superseded_by__isnull=not superseded)
+    return qs.order_by("-created_at", "-id")
+
+
+def memory_review_facets(*, team: Team) -> dict[str, list[str]]:
+    """The choices the console's filters offer: the team's agents, categories and sources."""
+    from tenants.models import Agent
+
+    rows = Memory.objects.filter(team=team)
+    agents = set(Agent.objects.filter(team=team).values_list("agent_id", flat=True))
+    agents |= set(rows.exclude(agent_id="").values_list("agent_id", flat=True).distinct())
+    sources = {
+        s
+        for s in rows.values_list("metadata__source", flat=True).distinct()
+        if isinstance(s, str) and s
+    }
+    return {
+        "agents": sorted(agents),
+        "categories": sorted(set(rows.values_list("category", flat=True).distinct())),
+        "sources": [SOURCE_API, *sorted(sources - {SOURCE_API})],
+    }
+
+
+def memory_review_search(
+    *,
+    team: Team,
+    query: str,
+    agent_id: str = "",
+    scope: str = "",
+    limit: int = 100,
+    min_score: float = 0.3,
+) -> list[tuple[int, float]]:
+    """(memory id, score) of the team's memories matching `query`, best first, team-wide.
+
+    The API's own hybrid search (memories.search.memory_search), run over the team scope and
+    every agent's personal scope (or the one agent / scope asked for), merged by score. The
+    search counts as a recall (it touches the rows it returns), but a lead reviewing memories is
+    not an agent recalling them: that would make every reviewed memory look fresh to idle
+    cleanup and purges. So it runs in a savepoint that is rolled back; it writes nothing else.
+    """
+    from django.db import transaction
+
+    from . import search
+
+    scopes: list[tuple[str, str]] = []
+    if scope in ("", Memory.SCOPE_TEAM):
+        # A team memory's agent_id is its author: with an agent asked for, only theirs are kept.
+        scopes.append((Memory.SCOPE_TEAM, ""))
+    if scope in ("", Memory.SCOPE_PERSONAL):
+        owners = (
+            [agent_id]
+            if agent_id
+            else list(
+                Memory.objects.filter(team=team, scope=Memory.SCOPE_PERSONAL)
+                .values_list("agent_id", flat=True)
+                .distinct()
+            )
+        )
+        scopes.extend((Memory.SCOPE_PERSONAL, a) for a in sorted(owners))
+    scored: dict[int, float] = {}
+    with transaction.atomic():
+        for sc, ag in scopes:
+            for r in search.memory_search(
+                team=team, scope=sc, agent_id=ag, query=query, limit=limit, min_score=min_score
+            ):
+                if sc == Memory.SCOPE_TEAM and agent_id and r["agent_id"] != agent_id:
+                    continue
+                scored[r["id"]] = max(scored.get(r["id"], 0.0), float(r["score"]))
+        transaction.set_rollback(True)
+    return sorted(scored.items(), key=lambda pair: -pair[1])[:limit]
+
+
+def memory_revision_last_id(*, memory: Memory) -> int | None:
+    """The id of the memory's newest revision (None without any): tells whether a write added one."""
+    return (
+        MemoryRevision.objects.filter(memory=memory).order_by("-id").values_list("pk", flat=True)
+    ).first()

@@ -350,3 +350,217 @@ def memory_supersede(*, old: Memory, new: Memory, actor: Actor) -> Memory:
         )
     old.superseded_by = new
     return old
+
+
+# --- Review console (issue 6): corrections with pin state, revert, promote, bulk edits ---------
+
+# Pinning is not one of REVISED_FIELDS (the API's PUT does not record it), but a lead pinning or
+# unpinning a memory changes what purges may remove, so the console records it as a revision too.
+CORRECTED_FIELDS = (*REVISED_FIELDS, "pinned")
+
+
+def memory_correct(
+    *,
+    memory: Memory,
+    actor: Actor,
+    content: str | None = None,
+    importance: float | None = None,
+    category: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    pinned: bool | None = None,
+    action: str = "update",
+) -> Memory:
+    """memory_update plus a revision for the pin state: one revision for one correction.
+
+    Goes through memory_update so new content is re-embedded and the index told; when the pin
+    state changes it is folded into the revision memory_update wrote (or a revision of its own).
+    """
+    from .selectors import memory_revision_last_id
+
+    if content is not None and content != memory.content:
+        # Outside the transaction: memory_update's embedding then hits the embedder's cache.
+        embed_passages([content])
+    with transaction.atomic():
+        was_pinned = Memory.objects.select_for_update().values_list("pinned", flat=True).get(
+            pk=memory.pk
+        )
+        last_before = memory_revision_last_id(memory=memory)
+        memory = memory_update(
+            memory=memory,
+            actor=actor,
+            content=content,
+            importance=importance,
+            category=category,
+            metadata=metadata,
+            pinned=pinned,
+            action=action,
+        )
+        if pinned is not None and pinned != was_pinned:
+            revision = (
+                MemoryRevision.objects.filter(memory=memory, pk__gt=last_before or 0)
+                .order_by("-id")
+                .first()
+            )
+            if revision is None:
+                revision = MemoryRevision(
+                    memory=memory,
+                    team_id=memory.team_id,
+                    action=action,
+                    api_key=actor.api_key,
+                    user=actor.user,
+                    actor=actor.label,
+                )
+            revision.before = {**revision.before, "pinned": was_pinned}
+            revision.after = {**revision.after, "pinned": pinned}
+            revision.save()
+    return memory
+
+
+def revision_revertable(*, revision: MemoryRevision) -> bool:
+    """Whether memory_revert can restore this revision's `before` state."""
+    before = revision.before or {}
+    return any(f in before for f in CORRECTED_FIELDS) or (
+        "superseded_by" in before and before["superseded_by"] is None
+    )
+
+
+def memory_revert(*, memory: Memory, revision: MemoryRevision, actor: Actor) -> Memory:
+    """Restores the state a revision started from (its `before`), as a new "revert" revision.
+
+    Only the fields that revision changed are restored; a supersede revision is undone by
+    clearing `superseded_by`, so the memory is searchable again.
+    """
+    from memoryplatform.errors import ValidationFailed
+
+    if revision.memory_id != memory.pk or revision.team_id != memory.team_id:
+        raise ValidationFailed({"revision": ["this revision belongs to another memory"]})
+    before = revision.before or {}
+    fields = {f: before[f] for f in CORRECTED_FIELDS if f in before}
+    if "superseded_by" in before and before["superseded_by"] is None:
+        return memory_unsupersede(memory=memory, actor=actor)
+    if not revision_revertable(revision=revision):
+        raise ValidationFailed({"revision": ["this revision has nothing that can be restored"]})
+    return memory_correct(memory=memory, actor=actor, action="revert", **fields)
+
+
+def memory_unsupersede(*, memory: Memory, actor: Actor) -> Memory:
+    """Makes a superseded memory current again (the newer one is kept), recording who did it."""
+    with transaction.atomic():
+        memory = Memory.objects.select_for_update().get(pk=memory.pk)
+        if memory.superseded_by_id is None:
+            return memory
+        MemoryRevision.objects.create(
+            memory=memory,
+            team_id=memory.team_id,
+            action="revert",
+            before={"superseded_by": memory.superseded_by_id},
+            after={"superseded_by": None},
+            api_key=actor.api_key,
+            user=actor.user,
+            actor=actor.label,
+        )
+        memory.superseded_by = None
+        memory.save(update_fields=["superseded_by", "updated_at"])
+        index.log_changes(
+            team_id=memory.team_id,
+            scope=memory.scope,
+            agent_id=memory.agent_id,
+            memory_ids=[memory.pk],
+            deleted=False,
+        )
+    return memory
+
+
+def memory_promote(*, memory: Memory, actor: Actor) -> tuple[Memory, DedupHit | None]:
+    """Copies a personal memory into the team scope, keeping the original and the link to it.
+
+    Goes through memory_create, so the copy is embedded, indexed and deduplicated: when the team
+    already holds a memory saying the same thing, that one is returned with the hit and nothing
+    is written (the caller says so instead of silently keeping two copies).
+    """
+    from memoryplatform.errors import ValidationFailed
+
+    if memory.scope != Memory.SCOPE_PERSONAL:
+        raise ValidationFailed({"memory": ["only a personal memory can be promoted"]})
+    embed_passages([memory.content])  # outside the transaction (fills the cache)
+    with transaction.atomic():
+        team_memory, hit = memory_create(
+            team=memory.team,
+            scope=Memory.SCOPE_TEAM,
+            agent_id=memory.agent_id,
+            content=memory.content,
+            importance=memory.importance,
+            category=memory.category,
+            metadata={**(memory.metadata or {}), "promoted_from": memory.pk},
+        )
+        if hit is not None:
+            return team_memory, hit
+        Memory.objects.filter(pk=team_memory.pk).update(promoted_from=memory)
+        team_memory.promoted_from = memory
+        # Who promoted what, on the original's history (creation itself has no revision).
+        MemoryRevision.objects.create(
+            memory=memory,
+            team_id=memory.team_id,
+            action="promote",
+            before={},
+            after={"promoted_to": team_memory.pk},
+            api_key=actor.api_key,
+            user=actor.user,
+            actor=actor.label,
+        )
+    return team_memory, None
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    done: int
+    skipped: int
+
+
+def memories_bulk_delete(*, team: Team, memory_ids: list[int]) -> BulkResult:
+    """Deletes the team's memories among `memory_ids`; pinned ones are protected and skipped."""
+    rows = Memory.objects.filter(team=team, pk__in=memory_ids)
+    deletable = list(rows.filter(pinned=False).values_list("pk", flat=True))
+    skipped = rows.filter(pinned=True).count()
+    return BulkResult(done=memories_delete(team=team, memory_ids=deletable), skipped=skipped)
+
+
+def memories_bulk_correct(
+    *,
+    team: Team,
+    memory_ids: list[int],
+    actor: Actor,
+    pinned: bool | None = None,
+    importance: float | None = None,
+) -> BulkResult:
+    """Sets pin state and/or importance on the team's memories, one revision per memory changed."""
+    done = 0
+    for memory in Memory.objects.filter(team=team, pk__in=memory_ids).order_by("id"):
+        if (pinned is None or memory.pinned == pinned) and (
+            importance is None or memory.importance == importance
+        ):
+            continue
+        memory_correct(memory=memory, actor=actor, pinned=pinned, importance=importance)
+        done += 1
+    return BulkResult(done=done, skipped=0)
+
+
+def memories_bulk_share(
+    *, team: Team, memory_ids: list[int], agent_ids: list[str], permission: str
+) -> BulkResult:
+    """Grants `permission` on the team's personal memories to these agents (owners excluded).
+
+    Team memories are skipped: every agent of the team can already read and write them.
+    """
+    done = skipped = 0
+    for memory in Memory.objects.filter(team=team, pk__in=memory_ids).order_by("id"):
+        if memory.scope != Memory.SCOPE_PERSONAL:
+            skipped += 1
+            continue
+        grantees = [a for a in agent_ids if a != memory.agent_id]
+        if not grantees:
+            skipped += 1
+            continue
+        memory_share(memory=memory, agent_ids=grantees, permission=permission)
+        done += 1
+    return BulkResult(done=done, skipped=skipped)
