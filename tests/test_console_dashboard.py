@@ -296,7 +296,8 @@ def test_flush_task_moves_cached_counts_to_the_database(team):
 def test_chart_text_is_escaped_and_axes_are_readable():
     c = charts.bar_chart(title="Top <agents>", labels=["<script>x</script>"], values=[7])
     assert "<script>" not in c.svg and "&lt;script&gt;" in c.svg
-    assert charts.nice_max(0) == 1 and charts.nice_max(7) == 10 and charts.nice_max(130) == 200
+    assert charts.axis(0) == (1, 1) and charts.axis(2) == (2, 1) and charts.axis(7) == (8, 2)
+    assert charts.axis(130) == (150, 50) and charts.axis(1000) == (1000, 200)
     line = charts.line_chart(
         title="t", labels=["a", "b", "c"], series=[charts.Series("s&p", [0, 2, 3])]
     )

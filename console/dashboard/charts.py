@@ -46,16 +46,19 @@ class Chart:
     empty: bool = field(default=False)
 
 
-def nice_max(value: float) -> float:
-    """The smallest 1, 2 or 5 × 10^k at or above value (at least 1): a readable axis top."""
-    if value <= 1:
-        return 1.0
-    exp = math.floor(math.log10(value))
-    for step in (1, 2, 5, 10):
-        top = step * 10**exp
-        if top >= value:
-            return float(top)
-    return float(10 ** (exp + 1))  # pragma: no cover (the loop always returns)
+def axis(value: float) -> tuple[float, float]:
+    """(top, step) of a readable y axis for a peak `value`: the step is 1, 2 or 5 × 10^k and at
+    least 1 (the charts count things, so ticks stay whole numbers), at most five steps."""
+    if value <= 0:
+        return 1.0, 1.0
+    raw = value / 5
+    exp = math.floor(math.log10(raw)) if raw >= 1 else 0
+    step = 10.0**exp
+    for m in (1, 2, 5, 10):
+        if m * 10**exp >= raw:
+            step = float(m * 10**exp)
+            break
+    return step * math.ceil(value / step), step
 
 
 def _fmt(v: float) -> str:
@@ -80,11 +83,12 @@ def _open(title: str, desc: str, height: int = HEIGHT) -> tuple[str, list[str]]:
     return head, []
 
 
-def _y_axis(parts: list[str], top: float, plot_h: float) -> None:
+def _y_axis(parts: list[str], top: float, step: float, plot_h: float) -> None:
     x0 = MARGIN_LEFT
-    for i in range(5):
-        v = top * i / 4
-        y = MARGIN_TOP + plot_h - plot_h * i / 4
+    ticks = round(top / step)
+    for i in range(ticks + 1):
+        v = step * i
+        y = MARGIN_TOP + plot_h - plot_h * v / top
         parts.append(
             f'<line class="grid" x1="{x0}" y1="{y:.1f}" x2="{WIDTH - MARGIN_RIGHT}" '
             f'y2="{y:.1f}" stroke="#e4e7ec"/>'
@@ -139,13 +143,13 @@ def line_chart(
     """One line per series over the labels (days), y from 0 to a readable maximum."""
     series = _colored(series)
     peak = max((max(s.values, default=0) for s in series), default=0)
-    top = nice_max(peak)
+    top, step = axis(peak)
     plot_w = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
     plot_h = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
     n = len(labels)
     xs = [MARGIN_LEFT + (plot_w * i / (n - 1) if n > 1 else plot_w / 2) for i in range(n)]
     head, parts = _open(title, desc or f"{title}: {', '.join(s.name for s in series)}")
-    _y_axis(parts, top, plot_h)
+    _y_axis(parts, top, step, plot_h)
     _x_labels(parts, labels, xs, plot_h)
     for s in series:
         points = " ".join(
@@ -157,6 +161,13 @@ def line_chart(
             f'stroke="{s.color}" stroke-width="2" points="{points}"><title>{escape(s.name)}'
             f"</title></polyline>"
         )
+        if n <= 31:  # a dot per day shows lines that lie on top of each other
+            parts.extend(
+                f'<circle cx="{x:.1f}" cy="{MARGIN_TOP + plot_h - plot_h * v / top:.1f}" r="2.2" '
+                f'fill="{s.color}"><title>{escape(label)} · {escape(s.name)}: {_fmt(v)}</title>'
+                f"</circle>"
+                for x, v, label in zip(xs, s.values, labels, strict=True)
+            )
     _legend(parts, series, HEIGHT)
     headers, rows = _table(labels, series)
     svg = head + "".join(parts) + "</svg>"
@@ -171,14 +182,14 @@ def stacked_bar_chart(
     n = len(labels)
     totals = [sum(s.values[i] for s in series) for i in range(n)]
     peak = max(totals, default=0)
-    top = nice_max(peak)
+    top, step = axis(peak)
     plot_w = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
     plot_h = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
     slot = plot_w / max(n, 1)
     bar_w = max(1.0, slot * 0.75)
     xs = [MARGIN_LEFT + slot * i + slot / 2 for i in range(n)]
     head, parts = _open(title, desc or f"{title}: {', '.join(s.name for s in series)}")
-    _y_axis(parts, top, plot_h)
+    _y_axis(parts, top, step, plot_h)
     for i, label in enumerate(labels):
         base = 0.0
         for s in series:
@@ -212,7 +223,7 @@ def bar_chart(
     label_w = 150
     height = MARGIN_TOP + max(n, 1) * row_h + 10
     peak = max(values, default=0)
-    top = nice_max(peak)
+    top, _ = axis(peak)
     plot_w = WIDTH - label_w - MARGIN_RIGHT - 50
     head, parts = _open(title, desc or title, height)
     for i, (label, v) in enumerate(zip(labels, values, strict=True)):

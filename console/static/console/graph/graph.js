@@ -137,7 +137,7 @@
         target: r.target_entity_id, label: r.relation_type } });
     });
     var cy = window.cy = cytoscape({
-      container: document.getElementById("cy"),
+      container: document.getElementById("graph-canvas"),
       elements: elements,
       wheelSensitivity: 0.3,
       style: [
@@ -156,6 +156,16 @@
         nodeRepulsion: function () { return 9000; }, idealEdgeLength: function () { return 80; },
         numIter: 600, fit: true, padding: 30 }
     });
+    var legend = document.getElementById("graph-legend");
+    legend.textContent = "";
+    Object.keys(TYPE_COLOURS).forEach(function (t) {
+      if (!data.entities.some(function (e) { return e.entity_type === t; })) { return; }
+      var dot = el("span", { className: "dot" });
+      dot.style.background = TYPE_COLOURS[t];
+      legend.appendChild(el("span", { className: "legend-item" }, [dot, t]));
+    });
+    // A handful of nodes would otherwise be fitted at a huge zoom.
+    if (cy.zoom() > 1.5) { cy.zoom(1.5); cy.center(); }
     cy.on("tap", "node", function (evt) { selectNode(evt.target); });
     document.getElementById("graph-fit").addEventListener("click", function () { cy.fit(undefined, 30); });
     document.getElementById("graph-zoom-in").addEventListener("click", function () {
