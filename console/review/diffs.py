@@ -50,6 +50,8 @@ def content_diff(before: str, after: str) -> list[Segment]:
 def _show(value: Any) -> str:
     if value is None:
         return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False, sort_keys=True)
     return str(value)

@@ -1,0 +1,79 @@
+"""A team lead finds a memory by meaning, corrects it on its detail page and sees the revision."""
+
+from __future__ import annotations
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from memories.services import memory_create
+from tests.factories import MembershipFactory, TeamFactory, UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_lead_searches_by_meaning_corrects_inline_and_sees_the_revision(
+    browser, live_server, login, shot
+):
+    team = TeamFactory(id="team_review_a", name="Research bots")
+    other = TeamFactory(id="team_review_b", name="Trading bots")
+    MembershipFactory(user=UserFactory(username="lead_review"), team=team, role="lead")
+    tea, _ = memory_create(
+        team=team,
+        scope="personal",
+        agent_id="researcher",
+        content="The user prefers green tea in the morning.",
+        importance=0.6,
+    )
+    memory_create(
+        team=team, scope="team", agent_id="", content="Deploys happen on Tuesdays after review."
+    )
+    memory_create(
+        team=other, scope="personal", agent_id="spy", content="The user drinks espresso at dawn."
+    )
+
+    login("lead_review")
+    browser.get(f"{live_server.url}/review/{team.id}/memories/")
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.memories tbody tr[data-id]")
+    assert len(rows) == 2
+    shot("1-list")
+
+    box = browser.find_element(By.NAME, "q")
+    box.send_keys("what does the user drink at breakfast")
+    box.submit()
+    first = browser.find_element(By.CSS_SELECTOR, "table.memories tbody tr[data-id]")
+    assert first.get_attribute("data-id") == str(tea.pk)
+    assert float(first.find_element(By.CSS_SELECTOR, "td.score").text) > 0.3
+    assert "espresso" not in browser.find_element(By.TAG_NAME, "body").text
+    shot("2-search-by-meaning")
+
+    first.find_element(By.CSS_SELECTOR, "td.content a").click()
+    assert f"/memories/{tea.pk}/" in browser.current_url
+    content = browser.find_element(By.NAME, "content")
+    content.clear()
+    content.send_keys("The user prefers jasmine tea in the afternoon.")
+    importance = browser.find_element(By.NAME, "importance")
+    importance.clear()
+    importance.send_keys("0.9")
+    browser.find_element(By.NAME, "pinned").click()
+    shot("3-correction-typed")
+    browser.find_element(By.CSS_SELECTOR, "#correction button[type=submit]").click()
+
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert "Saved" in body
+    assert (
+        browser.find_element(By.ID, "memory-content").text
+        == "The user prefers jasmine tea in the afternoon."
+    )
+    revision = browser.find_element(By.CSS_SELECTOR, "ol.revisions li.revision")
+    assert "by user lead_review" in revision.text
+    assert "jasmine" in revision.find_element(By.CSS_SELECTOR, "ins").text
+    assert "green" in revision.find_element(By.CSS_SELECTOR, "del").text
+    browser.execute_script("arguments[0].scrollIntoView()", revision)
+    shot("4-revision-shown")
+
+    # The corrected memory is found by its new meaning.
+    browser.get(f"{live_server.url}/review/{team.id}/memories/?q=jasmine+tea+in+the+afternoon")
+    first = browser.find_element(By.CSS_SELECTOR, "table.memories tbody tr[data-id]")
+    assert first.get_attribute("data-id") == str(tea.pk)
+    assert "pinned" in first.text
+    shot("5-found-after-correction")
