@@ -299,7 +299,14 @@ class TestPersonaDrillDown:
                 assert memory is not None and memory.team_id == team.id
                 assert f"/review/{team.id}/memories/{mid}/" in scenario_body
                 if memory.metadata.get("source_items"):
-                    assert url(team, f"memories/{mid}/sources/") in scenario_body
+                    sources_url = (
+                        url(team, f"memories/{mid}/sources/")
+                        + f"?persona={persona.pk}&amp;scenario={snap['id']}"
+                    )
+                    assert sources_url in scenario_body
+                    trail = viewer.get(sources_url.replace("&amp;", "&")).content.decode()
+                    assert url(team, f"personas/{persona.pk}/") in trail  # the way back
+                    assert scenario_url.replace("&", "&amp;") in trail
                     derived_seen.add(mid)
         assert derived_seen, "some scenario memory was derived by the lifecycle"
 
@@ -357,6 +364,10 @@ def test_every_id_of_another_team_answers_404_and_is_never_listed(team, lead, th
         f"memories/{theirs['memory']}/sources/",
     ):
         assert lead.get(url(team, path)).status_code == 404, path
+    # Their persona named on one of our pages is ignored, never shown.
+    ours = Memory.objects.create(team=team, scope="team", content="ours", content_hash="x")
+    page = lead.get(url(team, f"memories/{ours.pk}/sources/?persona={theirs['persona'].pk}"))
+    assert page.status_code == 200 and theirs["persona"].pk not in page.content.decode()
     for listing in ("", "jobs/", "personas/"):
         body = lead.get(url(team, listing)).content.decode()
         assert "spy" not in body and theirs["persona"].pk not in body

@@ -187,9 +187,18 @@ def scenario_detail(request: HttpRequest, team: Team, scenario_id: str) -> HttpR
 def memory_sources(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
     """The archived working-memory items a memory was derived from (GET /lifecycle/sources)."""
     memory = get_object_or_404(Memory, team=team, pk=memory_id)
+    # Where the lead came from, for the way back; ids that are not the team's are just ignored.
+    persona = selectors.persona_get(team=team, persona_id=request.GET.get("persona", ""))
+    scenario = None
+    if request.GET.get("scenario"):
+        scenario = selectors.scenario_view(
+            team=team, scenario_id=request.GET["scenario"], persona=persona
+        )
     context = {
         "area": "lifecycle",
         "memory": memory,
+        "persona": persona,
+        "scenario": scenario,
         "item_ids": selectors.memory_source_item_ids(memory=memory),
         "sources": list(selectors.working_sources(team=team, memory=memory)),
         "supersedes": list(memory.supersedes.filter(team=team).order_by("pk")),
