@@ -477,3 +477,72 @@ def test_post_only_urls_refuse_get(lead, corpus):
     memory = corpus["tea"]
     assert lead.get(_url(memory.team, f"{memory.pk}/promote/")).status_code == 405
     assert lead.get(_url(memory.team, "bulk/")).status_code == 405
+
+
+def test_the_list_runs_a_fixed_number_of_queries_whatever_the_page_size(lead, team):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def count() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            assert lead.get(_url(team), {"pinned": "no", "idle_days": "0"}).status_code == 200
+        return len(ctx.captured_queries)
+
+    for i in range(3):
+        _mem(team, f"small note {i}", agent_id=f"agent{i}")
+    few = count()
+    for i in range(3, 30):
+        _mem(team, f"small note {i}", agent_id=f"agent{i}", metadata={"source": "compression"})
+    assert count() == few
+
+
+def test_a_quick_edit_from_the_list_goes_back_to_the_filtered_list(lead, corpus):
+    memory = corpus["tea"]
+    back = _url(memory.team) + "?scope=personal&page=1"
+    r = lead.post(_url(memory.team, f"{memory.pk}/quick/"), {"importance": "0.25", "next": back})
+    assert r["Location"] == back
+    memory.refresh_from_db()
+    assert memory.importance == 0.25
+    # Off-site or other pages are never a target.
+    r = lead.post(
+        _url(memory.team, f"{memory.pk}/quick/"), {"pinned": "1", "next": "https://evil.test/"}
+    )
+    assert r["Location"] == _url(memory.team, f"{memory.pk}/")
+
+
+def test_a_quick_edit_without_a_value_changes_nothing(lead, corpus):
+    memory = corpus["tea"]
+    r = lead.post(_url(memory.team, f"{memory.pk}/quick/"), {"importance": ""})
+    assert r.status_code == 302
+    assert not MemoryRevision.objects.filter(memory=memory).exists()
+
+
+def test_the_content_diff_is_by_word_and_by_character_for_chinese():
+    from console.review.diffs import content_diff
+
+    assert [(s.op, s.text) for s in content_diff("deploy on Tuesday", "deploy on Friday")] == [
+        ("equal", "deploy on "),
+        ("delete", "Tuesday"),
+        ("insert", "Friday"),
+    ]
+    assert [(s.op, s.text) for s in content_diff("样本量 120", "样本数 150")] == [
+        ("equal", "样本"),
+        ("delete", "量"),
+        ("insert", "数"),
+        ("equal", " "),
+        ("delete", "120"),
+        ("insert", "150"),
+    ]
+
+
+def test_a_derived_memory_links_to_its_job_and_sources(lead, corpus):
+    memory = corpus["deploy"]
+    page = lead.get(_url(memory.team, f"{memory.pk}/")).content.decode()
+    assert f"/review/{memory.team.id}/lifecycle/jobs/7/" in page
+    assert f"/review/{memory.team.id}/lifecycle/memories/{memory.pk}/sources/" in page
+
+
+def test_odd_client_metadata_does_not_break_the_page(lead, team):
+    memory = _mem(team, "odd", metadata={"job_id": "x/../y", "source_items": "wm_1", "source": 3})
+    assert lead.get(_url(team, f"{memory.pk}/")).status_code == 200
+    assert lead.get(_url(team), {"source": "api"}).status_code == 200

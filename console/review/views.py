@@ -211,8 +211,11 @@ def _detail_context(team: Team, memory: Memory, form: CorrectionForm) -> dict[st
         "promoted_from": memory.promoted_from if memory.promoted_from_id else None,
         "supersedes": list(memory.supersedes.filter(team=team).order_by("id")),
         "source": metadata.get("source") or selectors.SOURCE_API,
-        "source_items": metadata.get("source_items") or [],
-        "job_id": metadata.get("job_id"),
+        "source_items": metadata.get("source_items")
+        if isinstance(metadata.get("source_items"), list)
+        else [],
+        # Only an int is a job id a URL can be built from (metadata is client-writable).
+        "job_id": metadata.get("job_id") if isinstance(metadata.get("job_id"), int) else None,
         "metadata_rows": sorted(metadata.items()),
     }
 
