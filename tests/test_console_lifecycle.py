@@ -4,6 +4,8 @@ archived working-memory sources; other teams 404, viewers 403 on every POST."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from lifecycle.models import JobRun, Persona, PipelineConfig, Scenario, WorkingArchive
@@ -11,6 +13,7 @@ from memories.models import Memory
 from tenants.models import Team
 
 from .console_helpers import member_client
+from .factories import TeamFactory
 from .helpers import error_code, ok_data
 from .test_lifecycle_api import SEED_5_3, SEED_5_6, working
 
@@ -405,3 +408,23 @@ def test_a_viewer_gets_403_on_every_post(team, viewer):
     ):
         assert viewer.post(url(team, f"run/{kind}/"), {}).status_code == 403, kind
     assert not JobRun.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_embedded_mode_run_now_returns_at_once_and_the_job_runs_in_a_background_thread(
+    settings,
+):
+    settings.LIFECYCLE_INLINE = False
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # embedded: no broker
+    team = TeamFactory(id="team_bg", name="Background")
+    lead = member_client(team, "lead_bg", "lead")
+    response = lead.post(url(team, "run/cleanup/"), {"cleanup-dry_run": "true"})
+    assert response.status_code == 302
+    job = JobRun.objects.get(team=team)
+    assert job.trigger == "admin"
+    deadline = time.monotonic() + 30
+    while job.status in ("queued", "running") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        job.refresh_from_db()
+    assert job.status == "succeeded", job.error
+    assert job.counts["dry_run"] is True
