@@ -16,7 +16,7 @@ back into search.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -256,37 +256,43 @@ def _iso(dt: datetime | None) -> str | None:
     return dt.isoformat() if dt else None
 
 
-def _snapshot(m: Memory) -> dict[str, Any]:
+def _snapshot(m: Memory, promoted_to: list[int]) -> dict[str, Any]:
     data = {f: getattr(m, f) for f in SNAPSHOT_FIELDS}
     for f in _DATETIME_FIELDS:
         data[f] = _iso(data[f])
     # Links from other memories to this one are nulled by the delete: remember them for restore.
-    data["promoted_to_ids"] = list(
-        Memory.objects.filter(promoted_from=m).values_list("pk", flat=True)
-    )
+    data["promoted_to_ids"] = promoted_to
     return data
 
 
-def _shares(m: Memory) -> list[dict[str, Any]]:
-    return [
-        {"agent_id": s.agent_id, "permission": s.permission, "created_at": _iso(s.created_at)}
-        for s in MemoryShare.objects.filter(memory=m).order_by("id")
-    ]
-
-
-def _revisions(m: Memory) -> list[dict[str, Any]]:
-    return [
-        {
-            "action": r.action,
-            "before": r.before,
-            "after": r.after,
-            "api_key_id": r.api_key_id,
-            "user_id": r.user_id,
-            "actor": r.actor,
-            "created_at": _iso(r.created_at),
-        }
-        for r in MemoryRevision.objects.filter(memory=m).order_by("id")
-    ]
+def _related(
+    ids: list[int],
+) -> tuple[dict[int, list[Any]], dict[int, list[Any]], dict[int, list[int]]]:
+    """Shares, revisions and promotions of many memories in three queries (not three per memory)."""
+    shares: dict[int, list[Any]] = defaultdict(list)
+    for s in MemoryShare.objects.filter(memory_id__in=ids).order_by("id"):
+        shares[s.memory_id].append(
+            {"agent_id": s.agent_id, "permission": s.permission, "created_at": _iso(s.created_at)}
+        )
+    revisions: dict[int, list[Any]] = defaultdict(list)
+    for r in MemoryRevision.objects.filter(memory_id__in=ids).order_by("id"):
+        revisions[r.memory_id].append(
+            {
+                "action": r.action,
+                "before": r.before,
+                "after": r.after,
+                "api_key_id": r.api_key_id,
+                "user_id": r.user_id,
+                "actor": r.actor,
+                "created_at": _iso(r.created_at),
+            }
+        )
+    promoted: dict[int, list[int]] = defaultdict(list)
+    for source, pk in Memory.objects.filter(promoted_from_id__in=ids).values_list(
+        "promoted_from_id", "pk"
+    ):
+        promoted[source].append(pk)
+    return shares, revisions, promoted
 
 
 def purge_confirm(
@@ -326,6 +332,7 @@ def purge_confirm(
                 memory_ids=sorted(current),
             )
             expires = now + timedelta(days=settings.TRASH_RETENTION_DAYS)
+            shares, revisions, promoted = _related(list(current))
             TrashedMemory.objects.bulk_create(
                 [
                     TrashedMemory(
@@ -336,10 +343,10 @@ def purge_confirm(
                         agent_id=i.memory.agent_id,
                         content=i.memory.content,
                         reason=i.reason[:300],
-                        snapshot=_snapshot(i.memory),
+                        snapshot=_snapshot(i.memory, promoted[i.memory.pk]),
                         embedding=i.memory.embedding,
-                        shares=_shares(i.memory),
-                        revisions=_revisions(i.memory),
+                        shares=shares[i.memory.pk],
+                        revisions=revisions[i.memory.pk],
                         purged_at=now,
                         expires_at=expires,
                     )

@@ -336,10 +336,13 @@ class TestTrash:
         found = ok_data(api.post("/memories/personal/search", {**query, "mode": "hybrid"}))
         assert m.pk in {x["id"] for x in found}
         assert api.get(f"/lifecycle/sources/{m.pk}").status_code == 200
-        assert "Restored 1 memories" in lead.get(url(team, "trash/")).content.decode()
+        assert "Restored 1 memory" in lead.get(url(team, "trash/")).content.decode()
 
-    def test_restore_a_whole_run_and_superseded_link(self, team, lead, world):
+    def test_restore_a_whole_run_with_its_links(self, team, lead, world):
+        promoted = mk(team, "promoted team copy", scope="team", importance=0.9, idle=1)
+        Memory.objects.filter(pk=promoted.pk).update(promoted_from=world["alice_old"])
         run = self.purge_all(lead, team)
+        assert Memory.objects.get(pk=promoted.pk).promoted_from_id is None  # SET_NULL on delete
         r = lead.post(url(team, f"runs/{run.pk}/restore/"), {"run": run.pk})
         assert r.status_code == 302 and r["Location"].endswith(f"?run={run.pk}")
         assert set(
@@ -349,6 +352,7 @@ class TestTrash:
             Memory.objects.get(pk=world["superseded"].pk).superseded_by_id
             == world["superseding"].pk
         )
+        assert Memory.objects.get(pk=promoted.pk).promoted_from_id == world["alice_old"].pk
         assert TrashedMemory.objects.count() == 0
 
     def test_a_taken_id_or_a_deleted_agent_is_reported_not_failed(self, team, lead, world):
@@ -433,3 +437,23 @@ class TestScoping:
         assert viewer.post(url(team, f"trash/{item.pk}/restore/")).status_code == 403
         assert viewer.post(url(team, f"runs/{run.pk}/restore/")).status_code == 403
         assert TrashedMemory.objects.count() == run.count
+
+
+def test_the_empty_trash_command_deletes_expired_items(team, lead, world):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    assert confirm(lead, team, token_of(preview(lead, team))).status_code == 302
+    TrashedMemory.objects.filter(team=team).update(expires_at=timezone.now() - timedelta(days=1))
+    out = StringIO()
+    call_command("empty_trash", "--team", team.id, stdout=out)
+    assert "deleted 5 expired" in out.getvalue()
+    assert TrashedMemory.objects.count() == 0
+
+
+def test_opening_the_purge_page_empties_expired_trash_of_the_team(team, lead, world):
+    assert confirm(lead, team, token_of(preview(lead, team))).status_code == 302
+    TrashedMemory.objects.filter(team=team).update(expires_at=timezone.now() - timedelta(days=1))
+    assert lead.get(url(team)).status_code == 200
+    assert TrashedMemory.objects.count() == 0

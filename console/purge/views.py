@@ -169,7 +169,8 @@ def trash_item(request: HttpRequest, team: Team, item_id: int) -> HttpResponse:
 def _report(request: HttpRequest, result: purge.RestoreResult) -> None:
     if result.restored:
         ids = ", ".join(f"#{m}" for m in result.restored[:30])
-        messages.success(request, f"Restored {len(result.restored)} memories ({ids}).")
+        n = len(result.restored)
+        messages.success(request, f"Restored {n} memor{'y' if n == 1 else 'ies'} ({ids}).")
     for text in result.problems:
         messages.warning(request, text)
     for text in result.notes:
