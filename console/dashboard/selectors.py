@@ -106,11 +106,11 @@ def memory_counts(*, team: Team, window: Window) -> MemoryCounts:
         source_totals[src] += row["n"]
     scope_before: dict[str, int] = defaultdict(int)
     source_before_all: dict[str, int] = defaultdict(int)
-    for row in before:
-        src = _source_name(row["source"])
-        scope_before[row["scope"]] += row["n"]
-        source_before_all[src] += row["n"]
-        source_totals[src] += row["n"]
+    for old in before:
+        src = _source_name(old["source"])
+        scope_before[old["scope"]] += old["n"]
+        source_before_all[src] += old["n"]
+        source_totals[src] += old["n"]
     # The most frequent sources overall keep their name; the rest become OTHER_SOURCES so the
     # legend stays readable whatever agents put in metadata.source.
     ranked = sorted(source_totals, key=lambda s: (-source_totals[s], s))
