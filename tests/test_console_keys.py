@@ -190,3 +190,20 @@ class TestScoping:
 
     def test_issue_only_accepts_post(self, team, lead):
         assert lead.get(keys_url(team.id, "issue/")).status_code == 405
+
+
+def test_the_key_list_does_not_query_per_key(team, lead):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            assert lead.get(keys_url(team.id)).status_code == 200
+        return len(ctx.captured_queries)
+
+    agent = AgentFactory(team=team, agent_id="bound")
+    api_key_issue(team=team, agent=agent)
+    few = queries()
+    for _ in range(10):
+        api_key_issue(team=team, agent=agent, label="more")
+    assert queries() == few

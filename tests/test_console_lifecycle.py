@@ -428,3 +428,23 @@ def test_in_embedded_mode_run_now_returns_at_once_and_the_job_runs_in_a_backgrou
         job.refresh_from_db()
     assert job.status == "succeeded", job.error
     assert job.counts["dry_run"] is True
+
+
+def test_list_pages_do_not_query_per_row(team, viewer):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def queries(path: str) -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            assert viewer.get(url(team, path)).status_code == 200
+        return len(ctx.captured_queries)
+
+    def add(n: int) -> None:
+        for i in range(n):
+            JobRun.objects.create(team=team, kind="cleanup", trigger="beat", agent_id=f"a{i}")
+            Persona.objects.create(team=team, agent_id=f"a{i}", summary="s", memory_ids=[1, 2])
+
+    add(2)
+    few = {p: queries(p) for p in ("", "jobs/", "personas/")}
+    add(20)
+    assert {p: queries(p) for p in ("", "jobs/", "personas/")} == few
