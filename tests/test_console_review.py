@@ -546,3 +546,38 @@ def test_odd_client_metadata_does_not_break_the_page(lead, team):
     memory = _mem(team, "odd", metadata={"job_id": "x/../y", "source_items": "wm_1", "source": 3})
     assert lead.get(_url(team, f"{memory.pk}/")).status_code == 200
     assert lead.get(_url(team), {"source": "api"}).status_code == 200
+
+
+def test_only_get_on_the_list_and_get_or_post_on_a_memory(lead, corpus):
+    memory = corpus["tea"]
+    assert lead.post(_url(memory.team), {"q": "x"}).status_code == 405
+    assert lead.delete(_url(memory.team, f"{memory.pk}/")).status_code == 405
+    assert Memory.objects.filter(pk=memory.pk).exists()
+
+
+@pytest.fixture
+def embedder_down(settings):
+    from memories import embeddings
+
+    settings.EMBEDDING_BACKEND = "nope"
+    yield
+    embeddings._embedder = None
+    embeddings._embedder_key = None
+
+
+def test_with_the_embedding_model_down_search_and_correction_say_so(lead, corpus, embedder_down):
+    memory = corpus["tea"]
+    team = memory.team
+    r = lead.get(_url(team), {"q": "green tea"})
+    assert r.status_code == 200
+    assert "Search is unavailable" in r.content.decode()
+    assert len(_listed(lead.get(_url(team)))) == 4  # the plain list needs no model
+    r = lead.post(
+        _url(team, f"{memory.pk}/"),
+        {"content": "new words", "importance": "0.9", "category": "general"},
+    )
+    assert r.status_code == 200
+    assert "embedding model unavailable" in r.content.decode()
+    memory.refresh_from_db()
+    assert memory.content == "The user prefers green tea in the morning."
+    assert not MemoryRevision.objects.filter(memory=memory).exists()

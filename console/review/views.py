@@ -14,7 +14,7 @@ from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console import access
 from memories import selectors, services
@@ -53,6 +53,7 @@ def _errors(request: HttpRequest, form: Any) -> None:
 
 
 @access.console_view()
+@require_safe
 def index(request: HttpRequest, team: Team) -> HttpResponse:
     facets = selectors.memory_review_facets(team=team)
     form = FilterForm(request.GET, facets=facets)
@@ -65,16 +66,21 @@ def index(request: HttpRequest, team: Team) -> HttpResponse:
         query = form.cleaned_data["q"].strip()
         if query:
             searching = True
-            scored = selectors.memory_review_search(
-                team=team,
-                query=query,
-                agent_id=filters["agent_id"],
-                scope=filters["scope"],
-                limit=SEARCH_LIMIT,
-                min_score=form.cleaned_data["min_score"]
-                if form.cleaned_data["min_score"] is not None
-                else DEFAULT_MIN_SCORE,
-            )
+            try:
+                scored = selectors.memory_review_search(
+                    team=team,
+                    query=query,
+                    agent_id=filters["agent_id"],
+                    scope=filters["scope"],
+                    limit=SEARCH_LIMIT,
+                    min_score=form.cleaned_data["min_score"]
+                    if form.cleaned_data["min_score"] is not None
+                    else DEFAULT_MIN_SCORE,
+                )
+            except DomainError as exc:
+                # The embedding model is down: say so; the filtered list still works without q.
+                messages.error(request, f"Search is unavailable: {exc.message}")
+                scored = []
             found = qs.in_bulk([mid for mid, _ in scored])
             page = Paginator(
                 [(found[mid], score) for mid, score in scored if mid in found], PAGE_SIZE
@@ -159,6 +165,7 @@ def bulk(request: HttpRequest, team: Team) -> HttpResponse:
 
 
 @access.console_view()
+@require_http_methods(["GET", "HEAD", "POST"])
 def detail(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
     memory = get_object_or_404(Memory.objects.defer("embedding"), team=team, pk=memory_id)
     if request.method == "POST":
@@ -166,14 +173,21 @@ def detail(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
         if form.is_valid():
             d = form.cleaned_data
             before = selectors.memory_revision_last_id(memory=memory)
-            services.memory_correct(
-                memory=memory,
-                actor=Actor.for_user(request.user),
-                content=d["content"],
-                importance=d["importance"],
-                category=d["category"],
-                pinned=d["pinned"],
-            )
+            try:
+                services.memory_correct(
+                    memory=memory,
+                    actor=Actor.for_user(request.user),
+                    content=d["content"],
+                    importance=d["importance"],
+                    category=d["category"],
+                    pinned=d["pinned"],
+                )
+            except DomainError as exc:
+                # Nothing was written (the embedding comes first); the form keeps the input.
+                form.add_error(None, _message(exc))
+                return render(
+                    request, "console/review/detail.html", _detail_context(team, memory, form)
+                )
             if selectors.memory_revision_last_id(memory=memory) != before:
                 messages.success(request, "Saved: the change is recorded in the history below.")
             else:
