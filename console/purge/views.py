@@ -121,9 +121,10 @@ def confirm(request: HttpRequest, team: Team) -> HttpResponse:
         )
         form_again.is_valid()
         return _page(request, team, form_again, outcome.preview, status=409)
+    n = outcome.run.count
     messages.success(
         request,
-        f"Moved {outcome.run.count} memories to the trash (purge run #{outcome.run.pk}); "
+        f"Moved {n} memor{'y' if n == 1 else 'ies'} to the trash (purge run #{outcome.run.pk}); "
         f"restorable for {settings.TRASH_RETENTION_DAYS} days.",
     )
     return redirect(f"{reverse('console:purge-trash', args=[team.id])}?run={outcome.run.pk}")
