@@ -64,10 +64,13 @@ def job_outputs(*, team: Team, job: JobRun) -> dict[str, Any]:
 
     JobRun keeps only counts; the outputs carry the job id, so they are found from it.
     """
+    # Outputs are written after the job record: the time bound keeps the JSON lookup off the
+    # team's older memories.
+    memories = Memory.objects.filter(
+        team=team, created_at__gte=job.created_at, metadata__job_id=job.pk
+    )
     return {
-        "memories": list(
-            Memory.objects.filter(team=team, metadata__job_id=job.pk).order_by("id")[:200]
-        ),
+        "memories": list(memories.order_by("id")[:200]),
         "scenarios": list(Scenario.objects.filter(team=team, job=job).order_by("created_at")),
         "personas": list(Persona.objects.filter(team=team, job=job).order_by("created_at")),
         "archived": WorkingArchive.objects.filter(team=team, job=job).count(),

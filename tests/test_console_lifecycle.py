@@ -132,6 +132,9 @@ class TestRunNow:
         assert f"Job #{job.pk} (compress working memory for coder) started" in log
         detail = lead.get(url(team, f"jobs/{job.pk}/")).content.decode()
         assert "compressed=4" in detail and "4 working-memory items archived" in detail
+        written = Memory.objects.get(team=team, metadata__job_id=job.pk)
+        assert "Memories written (1)" in detail
+        assert url(team, f"memories/{written.pk}/sources/") in detail
 
     @pytest.mark.parametrize(
         ("kind", "data", "counts"),
