@@ -16,6 +16,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from console import access
+from graph import selectors as graph_selectors
 from graph import traversal
 from memoryplatform.errors import Forbidden, NotFound
 from tenants.models import AGENT_ID_RE, Team
@@ -71,8 +72,6 @@ def _form(request: HttpRequest) -> GraphForm:
 
 @access.console_view()
 def index(request: HttpRequest, team: Team) -> HttpResponse:
-    from graph.selectors import graph_agent_ids
-
     form = _form(request)
     config: dict[str, Any] = {
         "dataUrl": reverse("console:graph-data", kwargs={"team_id": team.id}),
@@ -89,7 +88,7 @@ def index(request: HttpRequest, team: Team) -> HttpResponse:
         "team": team,
         "area": "graph",
         "form": form,
-        "agents": graph_agent_ids(team=team),
+        "agents": graph_selectors.graph_agent_ids(team=team),
         "config": config,
         "caps": {"nodes": CONSOLE_MAX_NODES, "edges": CONSOLE_MAX_EDGES},
     }
