@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from memories.services import memory_create
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _wait_for_text(browser, text: str) -> None:  # type: ignore[no-untyped-def]
+    """Waits for the page after a POST (the old page's elements go stale meanwhile)."""
+    WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda b: text in b.find_element(By.TAG_NAME, "body").text
+    )
 
 
 def test_lead_searches_by_meaning_corrects_inline_and_sees_the_revision(
@@ -40,6 +49,7 @@ def test_lead_searches_by_meaning_corrects_inline_and_sees_the_revision(
     box = browser.find_element(By.NAME, "q")
     box.send_keys("what does the user drink at breakfast")
     box.submit()
+    WebDriverWait(browser, 10).until(lambda b: "q=" in b.current_url)
     first = browser.find_element(By.CSS_SELECTOR, "table.memories tbody tr[data-id]")
     assert first.get_attribute("data-id") == str(tea.pk)
     assert float(first.find_element(By.CSS_SELECTOR, "td.score").text) > 0.3
@@ -47,7 +57,7 @@ def test_lead_searches_by_meaning_corrects_inline_and_sees_the_revision(
     shot("2-search-by-meaning")
 
     first.find_element(By.CSS_SELECTOR, "td.content a").click()
-    assert f"/memories/{tea.pk}/" in browser.current_url
+    WebDriverWait(browser, 10).until(lambda b: f"/memories/{tea.pk}/" in b.current_url)
     content = browser.find_element(By.NAME, "content")
     content.clear()
     content.send_keys("The user prefers jasmine tea in the afternoon.")
@@ -57,9 +67,7 @@ def test_lead_searches_by_meaning_corrects_inline_and_sees_the_revision(
     browser.find_element(By.NAME, "pinned").click()
     shot("3-correction-typed")
     browser.find_element(By.CSS_SELECTOR, "#correction button[type=submit]").click()
-
-    body = browser.find_element(By.TAG_NAME, "body").text
-    assert "Saved" in body
+    _wait_for_text(browser, "Saved")
     assert (
         browser.find_element(By.ID, "memory-content").text
         == "The user prefers jasmine tea in the afternoon."
@@ -77,3 +85,39 @@ def test_lead_searches_by_meaning_corrects_inline_and_sees_the_revision(
     assert first.get_attribute("data-id") == str(tea.pk)
     assert "pinned" in first.text
     shot("5-found-after-correction")
+
+
+def test_lead_promotes_a_memory_and_grants_another_agent(browser, live_server, login, shot):
+    from memories.models import Memory, MemoryShare
+    from tenants.services import agent_ensure
+
+    team = TeamFactory(id="team_review_c", name="Research bots")
+    MembershipFactory(user=UserFactory(username="lead_share"), team=team, role="lead")
+    agent_ensure(team=team, agent_id="coder")
+    agent_ensure(team=team, agent_id="writer")
+    memory, _ = memory_create(
+        team=team,
+        scope="personal",
+        agent_id="researcher",
+        content="The staging database is reset every Sunday night.",
+    )
+
+    login("lead_share")
+    browser.get(f"{live_server.url}/review/{team.id}/memories/{memory.pk}/")
+    share = browser.find_element(By.ID, "share")
+    share.find_element(By.CSS_SELECTOR, "input[value=coder]").click()
+    share.find_element(By.CSS_SELECTOR, "select[name=permission] option[value=write]").click()
+    share.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "grants"))
+    grants = browser.find_element(By.ID, "grants").text
+    assert "coder" in grants and "write" in grants
+    assert MemoryShare.objects.get(memory=memory).permission == "write"
+    browser.execute_script("arguments[0].scrollIntoView()", browser.find_element(By.ID, "sharing"))
+    shot("1-granted")
+
+    browser.find_element(By.XPATH, "//button[normalize-space()='Promote to team memory']").click()
+    _wait_for_text(browser, "Promoted:")
+    promoted = Memory.objects.get(promoted_from=memory)
+    assert f"/memories/{promoted.pk}/" in browser.current_url
+    assert f"#{memory.pk}" in browser.find_element(By.ID, "sharing").text
+    shot("2-promoted")
