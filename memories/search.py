@@ -38,7 +38,7 @@ from . import index, selectors, services
 from .embeddings import embed_query, from_bytes, get_embedder
 from .models import Memory
 from .selectors import memory_to_dict
-from .text import tokenize
+from .text import is_cjk, tokenize
 
 
 @dataclass
@@ -95,37 +95,83 @@ def fuse(dense: np.ndarray, lexical: np.ndarray, dense_weight: float) -> np.ndar
         return weighted
     if mode == "noisy_or":
         return 1.0 - (1.0 - dense) * (1.0 - lexical)
+    if mode == "soft_or":
+        # noisy-OR with the dense evidence discounted by the weight: lexical agreement ranks
+        # first, a purely semantic match still keeps dense_weight x its score.
+        return 1.0 - (1.0 - dense_weight * dense) * (1.0 - lexical)
     # "max": a memory is as relevant as its best evidence: the blend, or a strong dense match alone
     return np.maximum(weighted, dense)
 
 
-def _score_slots(
+def _score_candidates(
     ix: index.ScopeIndex,
     qvec: np.ndarray | None,
     qtokens: tuple[str, ...],
     mode: str,
+    want: int,
+    mask: np.ndarray | None,
     dense_weight: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    query_cjk: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(slots, score, dense, lexical) of the scope's candidates: the dense top-k and the BM25
+    top-k (k = max(want, SEARCH_CANDIDATES)), each scored on both sides, then fused.
+
+    A memory outside both lists is beaten on both sides by k others, so it cannot reach the
+    first `want` of the fused order; scoring only the candidates keeps a 100k-memory scope
+    to one quantised vector scan plus the postings of the query's words.
+    """
     embedder = get_embedder()
     n = ix.n
-    dense = np.zeros(n, dtype=np.float32)
-    lexical = np.zeros(n, dtype=np.float32)
-    if mode != "keyword" and qvec is not None:
-        raw = ix.dense(qvec)
-        dense = np.where(
-            np.isfinite(raw), embedder.score(np.nan_to_num(raw, neginf=-1.0)), 0.0
-        ).astype(np.float32)
-    if mode != "vector" and qtokens:
+    live = ix.alive[:n] if mask is None else ix.alive[:n] & mask
+    k = max(want, settings.SEARCH_CANDIDATES)
+    use_dense = mode != "keyword" and qvec is not None
+    use_lexical = mode != "vector" and bool(qtokens)
+    dense_slots = np.empty(0, dtype=np.int64)
+    dense_raw = np.empty(0, dtype=np.float32)
+    if use_dense:
+        dense_slots, dense_raw = ix.dense_top(qvec, k, mask)  # type: ignore[arg-type]
+    lexical_all: np.ndarray | None = None
+    lexical_slots = np.empty(0, dtype=np.int64)
+    if use_lexical:
         bm25, reference = ix.bm25_normalised(qtokens)
-        lexical = np.minimum(bm25 / reference, 1.0) if reference > 0 else lexical
+        if reference > 0:
+            lexical_all = np.where(live, np.minimum(bm25 / reference, 1.0), 0.0)
+            hits = np.flatnonzero(lexical_all > 0)
+            if len(hits) > k:
+                hits = hits[np.argpartition(-lexical_all[hits], k - 1)[:k]]
+            lexical_slots = hits.astype(np.int64)
+    missing = np.setdiff1d(lexical_slots, dense_slots, assume_unique=True)
+    slots = np.concatenate([dense_slots, missing])
+    raw = np.concatenate(
+        [
+            dense_raw,
+            ix.dense_at(qvec, missing)
+            if qvec is not None and use_dense
+            else np.zeros(len(missing), np.float32),
+        ]
+    )
+    dense = (
+        np.asarray(embedder.score(raw), dtype=np.float32)
+        if use_dense
+        else np.zeros(len(slots), dtype=np.float32)
+    )
+    lexical = (
+        lexical_all[slots].astype(np.float32)
+        if lexical_all is not None
+        else np.zeros(len(slots), dtype=np.float32)
+    )
     if mode == "vector":
         score = dense
     elif mode == "keyword":
         score = lexical
     else:
         score = fuse(dense, lexical, dense_weight)
-    score = np.where(ix.alive[:n], score, -1.0)
-    return score, dense, lexical
+        if use_dense:
+            # Cross-script (a Chinese memory for an English query or the reverse): BM25 cannot
+            # see it, so the embedding's full score stands instead of its discounted share.
+            other_script = ix.cjk[slots] != query_cjk
+            score = np.where(other_script, np.maximum(score, dense), score)
+    return slots, score, dense, lexical
 
 
 def _top_candidates(
@@ -136,21 +182,22 @@ def _top_candidates(
     want: int,
     allowed: set[int] | None,
     dense_weight: float,
+    query_cjk: bool = False,
 ) -> list[Candidate]:
     with ix.lock:
         if ix.n == 0:
             return []
-        score, dense, lexical = _score_slots(ix, qvec, qtokens, mode, dense_weight)
+        mask = None
         if allowed is not None:
             mask = np.isin(ix.ids[: ix.n], np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
-            score = np.where(mask, score, -1.0)
-        k = min(want, ix.n)
-        top = np.argpartition(-score, k - 1)[:k] if k < ix.n else np.arange(ix.n)
-        top = top[np.argsort(-score[top], kind="stable")]
+        slots, score, dense, lexical = _score_candidates(
+            ix, qvec, qtokens, mode, want, mask, dense_weight, query_cjk
+        )
+        order = np.argsort(-score, kind="stable")[:want]
         return [
-            Candidate(int(ix.ids[s]), float(score[s]), float(dense[s]), float(lexical[s]))
-            for s in top
-            if score[s] > 0.0
+            Candidate(int(ix.ids[slots[i]]), float(score[i]), float(dense[i]), float(lexical[i]))
+            for i in order
+            if score[i] > 0.0
         ]
 
 
@@ -162,6 +209,7 @@ def _shared_candidates(
     mode: str,
     dense_weight: float,
     filters: dict[str, Any],
+    query_cjk: bool = False,
 ) -> list[Candidate]:
     """Memories other agents shared with this one: few, so scored directly from their rows."""
     ids = selectors.shared_memory_ids(team=team, agent_id=agent_id)
@@ -188,6 +236,8 @@ def _shared_candidates(
             if mode == "keyword"
             else float(fuse(np.array([dense]), np.array([lexical]), dense_weight)[0])
         )
+        if mode == "hybrid" and is_cjk(m.content) != query_cjk:
+            score = max(score, dense)  # cross-script, as in _score_candidates
         if score > 0:
             out.append(Candidate(m.pk, score, dense, lexical))
     return out
@@ -255,6 +305,7 @@ def memory_search(
     embedder = get_embedder()
     qvec = embed_query(query) if mode != "keyword" else None
     qtokens = tokenize(query)
+    query_cjk = is_cjk(query)
     dense_weight = settings.SEARCH_DENSE_WEIGHT
     want = max(limit * 3, 30)
     scopes = [(scope, agent_id if scope == Memory.SCOPE_PERSONAL else "")]
@@ -269,11 +320,13 @@ def memory_search(
                 base = base.filter(agent_id=ag)
             allowed = set(base.filter(_filters_q(filters)).values_list("id", flat=True))
         ix = index.registry.get(team_id=team.id, scope=sc, agent_id=ag, embedder=embedder)
-        candidates.extend(_top_candidates(ix, qvec, qtokens, mode, want, allowed, dense_weight))
+        candidates.extend(
+            _top_candidates(ix, qvec, qtokens, mode, want, allowed, dense_weight, query_cjk)
+        )
     shared: set[int] = set()
     if include_shared and scope == Memory.SCOPE_PERSONAL:
         shared_candidates = _shared_candidates(
-            team, agent_id, qvec, qtokens, mode, dense_weight, filters
+            team, agent_id, qvec, qtokens, mode, dense_weight, filters, query_cjk
         )
         shared = {c.memory_id for c in shared_candidates}
         candidates.extend(shared_candidates)

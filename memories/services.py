@@ -57,15 +57,10 @@ def memory_find_similar(
     with ix.lock:
         if ix.n == 0:
             return []
-        sims = ix.dense(vector)
-        k = min(k, ix.n)
-        # argpartition, not a full sort: this runs on every write, over up to 100k+ vectors.
-        top = np.argpartition(-sims, k - 1)[:k]
-        top = top[np.argsort(-sims[top])]
+        # One quantised scan for the k nearest: this runs on every write, over 100k+ vectors.
+        slots, raw = ix.dense_top(vector, k)
         scored = [
-            (int(ix.ids[s]), float(embedder.same_score(sims[s])))
-            for s in top
-            if np.isfinite(sims[s])
+            (int(ix.ids[s]), float(embedder.same_score(r))) for s, r in zip(slots, raw, strict=True)
         ]
     scored = [(mid, score) for mid, score in scored if score >= min_score]
     if not scored:
@@ -381,8 +376,8 @@ def memory_correct(
         # Outside the transaction: memory_update's embedding then hits the embedder's cache.
         embed_passages([content])
     with transaction.atomic():
-        was_pinned = Memory.objects.select_for_update().values_list("pinned", flat=True).get(
-            pk=memory.pk
+        was_pinned = (
+            Memory.objects.select_for_update().values_list("pinned", flat=True).get(pk=memory.pk)
         )
         last_before = memory_revision_last_id(memory=memory)
         memory = memory_update(

@@ -213,6 +213,20 @@ def _stem(word: str) -> str:
         return str(_stemmer.stemWord(word))
 
 
+_CJK_CHAR = re.compile(rf"[{_CJK}]")
+_WORD_CHAR = re.compile(r"[^\W_]")
+
+
+def is_cjk(text: str) -> bool:
+    """Mostly written in Chinese (or Japanese kanji): at least a third of its letters are CJK.
+
+    Search uses it to see that a query and a memory are in different scripts, where BM25 cannot
+    match anything and only the embedding can (docs/search.md, "cross-script").
+    """
+    letters = len(_WORD_CHAR.findall(text))
+    return letters > 0 and 3 * len(_CJK_CHAR.findall(text)) >= letters
+
+
 # Small on purpose: index loads tokenise every memory once, and a large cache would keep every
 # memory's text and tokens alive (measured: RSS 538 MB with 100k memories and a 65k-entry cache).
 @lru_cache(maxsize=2048)

@@ -217,6 +217,17 @@ class TestSearch:
         )
         assert search(api, "Binance 回测数据")[0]["content"].startswith("回测数据源")
 
+    def test_cross_lingual_queries_find_the_other_language(self, api):
+        """BM25 cannot see a Chinese memory for an English query: the embedding alone must."""
+        write(api, "用户对青霉素过敏，开药前必须确认")
+        write(api, "The user is allergic to peanuts.")
+        write(api, "部署在周二下午进行，需要两人审核")
+        write(api, "Alice adopted a golden retriever puppy last spring.")
+        found = [m["content"] for m in search(api, "what medicine is the user allergic to")]
+        assert "用户对青霉素过敏，开药前必须确认" in found[:2]
+        found = [m["content"] for m in search(api, "用户对什么药物过敏", min_score=0.3)]
+        assert set(found) == {"用户对青霉素过敏，开药前必须确认", "The user is allergic to peanuts."}
+
     def test_limit(self, api):
         for i in range(5):
             write(api, f"部署 checklist step {i}: run migrations on node {i}", enable_dedup=False)

@@ -198,6 +198,13 @@ INDEX_CHANGE_RETENTION_SECONDS = env.int("INDEX_CHANGE_RETENTION_SECONDS", defau
 # Hybrid search: weight of the dense part of the score (the rest is lexical); decay (docs/search.md).
 SEARCH_DENSE_WEIGHT = env.float("SEARCH_DENSE_WEIGHT", default=0.5)
 SEARCH_FUSION = env.str("SEARCH_FUSION", default="noisy_or")
+# Threads for one vector scan (faiss); 1 because gunicorn workers already share the cores.
+SEARCH_THREADS = env.int("SEARCH_THREADS", default=1)
+# Per scope, the dense and the lexical candidates fused (docs/search.md).
+SEARCH_CANDIDATES = env.int("SEARCH_CANDIDATES", default=200)
+# Okapi BM25 parameters (docs/embedding-study.md measured k1 0.9, b 0.4 against 1.2 / 0.75).
+SEARCH_BM25_K1 = env.float("SEARCH_BM25_K1", default=0.9)
+SEARCH_BM25_B = env.float("SEARCH_BM25_B", default=0.4)
 SEARCH_DECAY_WEIGHT = env.float("SEARCH_DECAY_WEIGHT", default=0.1)
 SEARCH_DECAY_DAYS = env.float("SEARCH_DECAY_DAYS", default=30.0)
 MEMORY_MAX_CONTENT_CHARS = env.int("MEMORY_MAX_CONTENT_CHARS", default=32000)
@@ -267,5 +274,7 @@ LOGGING = {
         # django.request would log 4xx warnings with the full request; our handler logs 500s.
         "django.request": {"level": "ERROR"},
         "jieba": {"level": "WARNING"},
+        # faiss logs at INFO which of its CPU builds it loaded, twice per process.
+        "faiss.loader": {"level": "WARNING"},
     },
 }
