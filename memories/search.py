@@ -289,8 +289,12 @@ def memory_search(
     filters: dict[str, Any] | None = None,
     include_shared: bool = False,
     include_team: bool = False,
+    touch: bool = True,
 ) -> list[dict[str, Any]]:
-    """Relevant memories of one scope (plus the team's and shared ones on request), best first."""
+    """Relevant memories of one scope (plus the team's and shared ones on request), best first.
+
+    touch=False: a reviewer looking, not an agent recalling — access counts stay as they are.
+    """
     filters = filters or {}
     if not query.strip():
         return memory_recent(
@@ -362,7 +366,8 @@ def memory_search(
         key=lambda pair: -(pair[1] * strength(pair[0], now)),
     )[:limit]
     results = _apply_budgets(ordered, max_chars_per_memory, max_total_chars)
-    services.memories_touch(memory_ids=[r["id"] for r in results])
+    if touch:
+        services.memories_touch(memory_ids=[r["id"] for r in results])
     return results
 
 

@@ -217,10 +217,8 @@ def memory_review_search(
     every agent's personal scope (or the one agent / scope asked for), merged by score. The
     search counts as a recall (it touches the rows it returns), but a lead reviewing memories is
     not an agent recalling them: that would make every reviewed memory look fresh to idle
-    cleanup and purges. So it runs in a savepoint that is rolled back; it writes nothing else.
+    cleanup and purges. So it searches with touch=False and writes nothing.
     """
-    from django.db import transaction
-
     from . import search
 
     scopes: list[tuple[str, str]] = []
@@ -239,15 +237,19 @@ def memory_review_search(
         )
         scopes.extend((Memory.SCOPE_PERSONAL, a) for a in sorted(owners))
     scored: dict[int, float] = {}
-    with transaction.atomic():
-        for sc, ag in scopes:
-            for r in search.memory_search(
-                team=team, scope=sc, agent_id=ag, query=query, limit=limit, min_score=min_score
-            ):
-                if sc == Memory.SCOPE_TEAM and agent_id and r["agent_id"] != agent_id:
-                    continue
-                scored[r["id"]] = max(scored.get(r["id"], 0.0), float(r["score"]))
-        transaction.set_rollback(True)
+    for sc, ag in scopes:
+        for r in search.memory_search(
+            team=team,
+            scope=sc,
+            agent_id=ag,
+            query=query,
+            limit=limit,
+            min_score=min_score,
+            touch=False,
+        ):
+            if sc == Memory.SCOPE_TEAM and agent_id and r["agent_id"] != agent_id:
+                continue
+            scored[r["id"]] = max(scored.get(r["id"], 0.0), float(r["score"]))
     return sorted(scored.items(), key=lambda pair: -pair[1])[:limit]
 
 

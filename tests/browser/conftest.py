@@ -74,11 +74,37 @@ def shot(request: pytest.FixtureRequest, browser: object):  # type: ignore[no-un
 def login(browser: object, live_server):  # type: ignore[no-untyped-def]
     """login(username, password) through the real admin login form, then lands on /review/."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
 
     def do(username: str, password: str = "pw-123456") -> None:
         browser.get(f"{live_server.url}/admin/login/?next=/review/")  # type: ignore[attr-defined]
         browser.find_element(By.NAME, "username").send_keys(username)  # type: ignore[attr-defined]
         browser.find_element(By.NAME, "password").send_keys(password)  # type: ignore[attr-defined]
+        old = browser.find_element(By.TAG_NAME, "html")  # type: ignore[attr-defined]
         browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()  # type: ignore[attr-defined]
+        WebDriverWait(browser, 20).until(ec.staleness_of(old))
+
+    return do
+
+
+@pytest.fixture
+def click_through(browser: object):  # type: ignore[no-untyped-def]
+    """click_through(element): click something that loads a new page and wait until it has.
+
+    Reading the page right after a click can read the old one (or a node that is going away:
+    StaleElementReferenceException); waiting for the old <html> to go stale avoids both.
+    """
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def do(element: object) -> None:
+        old = browser.find_element(By.TAG_NAME, "html")  # type: ignore[attr-defined]
+        element.click()  # type: ignore[attr-defined]
+        WebDriverWait(browser, 20).until(ec.staleness_of(old))
+        WebDriverWait(browser, 20).until(
+            lambda b: b.execute_script("return document.readyState") == "complete"
+        )
 
     return do

@@ -38,7 +38,7 @@ def _seed_memories(team_id: str) -> None:
 
 
 def test_lead_configures_runs_and_drills_a_persona_down_to_its_sources(
-    browser, live_server, login, shot
+    browser, live_server, login, shot, click_through
 ):
     _seed_memories("team_lc")
     lead = UserFactory(username="lc_lead")
@@ -54,7 +54,7 @@ def test_lead_configures_runs_and_drills_a_persona_down_to_its_sources(
     field = browser.find_element(By.ID, "id_compress_every_n")
     field.clear()
     field.send_keys("8")
-    browser.find_element(By.ID, "save-config").click()
+    click_through(browser.find_element(By.ID, "save-config"))
     assert "automation is now on" in browser.find_element(By.CLASS_NAME, "messages").text
     assert "Automation is on" in browser.find_element(By.ID, "automation-state").text
     assert PipelineConfig.objects.get(team_id="team_lc").compress_every_n == 8
@@ -63,7 +63,7 @@ def test_lead_configures_runs_and_drills_a_persona_down_to_its_sources(
     # 3. Run now: generate the researcher's persona.
     form = browser.find_element(By.ID, "run-generate-persona")
     Select(form.find_element(By.TAG_NAME, "select")).select_by_value("researcher")
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    click_through(form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
     assert "/review/team_lc/lifecycle/jobs/" in browser.current_url
     job = JobRun.objects.get(team_id="team_lc", kind="generate-persona")
     assert (job.trigger, job.status) == ("admin", "succeeded")
@@ -72,10 +72,10 @@ def test_lead_configures_runs_and_drills_a_persona_down_to_its_sources(
     shot("3-job-log")
 
     # 4. The job's page, then its persona.
-    browser.find_element(By.LINK_TEXT, f"#{job.pk}").click()
+    click_through(browser.find_element(By.LINK_TEXT, f"#{job.pk}"))
     assert browser.find_element(By.ID, "job-status").text == "succeeded"
     shot("4-job-detail")
-    browser.find_element(By.PARTIAL_LINK_TEXT, "persona of researcher").click()
+    click_through(browser.find_element(By.PARTIAL_LINK_TEXT, "persona of researcher"))
     assert browser.find_element(By.ID, "persona-content").is_displayed()
     shot("5-persona")
 
@@ -92,7 +92,7 @@ def test_lead_configures_runs_and_drills_a_persona_down_to_its_sources(
     else:
         pytest.fail("no derived memory in the persona's scenarios")
     shot("6-scenario-memories")
-    links[0].click()
+    click_through(links[0])
     rows = browser.find_elements(By.CSS_SELECTOR, "#sources tr.source-row")
     assert rows
     text = browser.find_element(By.ID, "sources").text

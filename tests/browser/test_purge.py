@@ -32,7 +32,9 @@ def aged(team, content, *, agent, importance, idle, pinned=False):  # type: igno
     return memory
 
 
-def test_lead_previews_confirms_and_restores_a_purge(browser, live_server, login, shot):
+def test_lead_previews_confirms_and_restores_a_purge(
+    browser, live_server, login, shot, click_through
+):
     team = TeamFactory(id="team_purge", name="Research bots")
     lead = UserFactory(username="purge_lead")
     MembershipFactory(user=lead, team=team, role="lead")
@@ -59,7 +61,7 @@ def test_lead_previews_confirms_and_restores_a_purge(browser, live_server, login
     threshold.clear()
     threshold.send_keys("0.3")
     shot("1-criteria")
-    browser.find_element(By.ID, "preview-button").click()
+    click_through(browser.find_element(By.ID, "preview-button"))
 
     preview = browser.find_element(By.ID, "purge-preview").text
     assert "2 memories would be moved to the trash" in preview
@@ -70,7 +72,7 @@ def test_lead_previews_confirms_and_restores_a_purge(browser, live_server, login
     assert Memory.objects.filter(team=team).count() == 4  # the preview changed nothing
     shot("2-preview")
 
-    browser.find_element(By.ID, "confirm-button").click()
+    click_through(browser.find_element(By.ID, "confirm-button"))
     body = browser.find_element(By.TAG_NAME, "body").text
     assert "Moved 2 memories to the trash" in body
     assert "Old lunch order" in browser.find_element(By.ID, "trash-items").text
@@ -79,7 +81,7 @@ def test_lead_previews_confirms_and_restores_a_purge(browser, live_server, login
     shot("3-trash")
 
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-memory-id="{stale.pk}"]')
-    row.find_element(By.CSS_SELECTOR, "button.restore-button").click()
+    click_through(row.find_element(By.CSS_SELECTOR, "button.restore-button"))
     assert "Restored 1 memory" in browser.find_element(By.TAG_NAME, "body").text
     assert Memory.objects.filter(pk=stale.pk, content="Old lunch order: two sandwiches").exists()
     assert TrashedMemory.objects.filter(team=team).count() == 1
