@@ -28,6 +28,7 @@ migrate: install
 ## run: embedded default (SQLite, in-process jobs, offline models) on http://127.0.0.1:8000
 run: migrate
 	$(PY) manage.py bootstrap_demo
+	$(PY) manage.py load_demo_data --team demo
 	$(PY) manage.py runserver $(HOST):$(PORT)
 
 ## test: the whole suite (SQLite by default; set DATABASE_URL / REDIS_URL for MariaDB + Redis)

@@ -226,7 +226,10 @@ class TestSearch:
         found = [m["content"] for m in search(api, "what medicine is the user allergic to")]
         assert "用户对青霉素过敏，开药前必须确认" in found[:2]
         found = [m["content"] for m in search(api, "用户对什么药物过敏", min_score=0.3)]
-        assert set(found) == {"用户对青霉素过敏，开药前必须确认", "The user is allergic to peanuts."}
+        assert set(found) == {
+            "用户对青霉素过敏，开药前必须确认",
+            "The user is allergic to peanuts.",
+        }
 
     def test_limit(self, api):
         for i in range(5):

@@ -26,6 +26,18 @@ def _missing(reason: str) -> None:
     pytest.skip(reason)
 
 
+def _gone(element: object) -> bool:
+    """The element's page has been replaced. Chromium reports a node of an unloaded document
+    either as stale or as "does not belong to the document" (a plain WebDriverException)."""
+    from selenium.common.exceptions import WebDriverException
+
+    try:
+        element.tag_name  # type: ignore[attr-defined]
+    except WebDriverException:
+        return True
+    return False
+
+
 @pytest.fixture
 def browser() -> Iterator[object]:
     try:
@@ -74,7 +86,6 @@ def shot(request: pytest.FixtureRequest, browser: object):  # type: ignore[no-un
 def login(browser: object, live_server):  # type: ignore[no-untyped-def]
     """login(username, password) through the real admin login form, then lands on /review/."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     def do(username: str, password: str = "pw-123456") -> None:
@@ -83,7 +94,7 @@ def login(browser: object, live_server):  # type: ignore[no-untyped-def]
         browser.find_element(By.NAME, "password").send_keys(password)  # type: ignore[attr-defined]
         old = browser.find_element(By.TAG_NAME, "html")  # type: ignore[attr-defined]
         browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()  # type: ignore[attr-defined]
-        WebDriverWait(browser, 20).until(ec.staleness_of(old))
+        WebDriverWait(browser, 20).until(lambda _b: _gone(old))
 
     return do
 
@@ -96,13 +107,12 @@ def click_through(browser: object):  # type: ignore[no-untyped-def]
     StaleElementReferenceException); waiting for the old <html> to go stale avoids both.
     """
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     def do(element: object) -> None:
         old = browser.find_element(By.TAG_NAME, "html")  # type: ignore[attr-defined]
         element.click()  # type: ignore[attr-defined]
-        WebDriverWait(browser, 20).until(ec.staleness_of(old))
+        WebDriverWait(browser, 20).until(lambda _b: _gone(old))
         WebDriverWait(browser, 20).until(
             lambda b: b.execute_script("return document.readyState") == "complete"
         )

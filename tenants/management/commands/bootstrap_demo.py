@@ -50,6 +50,7 @@ class Command(BaseCommand):
             f"  admin login:     {creds['admin_username']} / {creds['admin_password']}"
             "  at http://127.0.0.1:8000/admin/"
         )
+        self.stdout.write("  review console:  http://127.0.0.1:8000/review/ (same login)")
         self.stdout.write(f"  (kept in {path}; delete it and the database to start over)")
         self.stdout.write("")
 
