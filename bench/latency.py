@@ -578,22 +578,23 @@ def main() -> int:
         "working": [],
     }
     # Vectors first (in a child with Django set up), so the timed runs never wait for embedding.
-    log(f"preparing vectors; {machine_load()}")
-    subprocess.run(
-        [
-            PYTHON,
-            str(Path(__file__).resolve()),
-            "--prepare-only",
-            "--sizes",
-            str(max(sizes)),
-            "--lang",
-            ",".join(langs),
-            "--max-embed",
-            str(args.max_embed),
-        ],
-        cwd=ROOT,
-        check=True,
-    )
+    if sizes:  # --sizes '' measures working memory only
+        log(f"preparing vectors; {machine_load()}")
+        subprocess.run(
+            [
+                PYTHON,
+                str(Path(__file__).resolve()),
+                "--prepare-only",
+                "--sizes",
+                str(max(sizes)),
+                "--lang",
+                ",".join(langs),
+                "--max-embed",
+                str(args.max_embed),
+            ],
+            cwd=ROOT,
+            check=True,
+        )
     for n in sizes:
         for lang in langs:
             try:

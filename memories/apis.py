@@ -445,9 +445,9 @@ class WorkingCreateApi(APIView):
         s.is_valid(raise_exception=True)
         data = s.validated_data
         selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=data["agent_id"])
-        from tenants.services import agent_ensure
+        from tenants.services import agent_register
 
-        agent_ensure(team=principal.team, agent_id=data["agent_id"])
+        agent_register(team=principal.team, agent_id=data["agent_id"])
         item = get_working_store().add(
             team_id=principal.team.id,
             agent_id=data["agent_id"],

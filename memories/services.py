@@ -12,7 +12,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from tenants.models import ApiKey, Team
-from tenants.services import agent_ensure
+from tenants.services import agent_register
 
 from . import index
 from .dedup import conflict_reason
@@ -121,7 +121,7 @@ def memory_create(
     vector = embed_passages([content])[0]
     embedder = get_embedder()
     if agent_id:
-        agent_ensure(team=team, agent_id=agent_id)
+        agent_register(team=team, agent_id=agent_id)
     if enable_dedup:
         hit = _find_duplicate(
             team=team,
@@ -262,7 +262,7 @@ def memory_share(*, memory: Memory, agent_ids: list[str], permission: str) -> li
         for agent_id in agent_ids:
             if agent_id == memory.agent_id:
                 continue
-            agent_ensure(team=team, agent_id=agent_id)
+            agent_register(team=team, agent_id=agent_id)
             share, _ = MemoryShare.objects.update_or_create(
                 memory=memory, agent_id=agent_id, defaults={"team": team, "permission": permission}
             )

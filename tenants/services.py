@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from memoryplatform.errors import NotFound
+from memoryplatform.localcache import TTLCache
 
 from . import crypto
 from .models import Agent, ApiKey, Team, TeamMembership
@@ -109,12 +110,26 @@ def agent_ensure(*, team: Team, agent_id: str) -> Agent:
     agent, _ = Agent.objects.get_or_create(
         team=team, agent_id=agent_id, defaults={"name": agent_id}
     )
+    _known_agents.set((team.id, agent_id), True)
     return agent
+
+
+# Agents this process registered or saw lately: every write registers its agent, and on the
+# working-memory write path that query was a tenth of the request. An agent deleted through
+# another worker is registered again by a write here at most AGENT_CACHE_SECONDS later.
+_known_agents: TTLCache[tuple[str, str], bool] = TTLCache(ttl_seconds=settings.AGENT_CACHE_SECONDS)
+
+
+def agent_register(*, team: Team, agent_id: str) -> None:
+    """agent_ensure for hot paths that do not need the Agent row."""
+    if _known_agents.get((team.id, agent_id)) is None:
+        agent_ensure(team=team, agent_id=agent_id)
 
 
 @transaction.atomic
 def agent_delete(*, team: Team, agent_id: str) -> None:
     deleted, _ = Agent.objects.filter(team=team, agent_id=agent_id).delete()
+    _known_agents.pop((team.id, agent_id))
     if not deleted:
         raise NotFound("agent")
     _run_hooks_on_commit(_agent_purge_hooks, team.id, agent_id)  # type: ignore[arg-type]

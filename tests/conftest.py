@@ -21,6 +21,9 @@ def _clean_cache():
     from memories.index import registry
 
     registry.clear()
+    from memoryplatform.localcache import clear_all
+
+    clear_all()
     try:
         cache.clear()
     except Exception:

@@ -164,6 +164,22 @@ class TestAgents:
         assert purged == [("team_a", "researcher")]
         assert error_code(api.delete("/agents/team_a/researcher")) == "NOT_FOUND"
 
+    def test_a_write_after_deletion_registers_the_agent_again(self, api):
+        """The per-process cache of known agents forgets a deleted agent at once."""
+        assert (
+            api.post("/memories/working", {"agent_id": "again", "content": "x"}).status_code == 201
+        )
+        assert (
+            api.post("/memories/working", {"agent_id": "again", "content": "y"}).status_code == 201
+        )
+        assert Agent.objects.filter(agent_id="again").exists()
+        assert api.delete("/agents/team_a/again").status_code == 200
+        assert not Agent.objects.filter(agent_id="again").exists()
+        assert (
+            api.post("/memories/working", {"agent_id": "again", "content": "z"}).status_code == 201
+        )
+        assert Agent.objects.filter(agent_id="again").exists()
+
 
 class TestAgentScopedKeys:
     def test_it_may_read_the_team_and_agents(self, agent_api):

@@ -7,6 +7,7 @@ import logging
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -14,6 +15,7 @@ from lifecycle.models import JobRun, PipelineConfig
 from lifecycle.schemas import Usage
 from memories.models import Memory
 from memories.working import get_working_store
+from memoryplatform.localcache import TTLCache
 from tenants.models import Agent, Team
 
 from . import jobs, operations
@@ -42,6 +44,23 @@ def config_get(*, team: Team) -> PipelineConfig:
     return PipelineConfig.objects.filter(team=team).first() or PipelineConfig(team=team)
 
 
+# The config read by every working-memory write (on_working_memory_written): cached per process
+# for PIPELINE_CONFIG_CACHE_SECONDS; a save through this process is seen at once, one through
+# another worker within that time.
+_config_cache: TTLCache[str, PipelineConfig] = TTLCache(
+    ttl_seconds=settings.PIPELINE_CONFIG_CACHE_SECONDS
+)
+
+
+def config_get_cached(*, team: Team) -> PipelineConfig:
+    """config_get for the write path; read-only use only (the object is shared)."""
+    config = _config_cache.get(team.id)
+    if config is None:
+        config = config_get(team=team)
+        _config_cache.set(team.id, config)
+    return config
+
+
 def config_is_saved(config: PipelineConfig) -> bool:
     return not config._state.adding
 
@@ -60,6 +79,7 @@ def config_update(*, team: Team, **fields: Any) -> PipelineConfig:
         if name in CONFIG_FIELDS:
             setattr(config, name, value)
     config.save()
+    _config_cache.pop(team.id)
     return config
 
 
@@ -88,7 +108,7 @@ def on_working_memory_written(*, team: Team, agent_id: str) -> JobRun | None:
     or a background thread in embedded mode). A unique `active_key` makes a burst of writes queue
     one job, not many.
     """
-    config = config_get(team=team)
+    config = config_get_cached(team=team)
     if not config_is_saved(config):
         return None  # automation is opt-in (see config_get)
     threshold = compress_threshold(config=config, team=team, agent_id=agent_id)
