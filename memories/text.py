@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import threading
 import unicodedata
 from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
 
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 # Runs of CJK characters, or runs of letters/digits (with inner ' . - _ kept, e.g. "don't", "3.5").
@@ -189,6 +194,47 @@ def _jieba():  # type: ignore[no-untyped-def]
     return jieba
 
 
+_search_tokenizer_obj: Any = None
+
+
+def _search_tokenizer():  # type: ignore[no-untyped-def]
+    """The jieba tokenizer of search: jieba's dictionary without its rarest words.
+
+    jieba's full dictionary costs ~55 MB in every web worker; words seen fewer than
+    SEARCH_JIEBA_MIN_FREQ times in its corpus (default 20: 80k of 349k words kept, ~6 MB) are
+    left to its HMM, which still keeps names whole ("张伟", "永续合约" → 永续/合约). Index and query
+    use the same tokenizer, so BM25 stays consistent; measured: docs/benchmarks.md. The lifecycle
+    and graph engines keep the full dictionary (`_jieba()`), in the workers that run them.
+    The filtered file is written once under DATA_DIR (jieba caches its model by that path).
+    """
+    global _search_tokenizer_obj
+    if _search_tokenizer_obj is not None:
+        return _search_tokenizer_obj
+    min_freq = settings.SEARCH_JIEBA_MIN_FREQ
+    if min_freq <= 0:
+        return _jieba()
+    with _jieba_lock:
+        if _search_tokenizer_obj is None:
+            import jieba
+
+            jieba.setLogLevel(30)
+            path = Path(settings.DATA_DIR) / f"jieba-search-dict-{min_freq}.txt"
+            if not path.exists():
+                source = Path(jieba.__file__).with_name("dict.txt")
+                kept = [
+                    line
+                    for line in source.read_text(encoding="utf-8").splitlines()
+                    if len(parts := line.split()) >= 2 and int(parts[1]) >= min_freq
+                ]
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text("\n".join(kept) + "\n", encoding="utf-8")
+                tmp.replace(path)  # atomic: another process may be writing the same file
+            tokenizer = jieba.Tokenizer(dictionary=str(path))
+            tokenizer.initialize()
+            _search_tokenizer_obj = tokenizer
+    return _search_tokenizer_obj
+
+
 _stemmer_lock = threading.Lock()
 _stemmer = None
 
@@ -237,7 +283,7 @@ def tokenize(text: str) -> tuple[str, ...]:
     for match in _TOKEN_RE.finditer(text):
         tok = match.group(0)
         if _CJK_RUN.match(tok):
-            for word in _jieba().cut_for_search(tok):
+            for word in _search_tokenizer().cut_for_search(tok):
                 word = word.strip()
                 if word and word not in STOP_WORDS:
                     out.append(word)

@@ -426,3 +426,20 @@ class TestCrossTeam:
     def test_dedup_never_matches_another_team(self, api, other_api):
         write(other_api, PREF)
         assert write(api, PREF).status_code == 201
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("张伟在北京的华为工作，负责 5G 基站", "李娜在上海的腾讯工作，负责 5G 基站"),
+        (
+            "Alice Chen works at Siemens in Munich as a data engineer",
+            "Bob Martin works at Philips in Eindhoven as a data engineer",
+        ),
+    ],
+)
+def test_the_same_frame_with_other_names_is_another_fact(api, old, new):
+    """Several slots (name, place, company) swapped: similar, but not the same memory."""
+    write(api, old)
+    assert write(api, new).status_code == 201
+    assert Memory.objects.count() == 2

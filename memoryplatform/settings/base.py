@@ -203,11 +203,15 @@ SEARCH_DENSE_WEIGHT = env.float("SEARCH_DENSE_WEIGHT", default=0.5)
 SEARCH_FUSION = env.str("SEARCH_FUSION", default="noisy_or")
 # Threads for one vector scan (faiss); 1 because gunicorn workers already share the cores.
 SEARCH_THREADS = env.int("SEARCH_THREADS", default=1)
+# How the search index stores vectors: sq8 (1 byte a value) or fp16 (2); memories/index.py.
+INDEX_VECTOR_CODEC = env.str("INDEX_VECTOR_CODEC", default="sq8")
 # Per scope, the dense and the lexical candidates fused (docs/search.md).
 SEARCH_CANDIDATES = env.int("SEARCH_CANDIDATES", default=200)
 # Okapi BM25 parameters (docs/embedding-study.md measured k1 0.9, b 0.4 against 1.2 / 0.75).
 SEARCH_BM25_K1 = env.float("SEARCH_BM25_K1", default=0.9)
 SEARCH_BM25_B = env.float("SEARCH_BM25_B", default=0.4)
+# Chinese words for search: jieba's dictionary without words rarer than this (0 = all of it).
+SEARCH_JIEBA_MIN_FREQ = env.int("SEARCH_JIEBA_MIN_FREQ", default=20)
 SEARCH_DECAY_WEIGHT = env.float("SEARCH_DECAY_WEIGHT", default=0.1)
 SEARCH_DECAY_DAYS = env.float("SEARCH_DECAY_DAYS", default=30.0)
 MEMORY_MAX_CONTENT_CHARS = env.int("MEMORY_MAX_CONTENT_CHARS", default=32000)
