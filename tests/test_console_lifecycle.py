@@ -242,6 +242,19 @@ class TestJobLog:
         assert "trigger=beat&amp;page=2" in first.content.decode()
         assert len(self.listed(viewer, team, "?trigger=beat&page=2")) == 5
 
+    def test_the_log_reloads_itself_only_while_a_job_is_queued_or_running(self, team, viewer, jobs):
+        page = viewer.get(url(team, "jobs/")).content.decode()
+        assert '<meta http-equiv="refresh" content="3">' in page  # the persona job is queued
+        assert (
+            'http-equiv="refresh"' in viewer.get(url(team, f"jobs/{jobs[3].pk}/")).content.decode()
+        )
+        done = viewer.get(url(team, "jobs/?status=succeeded")).content.decode()
+        assert 'http-equiv="refresh"' not in done
+        assert (
+            'http-equiv="refresh"'
+            not in viewer.get(url(team, f"jobs/{jobs[0].pk}/")).content.decode()
+        )
+
     def test_the_detail_page_shows_the_full_error(self, team, viewer, jobs):
         page = viewer.get(url(team, f"jobs/{jobs[1].pk}/")).content.decode()
         assert "LLM_UNAVAILABLE: the LLM did not answer" in page

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from console import access
 from lifecycle import selectors
+from lifecycle.models import JobRun
 from lifecycle.services import pipeline
 from memories.models import Memory
 from tenants import selectors as tenant_selectors
@@ -117,8 +118,19 @@ def job_log(request: HttpRequest, team: Team) -> HttpResponse:
     page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    context = {"area": "lifecycle", "form": form, "page": page, "query": query.urlencode()}
+    context = {
+        "area": "lifecycle",
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+        # While a job on this page is queued or running, the page reloads itself.
+        "refresh_seconds": 3 if any(_active(j) for j in page.object_list) else 0,
+    }
     return render(request, "console/lifecycle/jobs.html", context)
+
+
+def _active(job: JobRun) -> bool:
+    return job.status in (JobRun.STATUS_QUEUED, JobRun.STATUS_RUNNING)
 
 
 @access.console_view()
@@ -130,6 +142,7 @@ def job_detail(request: HttpRequest, team: Team, job_id: int) -> HttpResponse:
         "area": "lifecycle",
         "job": job,
         "outputs": selectors.job_outputs(team=team, job=job),
+        "refresh_seconds": 3 if _active(job) else 0,
     }
     return render(request, "console/lifecycle/job.html", context)
 
