@@ -26,3 +26,11 @@ class GraphConfig(AppConfig):
         register = getattr(search, "register_entities_provider", None)
         if register is not None:
             register(selectors.entities_for_memories)
+        # A purged memory's graph links go to the review console's trash and come back with it.
+        from memories.purge import register_trash_extension
+
+        from . import services
+
+        register_trash_extension(
+            "graph", save=services.trash_save_links, restore=services.trash_restore_links
+        )

@@ -279,3 +279,51 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
     count = entities.count()
     entities.delete()
     return count
+
+
+# --- the review console's trash (memories.purge) ------------------------------------------------
+
+
+def trash_save_links(memory_ids: list[int]) -> dict[int, Any]:
+    """What of the graph points at these memories and would be lost with them: the mentions, and
+    the entities and relations that name one as their source. Three queries for any number."""
+    out: dict[int, dict[str, list[str]]] = {}
+
+    def slot(mid: int) -> dict[str, list[str]]:
+        return out.setdefault(mid, {"mentions": [], "entity_sources": [], "relation_sources": []})
+
+    for mid, eid in EntityMention.objects.filter(memory_id__in=memory_ids).values_list(
+        "memory_id", "entity_id"
+    ):
+        slot(mid)["mentions"].append(str(eid))
+    for mid, eid in Entity.objects.filter(source_memory_id__in=memory_ids).values_list(
+        "source_memory_id", "id"
+    ):
+        slot(mid)["entity_sources"].append(str(eid))
+    for mid, rid in Relation.objects.filter(source_memory_id__in=memory_ids).values_list(
+        "source_memory_id", "id"
+    ):
+        slot(mid)["relation_sources"].append(str(rid))
+    return out
+
+
+def trash_restore_links(team: Team, memory_id: int, data: Any) -> list[str]:
+    """Puts the links back for the entities and relations that still exist in the team."""
+    mentions = data.get("mentions", [])
+    alive = {
+        str(e)
+        for e in Entity.objects.filter(team=team, id__in=mentions).values_list("id", flat=True)
+    }
+    EntityMention.objects.bulk_create(
+        [EntityMention(team=team, entity_id=eid, memory_id=memory_id) for eid in sorted(alive)],
+        ignore_conflicts=True,
+    )
+    # A source set since the purge (a newer memory) is kept: only empty ones are filled back.
+    Entity.objects.filter(
+        team=team, id__in=data.get("entity_sources", []), source_memory__isnull=True
+    ).update(source_memory_id=memory_id)
+    Relation.objects.filter(
+        team=team, id__in=data.get("relation_sources", []), source_memory__isnull=True
+    ).update(source_memory_id=memory_id)
+    lost = len(set(mentions) - alive)
+    return [f"graph entities it mentioned that no longer exist: {lost}."] if lost else []

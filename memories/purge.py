@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -256,6 +257,28 @@ def _iso(dt: datetime | None) -> str | None:
     return dt.isoformat() if dt else None
 
 
+# Other apps keep rows that point at a memory and go with it (the graph's entity mentions and
+# entity/relation sources). They register how to save those links into the trash and how to put
+# them back on restore, so memories never imports them (imports flow tenants <- memories <- graph
+# <- lifecycle). save(memory_ids) -> {memory_id: JSON data}; restore(team, memory_id, data) ->
+# notes for the lead (what could not be put back).
+TrashSave = Callable[[list[int]], dict[int, Any]]
+TrashRestore = Callable[[Team, int, Any], list[str]]
+_extensions: dict[str, tuple[TrashSave, TrashRestore]] = {}
+
+
+def register_trash_extension(name: str, *, save: TrashSave, restore: TrashRestore) -> None:
+    _extensions[name] = (save, restore)
+
+
+def _extension_data(ids: list[int]) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = defaultdict(dict)
+    for name, (save, _) in _extensions.items():
+        for mid, data in save(ids).items():
+            out[mid][name] = data
+    return out
+
+
 def _snapshot(m: Memory, promoted_to: list[int]) -> dict[str, Any]:
     data = {f: getattr(m, f) for f in SNAPSHOT_FIELDS}
     for f in _DATETIME_FIELDS:
@@ -333,6 +356,7 @@ def purge_confirm(
             )
             expires = now + timedelta(days=settings.TRASH_RETENTION_DAYS)
             shares, revisions, promoted = _related(list(current))
+            extensions = _extension_data(list(current))
             TrashedMemory.objects.bulk_create(
                 [
                     TrashedMemory(
@@ -343,7 +367,10 @@ def purge_confirm(
                         agent_id=i.memory.agent_id,
                         content=i.memory.content,
                         reason=i.reason[:300],
-                        snapshot=_snapshot(i.memory, promoted[i.memory.pk]),
+                        snapshot={
+                            **_snapshot(i.memory, promoted[i.memory.pk]),
+                            "extensions": extensions.get(i.memory.pk, {}),
+                        },
                         embedding=i.memory.embedding,
                         shares=shares[i.memory.pk],
                         revisions=revisions[i.memory.pk],
@@ -485,6 +512,10 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
                 actor=r["actor"],
             )
             MemoryRevision.objects.filter(pk=rev.pk).update(created_at=_dt(r["created_at"]))
+    for name, data in (snap.get("extensions") or {}).items():
+        extension = _extensions.get(name)
+        if extension is not None:
+            result.notes.extend(f"#{mid}: {note}" for note in extension[1](team, mid, data))
     # The same change log a write uses: every process's index picks the memory up again.
     index.log_changes(
         team_id=team.id, scope=item.scope, agent_id=item.agent_id, memory_ids=[mid], deleted=False

@@ -338,6 +338,40 @@ class TestTrash:
         assert api.get(f"/lifecycle/sources/{m.pk}").status_code == 200
         assert "Restored 1 memory" in lead.get(url(team, "trash/")).content.decode()
 
+    def test_restore_puts_back_the_graph_links(self, team, lead, world):
+        from graph.models import Entity, EntityMention, Relation
+
+        m = world["alice_old"]
+        tea = Entity.objects.create(
+            team=team, name="tea", normalized_name="tea", entity_type="preference", source_memory=m
+        )
+        alice = Entity.objects.create(
+            team=team, name="Alice", normalized_name="alice", entity_type="person"
+        )
+        gone = Entity.objects.create(
+            team=team, name="cup", normalized_name="cup", entity_type="tool"
+        )
+        for e in (tea, alice, gone):
+            EntityMention.objects.create(team=team, entity=e, memory=m)
+        rel = Relation.objects.create(
+            team=team, source=alice, target=tea, relation_type="prefers", source_memory=m
+        )
+        self.purge_all(lead, team)
+        assert not EntityMention.objects.filter(memory_id=m.pk).exists()
+        assert Entity.objects.get(pk=tea.pk).source_memory_id is None
+        gone.delete()
+        item = TrashedMemory.objects.get(memory_id=m.pk)
+        r = lead.post(url(team, f"trash/{item.pk}/restore/"), follow=True)
+        assert set(
+            EntityMention.objects.filter(memory_id=m.pk).values_list("entity_id", flat=True)
+        ) == {
+            tea.pk,
+            alice.pk,
+        }
+        assert Entity.objects.get(pk=tea.pk).source_memory_id == m.pk
+        assert Relation.objects.get(pk=rel.pk).source_memory_id == m.pk
+        assert "graph entities it mentioned that no longer exist: 1." in r.content.decode()
+
     def test_restore_a_whole_run_with_its_links(self, team, lead, world):
         promoted = mk(team, "promoted team copy", scope="team", importance=0.9, idle=1)
         Memory.objects.filter(pk=promoted.pk).update(promoted_from=world["alice_old"])
