@@ -11,7 +11,8 @@ Options: --searches 200, --writes 200, --working-writes 500,
 `membench_<lang>_<n>` at 127.0.0.1:3306 as root, dropped afterwards; default: a fresh SQLite
 file), --max-embed N (embed only the first N texts per language, later rows reuse those vectors
 cyclically — for a machine too loaded to embed 200k texts; reported in the table), --keep (keep
-the temporary DATA_DIR).
+the temporary DATA_DIR), --no-stored-tokens (seed rows without `search_tokens`, as rows written
+before that column existed: the first search then tokenises every memory).
 
 What it does, per language and size N:
 
@@ -131,7 +132,9 @@ def prepare_vectors(langs: list[str], n: int) -> None:
             cached_vectors(lang, first)
 
 
-def seed(lang: str, n: int, team_id: str, max_embed: int = 0) -> dict[str, Any]:
+def seed(
+    lang: str, n: int, team_id: str, max_embed: int = 0, no_tokens: bool = False
+) -> dict[str, Any]:
     """Bulk-inserts the first n corpus items as personal memories of AGENT (run in a child).
 
     `max_embed` > 0 and < n: only the first `max_embed` texts are embedded; row i beyond them gets
@@ -144,7 +147,7 @@ def seed(lang: str, n: int, team_id: str, max_embed: int = 0) -> dict[str, Any]:
 
     from memories.embeddings import get_embedder, to_bytes
     from memories.models import Memory
-    from memories.text import content_hash
+    from memories.text import content_hash, tokens_for_storage
     from tenants.models import Team
     from tenants.services import agent_ensure
 
@@ -175,6 +178,9 @@ def seed(lang: str, n: int, team_id: str, max_embed: int = 0) -> dict[str, Any]:
                 embedding=to_bytes(vec),
                 embedding_model=model,
                 content_hash=content_hash(item.text),
+                # As the API writes them (memories.services.memory_create); --no-stored-tokens
+                # leaves them empty, as for rows written before they existed.
+                search_tokens="" if no_tokens else tokens_for_storage(item.text),
             )
         )
         if len(batch) >= 2000:
@@ -241,6 +247,7 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
                 str(n),
                 srv.team,
                 str(args.max_embed),
+                "1" if args.no_stored_tokens else "0",
             ],
             cwd=ROOT,
             env=srv.env(),
@@ -519,7 +526,7 @@ def print_report(report: dict[str, Any]) -> None:
 def main() -> int:
     if len(sys.argv) >= 2 and sys.argv[1] == "--_seed":
         lang, n, team, max_embed = sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
-        print(json.dumps(seed(lang, n, team, max_embed)))
+        print(json.dumps(seed(lang, n, team, max_embed, no_tokens=sys.argv[6] == "1")))
         return 0
 
     p = argparse.ArgumentParser(
@@ -548,6 +555,12 @@ def main() -> int:
         "cyclically (reported; for a machine too loaded to embed 100k texts)",
     )
     p.add_argument("--keep", action="store_true", help="keep temporary data directories")
+    p.add_argument(
+        "--no-stored-tokens",
+        action="store_true",
+        help="seed rows without search_tokens (as written before they existed): the index "
+        "load tokenises every memory",
+    )
     p.add_argument("--json", type=Path, help="write the numbers here")
     args = p.parse_args()
 

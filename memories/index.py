@@ -33,7 +33,7 @@ from django.conf import settings
 
 from .embeddings import Embedder, from_bytes
 from .models import IndexChange, Memory
-from .text import is_cjk, tokenize
+from .text import is_cjk, tokenize, tokens_from_storage
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class Row:
     embedding: bytes | memoryview | None
     embedding_model: str
     superseded: bool
+    search_tokens: str = ""
 
 
 class _Postings:
@@ -257,7 +258,7 @@ class ScopeIndex:
         slot = self.n
         self.n += 1
         self.ids[slot] = row.id
-        tokens = tokenize(row.content)
+        tokens = tokens_from_storage(row.search_tokens) or tokenize(row.content)
         counts: dict[int, int] = {}
         for tok in tokens:
             tid = self.term_id.get(tok)
@@ -406,12 +407,14 @@ class IndexRegistry:
         qs = Memory.objects.filter(team_id=team_id, scope=scope, superseded_by__isnull=True)
         if scope == Memory.SCOPE_PERSONAL:
             qs = qs.filter(agent_id=agent_id)
-        rows = qs.order_by("id").values_list("id", "content", "embedding", "embedding_model")
+        rows = qs.order_by("id").values_list(
+            "id", "content", "embedding", "embedding_model", "search_tokens"
+        )
         with ix.lock:
             ix._grow(qs.count())
             batch: list[Row] = []
-            for mid, content, emb, model in rows.iterator(chunk_size=2000):
-                batch.append(Row(mid, content, emb, model, False))
+            for mid, content, emb, model, stored in rows.iterator(chunk_size=2000):
+                batch.append(Row(mid, content, emb, model, False, stored))
                 if len(batch) == 2000:
                     ix.upsert_many(batch)
                     batch = []
@@ -441,7 +444,12 @@ class IndexRegistry:
             {
                 r[0]: r
                 for r in Memory.objects.filter(id__in=live_ids).values_list(
-                    "id", "content", "embedding", "embedding_model", "superseded_by_id"
+                    "id",
+                    "content",
+                    "embedding",
+                    "embedding_model",
+                    "superseded_by_id",
+                    "search_tokens",
                 )
             }
             if live_ids
@@ -454,7 +462,7 @@ class IndexRegistry:
                 if r is None:
                     ix.remove(mid)  # deleted (or gone since the change was logged)
                 else:
-                    upserts.append(Row(r[0], r[1], r[2], r[3], r[4] is not None))
+                    upserts.append(Row(r[0], r[1], r[2], r[3], r[4] is not None, r[5]))
             ix.upsert_many(upserts)
             ix.last_change_id = changes[-1][0]
             ix.synced_at = time.monotonic()

@@ -51,6 +51,7 @@ SNAPSHOT_FIELDS = (
     "metadata",
     "embedding_model",
     "content_hash",
+    "search_tokens",
     "access_count",
     "last_accessed",
     "pinned",
@@ -462,6 +463,8 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
         embedding=item.embedding,
         embedding_model=snap["embedding_model"],
         content_hash=snap["content_hash"],
+        # Older trash items have no stored tokens: the index then tokenises the content.
+        search_tokens=snap.get("search_tokens", ""),
         access_count=snap["access_count"],
         last_accessed=_dt(snap["last_accessed"]),
         pinned=snap["pinned"],

@@ -342,7 +342,7 @@ def memory_search(
         if c.memory_id not in best or c.score > best[c.memory_id].score:
             best[c.memory_id] = c
     ranked = sorted(best.values(), key=lambda c: -c.score)[:want]
-    rows = Memory.objects.defer("embedding").in_bulk([c.memory_id for c in ranked])
+    rows = Memory.objects.defer("embedding", "search_tokens").in_bulk([c.memory_id for c in ranked])
     # The rows come from the database and are checked against the team and scopes searched: a
     # stale index entry can never leak or resurrect anything. Should one be missing, that scope's
     # index is rebuilt next time.

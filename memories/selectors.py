@@ -156,7 +156,7 @@ def memory_review_queryset(
     from django.db.models.functions import Coalesce
     from django.utils import timezone
 
-    qs = Memory.objects.filter(team=team).defer("embedding")
+    qs = Memory.objects.filter(team=team).defer("embedding", "search_tokens")
     if agent_id:
         qs = qs.filter(agent_id=agent_id)
     if scope:

@@ -18,7 +18,7 @@ from . import index
 from .dedup import conflict_reason
 from .embeddings import embed_passages, get_embedder, to_bytes
 from .models import Memory, MemoryRevision, MemoryShare
-from .text import content_hash
+from .text import content_hash, tokens_for_storage
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +146,7 @@ def memory_create(
             embedding=to_bytes(vector),
             embedding_model=embedder.model_name,
             content_hash=chash,
+            search_tokens=tokens_for_storage(content),
             pinned=pinned,
         )
         index.log_changes(
@@ -179,6 +180,7 @@ def memory_update(
         if content is not None:
             memory.content = content
             memory.content_hash = content_hash(content)
+            memory.search_tokens = tokens_for_storage(content)
         if vector is not None:
             memory.embedding = to_bytes(vector)
             memory.embedding_model = get_embedder().model_name
