@@ -114,6 +114,16 @@ def memory_revisions(*, team: Team, memory: Memory) -> QuerySet[MemoryRevision]:
     return MemoryRevision.objects.filter(team=team, memory=memory).order_by("-created_at", "-id")
 
 
+def memories_needing_tokens(*, team: Team | None) -> list[int]:
+    """Memories whose stored search tokens are missing or from another tokenizer."""
+    from .text import tokens_stamp
+
+    qs = Memory.objects.exclude(search_tokens__startswith=tokens_stamp())
+    if team is not None:
+        qs = qs.filter(team=team)
+    return list(qs.order_by("id").values_list("id", flat=True))
+
+
 def memories_needing_embedding(
     *, team: Team | None, model_name: str, everything: bool = False
 ) -> list[int]:

@@ -301,8 +301,11 @@ def memories_reembed(*, memory_ids: list[int]) -> int:
     for memory, vec in zip(rows, vectors, strict=True):
         memory.embedding = to_bytes(vec)
         memory.embedding_model = model_name
+        memory.search_tokens = tokens_for_storage(memory.content)
     with transaction.atomic():
-        Memory.objects.bulk_update(rows, ["embedding", "embedding_model"], batch_size=500)
+        Memory.objects.bulk_update(
+            rows, ["embedding", "embedding_model", "search_tokens"], batch_size=500
+        )
         by_scope: dict[tuple[str, str, str], list[int]] = {}
         for m in rows:
             by_scope.setdefault((m.team_id, m.scope, m.agent_id), []).append(m.pk)
@@ -310,6 +313,17 @@ def memories_reembed(*, memory_ids: list[int]) -> int:
             index.log_changes(
                 team_id=team_id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=False
             )
+    return len(rows)
+
+
+def memories_store_tokens(*, memory_ids: list[int]) -> int:
+    """Stores the current search tokens of these memories (written before the column existed, or
+    under another tokenizer). No index is told: until now they tokenised these rows themselves,
+    to the same tokens; the next load just reads them."""
+    rows = list(Memory.objects.filter(pk__in=memory_ids).only("id", "content"))
+    for memory in rows:
+        memory.search_tokens = tokens_for_storage(memory.content)
+    Memory.objects.bulk_update(rows, ["search_tokens"], batch_size=500)
     return len(rows)
 
 

@@ -296,7 +296,7 @@ def tokenize(text: str) -> tuple[str, ...]:
 TOKENIZER_VERSION = 1
 
 
-def _tokens_stamp() -> str:
+def tokens_stamp() -> str:
     return f"t{TOKENIZER_VERSION}.{settings.SEARCH_JIEBA_MIN_FREQ}|"
 
 
@@ -306,12 +306,12 @@ def tokens_for_storage(text: str) -> str:
     Written with the memory, so an index load reads them instead of segmenting 100k texts again
     (jieba made a Chinese 100k load take 17 s).
     """
-    return _tokens_stamp() + " ".join(tokenize(text))
+    return tokens_stamp() + " ".join(tokenize(text))
 
 
 def tokens_from_storage(stored: str) -> tuple[str, ...] | None:
     """The stored tokens, or None when missing or made by another tokenizer (recompute then)."""
-    stamp = _tokens_stamp()
+    stamp = tokens_stamp()
     if not stored.startswith(stamp):
         return None
     return tuple(stored[len(stamp) :].split())

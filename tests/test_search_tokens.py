@@ -45,3 +45,24 @@ def test_the_index_uses_stored_tokens_and_falls_back_without_them(api, team):
     )
     assert "zebrafish" in ix.term_id and "python" not in ix.term_id
     assert b in {r["id"] for r in search(api, "unsafe Rust", mode="keyword")}
+
+
+def test_reembed_memories_tokens_backfills_missing_and_outdated_tokens(team):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from memories.services import memory_create
+
+    fresh, _ = memory_create(team=team, scope="personal", agent_id="a", content="ports of call")
+    old, _ = memory_create(team=team, scope="personal", agent_id="a", content="回测数据源")
+    stale, _ = memory_create(team=team, scope="team", agent_id="", content="ships at sea")
+    Memory.objects.filter(pk=old.pk).update(search_tokens="")
+    Memory.objects.filter(pk=stale.pk).update(search_tokens="t0.5|ships")
+    out = StringIO()
+    call_command("reembed_memories", "--tokens", "--team", team.id, stdout=out)
+    assert "2 memories without current search tokens" in out.getvalue()
+    assert "stored the search tokens of 2 memories" in out.getvalue()
+    for m in (fresh, old, stale):
+        m.refresh_from_db()
+        assert tokens_from_storage(m.search_tokens) == tokenize(m.content)

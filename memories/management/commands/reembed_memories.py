@@ -1,4 +1,6 @@
-"""Re-embed memories after a model change (EMBEDDING_BACKEND / EMBEDDING_MODEL)."""
+"""Re-embed memories after a model change (EMBEDDING_BACKEND / EMBEDDING_MODEL); with --tokens,
+store the search tokens of memories written before they were stored (or under another tokenizer),
+so that index loads read them instead of tokenising."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memories.embeddings import get_embedder
-from memories.selectors import memories_needing_embedding
-from memories.services import memories_reembed
+from memories.selectors import memories_needing_embedding, memories_needing_tokens
+from memories.services import memories_reembed, memories_store_tokens
 from tenants.models import Team
 
 
@@ -23,6 +25,11 @@ class Command(BaseCommand):
             "--all", action="store_true", help="also memories already embedded by the current model"
         )
         parser.add_argument("--batch-size", type=int, default=64)
+        parser.add_argument(
+            "--tokens",
+            action="store_true",
+            help="only store missing or outdated search tokens (no embedding)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         team = None
@@ -32,21 +39,26 @@ class Command(BaseCommand):
                 raise CommandError(f"no team {opts['team']}")
         if opts["batch_size"] < 1:
             raise CommandError("--batch-size must be >= 1")
-        embedder = get_embedder()
-        ids = memories_needing_embedding(
-            team=team, model_name=embedder.model_name, everything=opts["all"]
-        )
+        if opts["tokens"]:
+            ids = memories_needing_tokens(team=team)
+            work, what = memories_store_tokens, "stored the search tokens of"
+            self.stdout.write(f"{len(ids)} memories without current search tokens")
+        else:
+            embedder = get_embedder()
+            ids = memories_needing_embedding(
+                team=team, model_name=embedder.model_name, everything=opts["all"]
+            )
+            work, what = memories_reembed, "re-embedded"
+            self.stdout.write(f"{len(ids)} memories to embed with {embedder.model_name}")
         total = len(ids)
-        self.stdout.write(f"{total} memories to embed with {embedder.model_name}")
         done = 0
         started = time.monotonic()
         for start in range(0, total, opts["batch_size"]):
-            batch = ids[start : start + opts["batch_size"]]
-            done += memories_reembed(memory_ids=batch)
+            done += work(memory_ids=ids[start : start + opts["batch_size"]])
             self._progress(done, total, started)
         if total:
             sys.stderr.write("\n")
-        self.stdout.write(self.style.SUCCESS(f"re-embedded {done} memories"))
+        self.stdout.write(self.style.SUCCESS(f"{what} {done} memories"))
 
     @staticmethod
     def _progress(done: int, total: int, started: float) -> None:
