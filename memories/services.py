@@ -22,7 +22,9 @@ from .text import content_hash, tokens_for_storage
 
 logger = logging.getLogger(__name__)
 
-REVISED_FIELDS = ("content", "importance", "category", "metadata")
+# Every change to these writes a MemoryRevision. The pin state is one of them: pinning decides
+# what cleanup and purges may remove, so who (un)pinned a memory belongs in its history.
+REVISED_FIELDS = ("content", "importance", "category", "metadata", "pinned")
 
 
 @dataclass(frozen=True)
@@ -363,74 +365,13 @@ def memory_supersede(*, old: Memory, new: Memory, actor: Actor) -> Memory:
     return old
 
 
-# --- Review console (issue 6): corrections with pin state, revert, promote, bulk edits ---------
-
-# Pinning is not one of REVISED_FIELDS (the API's PUT does not record it), but a lead pinning or
-# unpinning a memory changes what purges may remove, so the console records it as a revision too.
-CORRECTED_FIELDS = (*REVISED_FIELDS, "pinned")
-
-
-def memory_correct(
-    *,
-    memory: Memory,
-    actor: Actor,
-    content: str | None = None,
-    importance: float | None = None,
-    category: str | None = None,
-    metadata: dict[str, Any] | None = None,
-    pinned: bool | None = None,
-    action: str = "update",
-) -> Memory:
-    """memory_update plus a revision for the pin state: one revision for one correction.
-
-    Goes through memory_update so new content is re-embedded and the index told; when the pin
-    state changes it is folded into the revision memory_update wrote (or a revision of its own).
-    """
-    from .selectors import memory_revision_last_id
-
-    if content is not None and content != memory.content:
-        # Outside the transaction: memory_update's embedding then hits the embedder's cache.
-        embed_passages([content])
-    with transaction.atomic():
-        was_pinned = (
-            Memory.objects.select_for_update().values_list("pinned", flat=True).get(pk=memory.pk)
-        )
-        last_before = memory_revision_last_id(memory=memory)
-        memory = memory_update(
-            memory=memory,
-            actor=actor,
-            content=content,
-            importance=importance,
-            category=category,
-            metadata=metadata,
-            pinned=pinned,
-            action=action,
-        )
-        if pinned is not None and pinned != was_pinned:
-            revision = (
-                MemoryRevision.objects.filter(memory=memory, pk__gt=last_before or 0)
-                .order_by("-id")
-                .first()
-            )
-            if revision is None:
-                revision = MemoryRevision(
-                    memory=memory,
-                    team_id=memory.team_id,
-                    action=action,
-                    api_key=actor.api_key,
-                    user=actor.user,
-                    actor=actor.label,
-                )
-            revision.before = {**revision.before, "pinned": was_pinned}
-            revision.after = {**revision.after, "pinned": pinned}
-            revision.save()
-    return memory
+# --- Review console (issue 6): revert, promote, bulk edits ----------------------------------------
 
 
 def revision_revertable(*, revision: MemoryRevision) -> bool:
     """Whether memory_revert can restore this revision's `before` state."""
     before = revision.before or {}
-    return any(f in before for f in CORRECTED_FIELDS) or (
+    return any(f in before for f in REVISED_FIELDS) or (
         "superseded_by" in before and before["superseded_by"] is None
     )
 
@@ -446,12 +387,12 @@ def memory_revert(*, memory: Memory, revision: MemoryRevision, actor: Actor) -> 
     if revision.memory_id != memory.pk or revision.team_id != memory.team_id:
         raise ValidationFailed({"revision": ["this revision belongs to another memory"]})
     before = revision.before or {}
-    fields = {f: before[f] for f in CORRECTED_FIELDS if f in before}
+    fields = {f: before[f] for f in REVISED_FIELDS if f in before}
     if "superseded_by" in before and before["superseded_by"] is None:
         return memory_unsupersede(memory=memory, actor=actor)
     if not revision_revertable(revision=revision):
         raise ValidationFailed({"revision": ["this revision has nothing that can be restored"]})
-    return memory_correct(memory=memory, actor=actor, action="revert", **fields)
+    return memory_update(memory=memory, actor=actor, action="revert", **fields)
 
 
 def memory_unsupersede(*, memory: Memory, actor: Actor) -> Memory:
@@ -551,7 +492,7 @@ def memories_bulk_correct(
             importance is None or memory.importance == importance
         ):
             continue
-        memory_correct(memory=memory, actor=actor, pinned=pinned, importance=importance)
+        memory_update(memory=memory, actor=actor, pinned=pinned, importance=importance)
         done += 1
     return BulkResult(done=done, skipped=0)
 

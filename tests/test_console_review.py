@@ -429,10 +429,10 @@ def _post_urls(memory: Memory, revision_id: int) -> list[tuple[str, dict]]:
 
 
 def test_every_url_of_another_teams_memory_answers_404(lead, corpus, other_team):
-    from memories.services import Actor, memory_correct
+    from memories.services import Actor, memory_update
 
     foreign = corpus["foreign"]
-    memory_correct(memory=foreign, actor=Actor(), importance=0.7)
+    memory_update(memory=foreign, actor=Actor(), importance=0.7)
     rev = MemoryRevision.objects.get(memory=foreign)
     team = corpus["tea"].team
     # Through our own team's URLs: the id is simply not found.

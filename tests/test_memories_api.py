@@ -369,6 +369,12 @@ class TestUpdateDelete:
         assert rev.after == {"content": "The build runs on GitHub Actions now", "importance": 0.9}
         assert rev.api_key_id == issued.api_key.pk and rev.actor == f"key {issued.key_id}"
 
+    def test_pinning_through_the_api_is_recorded_too(self, api):
+        mid = ok_data(write(api, "Never delete the audit log"))["id"]
+        api.put(f"/memories/personal/{mid}", {"pinned": True})
+        rev = MemoryRevision.objects.get(memory_id=mid)
+        assert (rev.before, rev.after) == ({"pinned": False}, {"pinned": True})
+
     def test_an_update_that_changes_nothing_records_nothing(self, api):
         mid = ok_data(write(api, "same same"))["id"]
         api.put(f"/memories/personal/{mid}", {"importance": 0.5})

@@ -115,7 +115,7 @@ def quick_edit(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse
     if not form.is_valid():
         _errors(request, form)
         return _back(request, team, memory)
-    services.memory_correct(
+    services.memory_update(
         memory=memory,
         actor=Actor.for_user(request.user),
         importance=form.cleaned_data["importance"],
@@ -174,7 +174,7 @@ def detail(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
             d = form.cleaned_data
             before = selectors.memory_revision_last_id(memory=memory)
             try:
-                services.memory_correct(
+                services.memory_update(
                     memory=memory,
                     actor=Actor.for_user(request.user),
                     content=d["content"],
