@@ -87,3 +87,19 @@ def agent(team):
 def agent_api(team, agent) -> SignedClient:
     k = api_key_issue(team=team, agent=agent, label="agent-scoped")
     return SignedClient(Client(), k.key_id, k.secret)
+
+
+@pytest.fixture
+def lead(team):
+    """A console client logged in as a lead of team_a."""
+    from .console_helpers import member_client
+
+    return member_client(team, "lead_a", "lead")
+
+
+@pytest.fixture
+def viewer(team):
+    """A console client logged in as a viewer of team_a."""
+    from .console_helpers import member_client
+
+    return member_client(team, "viewer_a", "viewer")

@@ -70,11 +70,6 @@ def _last(chart: charts.Chart, name: str) -> str:
     return _column(chart, name)[-1]
 
 
-@pytest.fixture
-def lead(team):
-    return member_client(team, "lead_dash", "lead")
-
-
 def seed(team, other_team) -> None:
     _memory(team, agent="a", source="chat", days_ago=5)
     _memory(team, agent="a", source="chat", days_ago=5)

@@ -64,11 +64,6 @@ def graph(team, other_team):
     }
 
 
-@pytest.fixture
-def lead(team):
-    return member_client(team, "lead_graph", "lead")
-
-
 def _names(body) -> set[str]:
     return {e["name"] for e in body["entities"]}
 

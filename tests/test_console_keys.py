@@ -12,21 +12,10 @@ from django.utils import timezone
 from tenants.models import ApiKey
 from tenants.services import api_key_issue
 
-from .console_helpers import member_client
 from .factories import AgentFactory
 from .helpers import SignedClient
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def lead(team):
-    return member_client(team, "lead_a", "lead")
-
-
-@pytest.fixture
-def viewer(team):
-    return member_client(team, "viewer_a", "viewer")
 
 
 def keys_url(team_id: str, rest: str = "") -> str:

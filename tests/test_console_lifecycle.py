@@ -30,16 +30,6 @@ CONFIG = {
 }
 
 
-@pytest.fixture
-def lead(team):
-    return member_client(team, "lead_a", "lead")
-
-
-@pytest.fixture
-def viewer(team):
-    return member_client(team, "viewer_a", "viewer")
-
-
 def url(team: Team | str, rest: str = "") -> str:
     team_id = team if isinstance(team, str) else team.id
     return f"/review/{team_id}/lifecycle/{rest}"

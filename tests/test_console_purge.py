@@ -84,16 +84,6 @@ def confirm(client, team, token):
 
 
 @pytest.fixture
-def lead(team):
-    return member_client(team, "lead_a", "lead")
-
-
-@pytest.fixture
-def viewer(team):
-    return member_client(team, "viewer_a", "viewer")
-
-
-@pytest.fixture
 def world(team, other_team):
     """Matching, non-matching and protected memories of team A, plus a matching one of team B."""
     for agent_id in ("alice", "bob"):

@@ -17,7 +17,6 @@ from memories.models import Memory, MemoryRevision, MemoryShare
 from memories.services import memory_create
 from tenants.services import agent_ensure, api_key_issue
 
-from .console_helpers import member_client
 from .helpers import SignedClient, ok_data
 
 pytestmark = pytest.mark.django_db
@@ -37,16 +36,6 @@ def _listed(response) -> set[int]:
 
 def _url(team, suffix: str = "") -> str:
     return f"/review/{team.id}/memories/{suffix}"
-
-
-@pytest.fixture
-def lead(team):
-    return member_client(team, "lead_a", "lead")
-
-
-@pytest.fixture
-def viewer(team):
-    return member_client(team, "viewer_a", "viewer")
 
 
 @pytest.fixture
