@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import tempfile
 import threading
 import unicodedata
 from functools import lru_cache
@@ -218,7 +219,8 @@ def _search_tokenizer():  # type: ignore[no-untyped-def]
             import jieba
 
             jieba.setLogLevel(30)
-            path = Path(settings.DATA_DIR) / f"jieba-search-dict-{min_freq}.txt"
+            name = f"jieba-{jieba.__version__}-search-dict-{min_freq}.txt"
+            path = Path(settings.DATA_DIR) / name
             if not path.exists():
                 source = Path(jieba.__file__).with_name("dict.txt")
                 kept = [
@@ -226,13 +228,21 @@ def _search_tokenizer():  # type: ignore[no-untyped-def]
                     for line in source.read_text(encoding="utf-8").splitlines()
                     if len(parts := line.split()) >= 2 and int(parts[1]) >= min_freq
                 ]
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text("\n".join(kept) + "\n", encoding="utf-8")
-                tmp.replace(path)  # atomic: another process may be writing the same file
+                try:
+                    _write_atomically(path, "\n".join(kept) + "\n")
+                except OSError:  # a read-only DATA_DIR: the temporary directory will do
+                    path = Path(tempfile.gettempdir()) / name
+                    _write_atomically(path, "\n".join(kept) + "\n")
             tokenizer = jieba.Tokenizer(dictionary=str(path))
             tokenizer.initialize()
             _search_tokenizer_obj = tokenizer
     return _search_tokenizer_obj
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)  # atomic: another process may be writing the same file
 
 
 _stemmer_lock = threading.Lock()
@@ -297,7 +307,10 @@ TOKENIZER_VERSION = 1
 
 
 def tokens_stamp() -> str:
-    return f"t{TOKENIZER_VERSION}.{settings.SEARCH_JIEBA_MIN_FREQ}|"
+    """What the stored tokens depend on: this code, the dictionary cut and jieba's version."""
+    import jieba  # the module only: its dictionary loads on first use
+
+    return f"t{TOKENIZER_VERSION}.{settings.SEARCH_JIEBA_MIN_FREQ}.{jieba.__version__}|"
 
 
 def tokens_for_storage(text: str) -> str:
