@@ -3,11 +3,15 @@
 A superuser sees everything. A staff user sees only the teams they hold a TeamMembership for:
 `lead` may change, `viewer` may only look. Objects of other teams answer 404 on every admin URL
 (never a redirect with "does not exist", which would still be a different answer).
+The role is checked per object, in the object's own team: a user who leads team A and only views
+team B sees both in a changelist, but every action, save and delete on B's rows is refused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from functools import wraps
 from typing import Any
 
 from django import forms
@@ -23,6 +27,29 @@ from django.utils import timezone
 
 from . import selectors, services
 from .models import Agent, ApiKey, Team, TeamMembership
+
+# Per-object permissions an action can be checked against; any other declared permission
+# ("add", a custom one) means the action writes, so it needs "change" on each object too.
+_OBJECT_PERMISSIONS = ("view", "change", "delete")
+
+
+def _checked_per_object(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The admin action `func`, refusing to run unless the user may act on every selected row.
+
+    An action declaring no permissions is treated as a change: only an action that declares
+    nothing but "view" may run on the rows of a team the user only views.
+    """
+    declared = tuple(getattr(func, "allowed_permissions", ()) or ("change",))
+    needed = tuple(p for p in declared if p in _OBJECT_PERMISSIONS)
+    if any(p not in _OBJECT_PERMISSIONS for p in declared) and "change" not in needed:
+        needed += ("change",)
+
+    @wraps(func)  # keeps allowed_permissions and short_description for Django's own filtering
+    def run(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        modeladmin.check_each_object(request, queryset, needed)
+        return func(modeladmin, request, queryset)
+
+    return run
 
 
 class TeamScopedAdminMixin:
@@ -86,6 +113,41 @@ class TeamScopedAdminMixin:
             return True
         return self.lead_can_delete and self._allowed(request, obj, lead=True)
 
+    # --- Per-object checks for every write -------------------------------------------------
+    # Django asks has_change_permission(request) WITHOUT an object before an action and before
+    # saving list_editable rows, and the changelist also lists the teams where the user is only a
+    # viewer: a lead of team A would pass that check for rows of team B. So every action is
+    # wrapped (custom ones and the site-wide delete_selected alike, present and future) to check
+    # the user's role in the team of EACH selected object, and save_model checks the team of
+    # what is written. A selection with one object the user may not change is refused whole.
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        # get_actions, not get_action: the site-wide actions (delete_selected) never pass
+        # through get_action, and response_action runs what get_actions returns.
+        return {
+            name: (_checked_per_object(func), name, description)
+            for name, (func, _, description) in super().get_actions(request).items()  # type: ignore[misc]
+        }
+
+    def check_each_object(
+        self, request: HttpRequest, queryset: QuerySet[Any], permissions: tuple[str, ...]
+    ) -> None:
+        """PermissionDenied unless every object passes has_<perm>_permission(request, obj)."""
+        for obj in queryset:
+            for perm in permissions:
+                if not getattr(self, f"has_{perm}_permission")(request, obj):
+                    raise PermissionDenied(
+                        f"You may not {perm} {obj} (team {self._obj_team_id(obj)}): "
+                        "nothing was done. Select only objects of teams you lead."
+                    )
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        # The form's choices already hold only the user's lead teams; this is the last word for
+        # any path that saves (change form, list_editable, a custom form).
+        if not self._allowed(request, obj, lead=True):
+            raise PermissionDenied("Only a lead of the object's team may change it.")
+        super().save_model(request, obj, form, change)  # type: ignore[misc]
+
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         ids = self._team_ids(request, lead=True)
         if ids is not None:
@@ -145,6 +207,23 @@ class TeamAdmin(TeamScopedAdminMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> Any:
         # The id is the tenant key everywhere (URLs, keys, Redis): fixed once created.
         return (*self.readonly_fields, "id") if obj is not None else self.readonly_fields
+
+    def save_model(self, request: HttpRequest, obj: Team, form: Any, change: bool) -> None:
+        # From the database, not form.changed_data: a field with a callable default compares
+        # against a hidden "initial" input, which a hand-made POST need not send.
+        required_before = (
+            Team.objects.filter(pk=obj.pk).values_list("require_signature_v2", flat=True).first()
+        )
+        super().save_model(request, obj, form, change)
+        if not obj.require_signature_v2 and required_before is not False:
+            # The switch's help text says it already; say it again once it is done.
+            self.message_user(
+                request,
+                f"Team {obj.id} now accepts v1 signatures: a captured v1 request can be replayed "
+                "against any other endpoint of this team within the timestamp window. Switch "
+                "back as soon as its clients sign v2.",
+                messages.WARNING,
+            )
 
     def delete_model(self, request: HttpRequest, obj: Team) -> None:
         services.team_delete(team=obj)

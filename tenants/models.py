@@ -14,14 +14,32 @@ team_id_validator = RegexValidator(TEAM_ID_RE, "1 to 64 characters: letters, dig
 agent_id_validator = RegexValidator(AGENT_ID_RE, "1 to 64 characters: letters, digits, _ . : @ -.")
 
 
+SIGNATURE_V2_HELP = (
+    "Refuse v1 signatures. Turn this off only for a legacy client that cannot sign v2, and "
+    "know the risk: a v1 signature covers the timestamp and the body but neither the method "
+    "nor the path, so whoever captures one signed request (say GET /stats) can replay it "
+    "against another endpoint (say DELETE /teams/<id>) until its timestamp is older than "
+    "HMAC_MAX_SKEW_SECONDS (300 s by default). v2 signs the method, the path and a "
+    "single-use nonce."
+)
+
+
+def new_team_requires_signature_v2() -> bool:
+    """Team.require_signature_v2 of a team created now, by any path (API, commands, admin)."""
+    return bool(settings.NEW_TEAMS_REQUIRE_SIGNATURE_V2)
+
+
 class Team(models.Model):
     id = models.CharField(primary_key=True, max_length=64, validators=[team_id_validator])
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True, default="")
     config = models.JSONField(default=dict, blank=True)
-    # Opt-in hardening (API.md §2, beyond): refuse v1 signatures, which do not cover the path
-    # and can be replayed within the skew window.
-    require_signature_v2 = models.BooleanField(default=False)
+    # Hardening (API.md §2, beyond): refuse v1 signatures, which do not cover method or path and
+    # can be replayed against another endpoint within the skew window. A callable default, so
+    # every way of creating a team follows NEW_TEAMS_REQUIRE_SIGNATURE_V2 (on in production).
+    require_signature_v2 = models.BooleanField(
+        default=new_team_requires_signature_v2, help_text=SIGNATURE_V2_HELP
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -157,6 +157,8 @@ def test_commands_run_as_real_processes(tmp_path):
 def test_production_settings_refuse_an_insecure_secret_key():
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.production"}
     env.pop("SECRET_KEY", None)
+    # About the secret only: without REDIS_URL production also needs this opt-in to start.
+    env["ALLOW_PER_PROCESS_CACHE"] = "1"
     r = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
         cwd=ROOT,
@@ -198,4 +200,9 @@ def test_bootstrap_demo_is_idempotent_and_prints_working_credentials(settings, t
     assert (
         SignedClient(Client(), creds["api_key"], creds["secret"]).get("/stats").status_code == 200
     )
-    assert Client().login(username=creds["admin_username"], password=creds["admin_password"])
+    # Through the real login form (the login throttle needs the request Client.login lacks).
+    r = Client().post(
+        "/admin/login/",
+        {"username": creds["admin_username"], "password": creds["admin_password"], "next": "/"},
+    )
+    assert (r.status_code, r["Location"]) == (302, "/")

@@ -6,6 +6,7 @@ code base reads `os.environ`.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -23,7 +24,9 @@ DATA_DIR.mkdir(parents=True, exist_ok=True)
 
 SECRET_KEY = env.str("SECRET_KEY", default=INSECURE_DEV_SECRET_KEY)
 DEBUG = env.bool("DEBUG", default=True)
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+# Loopback only by default; a deployment lists its own names. (The test settings add Django's
+# test client host, "testserver".)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
@@ -35,6 +38,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # Login throttling for the admin and the console (they share the admin's login form).
+    "axes",
     "tenants",
     "memories",
     "lifecycle",
@@ -52,6 +57,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: turns a refused login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "memoryplatform.urls"
@@ -144,16 +151,52 @@ CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_ROUTES = {
     "memories.*": {"queue": "maintenance"},
     "lifecycle.schedule_cleanups": {"queue": "maintenance"},
+    "lifecycle.reclaim_jobs": {"queue": "maintenance"},
+}
+# Redis broker: an unacknowledged job (its worker died) is delivered again after this many seconds.
+# A redelivered job that is still running elsewhere with a live lease does nothing, so this may be
+# shorter than the longest job. (RabbitMQ redelivers when the dead worker's connection drops.)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("CELERY_BROKER_VISIBILITY_TIMEOUT", default=3600)
 }
 # Embedded mode only: run queued lifecycle jobs synchronously instead of in a background thread.
 LIFECYCLE_INLINE = env.bool("LIFECYCLE_INLINE", default=False)
+# Job leases (lifecycle.services.jobs): a running job's worker renews its lease every quarter of
+# this while it is alive; a job whose lease ran out (its worker died) is abandoned and retried
+# once, by beat (`lifecycle.reclaim_jobs`) or by the next trigger that needs its key. Default:
+# the hard time limit plus a minute, so a job is never given up while Celery could still run it.
+LIFECYCLE_JOB_LEASE_SECONDS = env.float(
+    "LIFECYCLE_JOB_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 60
+)
+# A queued job no worker has picked up by then (its message was lost, the broker was down when
+# it was sent) is abandoned and queued again once.
+LIFECYCLE_JOB_QUEUED_TIMEOUT_SECONDS = env.float(
+    "LIFECYCLE_JOB_QUEUED_TIMEOUT_SECONDS", default=3600
+)
 
 # --- API ------------------------------------------------------------------------------------------
 MAX_REQUEST_BYTES = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
+# Deepest nesting of objects/arrays a request body may have (the body itself is level 1); deeper
+# is a 400 VALIDATION_ERROR, before anything recurses into it (memoryplatform/jsonlimits.py).
+# Not above 29: MariaDB refuses JSON nested 32 levels or more, and a stored field can end up 3
+# levels below its place in the body (a purged memory's revisions in the trash).
+MAX_JSON_DEPTH = env.int("MAX_JSON_DEPTH", default=20)
+# /health/ready shows error texts and versions only to callers sending this token as
+# `X-Health-Token` (empty = no token), and to loopback clients without proxy headers unless
+# HEALTH_DETAILS_LOOPBACK is off (turn it off behind a same-host proxy that adds no such header).
+HEALTH_DETAILS_TOKEN = env.str("HEALTH_DETAILS_TOKEN", default="")
+HEALTH_DETAILS_LOOPBACK = env.bool("HEALTH_DETAILS_LOOPBACK", default=True)
 HMAC_MAX_SKEW_SECONDS = env.int("HMAC_MAX_SKEW_SECONDS", default=300)
+# A team created from now on refuses v1 signatures (which cover neither method nor path, so a
+# captured request can be replayed against another endpoint within the skew window). Off here so
+# the seed clients' v1 flow works in the embedded default; production.py turns it on.
+NEW_TEAMS_REQUIRE_SIGNATURE_V2 = env.bool("NEW_TEAMS_REQUIRE_SIGNATURE_V2", default=False)
 # Requests per key per RATE_LIMIT_WINDOW_SECONDS; 0 disables. A key may override it.
 API_RATE_LIMIT = env.int("API_RATE_LIMIT", default=3000)
+# /api/schema/ and /api/docs/ for anyone (True), or only for staff logged into the admin (False:
+# everyone else gets a 404). production.py defaults it to False.
+API_DOCS_PUBLIC = env.bool("API_DOCS_PUBLIC", default=True)
 API_RATE_LIMIT_WINDOW_SECONDS = env.int("API_RATE_LIMIT_WINDOW_SECONDS", default=60)
 # After a rotation the previous secret keeps working this long, so agents can be redeployed.
 API_KEY_ROTATION_GRACE_SECONDS = env.int("API_KEY_ROTATION_GRACE_SECONDS", default=24 * 3600)
@@ -187,7 +230,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "memoryplatform.api.wrap_schema_in_envelope",
+        "memoryplatform.openapi.envelope_hook",
     ],
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVE_AUTHENTICATION": [],
@@ -198,6 +241,9 @@ SPECTACULAR_SETTINGS = {
 INDEX_MEMORY_BUDGET_MB = env.int("INDEX_MEMORY_BUDGET_MB", default=300)
 # How long index change rows are kept for other processes to catch up (then pruned by a task).
 INDEX_CHANGE_RETENTION_SECONDS = env.int("INDEX_CHANGE_RETENTION_SECONDS", default=24 * 3600)
+# Longest a writing transaction may stay open between inserting its change-log row and committing:
+# an index re-reads the change ids of that window, so one committed late is not skipped.
+INDEX_CHANGE_SETTLE_SECONDS = env.float("INDEX_CHANGE_SETTLE_SECONDS", default=10.0)
 # Hybrid search: weight of the dense part of the score (the rest is lexical); decay (docs/search.md).
 SEARCH_DENSE_WEIGHT = env.float("SEARCH_DENSE_WEIGHT", default=0.5)
 SEARCH_FUSION = env.str("SEARCH_FUSION", default="noisy_or")
@@ -219,6 +265,8 @@ MEMORY_MAX_CONTENT_CHARS = env.int("MEMORY_MAX_CONTENT_CHARS", default=32000)
 # agent deletion or pipeline-config change may go unseen here. 0 disables them.
 AGENT_CACHE_SECONDS = env.float("AGENT_CACHE_SECONDS", default=10.0)
 PIPELINE_CONFIG_CACHE_SECONDS = env.float("PIPELINE_CONFIG_CACHE_SECONDS", default=5.0)
+# Past the cap an agent's oldest working items move to the lifecycle archive (never lost;
+# restorable), and a team that automates compresses on reaching it (lifecycle.services.pipeline).
 WORKING_MEMORY_MAX_ITEMS_PER_AGENT = env.int("WORKING_MEMORY_MAX_ITEMS_PER_AGENT", default=1000)
 # Days a console purge keeps memories restorable in the trash (then a beat job empties it).
 TRASH_RETENTION_DAYS = env.int("TRASH_RETENTION_DAYS", default=30)
@@ -246,6 +294,37 @@ LLM_API_KEY = env.str("LLM_API_KEY", default="")
 LLM_MODEL = env.str("LLM_MODEL", default="")
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
 LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
+
+# --- Admin and console login -------------------------------------------------------------------
+# django-axes counts failed logins per (username, client IP): after LOGIN_FAILURE_LIMIT failures
+# that pair is refused, even with the right password, for LOGIN_COOLOFF_MINUTES after the last
+# failure. Per pair, not per username alone, so an attacker cannot lock a lead out from anywhere
+# by typing wrong passwords for the lead's name; not per IP alone, so colleagues behind one NAT do
+# not lock each other out. 0 turns the throttle off. Unlock: `manage.py axes_reset_username NAME`
+# (or axes_reset, axes_reset_ip); a successful login clears the user's count.
+LOGIN_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+LOGIN_COOLOFF_MINUTES = env.int("LOGIN_COOLOFF_MINUTES", default=15)
+# Reverse proxies in front of Django that append the client address to X-Forwarded-For (1 for one
+# nginx). 0: the client is REMOTE_ADDR. Behind a proxy, 0 would make every client share the
+# proxy's address, so one attacker could lock everybody out; more than there are proxies would
+# let a client pick its own address.
+LOGIN_TRUSTED_PROXY_COUNT = env.int("LOGIN_TRUSTED_PROXY_COUNT", default=0)
+AXES_ENABLED = LOGIN_FAILURE_LIMIT > 0
+AXES_FAILURE_LIMIT = max(LOGIN_FAILURE_LIMIT, 1)
+AXES_COOLOFF_TIME = timedelta(minutes=LOGIN_COOLOFF_MINUTES)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# The database handler: the same tables on SQLite and MariaDB, shared by every worker process and
+# by the unlock commands (the cache handler would be per process in the embedded mode, where
+# `manage.py axes_reset` could not reach the server's in-memory counters).
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_CLIENT_IP_CALLABLE = "memoryplatform.loginguard.client_ip"
+AXES_LOCKOUT_CALLABLE = "memoryplatform.loginguard.lockout_response"
+AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out (username, IP) before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 # --- The rest -------------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
