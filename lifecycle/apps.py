@@ -13,6 +13,15 @@ class LifecycleConfig(AppConfig):
 
         working_memory_written.connect(_on_working_write, dispatch_uid="lifecycle.pipeline")
 
+        from memories.signals import working_memory_evicting
+
+        from .services.archive import on_working_memory_evicting
+
+        # Items the working-memory cap pushes out are archived, not lost (raises = kept).
+        working_memory_evicting.connect(
+            on_working_memory_evicting, dispatch_uid="lifecycle.archive"
+        )
+
 
 def _on_working_write(sender: Any, team: Any, agent_id: str, **kwargs: Any) -> None:
     import logging

@@ -85,7 +85,13 @@ class Persona(models.Model):
 
 
 class WorkingArchive(models.Model):
-    """L0: a working-memory item consumed by the lifecycle, kept so derived memories stay traceable."""
+    """L0: a working-memory item that left working memory other than by expiring — consumed by a
+    lifecycle job (kept so derived memories stay traceable) or pushed out by the per-agent cap
+    (kept so it is not lost, and restorable: lifecycle.services.archive)."""
+
+    REASON_CONSUMED = "consumed"
+    REASON_EVICTED = "evicted"
+    REASONS = [REASON_CONSUMED, REASON_EVICTED]
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     agent_id = models.CharField(max_length=64)
@@ -96,10 +102,17 @@ class WorkingArchive(models.Model):
     job = models.ForeignKey(
         "JobRun", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    reason = models.CharField(
+        max_length=10, choices=[(r, r) for r in REASONS], default=REASON_CONSUMED
+    )
+    # An evicted item put back into working memory (as a new item, whose id is kept here).
+    restored_at = models.DateTimeField(null=True, blank=True)
+    restored_item_id = models.CharField(max_length=32, blank=True, default="")
 
     class Meta:
         indexes = [
             models.Index(fields=["team", "agent_id", "item_id"], name="archive_item"),
+            models.Index(fields=["team", "reason"], name="archive_reason"),
         ]
 
     def __str__(self) -> str:
@@ -117,13 +130,25 @@ class JobRun(models.Model):
         "cleanup",
         "auto-run",
         "extract-graph",
+        # Not an operation: the record of working items the cap pushed into the archive.
+        "cap-archive",
     ]
     TRIGGERS = ["api", "auto", "beat", "admin", "command"]
     STATUS_QUEUED = "queued"
     STATUS_RUNNING = "running"
     STATUS_SUCCEEDED = "succeeded"
     STATUS_FAILED = "failed"
-    STATUSES = [STATUS_QUEUED, STATUS_RUNNING, STATUS_SUCCEEDED, STATUS_FAILED]
+    # Its lease expired while queued or running (the worker died, or no worker took it): given
+    # up, its keys released, and retried once as a new job (`retry_of`).
+    STATUS_ABANDONED = "abandoned"
+    STATUSES = [
+        STATUS_QUEUED,
+        STATUS_RUNNING,
+        STATUS_SUCCEEDED,
+        STATUS_FAILED,
+        STATUS_ABANDONED,
+    ]
+    ACTIVE_STATUSES = (STATUS_QUEUED, STATUS_RUNNING)
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     agent_id = models.CharField(max_length=64, blank=True, default="")
@@ -142,6 +167,18 @@ class JobRun(models.Model):
     # Set while an automatic job is queued or running ("compress:<team>:<agent>"); unique, so a
     # burst of working-memory writes can queue only one. Cleared when the job ends.
     active_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    # The lease (lifecycle.services.jobs): while queued, the deadline for a worker to pick the job
+    # up; while running, the deadline its worker's heartbeat keeps pushing back. Past it, the job
+    # is abandoned and retried. `lease_token` names the current holder, so a worker that lost
+    # the job (taken over after its lease expired) can no longer record or commit anything.
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_token = models.CharField(max_length=32, blank=True, default="")
+    # Held while the job consumes an agent's working memory ("working:<team>:<agent>"): unique,
+    # so two compresses never summarise the same items; it lapses with the lease.
+    claim_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    retry_of = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="retries"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -150,6 +187,7 @@ class JobRun(models.Model):
         indexes = [
             models.Index(fields=["team", "-created_at"], name="job_team"),
             models.Index(fields=["team", "agent_id", "kind", "-created_at"], name="job_agent_kind"),
+            models.Index(fields=["status", "lease_expires_at"], name="job_lease"),
         ]
 
     def __str__(self) -> str:

@@ -43,11 +43,12 @@ def run_job_task(self: Any, job_id: int) -> dict[str, Any] | None:
         return run_queued(job_id=job_id)
     except DomainError as exc:
         if exc.code in TRANSIENT and self.request.retries < self.max_retries:
-            # Back to the queue for the retry (the failure stays in `error` until it succeeds).
-            JobRun.objects.filter(pk=job_id, status=JobRun.STATUS_FAILED).update(
-                status=JobRun.STATUS_QUEUED
-            )
+            from .services.jobs import job_requeue
+
+            # Back to the queue for the retry (the failure stays in `error` until it succeeds),
+            # with a fresh pick-up deadline that allows for the countdown.
             countdown = min(600, 30 * 2**self.request.retries)
+            job_requeue(job_id=job_id, delay_seconds=countdown)
             raise self.retry(exc=exc, countdown=countdown) from exc
         return None
     except JobRun.DoesNotExist:
@@ -59,6 +60,14 @@ def schedule_cleanups_task() -> int:
     from .services.pipeline import schedule_cleanups
 
     return schedule_cleanups(trigger="beat")
+
+
+@shared_task(name="lifecycle.reclaim_jobs", ignore_result=True)
+def reclaim_jobs_task() -> int:
+    """Abandons (and retries once) jobs whose lease expired: their worker died or lost them."""
+    from .services.jobs import jobs_reclaim_expired
+
+    return len(jobs_reclaim_expired())
 
 
 def _run_in_thread(job_id: int) -> None:

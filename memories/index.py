@@ -11,6 +11,13 @@ next search in every worker, and a deleted or updated memory can never come back
 rows older than `INDEX_CHANGE_RETENTION_SECONDS` are pruned by a maintenance task; an index that
 has not synced for half that long reloads from scratch instead of trusting the log.
 
+Change ids are allocated when a row is inserted, not when its transaction commits: a writer may
+hold id 41 uncommitted while another commits id 42, and a sync that saw 42 must still pick up 41
+once it lands. So an index does not trust "everything up to the highest id seen": it re-reads the
+ids above a *settled floor* — the highest id it saw at a sync at least
+`INDEX_CHANGE_SETTLE_SECONDS` ago (no writing transaction lasts longer) — and skips those it has
+already applied.
+
 Vectors are kept as float16 in fixed-size faiss blocks (`VectorBlocks`): half the memory of
 float32 with cosines exact to ~1e-3, a scan about 2.4x faster than numpy's float32 product on
 this hardware (bench/latency.py, docs/benchmarks.md), and growth that never copies more than one
@@ -23,13 +30,15 @@ import logging
 import math
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 
 import faiss
 import numpy as np
 from django.conf import settings
+from django.utils import timezone
 
 from .embeddings import Embedder, from_bytes
 from .models import IndexChange, Memory
@@ -212,6 +221,12 @@ class ScopeIndex:
         self.alive_count = 0
         self.alive_len = 0.0
         self.last_change_id = 0
+        # Gap-safe sync (module docstring): ids <= change_floor are settled; ids above it that
+        # were applied already are remembered so a re-read skips them; `change_marks` holds
+        # (monotonic time, highest id seen) of recent syncs, from which the floor advances.
+        self.change_floor = 0
+        self.applied_changes: set[int] = set()
+        self.change_marks: deque[tuple[float, int]] = deque()
         self.synced_at = time.monotonic()
 
     # --- building ----------------------------------------------------------------------------
@@ -391,19 +406,41 @@ class IndexRegistry:
             self._sync(ix)
         return ix
 
+    def warm(self, *, team_id: str, scope: str, agent_id: str, embedder: Embedder) -> None:
+        """Loads the scope's index if this process has none yet, without syncing a loaded one.
+
+        A full load takes seconds at 100k memories: a writer does it before taking the scope's
+        write lock (memories.locks), so the other writers of the scope never wait for it.
+        """
+        with self._lock:
+            if scope_key(team_id, scope, agent_id) in self._indexes:
+                return
+        self.get(team_id=team_id, scope=scope, agent_id=agent_id, embedder=embedder)
+
     def _load(
         self, key: str, team_id: str, scope: str, agent_id: str, embedder: Embedder
     ) -> ScopeIndex:
         ix = ScopeIndex(key, embedder.dim, embedder.model_name)
-        # Read the log position first: anything committed after it is replayed by the next sync
-        # (replays are idempotent upserts), so nothing falls between load and sync.
-        last = (
-            IndexChange.objects.filter(scope_key=key)
+        # Read the log before the rows: a change visible now is committed, so the rows read next
+        # reflect it (marked applied); anything committed later, even with a lower id, is above
+        # the settled floor and replayed by the next sync (replays are idempotent upserts).
+        # A change older than the settle time is committed, and so is every lower id.
+        ix.change_floor = (
+            IndexChange.objects.filter(
+                scope_key=key,
+                created_at__lt=timezone.now()
+                - timedelta(seconds=settings.INDEX_CHANGE_SETTLE_SECONDS),
+            )
             .order_by("-id")
             .values_list("id", flat=True)
             .first()
+        ) or 0
+        ix.applied_changes = set(
+            IndexChange.objects.filter(scope_key=key, id__gt=ix.change_floor).values_list(
+                "id", flat=True
+            )
         )
-        ix.last_change_id = last or 0
+        ix.last_change_id = max(ix.applied_changes, default=ix.change_floor)
         qs = Memory.objects.filter(team_id=team_id, scope=scope, superseded_by__isnull=True)
         if scope == Memory.SCOPE_PERSONAL:
             qs = qs.filter(agent_id=agent_id)
@@ -427,13 +464,20 @@ class IndexRegistry:
         return ix
 
     def _sync(self, ix: ScopeIndex) -> None:
-        changes = list(
-            IndexChange.objects.filter(scope_key=ix.key, id__gt=ix.last_change_id)
+        now = time.monotonic()
+        seen = list(
+            IndexChange.objects.filter(scope_key=ix.key, id__gt=ix.change_floor)
             .order_by("id")
             .values_list("id", "memory_id", "deleted")
         )
+        with ix.lock:
+            changes = [c for c in seen if c[0] not in ix.applied_changes]
+            ix.applied_changes.update(c[0] for c in changes)
+            if seen:
+                ix.last_change_id = max(ix.last_change_id, seen[-1][0])
+            self._advance_floor(ix, now)
         if not changes:
-            ix.synced_at = time.monotonic()
+            ix.synced_at = now
             return
         # Only the final state of each memory matters; fetch the live ones in one query.
         final: dict[int, bool] = {}
@@ -464,8 +508,21 @@ class IndexRegistry:
                 else:
                     upserts.append(Row(r[0], r[1], r[2], r[3], r[4] is not None, r[5]))
             ix.upsert_many(upserts)
-            ix.last_change_id = changes[-1][0]
-            ix.synced_at = time.monotonic()
+            ix.synced_at = now
+
+    @staticmethod
+    def _advance_floor(ix: ScopeIndex, now: float) -> None:
+        """Moves the settled floor to the highest id seen at a sync old enough that every
+        lower id has committed or rolled back since; forgets applied ids below it."""
+        if not ix.change_marks or ix.change_marks[-1][1] != ix.last_change_id:
+            ix.change_marks.append((now, ix.last_change_id))
+        settle = settings.INDEX_CHANGE_SETTLE_SECONDS
+        floor = ix.change_floor
+        while ix.change_marks and now - ix.change_marks[0][0] >= settle:
+            floor = max(floor, ix.change_marks.popleft()[1])
+        if floor != ix.change_floor:
+            ix.change_floor = floor
+            ix.applied_changes = {c for c in ix.applied_changes if c > floor}
 
     def _evict(self, keep: str) -> None:
         budget = settings.INDEX_MEMORY_BUDGET_MB * 1024 * 1024

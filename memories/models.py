@@ -133,6 +133,18 @@ class IndexChange(models.Model):
         return f"{self.scope_key} #{self.memory_id}{' deleted' if self.deleted else ''}"
 
 
+class ScopeLock(models.Model):
+    """One row per index scope, locked (SELECT … FOR UPDATE) while a write decides whether it
+    duplicates an existing memory: two processes writing the same content at once must not both
+    find "no duplicate" and both insert (memories.locks)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    scope_key = models.CharField(max_length=160, unique=True)
+
+    def __str__(self) -> str:
+        return f"lock {self.scope_key}"
+
+
 class WorkingMemoryItem(models.Model):
     """Working memory for the embedded mode (the production backend is Redis)."""
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from tenants.models import ApiKey, Team
 from tenants.services import agent_register
 
-from . import index
+from . import index, locks
 from .dedup import conflict_reason
 from .embeddings import embed_passages, get_embedder, to_bytes
 from .models import Memory, MemoryRevision, MemoryShare
@@ -125,18 +125,26 @@ def memory_create(
     if agent_id:
         agent_register(team=team, agent_id=agent_id)
     if enable_dedup:
-        hit = _find_duplicate(
-            team=team,
-            scope=scope,
-            agent_id=agent_id,
-            content=content,
-            chash=chash,
-            vector=vector,
-            threshold=dedup_threshold,
-        )
-        if hit is not None:
-            return hit.memory, hit
+        # Outside the lock: creating the lock row and loading a cold index (seconds at 100k).
+        locks.scope_lock_prepare(team_id=team.id, scope=scope, agent_id=agent_id)
+        index.registry.warm(team_id=team.id, scope=scope, agent_id=agent_id, embedder=embedder)
     with transaction.atomic():
+        if enable_dedup:
+            # Check and insert under the scope's lock: a writer of the same content in another
+            # process waits here and then finds this row (the database for exact duplicates, the
+            # index synced from the change log for near ones) instead of inserting a second one.
+            locks.scope_lock(team_id=team.id, scope=scope, agent_id=agent_id)
+            hit = _find_duplicate(
+                team=team,
+                scope=scope,
+                agent_id=agent_id,
+                content=content,
+                chash=chash,
+                vector=vector,
+                threshold=dedup_threshold,
+            )
+            if hit is not None:
+                return hit.memory, hit
         memory = Memory.objects.create(
             team=team,
             scope=scope,

@@ -20,6 +20,13 @@ logger = logging.getLogger(__name__)
 # Sent after a working-memory item is stored: kwargs team (Team), agent_id (str).
 working_memory_written = django.dispatch.Signal()
 
+# Sent by the working store *before* it removes the items the per-agent cap pushes out: kwargs
+# team_id (str), agent_id (str), items (list of memories.working.WorkingItem, oldest first). A
+# receiver keeps them (the lifecycle archives them, restorable). If a receiver raises, the store
+# keeps the items — working memory stays above its cap until a later write hands them over — so
+# an item is never lost between the two.
+working_memory_evicting = django.dispatch.Signal()
+
 
 @receiver(pre_delete, sender=Agent)
 def _delete_agents_personal_memories(sender: type[Agent], instance: Agent, **kwargs: Any) -> None:

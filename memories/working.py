@@ -13,9 +13,12 @@ Behaviour both backends share (tests/test_working_store.py runs one suite agains
   grace period and only free memory), so both backends agree to the microsecond.
 * **Order.** Oldest first by `created_at`; items with identical timestamps keep insertion order.
 * **Cap.** At most `settings.WORKING_MEMORY_MAX_ITEMS_PER_AGENT` (default 1000) live items per
-  agent. When an `add` would exceed it, the *oldest* live items of that agent are dropped, silently:
-  working memory is a sliding window of recent context, and the newest write always wins. Expired
-  items never count against the cap. A value of 0 or less disables the cap.
+  agent. When an `add` goes beyond it, the *oldest* live items of that agent are pushed out —
+  but never lost: they are first handed to the `working_memory_evicting` signal (the lifecycle
+  archives them, restorable) and removed only after that returned; if it fails they stay, above
+  the cap, until a later add hands them over. The write itself always succeeds. Expired items
+  never count against the cap (and are not archived: expiring is how working memory ends). A
+  value of 0 or less disables the cap.
 * **Tenancy.** Every key and every row is scoped by team id *and* agent id: team_a's agent "x" and
   team_b's agent "x" never see, count or clear each other's items.
 * **Failures.** Any Redis error (refused, timeout, ...) raises
@@ -193,6 +196,39 @@ def _unique(values: Iterable[str]) -> builtins.list[str]:
     return builtins.list(dict.fromkeys(values))
 
 
+def _hand_over_evicted(
+    store: WorkingMemoryStore, team_id: str, agent_id: str, items: builtins.list[WorkingItem]
+) -> bool:
+    """Gives the items the cap pushes out to whoever keeps them (memories.signals); True when
+    they may now be removed. The lifecycle's receiver archives them in its own transaction (a
+    savepoint inside the database backend's add), committed before the caller removes them."""
+    if not items:
+        return True
+    from .signals import working_memory_evicting
+
+    try:
+        with transaction.atomic():
+            receivers = working_memory_evicting.send(
+                sender=type(store), team_id=team_id, agent_id=agent_id, items=items
+            )
+    except Exception:
+        logger.exception(
+            "working memory cap reached for %s/%s: %s item(s) could not be archived; kept",
+            team_id,
+            agent_id,
+            len(items),
+        )
+        return False
+    if not receivers:  # the memories app on its own: nothing keeps them
+        logger.warning(
+            "working memory cap reached for %s/%s: dropped %s oldest item(s)",
+            team_id,
+            agent_id,
+            len(items),
+        )
+    return True
+
+
 # --- Redis backend -------------------------------------------------------------------------------
 
 
@@ -358,33 +394,55 @@ class RedisWorkingStore:
             pipe.zadd(keys.exp, {member: expires_us})
             trim_at = len(pipe)
             if cap > 0:
+                # Read (at the instant of this insert), not removed: see step 4.
                 pipe.zrange(keys.idx, 0, -(cap + 1))
-                pipe.zremrangebyrank(keys.idx, 0, -(cap + 1))
             for key in (keys.idx, keys.exp, keys.seq):
                 self._queue_extend(pipe, key, ttl_ms)
             results = pipe.execute()
-            dropped = [_text(m) for m in results[trim_at]] if cap > 0 else []
-            # 3. Not atomic with step 2, and need not be: the dropped items are already out of
-            #    the index (invisible), and the team set is another slot. Registering the agent
-            #    *after* the item is indexed means a concurrent purge_agent (which unregisters
-            #    first) can never leave indexed items behind an unregistered agent. (Should Redis
-            #    fail between 2 and 3, the caller gets the 503 although the item is stored; the
-            #    agent's next add registers it, and its keys expire on their own regardless.)
+            overflow = [_text(m) for m in results[trim_at]] if cap > 0 else []
+            # 3. Not atomic with step 2, and need not be: the team set is another slot.
+            #    Registering the agent *after* the item is indexed means a concurrent purge_agent
+            #    (which unregisters first) can never leave indexed items behind an unregistered
+            #    agent. (Should Redis fail between 2 and 3, the caller gets the 503 although the
+            #    item is stored; the agent's next add registers it, and its keys expire on their
+            #    own regardless.)
             pipe = conn.pipeline(transaction=False)
-            self._queue_forget(pipe, keys, dropped)
             team_key = self._team_key(team_id)
             pipe.sadd(team_key, agent_id)
             self._queue_extend(pipe, team_key, ttl_ms)
             pipe.execute()
-        if dropped:
-            logger.info(
-                "working memory cap %s reached for %s/%s: dropped %s oldest item(s)",
-                cap,
-                team_id,
-                agent_id,
-                len(dropped),
-            )
+            # 4. The cap: the items beyond it are handed over (archived) first and only then
+            #    removed — exactly the members read in step 2, so racing adds each remove what
+            #    they archived (the last one sees the whole overflow) and an item is never gone
+            #    before it is kept. A failure in between leaves it in working memory.
+            if overflow:
+                try:
+                    self._evict(conn, keys, team_id, agent_id, overflow, created_us)
+                except (RedisError, OSError) as exc:
+                    # The item is stored: this write succeeded. The overflow stays (above the
+                    # cap) until the next add of this agent, and may be archived twice then.
+                    logger.warning(
+                        "working memory: cap not applied: %s: %s", type(exc).__name__, exc
+                    )
         return item
+
+    def _evict(
+        self,
+        conn: Redis,
+        keys: _AgentKeys,
+        team_id: str,
+        agent_id: str,
+        members: builtins.list[str],
+        now_us: int,
+    ) -> None:
+        raws = conn.mget([keys.item(_member_item_id(m)) for m in members])
+        # Gone (a compress removed it meanwhile) or expired: nothing to keep.
+        items = [i for i in (self._decode(raw, now_us) for raw in raws) if i is not None]
+        if not _hand_over_evicted(self, team_id, agent_id, items):
+            return
+        pipe = conn.pipeline(transaction=True)
+        self._queue_forget(pipe, keys, members)
+        pipe.execute()
 
     def list(
         self, *, team_id: str, agent_id: str, limit: int | None = None
@@ -607,7 +665,7 @@ class DatabaseWorkingStore:
                 expires_at=item.expires_at,
             )
             if cap > 0:
-                # The newest row beyond the cap, if any: it and everything older goes. Deleting
+                # The newest row beyond the cap, if any: it and everything older goes. Cutting
                 # by boundary (not "n oldest") stays right when adds race: each keeps the newest
                 # `cap` rows it can see. (MariaDB cannot DELETE ... IN (subquery with LIMIT).)
                 beyond = builtins.list(
@@ -617,16 +675,20 @@ class DatabaseWorkingStore:
                 )
                 if beyond:
                     at, pk = beyond[0]
-                    dropped, _ = rows.filter(
-                        Q(created_at__lt=at) | Q(created_at=at, id__lte=pk)
-                    ).delete()
-                    logger.info(
-                        "working memory cap %s reached for %s/%s: dropped %s oldest item(s)",
-                        cap,
-                        team_id,
-                        agent_id,
-                        dropped,
+                    overflow = builtins.list(
+                        rows.filter(Q(created_at__lt=at) | Q(created_at=at, id__lte=pk))
+                        .order_by("created_at", "id")
+                        .values_list("id", *_ROW_FIELDS)
                     )
+                    # Archived in this same transaction, so kept and removed commit together.
+                    if _hand_over_evicted(
+                        self, team_id, agent_id, [_row_item(r[1:]) for r in overflow]
+                    ):
+                        pks = [r[0] for r in overflow]
+                        for start in range(0, len(pks), _IN_CHUNK):
+                            WorkingMemoryItem.objects.filter(
+                                pk__in=pks[start : start + _IN_CHUNK]
+                            ).delete()
         return item
 
     def list(

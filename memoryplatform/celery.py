@@ -7,6 +7,10 @@ import os
 from celery import Celery
 from celery.schedules import crontab
 
+# A fallback for `celery -A memoryplatform` when nothing chose the settings. This module runs on
+# every import of the package, before memoryplatform.wsgi: the flag lets wsgi.py apply its own
+# (production) default instead of inheriting this one.
+SETTINGS_DEFAULTED = "DJANGO_SETTINGS_MODULE" not in os.environ
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryplatform.settings.base")
 
 app = Celery("memoryplatform")
@@ -16,6 +20,8 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     # Cleanup for every enabled team, per its pipeline config (API.md §6.3).
     "lifecycle-cleanups": {"task": "lifecycle.schedule_cleanups", "schedule": crontab(minute=5)},
+    # Jobs whose lease expired (worker killed, message lost): abandoned and retried once.
+    "lifecycle-reclaim-jobs": {"task": "lifecycle.reclaim_jobs", "schedule": 60.0},
     # Index change rows are only needed until every process has applied them.
     "prune-index-changes": {"task": "memories.prune_index_changes", "schedule": crontab(minute=17)},
     # Expired working-memory rows of the database backend (Redis expires its own keys).

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 
 from graph.models import Entity, Relation
-from lifecycle.models import Persona, Scenario
+from lifecycle.models import Persona, Scenario, WorkingArchive
 from tenants.models import Agent, Team
 
 from . import health
@@ -29,6 +29,10 @@ def team_stats(*, team: Team) -> dict[str, Any]:
         "team_memories": counts.get("team", 0),
         "agents": Agent.objects.filter(team=team).count(),
         "working_memories": working,
+        # Items the per-agent working-memory cap pushed out, kept in the archive (restorable).
+        "working_evicted_to_archive": WorkingArchive.objects.filter(
+            team=team, reason=WorkingArchive.REASON_EVICTED
+        ).count(),
         "scenarios": Scenario.objects.filter(team=team).count(),
         "personas": Persona.objects.filter(team=team).count(),
         "entities": Entity.objects.filter(team=team).count(),

@@ -150,3 +150,28 @@ def live_stack(
                 p.kill()
         if mysql_name:
             _drop_mysql(mysql_name)
+
+
+def start_worker(stack: Stack, **env: str) -> subprocess.Popen[bytes]:
+    """A Celery worker (solo pool: the job runs in this very process, so killing it kills the
+    job) on the stack's broker."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "memoryplatform",
+            "worker",
+            "-Q",
+            "celery,llm,maintenance",
+            "--pool=solo",
+            "--concurrency=1",
+            "--loglevel=warning",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        cwd=ROOT,
+        env={**stack.env, **env},
+    )

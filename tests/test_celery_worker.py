@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
@@ -14,7 +13,7 @@ from django.conf import settings
 from memoryplatform.client import MemoryClient
 
 from .fake_openai import FakeOpenAI
-from .livestack import ROOT, live_stack
+from .livestack import live_stack, start_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
@@ -49,26 +48,7 @@ def test_working_memory_writes_trigger_one_compress_on_a_real_worker(tmp_path, r
             "LLM_API_KEY": "sk-test",
         }
         with live_stack(tmp_path, servers=1, extra_env=env) as stack:
-            worker = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "memoryplatform",
-                    "worker",
-                    "-Q",
-                    "celery,llm,maintenance",
-                    "--pool=solo",
-                    "--concurrency=1",
-                    "--loglevel=warning",
-                    "--without-heartbeat",
-                    "--without-gossip",
-                    "--without-mingle",
-                ],
-                cwd=ROOT,
-                env=stack.env,
-            )
+            worker = start_worker(stack)
             try:
                 client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
                 client.set_pipeline_config(

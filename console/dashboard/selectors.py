@@ -132,7 +132,7 @@ def memory_counts(*, team: Team, window: Window) -> MemoryCounts:
 class JobCounts:
     succeeded: list[int]
     failed: list[int]
-    other: list[int]  # queued or running
+    other: list[int]  # queued or running (abandoned ones count as failed)
     failed_by_kind: dict[str, int]
 
 
@@ -154,7 +154,7 @@ def job_counts(*, team: Team, window: Window) -> JobCounts:
             continue
         if row["status"] == JobRun.STATUS_SUCCEEDED:
             out.succeeded[i] += row["n"]
-        elif row["status"] == JobRun.STATUS_FAILED:
+        elif row["status"] in (JobRun.STATUS_FAILED, JobRun.STATUS_ABANDONED):
             out.failed[i] += row["n"]
             out.failed_by_kind[row["kind"]] = out.failed_by_kind.get(row["kind"], 0) + row["n"]
         else:

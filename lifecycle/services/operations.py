@@ -4,6 +4,14 @@ Each returns `(result, usage, engine_name)` so `jobs.run_job` can record it. Nev
 working-memory items are archived (L0) in the same transaction that writes what was derived
 from them, and removed from the working store only after that transaction committed. If the
 engine or the database fails, working memory is untouched.
+
+Exactly once: an operation that consumes an agent's working memory (compress; extract-facts with
+`delete_after`) first takes the agent's claim under its job's lease (`jobs.claim_acquire`), so
+concurrent consumers never summarise the same items — the others report nothing consumed and
+`busy_job_id`. The claim is checked again inside the committing transaction
+(`jobs.claim_confirm`): a job that lost it (its lease expired and it was reclaimed) commits
+nothing. A compress that died after committing but before removing its items leaves them
+archived: the next compress removes them without summarising them again.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from memories.services import (
 )
 from memories.working import WorkingItem, get_working_store
 from tenants.models import Team
+
+from . import jobs
 
 logger = logging.getLogger(__name__)
 
@@ -63,11 +73,74 @@ def _sources(items: list[WorkingItem], indexes: list[int]) -> list[str]:
     return picked or [i.id for i in items]
 
 
+def working_claim_key(team: Team, agent_id: str) -> str:
+    return f"working:{team.id}:{agent_id}"
+
+
+# Item ids per IN list (a backend's parameter limit).
+_IN_CHUNK = 500
+
+
+def _already_compressed(team: Team, agent_id: str, items: list[WorkingItem]) -> set[str]:
+    """Items an earlier compress archived (committed) but never removed: it died in between."""
+    ids = [i.id for i in items]
+    done: set[str] = set()
+    for start in range(0, len(ids), _IN_CHUNK):
+        done.update(
+            WorkingArchive.objects.filter(
+                team=team,
+                agent_id=agent_id,
+                item_id__in=ids[start : start + _IN_CHUNK],
+                reason=WorkingArchive.REASON_CONSUMED,
+                job__kind="compress",
+            ).values_list("item_id", flat=True)
+        )
+    return done
+
+
 def compress(
-    *, team: Team, agent_id: str, target_count: int = 5, job_id: int | None = None
+    *,
+    team: Team,
+    agent_id: str,
+    target_count: int = 5,
+    job_id: int | None = None,
+    lease: jobs.Lease | None = None,
+) -> Outcome:
+    key = working_claim_key(team, agent_id)
+    busy = jobs.claim_acquire(lease=lease, key=key) if lease is not None else None
+    if busy is not None:
+        count = get_working_store().count(team_id=team.id, agent_id=agent_id)
+        result: dict[str, Any] = {
+            "compressed": 0,
+            "remaining": count,
+            "total_before": count,
+            "target_count": target_count,
+            "summary": None,
+            "memory_ids": [],
+            "busy_job_id": busy,  # the job consuming these items now
+        }
+        return result, Usage(), get_engine().name
+    try:
+        return _compress(team, agent_id, target_count, job_id, lease, key)
+    finally:
+        if lease is not None:
+            jobs.claim_release(lease=lease, key=key)
+
+
+def _compress(
+    team: Team,
+    agent_id: str,
+    target_count: int,
+    job_id: int | None,
+    lease: jobs.Lease | None,
+    key: str,
 ) -> Outcome:
     store = get_working_store()
     items = store.list(team_id=team.id, agent_id=agent_id)
+    leftovers = _already_compressed(team, agent_id, items)
+    if leftovers:
+        store.remove(team_id=team.id, agent_id=agent_id, item_ids=sorted(leftovers))
+        items = [i for i in items if i.id not in leftovers]
     engine = get_engine()
     result: dict[str, Any] = {
         "compressed": 0,
@@ -84,6 +157,8 @@ def compress(
     embed_passages([s.content for s in summaries])  # outside the transaction (fills the cache)
     written: list[int] = []
     with transaction.atomic():
+        if lease is not None:
+            jobs.claim_confirm(lease=lease, key=key)
         for s in summaries:
             memory, _ = memory_create(
                 team=team,
@@ -166,6 +241,32 @@ def extract_facts(
     max_memories: int = 20,
     delete_after: bool = False,
     job_id: int | None = None,
+    lease: jobs.Lease | None = None,
+) -> Outcome:
+    # Only a deleting extraction consumes working memory; a reading one may overlap anything.
+    key = working_claim_key(team, agent_id)
+    claimed = delete_after and lease is not None
+    busy = jobs.claim_acquire(lease=lease, key=key) if claimed and lease is not None else None
+    if busy is not None:
+        result: dict[str, Any] = {"facts": [], "count": 0, "duplicates": 0, "superseded": 0}
+        return {**result, "analyzed": 0, "busy_job_id": busy}, Usage(), get_engine().name
+    try:
+        return _extract_facts(
+            team, agent_id, max_memories, delete_after, job_id, lease if claimed else None, key
+        )
+    finally:
+        if claimed and lease is not None:
+            jobs.claim_release(lease=lease, key=key)
+
+
+def _extract_facts(
+    team: Team,
+    agent_id: str,
+    max_memories: int,
+    delete_after: bool,
+    job_id: int | None,
+    lease: jobs.Lease | None,
+    key: str,
 ) -> Outcome:
     store = get_working_store()
     items = store.list(team_id=team.id, agent_id=agent_id, limit=max_memories)
@@ -177,6 +278,8 @@ def extract_facts(
     stored: list[dict[str, Any]] = []
     duplicates = superseded = 0
     with transaction.atomic():
+        if lease is not None:
+            jobs.claim_confirm(lease=lease, key=key)
         for fact in facts:
             outcome, memory = _store_fact(
                 team, agent_id, fact, _sources(items, fact.source_indexes), job_id

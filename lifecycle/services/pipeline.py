@@ -9,12 +9,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from lifecycle.models import JobRun, PipelineConfig
 from lifecycle.schemas import Usage
 from memories.models import Memory
-from memories.working import get_working_store
+from memories.working import get_working_store, max_items_per_agent
 from memoryplatform.localcache import TTLCache
 from tenants.models import Agent, Team
 
@@ -88,17 +87,21 @@ def compress_threshold(*, config: PipelineConfig, team: Team, agent_id: str) -> 
 
     While the agent has fewer than `warmup_max_memories` personal memories it is warming up and
     compresses every `warmup_compress_every_n` items, so a new agent gets long-term memory fast
-    (seed 003's warm-up); afterwards every `compress_every_n`.
+    (seed 003's warm-up); afterwards every `compress_every_n`. Never above the working-memory
+    cap: an agent that reaches the cap is compressed rather than have its oldest items pushed
+    out (into the archive, see lifecycle.services.archive).
     """
     if not config.enabled or config.compress_every_n == 0:
         return 0
+    threshold = config.compress_every_n
     if config.warmup_max_memories > 0 and config.warmup_compress_every_n > 0:
         personal = Memory.objects.filter(
             team=team, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id, superseded_by__isnull=True
         ).count()
         if personal < config.warmup_max_memories:
-            return config.warmup_compress_every_n
-    return config.compress_every_n
+            threshold = config.warmup_compress_every_n
+    cap = max_items_per_agent()
+    return min(threshold, cap) if cap > 0 else threshold
 
 
 def on_working_memory_written(*, team: Team, agent_id: str) -> JobRun | None:
@@ -186,13 +189,24 @@ def _maybe_extract_graph(*, team: Team, agent_id: str, facts: int) -> None:
 
 
 def dispatch(
-    *, team: Team, kind: str, agent_id: str, params: dict[str, Any], job_id: int | None
+    *,
+    team: Team,
+    kind: str,
+    agent_id: str,
+    params: dict[str, Any],
+    job_id: int | None,
+    lease: jobs.Lease | None = None,
 ) -> operations.Outcome:
-    """Calls the operation of `kind` with its parameters."""
+    """Calls the operation of `kind` with its parameters (and the job's lease, for the ones
+    that consume working memory: they claim it under that lease)."""
     if kind == "compress":
-        return operations.compress(team=team, agent_id=agent_id, job_id=job_id, **params)
+        return operations.compress(
+            team=team, agent_id=agent_id, job_id=job_id, lease=lease, **params
+        )
     if kind == "extract-facts":
-        outcome = operations.extract_facts(team=team, agent_id=agent_id, job_id=job_id, **params)
+        outcome = operations.extract_facts(
+            team=team, agent_id=agent_id, job_id=job_id, lease=lease, **params
+        )
         _maybe_extract_graph(team=team, agent_id=agent_id, facts=outcome[0].get("count", 0))
         return outcome
     if kind == "aggregate-scenes":
@@ -213,18 +227,18 @@ def dispatch(
 def run(
     *, team: Team, kind: str, trigger: str, agent_id: str, params: dict[str, Any]
 ) -> dict[str, Any]:
-    """Runs an operation now in this process, recorded as a job."""
-    job = JobRun.objects.create(
-        team=team,
-        agent_id=agent_id,
-        kind=kind,
-        trigger=trigger,
-        params=params,
-        status=JobRun.STATUS_RUNNING,
-        started_at=timezone.now(),
-    )
+    """Runs an operation now in this process, recorded as a job (leased like a queued one)."""
+    job = jobs.job_start(team=team, kind=kind, trigger=trigger, agent_id=agent_id, params=params)
     return jobs.run_job(
-        job, lambda: dispatch(team=team, kind=kind, agent_id=agent_id, params=params, job_id=job.pk)
+        job,
+        lambda: dispatch(
+            team=team,
+            kind=kind,
+            agent_id=agent_id,
+            params=params,
+            job_id=job.pk,
+            lease=jobs.lease_of(job),
+        ),
     )
 
 
@@ -247,7 +261,12 @@ def run_queued(*, job_id: int) -> dict[str, Any] | None:
     return jobs.run_job(
         job,
         lambda: dispatch(
-            team=job.team, kind=job.kind, agent_id=job.agent_id, params=job.params, job_id=job.pk
+            team=job.team,
+            kind=job.kind,
+            agent_id=job.agent_id,
+            params=job.params,
+            job_id=job.pk,
+            lease=jobs.lease_of(job),
         ),
     )
 

@@ -1,0 +1,58 @@
+"""Per-scope write lock: serialises the dedup decision of concurrent writers across processes.
+
+Deduplication is "read the scope, decide, insert". Without a lock, two workers given the same
+content at the same moment both read "no duplicate" and both insert (measured: 8 clients x the
+same 25 contents left 48 rows on SQLite, 61 on MariaDB). The lock is a row per scope
+(`ScopeLock`), locked with SELECT … FOR UPDATE inside the writing transaction, so the check and
+the insert of one writer happen before the next writer of that scope can check; other scopes
+are not blocked. Under READ COMMITTED (Django's MySQL default) every read after the lock sees
+the rows the previous holder committed. On SQLite `select_for_update` is a no-op; there the
+writing transaction itself is the lock (settings: `transaction_mode` IMMEDIATE takes the
+database's write lock at BEGIN), which is why the dedup read must run inside that transaction.
+
+The row is created *before* the transaction, in its own autocommit statement: on InnoDB, two
+writers that both run INSERT IGNORE on a fresh key inside their transactions keep shared locks
+on it and then deadlock upgrading them to FOR UPDATE — exactly what the first writes of a new
+agent do.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from memoryplatform.localcache import TTLCache
+
+from .index import scope_key
+from .models import ScopeLock
+
+# Keys known to have a lock row, so a write does not check for it every time. A stale entry (the
+# team was deleted and re-created meanwhile) is handled by scope_lock itself.
+_known: TTLCache[str, bool] = TTLCache(ttl_seconds=3600, max_entries=50_000)
+
+
+def _create(team_id: str, key: str) -> None:
+    ScopeLock.objects.bulk_create(
+        [ScopeLock(team_id=team_id, scope_key=key)], ignore_conflicts=True
+    )
+
+
+def scope_lock_prepare(*, team_id: str, scope: str, agent_id: str) -> None:
+    """Makes sure the scope's lock row exists; call before the transaction that locks it."""
+    key = scope_key(team_id, scope, agent_id)
+    if _known.get(key) is None:
+        if not ScopeLock.objects.filter(scope_key=key).exists():
+            _create(team_id, key)
+        _known.set(key, True)
+
+
+def scope_lock(*, team_id: str, scope: str, agent_id: str) -> None:
+    """Holds the scope's write lock until the current transaction ends."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("scope_lock must be called inside transaction.atomic()")
+    key = scope_key(team_id, scope, agent_id)
+    rows = ScopeLock.objects.select_for_update().filter(scope_key=key).values_list("pk", flat=True)
+    if not list(rows):
+        # Gone since prepare (team deleted and re-created): create it in this transaction.
+        _create(team_id, key)
+        list(rows.all())
+        _known.set(key, True)
