@@ -8,18 +8,19 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.validators import RegexValidator
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from memoryplatform.errors import ValidationFailed
+from memoryplatform.openapi import api_operation
 from memoryplatform.serializers import (
     JSONObjectField,
+    QueryInt,
     StrictCharField,
     StrictIntegerField,
-    query_int,
 )
 from tenants.apis import principal_of
 from tenants.models import AGENT_ID_RE
@@ -97,20 +98,31 @@ def _page_of(name: str, item: serializers.Serializer) -> serializers.Serializer:
     )
 
 
-PAGING = [
-    OpenApiParameter("page", int, description=">= 1 (1)"),
-    OpenApiParameter("page_size", int, description="1..100 (20)"),
-]
+PAGE = QueryInt("page", default=1, minimum=1, maximum=10**6)
+PAGE_SIZE = QueryInt("page_size", default=20, minimum=1, maximum=100)
+PAGING = [PAGE.parameter, PAGE_SIZE.parameter]
+MAX_DEPTH = QueryInt(
+    "max_depth", default=1, minimum=1, maximum=traversal.MAX_DEPTH, description="with seeds"
+)
+MAX_NODES = QueryInt(
+    "max_nodes",
+    default=traversal.DEFAULT_MAX_NODES,
+    minimum=1,
+    maximum=traversal.MAX_NODES_LIMIT,
+)
+MAX_EDGES = QueryInt(
+    "max_edges",
+    default=traversal.DEFAULT_MAX_EDGES,
+    minimum=1,
+    maximum=traversal.MAX_EDGES_LIMIT,
+)
 
 
 # --- query parameters ------------------------------------------------------------------------
 
 
 def _paging(request: Request) -> tuple[int, int]:
-    params = request.query_params
-    page = query_int(params.get("page"), name="page", default=1, minimum=1, maximum=10**6)
-    size = query_int(params.get("page_size"), name="page_size", default=20, minimum=1, maximum=100)
-    return page, size
+    return PAGE.parse(request.query_params), PAGE_SIZE.parse(request.query_params)
 
 
 def _choice_param(request: Request, name: str, choices: tuple[str, ...]) -> str | None:
@@ -174,14 +186,16 @@ class EntityUpdateInputSerializer(serializers.Serializer):
 
 
 class EntityListCreateApi(APIView):
-    @extend_schema(
+    @api_operation(
         parameters=[
             OpenApiParameter("agent_id", str, description="only this agent's entities"),
             OpenApiParameter("entity_type", str, enum=list(ENTITY_TYPES)),
             OpenApiParameter("q", str, description="semantic + name search, best first"),
             *PAGING,
         ],
-        responses=_page_of("EntityPage", EntityOutputSerializer()),
+        errors=(403,),
+        response=_page_of("EntityPage", EntityOutputSerializer()),
+        operation_id="graph_entities_list",
         summary="List entities (newest first, or best match for q)",
     )
     def get(self, request: Request) -> Response:
@@ -203,9 +217,11 @@ class EntityListCreateApi(APIView):
         )
         return Response(result.as_dict())
 
-    @extend_schema(
+    @api_operation(
         request=EntityCreateInputSerializer,
-        responses={201: EntityOutputSerializer, 200: EntityOutputSerializer},
+        response=EntityOutputSerializer,
+        statuses=(201, 200),
+        errors=(403,),
         summary="Create an entity, or merge into the same (name, entity_type) of its scope (200)",
     )
     def post(self, request: Request) -> Response:
@@ -226,8 +242,9 @@ class EntityListCreateApi(APIView):
 
 
 class EntityDetailApi(APIView):
-    @extend_schema(
-        responses=inline_serializer(
+    @api_operation(
+        errors=(403, 404),
+        response=inline_serializer(
             "EntityDetail",
             {
                 "entity": EntityOutputSerializer(),
@@ -246,9 +263,10 @@ class EntityDetailApi(APIView):
         entity.refresh_from_db(fields=["access_count", "last_accessed_at"])
         return Response(selectors.entity_detail(entity=entity, acting_agent=principal.agent_id))
 
-    @extend_schema(
+    @api_operation(
         request=EntityUpdateInputSerializer,
-        responses=EntityOutputSerializer,
+        response=EntityOutputSerializer,
+        errors=(403, 404, 409),
         summary="Update an entity (null/omitted = unchanged; properties merged)",
     )
     def put(self, request: Request, entity_id: str) -> Response:
@@ -267,8 +285,9 @@ class EntityDetailApi(APIView):
         )
         return Response(entity_to_dict(entity))
 
-    @extend_schema(
-        responses=inline_serializer(
+    @api_operation(
+        errors=(403, 404),
+        response=inline_serializer(
             "EntityDeleted",
             {"deleted": serializers.UUIDField(), "relations_deleted": serializers.IntegerField()},
         ),
@@ -305,13 +324,15 @@ class RelationCreateInputSerializer(serializers.Serializer):
 
 
 class RelationListCreateApi(APIView):
-    @extend_schema(
+    @api_operation(
+        errors=(403, 404),
         parameters=[
             OpenApiParameter("entity_id", str, description="relations at either end"),
             OpenApiParameter("relation_type", str, enum=list(RELATION_TYPES)),
             *PAGING,
         ],
-        responses=_page_of("RelationPage", RelationOutputSerializer()),
+        response=_page_of("RelationPage", RelationOutputSerializer()),
+        operation_id="graph_relations_list",
         summary="List relations, newest first",
     )
     def get(self, request: Request) -> Response:
@@ -336,9 +357,11 @@ class RelationListCreateApi(APIView):
         )
         return Response(result.as_dict())
 
-    @extend_schema(
+    @api_operation(
         request=RelationCreateInputSerializer,
-        responses={201: RelationOutputSerializer, 200: RelationOutputSerializer},
+        response=RelationOutputSerializer,
+        statuses=(201, 200),
+        errors=(403, 404),
         summary="Create a relation (an existing one is returned unchanged, 200)",
     )
     def post(self, request: Request) -> Response:
@@ -369,8 +392,9 @@ class RelationListCreateApi(APIView):
 
 
 class RelationDetailApi(APIView):
-    @extend_schema(
-        responses=inline_serializer("RelationDeleted", {"deleted": serializers.UUIDField()}),
+    @api_operation(
+        errors=(403, 404),
+        response=inline_serializer("RelationDeleted", {"deleted": serializers.UUIDField()}),
         summary="Delete a relation",
     )
     def delete(self, request: Request, relation_id: str) -> Response:
@@ -399,17 +423,16 @@ def _seed_ids(request: Request) -> list[str]:
 
 
 class GraphApi(APIView):
-    @extend_schema(
+    @api_operation(
         parameters=[
             OpenApiParameter("entity_ids", str, many=True, description="seed entities"),
-            OpenApiParameter("max_depth", int, description="1..3 (1), with seeds"),
+            MAX_DEPTH.parameter,
             OpenApiParameter("agent_id", str, description="only this agent's entities"),
-            OpenApiParameter("max_nodes", int, description=f"1..{traversal.MAX_NODES_LIMIT} (500)"),
-            OpenApiParameter(
-                "max_edges", int, description=f"1..{traversal.MAX_EDGES_LIMIT} (2000)"
-            ),
+            MAX_NODES.parameter,
+            MAX_EDGES.parameter,
         ],
-        responses=inline_serializer(
+        errors=(403, 404),
+        response=inline_serializer(
             "Graph",
             {
                 "entities": EntityOutputSerializer(many=True),
@@ -422,27 +445,9 @@ class GraphApi(APIView):
     def get(self, request: Request) -> Response:
         principal = principal_of(request)
         params = request.query_params
-        max_depth = query_int(
-            params.get("max_depth"),
-            name="max_depth",
-            default=1,
-            minimum=1,
-            maximum=traversal.MAX_DEPTH,
-        )
-        max_nodes = query_int(
-            params.get("max_nodes"),
-            name="max_nodes",
-            default=traversal.DEFAULT_MAX_NODES,
-            minimum=1,
-            maximum=traversal.MAX_NODES_LIMIT,
-        )
-        max_edges = query_int(
-            params.get("max_edges"),
-            name="max_edges",
-            default=traversal.DEFAULT_MAX_EDGES,
-            minimum=1,
-            maximum=traversal.MAX_EDGES_LIMIT,
-        )
+        max_depth = MAX_DEPTH.parse(params)
+        max_nodes = MAX_NODES.parse(params)
+        max_edges = MAX_EDGES.parse(params)
         agent_id = _agent_param(request)
         seed_ids = _seed_ids(request)
         if seed_ids:
@@ -479,6 +484,22 @@ class ExtractGraphInputSerializer(serializers.Serializer):
     max_memories = StrictIntegerField(required=False, default=20, min_value=1, max_value=200)
 
 
+class ExtractedEntitySerializer(EntityOutputSerializer):
+    created = serializers.BooleanField(help_text="false: merged into an existing entity")
+
+
+class ExtractGraphOutputSerializer(serializers.Serializer):
+    entities = ExtractedEntitySerializer(many=True)
+    relations = RelationOutputSerializer(many=True)
+    entity_count = serializers.IntegerField()
+    relation_count = serializers.IntegerField()
+    entities_created = serializers.IntegerField()
+    entities_merged = serializers.IntegerField()
+    relations_created = serializers.IntegerField()
+    memories = serializers.IntegerField(help_text="memories read")
+    job_id = serializers.IntegerField(required=False)
+
+
 JobRunner = Callable[..., dict[str, Any]]
 
 
@@ -493,9 +514,10 @@ class ExtractGraphApi(APIView):
 
     run_job: JobRunner | None = None
 
-    @extend_schema(
+    @api_operation(
         request=ExtractGraphInputSerializer,
-        responses=inline_serializer("ExtractGraphResult", {"result": serializers.DictField()}),
+        response=ExtractGraphOutputSerializer,
+        errors=(403,),
         summary="Extract entities and relations from an agent's recent memories",
     )
     def post(self, request: Request) -> Response:

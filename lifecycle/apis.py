@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.validators import RegexValidator
-from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from memories.apis import MemoryOutputSerializer
 from memories.selectors import READ, check_memory_access, check_scope_access, iso, memory_get
 from memoryplatform.errors import NotFound
+from memoryplatform.openapi import api_operation
 from memoryplatform.serializers import (
     StrictBooleanField,
     StrictCharField,
@@ -28,7 +29,136 @@ from .selectors import working_sources
 from .services import operations, pipeline
 
 AGENT_ID = RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")
-ANY = inline_serializer("LifecycleResult", {"result": serializers.DictField()})
+
+
+# --- output documentation (the dicts are built by lifecycle.services.operations / pipeline) ------
+
+
+class CompressOutputSerializer(serializers.Serializer):
+    compressed = serializers.IntegerField(help_text="working items consumed")
+    remaining = serializers.IntegerField(help_text="working items left afterwards")
+    total_before = serializers.IntegerField()
+    target_count = serializers.IntegerField()
+    summary = serializers.CharField(allow_null=True, help_text="null when nothing to compress")
+    memory_ids = serializers.ListField(child=serializers.IntegerField(), help_text="written")
+
+
+class FactSerializer(serializers.Serializer):
+    id = serializers.IntegerField(help_text="the memory the fact was stored as")
+    content = serializers.CharField()
+    importance = serializers.FloatField()
+    category = serializers.CharField()
+
+
+class ExtractFactsOutputSerializer(serializers.Serializer):
+    facts = FactSerializer(many=True, help_text="the facts written (duplicates are not)")
+    count = serializers.IntegerField()
+    duplicates = serializers.IntegerField()
+    superseded = serializers.IntegerField(help_text="older memories this run replaced")
+    analyzed = serializers.IntegerField(
+        required=False, help_text="working items read (absent when there were none)"
+    )
+
+
+class ScenarioOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    summary = serializers.CharField()
+    memory_ids = serializers.ListField(child=serializers.IntegerField())
+    created_at = serializers.DateTimeField()
+
+
+class AggregateOutputSerializer(serializers.Serializer):
+    scenarios = ScenarioOutputSerializer(many=True)
+    count = serializers.IntegerField()
+
+
+class PersonaOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    agent_id = serializers.CharField()
+    preferences = serializers.ListField(child=serializers.CharField())
+    habits = serializers.ListField(child=serializers.CharField())
+    expertise = serializers.ListField(child=serializers.CharField())
+    communication_style = serializers.CharField(allow_blank=True)
+    summary = serializers.CharField(allow_blank=True)
+    memory_ids = serializers.ListField(child=serializers.IntegerField())
+    scenario_ids = serializers.ListField(child=serializers.CharField())
+    created_at = serializers.DateTimeField()
+
+
+class GeneratePersonaOutputSerializer(serializers.Serializer):
+    persona = PersonaOutputSerializer()
+
+
+class CleanupCandidateSerializer(MemoryOutputSerializer):
+    reason = serializers.CharField()
+
+
+class CleanupOutputSerializer(serializers.Serializer):
+    cleaned = serializers.IntegerField(help_text="memories forgotten (0 on a dry run)")
+    remaining = serializers.IntegerField(help_text="memories left in the cleaned scope")
+    dry_run = serializers.BooleanField(required=False, help_text="dry runs only: true")
+    would_clean = serializers.IntegerField(required=False, help_text="dry runs only")
+    candidates = CleanupCandidateSerializer(
+        many=True, required=False, help_text="dry runs only: at most 1000, least important first"
+    )
+
+
+class AutoConfigOutputSerializer(serializers.Serializer):
+    team_id = serializers.CharField()
+    compress_every_n = serializers.IntegerField()
+    compress_target_count = serializers.IntegerField()
+    cleanup_idle_days = serializers.IntegerField()
+    cleanup_min_importance = serializers.FloatField()
+    enabled = serializers.BooleanField()
+    warmup_max_memories = serializers.IntegerField()
+    warmup_compress_every_n = serializers.IntegerField()
+    extract_graph = serializers.BooleanField()
+    configured = serializers.BooleanField(help_text="false: the defaults, never saved")
+
+
+class AutoRunActionSerializer(serializers.Serializer):
+    """One action of the pipeline: `action` and the result of that operation."""
+
+    action = serializers.ChoiceField(choices=["compress", "cleanup"])
+    agent_id = serializers.CharField(required=False, help_text="compress only")
+    # compress
+    compressed = serializers.IntegerField(required=False)
+    remaining = serializers.IntegerField(required=False)
+    total_before = serializers.IntegerField(required=False)
+    target_count = serializers.IntegerField(required=False)
+    summary = serializers.CharField(required=False, allow_null=True)
+    memory_ids = serializers.ListField(child=serializers.IntegerField(), required=False)
+    # cleanup
+    cleaned = serializers.IntegerField(required=False)
+
+
+class AutoRunOutputSerializer(serializers.Serializer):
+    results = AutoRunActionSerializer(many=True, help_text="empty when the pipeline is disabled")
+
+
+class DeletedOutputSerializer(serializers.Serializer):
+    deleted = serializers.CharField(help_text="the id deleted")
+
+
+class SourceItemSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    agent_id = serializers.CharField()
+    content = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    archived_at = serializers.DateTimeField()
+
+
+class SourcesOutputSerializer(serializers.Serializer):
+    memory_id = serializers.IntegerField()
+    # A field named like Field.source: fine for DRF (declared fields leave the class), not
+    # for the stubs.
+    source = serializers.CharField(  # type: ignore[assignment]
+        allow_null=True, help_text="compression, extraction, ..."
+    )
+    job_id = serializers.IntegerField(allow_null=True)
+    supersedes = serializers.ListField(child=serializers.IntegerField())
+    source_items = SourceItemSerializer(many=True)
 
 
 def _agent(request: Request, agent_id: str) -> str:
@@ -52,9 +182,10 @@ class CompressInputSerializer(serializers.Serializer):
 
 
 class CompressApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=CompressInputSerializer,
-        responses=ANY,
+        response=CompressOutputSerializer,
+        errors=(403,),
         summary="Compress working memory into long-term memories",
     )
     def post(self, request: Request) -> Response:
@@ -74,9 +205,10 @@ class CleanupInputSerializer(serializers.Serializer):
 
 
 class CleanupApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=CleanupInputSerializer,
-        responses=ANY,
+        response=CleanupOutputSerializer,
+        errors=(403,),
         summary="Forget memories that are unimportant and idle (dry_run lists them)",
     )
     def post(self, request: Request) -> Response:
@@ -108,9 +240,10 @@ class ExtractFactsInputSerializer(serializers.Serializer):
 
 
 class ExtractFactsApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=ExtractFactsInputSerializer,
-        responses=ANY,
+        response=ExtractFactsOutputSerializer,
+        errors=(403,),
         summary="Extract atomic facts from working memory",
     )
     def post(self, request: Request) -> Response:
@@ -134,8 +267,11 @@ class AggregateInputSerializer(serializers.Serializer):
 
 
 class AggregateApi(APIView):
-    @extend_schema(
-        request=AggregateInputSerializer, responses=ANY, summary="Group memories into scenarios"
+    @api_operation(
+        request=AggregateInputSerializer,
+        response=AggregateOutputSerializer,
+        errors=(403,),
+        summary="Group memories into scenarios",
     )
     def post(self, request: Request) -> Response:
         s = AggregateInputSerializer(data=request.data)
@@ -152,14 +288,18 @@ class AggregateApi(APIView):
 class ScenariosApi(APIView):
     """GET by agent id, DELETE by scenario id: the same path in seed 000 §4.7."""
 
-    @extend_schema(responses=ANY, summary="An agent's scenarios, newest first")
+    @api_operation(
+        response=ScenarioOutputSerializer(many=True),
+        errors=(403,),
+        summary="An agent's scenarios, newest first",
+    )
     def get(self, request: Request, key: str) -> Response:
         agent_id = _agent(request, key)
         team = principal_of(request).team
         rows = Scenario.objects.filter(team=team, agent_id=agent_id).order_by("-created_at")
         return Response([operations._scenario_dict(s) for s in rows])
 
-    @extend_schema(responses=ANY, summary="Delete a scenario")
+    @api_operation(response=DeletedOutputSerializer, errors=(403, 404), summary="Delete a scenario")
     def delete(self, request: Request, key: str) -> Response:
         team = principal_of(request).team
         scenario = Scenario.objects.filter(team=team, pk=key).first()
@@ -176,9 +316,10 @@ class PersonaInputSerializer(serializers.Serializer):
 
 
 class GeneratePersonaApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=PersonaInputSerializer,
-        responses=ANY,
+        response=GeneratePersonaOutputSerializer,
+        errors=(403,),
         summary="Build a persona from memories and scenarios",
     )
     def post(self, request: Request) -> Response:
@@ -193,7 +334,9 @@ class GeneratePersonaApi(APIView):
 class PersonaApi(APIView):
     """GET by agent id (latest persona), DELETE by persona id: the same path in seed 000 §4.7."""
 
-    @extend_schema(responses=ANY, summary="The agent's latest persona")
+    @api_operation(
+        response=PersonaOutputSerializer, errors=(403, 404), summary="The agent's latest persona"
+    )
     def get(self, request: Request, key: str) -> Response:
         agent_id = _agent(request, key)
         team = principal_of(request).team
@@ -204,7 +347,7 @@ class PersonaApi(APIView):
             raise NotFound("persona")
         return Response(operations.persona_dict(persona))
 
-    @extend_schema(responses=ANY, summary="Delete a persona")
+    @api_operation(response=DeletedOutputSerializer, errors=(403, 404), summary="Delete a persona")
     def delete(self, request: Request, key: str) -> Response:
         team = principal_of(request).team
         persona = Persona.objects.filter(team=team, pk=key).first()
@@ -227,13 +370,14 @@ class AutoConfigInputSerializer(serializers.Serializer):
 
 
 class AutoConfigApi(APIView):
-    @extend_schema(responses=ANY, summary="The team's pipeline configuration")
+    @api_operation(response=AutoConfigOutputSerializer, summary="The team's pipeline configuration")
     def get(self, request: Request) -> Response:
         return Response(pipeline.config_dict(pipeline.config_get(team=principal_of(request).team)))
 
-    @extend_schema(
+    @api_operation(
         request=AutoConfigInputSerializer,
-        responses=ANY,
+        response=AutoConfigOutputSerializer,
+        errors=(403,),
         summary="Update the pipeline configuration",
     )
     def post(self, request: Request) -> Response:
@@ -246,8 +390,10 @@ class AutoConfigApi(APIView):
 
 
 class AutoRunApi(APIView):
-    @extend_schema(
-        responses=ANY, summary="Run now every action the team's pipeline config calls for"
+    @api_operation(
+        response=AutoRunOutputSerializer,
+        errors=(403,),
+        summary="Run now every action the team's pipeline config calls for",
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
@@ -258,8 +404,10 @@ class AutoRunApi(APIView):
 class SourcesApi(APIView):
     """Traceability through the API: the working-memory items (L0) a derived memory was made from."""
 
-    @extend_schema(
-        responses=ANY, summary="The archived working-memory items a memory was derived from"
+    @api_operation(
+        response=SourcesOutputSerializer,
+        errors=(403, 404),
+        summary="The archived working-memory items a memory was derived from",
     )
     def get(self, request: Request, memory_id: int) -> Response:
         principal = principal_of(request)

@@ -6,20 +6,20 @@ from typing import Any
 
 from django.conf import settings
 from django.core.validators import RegexValidator
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from memoryplatform.errors import ValidationFailed
+from memoryplatform.openapi import api_operation
 from memoryplatform.serializers import (
     JSONObjectField,
+    QueryInt,
     StrictBooleanField,
     StrictCharField,
     StrictFloatField,
     StrictIntegerField,
-    query_int,
 )
 from tenants.apis import principal_of
 from tenants.models import AGENT_ID_RE
@@ -32,6 +32,8 @@ from .services import Actor
 from .working import get_working_store
 
 AGENT_ID = RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")
+RECENT_LIMIT = QueryInt("limit", default=20, minimum=1, maximum=100)
+WORKING_LIMIT = QueryInt("limit", default=50, minimum=1, maximum=1000)
 
 
 def _content_field(**kwargs: Any) -> StrictCharField:
@@ -62,6 +64,9 @@ class MemoryOutputSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
     last_accessed = serializers.DateTimeField(allow_null=True)
     access_count = serializers.IntegerField()
+    superseded_by = serializers.IntegerField(
+        required=False, help_text="only on a memory replaced by a newer one"
+    )
     score = serializers.FloatField(
         required=False, help_text="search only: 0..1, see docs/search.md"
     )
@@ -163,6 +168,16 @@ class ShareInputSerializer(serializers.Serializer):
     permission = serializers.ChoiceField(choices=["read", "write"], required=False, default="read")
 
 
+class ShareSerializer(serializers.Serializer):
+    agent_id = serializers.CharField()
+    permission = serializers.ChoiceField(choices=["read", "write"])
+
+
+class SharesOutputSerializer(serializers.Serializer):
+    memory_id = serializers.IntegerField()
+    shares = ShareSerializer(many=True)
+
+
 class UnshareInputSerializer(serializers.Serializer):
     agent_ids = serializers.ListField(
         child=StrictCharField(validators=[AGENT_ID]), required=False, max_length=100
@@ -235,9 +250,7 @@ def _recent(request: Request, scope: str, agent_id: str) -> Response:
     if scope == Memory.SCOPE_PERSONAL:
         _check_agent_id(agent_id)
         selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
-    limit = query_int(
-        request.query_params.get("limit"), name="limit", default=20, minimum=1, maximum=100
-    )
+    limit = RECENT_LIMIT.parse(request.query_params)
     return Response(
         search.memory_recent(team=principal.team, scope=scope, agent_id=agent_id, limit=limit)
     )
@@ -273,10 +286,12 @@ def _delete(request: Request, scope: str, memory_id: int) -> Response:
 
 
 class PersonalCreateApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=PersonalCreateInputSerializer,
-        summary="Write a personal memory (dedup: 200 + dedup_skipped)",
-        responses=MemoryOutputSerializer,
+        response=MemoryOutputSerializer,
+        statuses=(201, 200),
+        errors=(403,),
+        summary="Write a personal memory (201; a duplicate: 200 + dedup_skipped)",
     )
     def post(self, request: Request) -> Response:
         return _create(
@@ -285,9 +300,10 @@ class PersonalCreateApi(APIView):
 
 
 class PersonalSearchApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=PersonalSearchInputSerializer,
-        responses=MemoryOutputSerializer(many=True),
+        response=MemoryOutputSerializer(many=True),
+        errors=(403,),
         summary="Hybrid search of an agent's personal memories",
     )
     def post(self, request: Request) -> Response:
@@ -297,9 +313,10 @@ class PersonalSearchApi(APIView):
 
 
 class PersonalRecentApi(APIView):
-    @extend_schema(
-        parameters=[OpenApiParameter("limit", int, description="1..100 (20)")],
-        responses=MemoryOutputSerializer(many=True),
+    @api_operation(
+        parameters=[RECENT_LIMIT.parameter],
+        response=MemoryOutputSerializer(many=True),
+        errors=(403,),
         summary="Newest personal memories",
     )
     def get(self, request: Request, agent_id: str) -> Response:
@@ -307,26 +324,26 @@ class PersonalRecentApi(APIView):
 
 
 class PersonalDetailApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=UpdateInputSerializer,
+        response=MemoryOutputSerializer,
+        errors=(403, 404),
         summary="Update a personal memory (content change re-embeds)",
-        responses=MemoryOutputSerializer,
     )
     def put(self, request: Request, memory_id: int) -> Response:
         return _update(request, Memory.SCOPE_PERSONAL, memory_id)
 
-    @extend_schema(responses={200: None}, summary="Delete a personal memory")
+    @api_operation(errors=(403, 404), summary="Delete a personal memory")
     def delete(self, request: Request, memory_id: int) -> Response:
         return _delete(request, Memory.SCOPE_PERSONAL, memory_id)
 
 
 class PersonalShareApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=ShareInputSerializer,
+        response=SharesOutputSerializer,
+        errors=(403, 404),
         summary="Share a personal memory with other agents of the team",
-        responses=inline_serializer(
-            "Shares", {"memory_id": serializers.IntegerField(), "shares": serializers.ListField()}
-        ),
     )
     def post(self, request: Request, memory_id: int) -> Response:
         s = ShareInputSerializer(data=request.data)
@@ -339,12 +356,12 @@ class PersonalShareApi(APIView):
         )
         return Response(_shares_of(memory))
 
-    @extend_schema(
-        request=UnshareInputSerializer,
+    @api_operation(
+        response=SharesOutputSerializer,
+        errors=(400, 403, 404),
         summary="Remove shares (all, or of the given agents)",
-        responses=inline_serializer(
-            "Unshared", {"memory_id": serializers.IntegerField(), "shares": serializers.ListField()}
-        ),
+        description='An optional JSON body `{"agent_ids": [...]}` removes only those agents\' '
+        "shares; without one, all. A v1 signature does not cover the body of a DELETE; v2 does.",
     )
     def delete(self, request: Request, memory_id: int) -> Response:
         s = UnshareInputSerializer(data=request.data)
@@ -373,19 +390,21 @@ def _shares_of(memory: Memory) -> dict[str, Any]:
 
 
 class TeamCreateApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=TeamCreateInputSerializer,
-        summary="Write a team memory",
-        responses=MemoryOutputSerializer,
+        response=MemoryOutputSerializer,
+        statuses=(201, 200),
+        errors=(403,),
+        summary="Write a team memory (201; a duplicate: 200 + dedup_skipped)",
     )
     def post(self, request: Request) -> Response:
         return _create(request, Memory.SCOPE_TEAM, TeamCreateInputSerializer(data=request.data))
 
 
 class TeamSearchApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=TeamSearchInputSerializer,
-        responses=MemoryOutputSerializer(many=True),
+        response=MemoryOutputSerializer(many=True),
         summary="Hybrid search of the team's memories",
     )
     def post(self, request: Request) -> Response:
@@ -393,9 +412,9 @@ class TeamSearchApi(APIView):
 
 
 class TeamRecentApi(APIView):
-    @extend_schema(
-        parameters=[OpenApiParameter("limit", int, description="1..100 (20)")],
-        responses=MemoryOutputSerializer(many=True),
+    @api_operation(
+        parameters=[RECENT_LIMIT.parameter],
+        response=MemoryOutputSerializer(many=True),
         summary="Newest team memories",
     )
     def get(self, request: Request) -> Response:
@@ -403,15 +422,16 @@ class TeamRecentApi(APIView):
 
 
 class TeamDetailApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=UpdateInputSerializer,
+        response=MemoryOutputSerializer,
+        errors=(403, 404),
         summary="Update a team memory",
-        responses=MemoryOutputSerializer,
     )
     def put(self, request: Request, memory_id: int) -> Response:
         return _update(request, Memory.SCOPE_TEAM, memory_id)
 
-    @extend_schema(responses={200: None}, summary="Delete a team memory")
+    @api_operation(errors=(403, 404), summary="Delete a team memory")
     def delete(self, request: Request, memory_id: int) -> Response:
         return _delete(request, Memory.SCOPE_TEAM, memory_id)
 
@@ -427,6 +447,10 @@ class WorkingItemSerializer(serializers.Serializer):
     expires_at = serializers.DateTimeField()
 
 
+class WorkingClearedSerializer(serializers.Serializer):
+    cleared = serializers.IntegerField(help_text="items removed")
+
+
 class WorkingCreateInputSerializer(serializers.Serializer):
     agent_id = StrictCharField(validators=[AGENT_ID])
     content = _content_field(validators=[_validate_content])
@@ -434,9 +458,11 @@ class WorkingCreateInputSerializer(serializers.Serializer):
 
 
 class WorkingCreateApi(APIView):
-    @extend_schema(
+    @api_operation(
         request=WorkingCreateInputSerializer,
-        responses=WorkingItemSerializer,
+        response=WorkingItemSerializer,
+        statuses=(201,),
+        errors=(403,),
         summary="Add a working-memory item",
     )
     def post(self, request: Request) -> Response:
@@ -464,23 +490,23 @@ class WorkingCreateApi(APIView):
 
 
 class WorkingAgentApi(APIView):
-    @extend_schema(
-        parameters=[OpenApiParameter("limit", int, description="1..1000 (50)")],
-        responses=WorkingItemSerializer(many=True),
+    @api_operation(
+        parameters=[WORKING_LIMIT.parameter],
+        response=WorkingItemSerializer(many=True),
+        errors=(403,),
         summary="An agent's working memory, oldest first",
     )
     def get(self, request: Request, agent_id: str) -> Response:
         principal = principal_of(request)
         _check_agent_id(agent_id)
         selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
-        limit = query_int(
-            request.query_params.get("limit"), name="limit", default=50, minimum=1, maximum=1000
-        )
+        limit = WORKING_LIMIT.parse(request.query_params)
         items = get_working_store().list(team_id=principal.team.id, agent_id=agent_id, limit=limit)
         return Response([i.as_dict() for i in items])
 
-    @extend_schema(
-        responses=inline_serializer("Cleared", {"cleared": serializers.IntegerField()}),
+    @api_operation(
+        response=WorkingClearedSerializer,
+        errors=(400, 403),
         summary="Clear an agent's working memory",
     )
     def delete(self, request: Request, agent_id: str) -> Response:

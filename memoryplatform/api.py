@@ -1,4 +1,4 @@
-"""The API envelope: renderer, parser, exception handler, JSON 404/500 and the schema hook.
+"""The API envelope: renderer, parser, exception handler, JSON 404/500 (the schema: openapi.py).
 
 Success is `{"ok": true, "data": ...}`; failure `{"ok": false, "error", "code"[, "details"]}`
 (API.md §1). Every error path in the API, including Django's own 404/500 and DRF's exceptions,
@@ -12,8 +12,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -22,7 +23,8 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from .errors import ERROR_STATUS, DomainError
+from . import jsonlimits
+from .errors import DomainError
 from .middleware import request_id_var
 
 logger = logging.getLogger("memoryplatform.api")
@@ -51,7 +53,7 @@ class LenientJSONParser(JSONParser):
     """Parses every body as JSON whatever its Content-Type (the API is JSON only).
 
     A `curl -d '{...}'` without `-H 'Content-Type: application/json'` should work, not 415.
-    The body must be a JSON object.
+    The body must be a JSON object nested at most MAX_JSON_DEPTH levels deep (jsonlimits.py).
     """
 
     media_type = "*/*"
@@ -60,10 +62,15 @@ class LenientJSONParser(JSONParser):
         raw = stream.read() if stream is not None else b""
         if not raw.strip():
             return {}
+        limit = settings.MAX_JSON_DEPTH
         try:
             data = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise DomainError("INVALID_JSON", f"body is not valid UTF-8 JSON: {exc}") from exc
+        except RecursionError:
+            # Nested beyond what the decoder can recurse into (~900 levels): far over any limit.
+            raise jsonlimits.too_deep(limit) from None
+        jsonlimits.check_depth(raw, data, limit)
         if not isinstance(data, dict):
             raise DomainError("INVALID_JSON", "body must be a JSON object")
         return data
@@ -125,6 +132,14 @@ def error_for_exception(exc: BaseException) -> DomainError | None:
         )
     if isinstance(exc, RequestDataTooBig):
         return DomainError("PAYLOAD_TOO_LARGE", "request body over the configured limit")
+    if isinstance(exc, TooManyFieldsSent):
+        return DomainError(
+            "VALIDATION_ERROR",
+            f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} query parameters",
+        )
+    if isinstance(exc, SuspiciousOperation):
+        # Raised inside a view when the request itself is malformed (Django logs it as such).
+        return DomainError("VALIDATION_ERROR", "bad request")
     if isinstance(exc, drf_exceptions.APIException):
         code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE"}.get(
             exc.status_code, "VALIDATION_ERROR" if exc.status_code == 400 else ""
@@ -194,70 +209,6 @@ def handler403(request: HttpRequest, exception: Exception | None = None) -> Http
         return permission_denied(request, exception or DjangoPermissionDenied())
     err = DomainError("FORBIDDEN", "forbidden")
     return JsonResponse(err.as_payload(), status=403)
-
-
-# --- OpenAPI ------------------------------------------------------------------------------------
-
-ERROR_ENVELOPE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "ok": {"type": "boolean", "enum": [False]},
-        "error": {"type": "string", "description": "human readable"},
-        "code": {"type": "string", "enum": sorted(ERROR_STATUS)},
-        "details": {
-            "type": "object",
-            "additionalProperties": {"type": "array", "items": {"type": "string"}},
-            "description": "validation failures per field",
-        },
-    },
-    "required": ["ok", "error", "code"],
-}
-
-
-def wrap_schema_in_envelope(
-    result: dict[str, Any], generator: Any, request: Any, public: bool
-) -> dict[str, Any]:
-    """drf-spectacular post-processing hook: documents the envelope around every answer."""
-    components = result.setdefault("components", {}).setdefault("schemas", {})
-    components["ErrorEnvelope"] = ERROR_ENVELOPE_SCHEMA
-    error_ref = {"$ref": "#/components/schemas/ErrorEnvelope"}
-    for path, methods in result.get("paths", {}).items():
-        for _method, operation in methods.items():
-            if not isinstance(operation, dict) or "responses" not in operation:
-                continue
-            responses = operation["responses"]
-            for status_code, response in list(responses.items()):
-                if not str(status_code).startswith("2"):
-                    continue
-                content = response.setdefault("content", {})
-                inner = content.get("application/json", {}).get("schema", {"nullable": True})
-                content.clear()
-                content["application/json"] = {
-                    "schema": {
-                        "type": "object",
-                        "properties": {"ok": {"type": "boolean", "enum": [True]}, "data": inner},
-                        "required": ["ok", "data"],
-                    }
-                }
-            authed = operation.get("security") != [] and path not in ("/health", "/health/ready")
-            defaults = {"400": "invalid JSON or validation error", "500": "internal error"}
-            if authed:
-                defaults.update(
-                    {
-                        "401": "missing or invalid authentication",
-                        "403": "another team, or not allowed for this key's agent",
-                        "429": "rate limited (see Retry-After)",
-                    }
-                )
-            for code, description in defaults.items():
-                responses.setdefault(
-                    code,
-                    {
-                        "description": description,
-                        "content": {"application/json": {"schema": error_ref}},
-                    },
-                )
-    return result
 
 
 class LenientContentNegotiation(DefaultContentNegotiation):

@@ -35,7 +35,8 @@ def sign(secret: str, timestamp: int | str, body: bytes = b"") -> str:
 def sign_v2(
     secret: str, timestamp: int | str, nonce: str, method: str, full_path: str, body: bytes = b""
 ) -> str:
-    """v2 signature: also covers method, path with query string and a single-use nonce."""
+    """v2 signature: also covers method, path with query string and a single-use nonce, and the
+    body whatever the method (a DELETE with a body signs it)."""
     head = f"v2\n{timestamp}\n{nonce}\n{method.upper()}\n{full_path}\n".encode()
     return hmac.new(secret.encode(), head + body, hashlib.sha256).hexdigest()
 

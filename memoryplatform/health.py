@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -67,3 +70,30 @@ def readiness() -> dict[str, Check]:
         "broker": check_broker(),
         "embedding": check_embedding(),
     }
+
+
+# Headers a reverse proxy adds: a request carrying one came from elsewhere, even when the proxy
+# runs on this host and connects over loopback.
+_FORWARDING_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
+
+
+def may_see_details(request: Any) -> bool:
+    """Whether /health/ready may show error texts and versions to this (unauthenticated) caller.
+
+    Yes with the `X-Health-Token` header equal to HEALTH_DETAILS_TOKEN (when one is set), or from
+    a loopback address without proxy headers (HEALTH_DETAILS_LOOPBACK, on by default: the
+    operator on the host). Everyone else gets the names of the failing parts only.
+    """
+    token = settings.HEALTH_DETAILS_TOKEN
+    sent = request.headers.get("X-Health-Token", "")
+    if token and sent and hmac.compare_digest(sent.encode(), token.encode()):
+        return True
+    if not settings.HEALTH_DETAILS_LOOPBACK:
+        return False
+    meta = request.META
+    if any(meta.get(h) for h in _FORWARDING_HEADERS):
+        return False
+    try:
+        return ipaddress.ip_address(meta.get("REMOTE_ADDR", "")).is_loopback
+    except ValueError:
+        return False

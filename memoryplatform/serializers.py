@@ -6,8 +6,11 @@ for a 400 when a field has the wrong type.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
 
@@ -77,3 +80,38 @@ def query_int(value: str | None, *, name: str, default: int, minimum: int, maxim
             f"{name}: must be between {minimum} and {maximum}",
         )
     return number
+
+
+@dataclass(frozen=True)
+class QueryInt:
+    """An integer query parameter: its bounds are enforced (`parse`) and documented
+    (`parameter`, with minimum and maximum in the OpenAPI schema) from this one definition."""
+
+    name: str
+    default: int
+    minimum: int
+    maximum: int
+    description: str = ""
+
+    def parse(self, params: Mapping[str, Any]) -> int:
+        return query_int(
+            params.get(self.name),
+            name=self.name,
+            default=self.default,
+            minimum=self.minimum,
+            maximum=self.maximum,
+        )
+
+    @property
+    def parameter(self) -> OpenApiParameter:
+        bounds = f"{self.minimum}..{self.maximum} ({self.default})"
+        return OpenApiParameter(
+            self.name,
+            {
+                "type": "integer",
+                "minimum": self.minimum,
+                "maximum": self.maximum,
+                "default": self.default,
+            },
+            description=f"{self.description}; {bounds}" if self.description else bounds,
+        )

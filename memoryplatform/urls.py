@@ -121,8 +121,13 @@ urlpatterns = [
         graph_apis.ExtractGraphApi.as_view(run_job=lifecycle_pipeline.run),
         name="lifecycle-extract-graph",
     ),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # Public, or staff only (404 for anyone else), by API_DOCS_PUBLIC (docs/security.md).
+    path("api/schema/", views.api_docs_gate(SpectacularAPIView.as_view()), name="schema"),
+    path(
+        "api/docs/",
+        views.api_docs_gate(SpectacularSwaggerView.as_view(url_name="schema")),
+        name="swagger-ui",
+    ),
     path("admin", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
     path("review/", include("console.urls")),

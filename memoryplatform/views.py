@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -14,15 +19,16 @@ from rest_framework.views import APIView
 from tenants.apis import principal_of
 
 from . import api, health, stats
+from .openapi import api_operation
 
 
 class HealthApi(APIView):
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
 
-    @extend_schema(
-        auth=[],
-        responses=inline_serializer("Health", {"status": serializers.CharField()}),
+    @api_operation(
+        public=True,
+        response=inline_serializer("Health", {"status": serializers.CharField()}),
         summary="Liveness (no authentication)",
     )
     def get(self, request: Request) -> Response:
@@ -33,9 +39,10 @@ class ReadyApi(APIView):
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
 
-    @extend_schema(
-        auth=[],
-        responses=inline_serializer(
+    @api_operation(
+        public=True,
+        errors=(503,),
+        response=inline_serializer(
             "Ready", {"status": serializers.CharField(), "checks": serializers.DictField()}
         ),
         summary="Readiness: database, Redis, broker, embedding model (no authentication)",
@@ -43,16 +50,24 @@ class ReadyApi(APIView):
     def get(self, request: Request) -> Response:
         checks = health.readiness()
         failed = sorted(name for name, check in checks.items() if not check.ok)
+        # Error texts and versions only for operators (health.may_see_details); anyone else
+        # learns which parts fail, not how.
+        detailed = health.may_see_details(request)
         body = {
             "status": "ok" if not failed else "unavailable",
-            "checks": {name: {"ok": c.ok, "detail": c.detail} for name, c in checks.items()},
+            "checks": {
+                name: {"ok": c.ok, "detail": c.detail} if detailed else {"ok": c.ok}
+                for name, c in checks.items()
+            },
         }
         if failed:
             payload = {
                 "ok": False,
                 "error": f"not ready: {', '.join(failed)} failing",
                 "code": "SERVICE_UNAVAILABLE",
-                "details": {name: [checks[name].detail] for name in failed},
+                "details": {
+                    name: [checks[name].detail if detailed else "failing"] for name in failed
+                },
                 "data": body,
             }
             response = Response(payload, status=503)
@@ -62,15 +77,25 @@ class ReadyApi(APIView):
 
 
 class StatsApi(APIView):
-    @extend_schema(
-        responses=inline_serializer(
+    @api_operation(
+        response=inline_serializer(
             "Stats",
             {
                 "personal_memories": serializers.IntegerField(),
                 "team_memories": serializers.IntegerField(),
                 "agents": serializers.IntegerField(),
+                "working_memories": serializers.IntegerField(
+                    allow_null=True, help_text="null when the working store is down"
+                ),
+                "scenarios": serializers.IntegerField(),
+                "personas": serializers.IntegerField(),
+                "entities": serializers.IntegerField(),
+                "relations": serializers.IntegerField(),
                 "redis_ok": serializers.BooleanField(),
                 "embedding_ok": serializers.BooleanField(),
+                "working_memory_backend": serializers.ChoiceField(choices=["redis", "database"]),
+                "embedding_model": serializers.CharField(),
+                "llm": serializers.CharField(),
             },
         ),
         summary="Counts for the key's team and the health of its dependencies",
@@ -82,3 +107,19 @@ class StatsApi(APIView):
 @csrf_exempt
 def not_found(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
     return api.handler404(request)
+
+
+def api_docs_gate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """`/api/schema/` and `/api/docs/` for everyone, or (API_DOCS_PUBLIC=False, the production
+    default) only for staff logged into the admin: anyone else gets the API's 404, as if there
+    were no such page, so the map of the API is not handed to strangers."""
+
+    @wraps(view)
+    def gated(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not settings.API_DOCS_PUBLIC:
+            user = getattr(request, "user", None)
+            if user is None or not (user.is_active and user.is_staff):
+                return api.handler404(request)
+        return view(request, *args, **kwargs)
+
+    return gated

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.validators import RegexValidator
-from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from memoryplatform.errors import Forbidden
+from memoryplatform.openapi import api_operation
 from memoryplatform.serializers import JSONObjectField, StrictCharField
 
 from . import selectors, services
@@ -68,10 +68,12 @@ class TeamUpsertApi(APIView):
 
     InputSerializer = TeamUpsertInputSerializer
 
-    @extend_schema(
+    @api_operation(
         request=InputSerializer,
-        responses=TeamOutputSerializer,
-        summary="Create or update the key's team",
+        response=TeamOutputSerializer,
+        statuses=(201, 200),
+        errors=(403,),
+        summary="Create (201) or update (200) the key's team",
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
@@ -89,12 +91,12 @@ class TeamUpsertApi(APIView):
 
 
 class TeamDetailApi(APIView):
-    @extend_schema(responses=TeamOutputSerializer, summary="Get the key's team")
+    @api_operation(response=TeamOutputSerializer, errors=(403,), summary="Get the key's team")
     def get(self, request: Request, team_id: str) -> Response:
         team = selectors.team_check_same(team=principal_of(request).team, team_id=team_id)
         return Response(team_data(team))
 
-    @extend_schema(responses={200: None}, summary="Delete the key's team and all its data")
+    @api_operation(errors=(403,), summary="Delete the key's team and all its data")
     def delete(self, request: Request, team_id: str) -> Response:
         principal = principal_of(request)
         team = selectors.team_check_same(team=principal.team, team_id=team_id)
@@ -114,10 +116,12 @@ class AgentUpsertApi(APIView):
 
     InputSerializer = AgentUpsertInputSerializer
 
-    @extend_schema(
+    @api_operation(
         request=InputSerializer,
-        responses=AgentOutputSerializer,
-        summary="Create or update an agent",
+        response=AgentOutputSerializer,
+        statuses=(201, 200),
+        errors=(403,),
+        summary="Create (201) or update (200) an agent",
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
@@ -137,20 +141,25 @@ class AgentUpsertApi(APIView):
 
 
 class AgentListApi(APIView):
-    @extend_schema(responses=AgentOutputSerializer(many=True), summary="List the team's agents")
+    @api_operation(
+        response=AgentOutputSerializer(many=True),
+        errors=(403,),
+        summary="List the team's agents",
+        operation_id="agents_list",
+    )
     def get(self, request: Request, team_id: str) -> Response:
         team = selectors.team_check_same(team=principal_of(request).team, team_id=team_id)
         return Response([agent_data(a) for a in selectors.agent_list(team=team)])
 
 
 class AgentDetailApi(APIView):
-    @extend_schema(responses=AgentOutputSerializer, summary="Get an agent")
+    @api_operation(response=AgentOutputSerializer, errors=(403, 404), summary="Get an agent")
     def get(self, request: Request, team_id: str, agent_id: str) -> Response:
         team = selectors.team_check_same(team=principal_of(request).team, team_id=team_id)
         return Response(agent_data(selectors.agent_get(team=team, agent_id=agent_id)))
 
-    @extend_schema(
-        responses={200: None}, summary="Delete an agent and its personal and working memories"
+    @api_operation(
+        errors=(403, 404), summary="Delete an agent and its personal and working memories"
     )
     def delete(self, request: Request, team_id: str, agent_id: str) -> Response:
         principal = principal_of(request)

@@ -5,8 +5,10 @@ v1 (default, what seed clients send): the signature is
 DELETE (and empty bodies) sign the timestamp alone.
 
 v2 (opt-in with `X-Signature-Version: 2` and `X-Nonce`): the signed bytes are
-`"v2\\n{timestamp}\\n{nonce}\\n{METHOD}\\n{path?query}\\n".encode() + raw_body`; a nonce is accepted
-once per key within the skew window. A team may require v2.
+`"v2\\n{timestamp}\\n{nonce}\\n{METHOD}\\n{path?query}\\n".encode() + raw_body` (the body of any
+method, DELETE included); a nonce is accepted
+once per key within the skew window. A team may require v2; teams created under
+NEW_TEAMS_REQUIRE_SIGNATURE_V2 (on in production) do.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import re
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 from django.conf import settings
 from django.core.cache import cache
+from django.http import HttpRequest
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
@@ -68,12 +72,41 @@ def signed_message(
     nonce: str = "",
     full_path: str = "",
 ) -> bytes:
-    if method.upper() not in _BODY_SIGNED_METHODS:
-        body = b""
+    if version == 1 and method.upper() not in _BODY_SIGNED_METHODS:
+        body = b""  # v1 (the seed's contract): GET and DELETE sign the timestamp alone
     if version == 2:
+        # v2 covers whatever body is sent, whatever the method (a DELETE may carry one).
         head = f"v2\n{timestamp}\n{nonce}\n{method.upper()}\n{full_path}\n".encode()
         return head + body
     return timestamp.encode() + body
+
+
+def signed_paths(request: HttpRequest) -> list[str]:
+    """The `path?query` a v2 signature may cover: the request target exactly as the client sent
+    it, Django's `get_full_path()`, and the path with every byte but `/` and the unreserved ones
+    percent-encoded (what `quote(segment, safe="")` clients such as the SDK send).
+
+    Django decodes the path and re-encodes it its own way (`/a%40b` becomes `/a@b`), so a client
+    that signs what it sends would be refused for any id with such characters. gunicorn passes
+    the raw target as `RAW_URI` (uWSGI and others as `REQUEST_URI`); runserver and the test
+    client pass none, which leaves the two rebuilt forms. All name the same resource, so
+    accepting any of them lets no signature reach another one.
+    """
+    paths: list[str] = []
+    raw = request.META.get("RAW_URI") or request.META.get("REQUEST_URI") or ""
+    if raw and not raw.startswith("/"):
+        # An absolute-form target (`http://host/path?query`) as proxies may send.
+        parts = urlsplit(raw)
+        raw = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    query = request.META.get("QUERY_STRING", "")
+    for path in (
+        raw if raw.startswith("/") else "",
+        request.get_full_path(),
+        quote(request.path, safe="/") + (f"?{query}" if query else ""),
+    ):
+        if path and path not in paths:
+            paths.append(path)
+    return paths
 
 
 def _fail(code: str, message: str) -> DomainError:
@@ -130,15 +163,20 @@ class HmacAuthentication(BaseAuthentication):
                 )
 
         # The exact bytes received: never re-serialised (clients differ in ensure_ascii etc.).
-        body = request._request.body if request.method in _BODY_SIGNED_METHODS else b""
-        message = signed_message(
-            method=request.method or "GET",
-            timestamp=timestamp,
-            body=body,
-            version=version,
-            nonce=nonce,
-            full_path=request._request.get_full_path(),
+        body = (
+            request._request.body if version == 2 or request.method in _BODY_SIGNED_METHODS else b""
         )
+        messages = [
+            signed_message(
+                method=request.method or "GET",
+                timestamp=timestamp,
+                body=body,
+                version=version,
+                nonce=nonce,
+                full_path=full_path,
+            )
+            for full_path in (signed_paths(request._request) if version == 2 else [""])
+        ]
         provided = signature.strip().lower().encode("utf-8", "replace")
         try:
             candidates = api_key_secrets(api_key=api_key)
@@ -151,9 +189,10 @@ class HmacAuthentication(BaseAuthentication):
             raise _fail("INVALID_API_KEY", "unknown, revoked or expired API key") from None
         matched = False
         for secret in candidates:
-            expected = hmac.new(secret.encode(), message, hashlib.sha256).hexdigest().encode()
-            # Compare every candidate (no early exit) in constant time.
-            matched |= hmac.compare_digest(expected, provided)
+            for message in messages:
+                expected = hmac.new(secret.encode(), message, hashlib.sha256).hexdigest().encode()
+                # Compare every candidate (no early exit) in constant time.
+                matched |= hmac.compare_digest(expected, provided)
         if not matched:
             raise _fail("INVALID_SIGNATURE", "signature does not match")
 

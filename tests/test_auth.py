@@ -208,13 +208,12 @@ def test_no_secret_appears_in_logs(api, issued, caplog):
 
 class TestSignatureV2:
     @staticmethod
-    def _v2(api, method, path, body=None, nonce="n" * 20, ts=None, sign_path=None):
+    def _v2(api, method, path, body=None, nonce="n" * 20, ts=None, sign_path=None, sign_body=None):
         ts = str(int(time.time())) if ts is None else str(ts)
         raw = b"" if body is None else json.dumps(body).encode()
         head = f"v2\n{ts}\n{nonce}\n{method}\n{sign_path or path}\n".encode()
-        sig = hmac.new(
-            api.secret.encode(), head + (raw if method in ("POST", "PUT") else b""), hashlib.sha256
-        ).hexdigest()
+        signed = raw if sign_body is None else sign_body
+        sig = hmac.new(api.secret.encode(), head + signed, hashlib.sha256).hexdigest()
         return api.call(
             method,
             path,
@@ -238,6 +237,20 @@ class TestSignatureV2:
     def test_it_binds_the_path(self, api):
         r = self._v2(api, "GET", "/teams/team_a", sign_path="/stats")
         assert (r.status_code, error_code(r)) == (401, "INVALID_SIGNATURE")
+
+    def test_it_covers_the_body_of_a_delete(self, api):
+        mid = api.post(
+            "/memories/personal", {"agent_id": "a1", "content": "Deploys happen on Tuesdays"}
+        ).json()["data"]["id"]
+        api.post(f"/memories/personal/{mid}/share", {"agent_ids": ["a2"], "permission": "read"})
+        path = f"/memories/personal/{mid}/share"
+        body = {"agent_ids": ["a2"]}
+        # A body the signature does not cover (a v1-style empty body) is refused under v2 ...
+        r = self._v2(api, "DELETE", path, body=body, nonce="d" * 20, sign_body=b"")
+        assert (r.status_code, error_code(r)) == (401, "INVALID_SIGNATURE")
+        # ... and the signed one is accepted.
+        r = self._v2(api, "DELETE", path, body=body, nonce="e" * 20)
+        assert r.status_code == 200, r.content
 
     def test_a_team_can_require_v2(self, api, team):
         team.require_signature_v2 = True
