@@ -188,6 +188,7 @@ class BenchServer:
     """
 
     server: str = "gunicorn"  # gunicorn | runserver
+    workers: int = 1  # gunicorn sync workers
     database_url: str | None = None
     redis_url: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -259,7 +260,7 @@ class BenchServer:
                 str(Path(PYTHON).parent / "gunicorn"),
                 "memoryplatform.wsgi",
                 "-w",
-                "1",
+                str(self.workers),
                 "-b",
                 f"127.0.0.1:{port}",
                 "--timeout",
