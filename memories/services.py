@@ -82,7 +82,13 @@ def _find_duplicate(
     chash: str,
     vector: np.ndarray,
     threshold: float,
+    related: list[int],
 ) -> DedupHit | None:
+    """The memory that already says everything `content` says, or None.
+
+    Near memories (similarity >= threshold) that do not are appended to `related`: the new
+    memory is stored and linked to them (`metadata.related_to`) for the lifecycle to consolidate.
+    """
     same_scope = Memory.objects.filter(
         team=team, scope=scope, content_hash=chash, superseded_by__isnull=True
     )
@@ -98,6 +104,7 @@ def _find_duplicate(
         if reason is None:
             return DedupHit(old, score)
         logger.info("not a duplicate of memory %s (%s): written as a new memory", old.pk, reason)
+        related.append(old.pk)
     return None
 
 
@@ -128,12 +135,14 @@ def memory_create(
         # Outside the lock: creating the lock row and loading a cold index (seconds at 100k).
         locks.scope_lock_prepare(team_id=team.id, scope=scope, agent_id=agent_id)
         index.registry.warm(team_id=team.id, scope=scope, agent_id=agent_id, embedder=embedder)
+    metadata = dict(metadata or {})
     with transaction.atomic():
         if enable_dedup:
             # Check and insert under the scope's lock: a writer of the same content in another
             # process waits here and then finds this row (the database for exact duplicates, the
             # index synced from the change log for near ones) instead of inserting a second one.
             locks.scope_lock(team_id=team.id, scope=scope, agent_id=agent_id)
+            related: list[int] = []
             hit = _find_duplicate(
                 team=team,
                 scope=scope,
@@ -142,9 +151,17 @@ def memory_create(
                 chash=chash,
                 vector=vector,
                 threshold=dedup_threshold,
+                related=related,
             )
             if hit is not None:
                 return hit.memory, hit
+            if related:
+                # Near but not provably redundant: stored, and linked so that the lifecycle can
+                # consolidate later. A caller's own list of links is kept and extended.
+                given = metadata.get("related_to")
+                if given is None or isinstance(given, list):
+                    links = list(given or [])
+                    metadata["related_to"] = links + [pk for pk in related if pk not in links]
         memory = Memory.objects.create(
             team=team,
             scope=scope,
@@ -152,7 +169,7 @@ def memory_create(
             content=content,
             importance=importance,
             category=category or "general",
-            metadata=metadata or {},
+            metadata=metadata,
             embedding=to_bytes(vector),
             embedding_model=embedder.model_name,
             content_hash=chash,
