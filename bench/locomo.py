@@ -269,7 +269,12 @@ def main() -> int:
         base_url, api_key, secret = args.base_url, args.api_key, args.secret
         suffix = "-" + time.strftime("%Y%m%d%H%M%S")  # a fresh agent per run on a shared server
     else:
-        base_env = dict(kv.split("=", 1) for kv in args.server_env)
+        # Searches do not count as recall here (no score reaches 2): the touches of one question or
+        # mode would otherwise change the memory strength the next one is ranked with.
+        base_env = {
+            "SEARCH_TOUCH_MIN_SCORE": "2",
+            **dict(kv.split("=", 1) for kv in args.server_env),
+        }
         server = BenchServer(
             server=args.server, keep=args.keep, extra_env={**base_env, **variants[0][2]}
         )

@@ -97,6 +97,12 @@ class CleanupCandidateSerializer(MemoryOutputSerializer):
 class CleanupOutputSerializer(serializers.Serializer):
     cleaned = serializers.IntegerField(help_text="memories forgotten (0 on a dry run)")
     remaining = serializers.IntegerField(help_text="memories left in the cleaned scope")
+    trashed = serializers.ListField(
+        child=serializers.IntegerField(),
+        required=False,
+        help_text="not on a dry run: ids of the memories moved to the trash (GET /memories/trash;"
+        " restorable for TRASH_RETENTION_DAYS)",
+    )
     dry_run = serializers.BooleanField(required=False, help_text="dry runs only: true")
     would_clean = serializers.IntegerField(required=False, help_text="dry runs only")
     candidates = CleanupCandidateSerializer(
@@ -131,6 +137,9 @@ class AutoRunActionSerializer(serializers.Serializer):
     memory_ids = serializers.ListField(child=serializers.IntegerField(), required=False)
     # cleanup
     cleaned = serializers.IntegerField(required=False)
+    trashed = serializers.ListField(
+        child=serializers.IntegerField(), required=False, help_text="ids moved to the trash"
+    )
 
 
 class AutoRunOutputSerializer(serializers.Serializer):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.core.validators import RegexValidator
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,8 +27,8 @@ from tenants.apis import principal_of
 from tenants.models import AGENT_ID_RE
 from tenants.usage import KIND_SEARCH, KIND_WRITE, usage_record
 
-from . import search, selectors, services
-from .models import Memory, MemoryShare
+from . import purge, search, selectors, services
+from .models import Memory, MemoryShare, TrashedMemory
 from .selectors import DELETE, WRITE, memory_to_dict
 from .services import Actor
 from .working import get_working_store
@@ -279,10 +281,41 @@ def _update(request: Request, scope: str, memory_id: int) -> Response:
 
 def _delete(request: Request, scope: str, memory_id: int) -> Response:
     principal = principal_of(request)
+    skip_trash = _purge_param(request)
     memory = selectors.memory_get(team=principal.team, memory_id=memory_id, scope=scope)
     selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=DELETE)
-    services.memory_delete(memory=memory)
+    if skip_trash:
+        services.memory_delete(memory=memory)
+    else:
+        purge.memories_trash(
+            team=principal.team,
+            memories=[memory],
+            removed_by="api",
+            reason=f"deleted through the API by {Actor.for_key(principal.api_key).label}",
+        )
     return Response(None)
+
+
+PURGE_PARAM = OpenApiParameter(
+    "purge",
+    bool,
+    description="true: erase at once instead of moving the memory to the trash (default false)",
+)
+
+
+def _purge_param(request: Request) -> bool:
+    value = request.query_params.get("purge", "")
+    if value.lower() in ("", "false", "0"):
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    raise ValidationFailed({"purge": ["Must be true or false."]}, "purge: invalid")
+
+
+DELETE_DESCRIPTION = (
+    "The memory goes to the trash (`GET /memories/trash`), restorable with the same id for "
+    "TRASH_RETENTION_DAYS days; `?purge=true` erases it at once instead."
+)
 
 
 class PersonalCreateApi(APIView):
@@ -333,7 +366,12 @@ class PersonalDetailApi(APIView):
     def put(self, request: Request, memory_id: int) -> Response:
         return _update(request, Memory.SCOPE_PERSONAL, memory_id)
 
-    @api_operation(errors=(403, 404), summary="Delete a personal memory")
+    @api_operation(
+        parameters=[PURGE_PARAM],
+        errors=(403, 404),
+        summary="Delete a personal memory (to the trash; ?purge=true: at once)",
+        description=DELETE_DESCRIPTION,
+    )
     def delete(self, request: Request, memory_id: int) -> Response:
         return _delete(request, Memory.SCOPE_PERSONAL, memory_id)
 
@@ -431,9 +469,133 @@ class TeamDetailApi(APIView):
     def put(self, request: Request, memory_id: int) -> Response:
         return _update(request, Memory.SCOPE_TEAM, memory_id)
 
-    @api_operation(errors=(403, 404), summary="Delete a team memory")
+    @api_operation(
+        parameters=[PURGE_PARAM],
+        errors=(403, 404),
+        summary="Delete a team memory (to the trash; ?purge=true: at once)",
+        description=DELETE_DESCRIPTION,
+    )
     def delete(self, request: Request, memory_id: int) -> Response:
         return _delete(request, Memory.SCOPE_TEAM, memory_id)
+
+
+# --- trash ------------------------------------------------------------------------------------
+
+TRASH_PAGE = QueryInt("page", default=1, minimum=1, maximum=10**6)
+TRASH_PAGE_SIZE = QueryInt("page_size", default=20, minimum=1, maximum=100)
+
+
+class TrashedMemoryOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField(help_text="the memory's id, which a restore gives back")
+    team_id = serializers.CharField()
+    agent_id = serializers.CharField(allow_null=True)
+    scope = serializers.ChoiceField(choices=["personal", "team"])
+    content = serializers.CharField()
+    importance = serializers.FloatField()
+    category = serializers.CharField()
+    metadata = serializers.DictField()
+    pinned = serializers.BooleanField()
+    created_at = serializers.DateTimeField(allow_null=True)
+    removed_at = serializers.DateTimeField()
+    removed_by = serializers.ChoiceField(choices=list(TrashedMemory.REMOVED_BY))
+    reason = serializers.CharField()
+    expires_at = serializers.DateTimeField(help_text="erased for good at this time")
+
+
+class TrashPageSerializer(serializers.Serializer):
+    items = TrashedMemoryOutputSerializer(many=True)
+    total = serializers.IntegerField()
+    page = serializers.IntegerField()
+    page_size = serializers.IntegerField()
+
+
+def _trashed_to_dict(item: TrashedMemory) -> dict[str, Any]:
+    snap = item.snapshot or {}
+    created = snap.get("created_at")
+    return {
+        "id": item.memory_id,
+        "team_id": item.team_id,
+        "agent_id": item.agent_id or None,
+        "scope": item.scope,
+        "content": item.content,
+        "importance": snap.get("importance", 0.0),
+        "category": snap.get("category", ""),
+        "metadata": snap.get("metadata") or {},
+        "pinned": bool(snap.get("pinned", False)),
+        "created_at": selectors.iso(datetime.fromisoformat(created)) if created else None,
+        "removed_at": selectors.iso(item.purged_at),
+        "removed_by": item.removed_by,
+        "reason": item.reason,
+        "expires_at": selectors.iso(item.expires_at),
+    }
+
+
+class TrashListApi(APIView):
+    @api_operation(
+        parameters=[
+            OpenApiParameter("agent_id", str, description="only this agent's memories"),
+            TRASH_PAGE.parameter,
+            TRASH_PAGE_SIZE.parameter,
+        ],
+        response=TrashPageSerializer,
+        errors=(403,),
+        summary="Memories removed within TRASH_RETENTION_DAYS, newest first",
+        description="Every removal of a long-term memory lands here (DELETE without ?purge, "
+        "cleanup, auto-run, the console), with `removed_at`, `removed_by` and `reason`. An "
+        "agent-scoped key sees its own agent's personal memories and the team-scope ones. Team "
+        "and agent deletion are final and leave nothing here.",
+    )
+    def get(self, request: Request) -> Response:
+        principal = principal_of(request)
+        agent_id = request.query_params.get("agent_id", "")
+        if agent_id:
+            _check_agent_id(agent_id)
+            selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+        page = TRASH_PAGE.parse(request.query_params)
+        page_size = TRASH_PAGE_SIZE.parse(request.query_params)
+        qs = purge.trash_visible(
+            team=principal.team, acting_agent=principal.agent_id, agent_id=agent_id
+        ).defer("embedding", "revisions", "shares")
+        start = (page - 1) * page_size
+        return Response(
+            {
+                "items": [_trashed_to_dict(i) for i in qs[start : start + page_size]],
+                "total": qs.count(),
+                "page": page,
+                "page_size": page_size,
+            }
+        )
+
+
+class TrashDetailApi(APIView):
+    @api_operation(
+        errors=(404,),
+        summary="Erase a trashed memory now (an erasure request)",
+        description="Gone at once and for good: its content, embedding, shares, revisions and "
+        "saved graph links. Another team's id, or one past its retention, answers 404.",
+    )
+    def delete(self, request: Request, memory_id: int) -> Response:
+        principal = principal_of(request)
+        purge.trash_erase(team=principal.team, memory_id=memory_id, acting_agent=principal.agent_id)
+        return Response(None)
+
+
+class TrashRestoreApi(APIView):
+    @api_operation(
+        response=MemoryOutputSerializer,
+        errors=(404, 409),
+        summary="Put a trashed memory back (same id, content, embedding, shares, revisions)",
+        description="404 once its retention passed, or for an unknown / another team's id. 409 "
+        "`CONFLICT` when a live memory of its scope says the same (same content hash), its id "
+        "is taken, or its agent is gone.",
+    )
+    def post(self, request: Request, memory_id: int) -> Response:
+        principal = principal_of(request)
+        purge.trash_restore_one(
+            team=principal.team, memory_id=memory_id, acting_agent=principal.agent_id
+        )
+        memory = selectors.memory_get(team=principal.team, memory_id=memory_id)
+        return Response(memory_to_dict(memory))
 
 
 # --- working memory ---------------------------------------------------------------------------

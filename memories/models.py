@@ -199,15 +199,27 @@ class PurgeRun(models.Model):
 
 
 class TrashedMemory(models.Model):
-    """A purged memory, restorable until `expires_at` (then emptied by a beat job).
+    """A removed memory, restorable until `expires_at` (then emptied by a beat job).
 
+    Every removal of a long-term memory lands here (memories.purge.memories_trash): the API's
+    DELETE, cleanup (API, auto-run, beat, commands), the console's bulk delete and purge.
     `memory_id` is the id it had and gets back on restore. `snapshot` holds every column of the
     Memory row except the embedding (kept as bytes here), plus the ids of memories that pointed to
-    it; `shares` and `revisions` are its MemoryShare / MemoryRevision rows as dicts.
+    it; `shares` and `revisions` are its MemoryShare / MemoryRevision rows as dicts. `purged_at`
+    is when it was removed, `removed_by` which path removed it (REMOVED_BY), `reason` why.
     """
 
+    # Which path removed it. api: DELETE of the memory; cleanup: POST /lifecycle/cleanup; auto:
+    # the cleanup step of auto-run; beat: the scheduled cleanup; command: a management command;
+    # console: the review console's bulk delete; purge: the console's dry-run purge.
+    REMOVED_BY = ("api", "cleanup", "auto", "beat", "command", "console", "purge")
+
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    purge_run = models.ForeignKey(PurgeRun, on_delete=models.CASCADE, related_name="trashed")
+    # Only for a console purge (the run that recorded it); other removals have none.
+    purge_run = models.ForeignKey(
+        PurgeRun, on_delete=models.CASCADE, related_name="trashed", null=True, blank=True
+    )
+    removed_by = models.CharField(max_length=16, default="purge")
     memory_id = models.BigIntegerField()
     scope = models.CharField(max_length=8)
     agent_id = models.CharField(max_length=64, blank=True, default="")
@@ -225,7 +237,8 @@ class TrashedMemory(models.Model):
         indexes = [
             models.Index(fields=["team", "-purged_at"], name="trash_team"),
             models.Index(fields=["expires_at"], name="trash_expiry"),
+            models.Index(fields=["team", "memory_id"], name="trash_memory"),
         ]
 
     def __str__(self) -> str:
-        return f"trashed memory {self.memory_id} of {self.team_id} (run {self.purge_run_id})"
+        return f"trashed memory {self.memory_id} of {self.team_id} ({self.removed_by})"

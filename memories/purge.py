@@ -1,4 +1,9 @@
-"""Dry-run purge, its audit and the restorable trash (issue 6 item 4; docs/console/purge.md).
+"""Dry-run purge, its audit and the restorable trash (docs/console/purge.md).
+
+The trash holds every removed long-term memory, not only purged ones: `memories_trash` is the one
+way to remove one restorably (API DELETE, cleanup in all its triggers, the console's bulk delete
+and purge), recording `removed_by` and `reason`. Only `?purge=true`, an erasure from the trash,
+and team / agent deletion remove for good at once.
 
 Flow: `purge_preview` (a selector, changes nothing) lists what the criteria would remove and signs
 the exact set — every (memory id, state stamp) pair plus the criteria — into a token. The confirm
@@ -28,7 +33,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from memoryplatform.errors import DomainError
+from memoryplatform.errors import DomainError, NotFound
 from tenants.models import Agent, ApiKey, Team
 
 from . import index
@@ -319,6 +324,64 @@ def _related(
     return shares, revisions, promoted
 
 
+def memories_trash(
+    *,
+    team: Team,
+    memories: list[Memory],
+    removed_by: str,
+    reason: str,
+    reasons: dict[int, str] | None = None,
+    purge_run: PurgeRun | None = None,
+    now: datetime | None = None,
+) -> list[int]:
+    """Moves the team's `memories` to the trash (restorable for TRASH_RETENTION_DAYS) -> their ids.
+
+    The one way a long-term memory is removed without `purge` (API DELETE, cleanup, the console):
+    each is copied to a TrashedMemory with who removed it (`removed_by`, one of
+    TrashedMemory.REMOVED_BY) and why (`reasons[id]`, else `reason`), then deleted through
+    `memories_delete`, so every process's search index drops it. The rows are re-read under lock:
+    one deleted meanwhile by another request is skipped, never trashed twice.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        ids = [m.pk for m in memories if m.team_id == team.id]
+        rows = list(Memory.objects.select_for_update().filter(team=team, pk__in=ids).order_by("id"))
+        if not rows:
+            return []
+        live = [m.pk for m in rows]
+        expires = now + timedelta(days=settings.TRASH_RETENTION_DAYS)
+        shares, revisions, promoted = _related(live)
+        extensions = _extension_data(live)
+        reasons = reasons or {}
+        TrashedMemory.objects.bulk_create(
+            [
+                TrashedMemory(
+                    team=team,
+                    purge_run=purge_run,
+                    removed_by=removed_by,
+                    memory_id=m.pk,
+                    scope=m.scope,
+                    agent_id=m.agent_id,
+                    content=m.content,
+                    reason=reasons.get(m.pk, reason)[:300],
+                    snapshot={
+                        **_snapshot(m, promoted[m.pk]),
+                        "extensions": extensions.get(m.pk, {}),
+                    },
+                    embedding=m.embedding,
+                    shares=shares[m.pk],
+                    revisions=revisions[m.pk],
+                    purged_at=now,
+                    expires_at=expires,
+                )
+                for m in rows
+            ],
+            batch_size=500,
+        )
+        memories_delete(team=team, memory_ids=live)
+    return live
+
+
 def purge_confirm(
     *, team: Team, token: str, user: Any, now: datetime | None = None
 ) -> PurgeOutcome:
@@ -355,35 +418,16 @@ def purge_confirm(
                 count=len(items),
                 memory_ids=sorted(current),
             )
-            expires = now + timedelta(days=settings.TRASH_RETENTION_DAYS)
-            shares, revisions, promoted = _related(list(current))
-            extensions = _extension_data(list(current))
-            TrashedMemory.objects.bulk_create(
-                [
-                    TrashedMemory(
-                        team=team,
-                        purge_run=run,
-                        memory_id=i.memory.pk,
-                        scope=i.memory.scope,
-                        agent_id=i.memory.agent_id,
-                        content=i.memory.content,
-                        reason=i.reason[:300],
-                        snapshot={
-                            **_snapshot(i.memory, promoted[i.memory.pk]),
-                            "extensions": extensions.get(i.memory.pk, {}),
-                        },
-                        embedding=i.memory.embedding,
-                        shares=shares[i.memory.pk],
-                        revisions=revisions[i.memory.pk],
-                        purged_at=now,
-                        expires_at=expires,
-                    )
-                    for i in items
-                ],
-                batch_size=500,
+            trashed = memories_trash(
+                team=team,
+                memories=[i.memory for i in items],
+                removed_by="purge",
+                reason="",
+                reasons={i.memory.pk: i.reason for i in items},
+                purge_run=run,
+                now=now,
             )
-            deleted = memories_delete(team=team, memory_ids=list(current))
-            if deleted != len(current):  # rows are locked: only a bug gets here; roll back
+            if len(trashed) != len(current):  # rows are locked: only a bug gets here; roll back
                 raise DomainError("CONFLICT", "The set changed during the purge; nothing purged.")
             changed = False
     if changed:
@@ -440,6 +484,21 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
     ):
         result.problems.append(
             f"#{mid}: its agent {item.agent_id} no longer exists; left in the trash."
+        )
+        return
+    same = Memory.objects.filter(
+        team=team,
+        scope=item.scope,
+        content_hash=snap["content_hash"],
+        superseded_by__isnull=True,
+    )
+    if item.scope == Memory.SCOPE_PERSONAL:
+        same = same.filter(agent_id=item.agent_id)
+    duplicate = same.values_list("pk", flat=True).first()
+    if duplicate is not None:
+        # Restoring would write what the dedup of memory_create never lets in twice.
+        result.problems.append(
+            f"#{mid}: memory #{duplicate} says the same in this scope; left in the trash."
         )
         return
     team_ids = Memory.objects.filter(team=team)
@@ -540,6 +599,65 @@ def trash_restore(*, team: Team, items: list[TrashedMemory]) -> RestoreResult:
         with transaction.atomic():
             _restore_one(team, item, result)
     return result
+
+
+# --- trash through the API ------------------------------------------------------------------------
+
+
+def trash_visible(
+    *, team: Team, acting_agent: str | None, agent_id: str = "", now: datetime | None = None
+) -> QuerySet[TrashedMemory]:
+    """The team's trash still within its retention that the caller may see, newest first.
+
+    An agent-scoped key (`acting_agent`) sees its own personal memories and the team-scope ones
+    (every agent of the team may read, write and delete those); a team-wide key everything.
+    `agent_id` narrows to one agent (the owner of a personal memory, the author of a team one).
+    """
+    qs = TrashedMemory.objects.filter(team=team, expires_at__gt=now or timezone.now())
+    if acting_agent is not None:
+        qs = qs.filter(
+            Q(scope=Memory.SCOPE_TEAM) | Q(scope=Memory.SCOPE_PERSONAL, agent_id=acting_agent)
+        )
+    if agent_id:
+        qs = qs.filter(agent_id=agent_id)
+    return qs.order_by("-purged_at", "-id")
+
+
+def trash_item_get(
+    *, team: Team, memory_id: int, acting_agent: str | None, lock: bool = False
+) -> TrashedMemory:
+    """The visible trash item of this memory id; expired, unknown, another team's or (for an
+    agent key) another agent's personal one answer the same NotFound."""
+    if not 0 < memory_id < 2**63:
+        raise NotFound("trashed memory")
+    qs = trash_visible(team=team, acting_agent=acting_agent).filter(memory_id=memory_id)
+    if lock:
+        qs = qs.select_for_update()
+    item = qs.first()
+    if item is None:
+        raise NotFound("trashed memory")
+    return item
+
+
+def trash_restore_one(*, team: Team, memory_id: int, acting_agent: str | None) -> RestoreResult:
+    """Restores one trashed memory (API): NotFound when not visible, CONFLICT when it cannot be
+    put back (a live memory says the same, its id is taken, its agent is gone)."""
+    result = RestoreResult()
+    with transaction.atomic():
+        # Locked: two concurrent restores of one item wait for each other; the second finds none.
+        item = trash_item_get(team=team, memory_id=memory_id, acting_agent=acting_agent, lock=True)
+        _restore_one(team, item, result)
+    if result.problems:
+        raise DomainError("CONFLICT", result.problems[0])
+    return result
+
+
+def trash_erase(*, team: Team, memory_id: int, acting_agent: str | None) -> None:
+    """Erases a trashed memory now (an erasure request): its snapshot, embedding, shares,
+    revisions and saved graph links go; it left every search index when it was trashed."""
+    with transaction.atomic():
+        item = trash_item_get(team=team, memory_id=memory_id, acting_agent=acting_agent, lock=True)
+        TrashedMemory.objects.filter(team=team, memory_id=item.memory_id).delete()
 
 
 def trash_empty_expired(*, team: Team | None = None, now: datetime | None = None) -> int:

@@ -294,6 +294,7 @@ def memory_search(
     """Relevant memories of one scope (plus the team's and shared ones on request), best first.
 
     touch=False: a reviewer looking, not an agent recalling — access counts stay as they are.
+    touch=True touches only the results scoring at least max(min_score, SEARCH_TOUCH_MIN_SCORE).
     """
     filters = filters or {}
     if not query.strip():
@@ -367,7 +368,11 @@ def memory_search(
     )[:limit]
     results = _apply_budgets(ordered, max_chars_per_memory, max_total_chars)
     if touch:
-        services.memories_touch(memory_ids=[r["id"] for r in results])
+        # Recall is what the caller got back above the effective min_score: a min_score 0 search
+        # returns junk scoring 0.005, which must not look recalled and escape cleanup.
+        floor = max(min_score, settings.SEARCH_TOUCH_MIN_SCORE)
+        scores = {m.pk: score for m, score in ordered}
+        services.memories_touch(memory_ids=[r["id"] for r in results if scores[r["id"]] >= floor])
     return results
 
 

@@ -17,7 +17,7 @@ from tenants.services import agent_register
 from . import index, locks
 from .dedup import conflict_reason
 from .embeddings import embed_passages, get_embedder, to_bytes
-from .models import Memory, MemoryRevision, MemoryShare
+from .models import Memory, MemoryRevision, MemoryShare, TrashedMemory
 from .text import content_hash, tokens_for_storage
 
 logger = logging.getLogger(__name__)
@@ -308,13 +308,17 @@ def memory_unshare(*, memory: Memory, agent_ids: list[str] | None) -> int:
 
 
 def purge_agent(*, team: Team, agent_id: str) -> int:
-    """Deletes an agent's personal memories and the shares granted to it (agent deletion)."""
+    """Deletes an agent's personal memories and the shares granted to it (agent deletion).
+
+    Final: nothing goes to the trash, and what the agent's personal memories left there goes too.
+    """
     ids = list(
         Memory.objects.filter(
             team=team, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id
         ).values_list("pk", flat=True)
     )
     MemoryShare.objects.filter(team=team, agent_id=agent_id).delete()
+    TrashedMemory.objects.filter(team=team, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id).delete()
     return memories_delete(team=team, memory_ids=ids)
 
 
@@ -494,12 +498,21 @@ class BulkResult:
     skipped: int
 
 
-def memories_bulk_delete(*, team: Team, memory_ids: list[int]) -> BulkResult:
-    """Deletes the team's memories among `memory_ids`; pinned ones are protected and skipped."""
+def memories_bulk_delete(*, team: Team, memory_ids: list[int], actor: Actor) -> BulkResult:
+    """Moves the team's memories among `memory_ids` to the trash (console bulk delete); pinned
+    ones are protected and skipped."""
+    from .purge import memories_trash  # purge builds on this module
+
     rows = Memory.objects.filter(team=team, pk__in=memory_ids)
-    deletable = list(rows.filter(pinned=False).values_list("pk", flat=True))
+    deletable = list(rows.filter(pinned=False))
     skipped = rows.filter(pinned=True).count()
-    return BulkResult(done=memories_delete(team=team, memory_ids=deletable), skipped=skipped)
+    trashed = memories_trash(
+        team=team,
+        memories=deletable,
+        removed_by="console",
+        reason=f"bulk delete by {actor.label}",
+    )
+    return BulkResult(done=len(trashed), skipped=skipped)
 
 
 def memories_bulk_correct(

@@ -250,8 +250,34 @@ class MemoryClient:
     def update_memory(self, memory_id: int, **fields: Any) -> Any:
         return self.put(f"/memories/personal/{int(memory_id)}", fields)
 
-    def delete_memory(self, memory_id: int) -> Any:
-        return self.delete(f"/memories/personal/{int(memory_id)}")
+    def delete_memory(self, memory_id: int, purge: bool = False) -> Any:
+        """To the trash (restorable); purge=True erases it at once."""
+        return self.request(
+            "DELETE",
+            f"/memories/personal/{int(memory_id)}",
+            params={"purge": "true"} if purge else None,
+        )
+
+    def delete_team_memory(self, memory_id: int, purge: bool = False) -> Any:
+        return self.request(
+            "DELETE",
+            f"/memories/team/{int(memory_id)}",
+            params={"purge": "true"} if purge else None,
+        )
+
+    # --- trash: removed memories, restorable for TRASH_RETENTION_DAYS ----------------------------
+
+    def list_trash(self, agent_id: str | None = None, page: int = 1, page_size: int = 20) -> Any:
+        return self.get(
+            "/memories/trash", params={"agent_id": agent_id, "page": page, "page_size": page_size}
+        )
+
+    def restore_memory(self, memory_id: int) -> Any:
+        return self.post(f"/memories/trash/{int(memory_id)}/restore")
+
+    def erase_memory(self, memory_id: int) -> Any:
+        """Erases a trashed memory now (an erasure request)."""
+        return self.delete(f"/memories/trash/{int(memory_id)}")
 
     def write_team_memory(self, content: str, importance: float = 0.5, **extra: Any) -> Any:
         return self.post("/memories/team", {"content": content, "importance": importance, **extra})

@@ -60,6 +60,17 @@ urlpatterns = [
         memory_apis.TeamDetailApi.as_view(),
         name="team-memory-detail",
     ),
+    path("memories/trash", memory_apis.TrashListApi.as_view(), name="trash-list"),
+    path(
+        "memories/trash/<int:memory_id>",
+        memory_apis.TrashDetailApi.as_view(),
+        name="trash-detail",
+    ),
+    path(
+        "memories/trash/<int:memory_id>/restore",
+        memory_apis.TrashRestoreApi.as_view(),
+        name="trash-restore",
+    ),
     path("memories/working", memory_apis.WorkingCreateApi.as_view(), name="working-create"),
     path(
         "memories/working/<str:agent_id>",

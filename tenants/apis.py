@@ -96,7 +96,12 @@ class TeamDetailApi(APIView):
         team = selectors.team_check_same(team=principal_of(request).team, team_id=team_id)
         return Response(team_data(team))
 
-    @api_operation(errors=(403,), summary="Delete the key's team and all its data")
+    @api_operation(
+        errors=(403,),
+        summary="Delete the key's team and all its data",
+        description="Final: nothing goes to the memory trash and the team's trash is emptied; "
+        "it cannot be undone.",
+    )
     def delete(self, request: Request, team_id: str) -> Response:
         principal = principal_of(request)
         team = selectors.team_check_same(team=principal.team, team_id=team_id)
@@ -159,7 +164,10 @@ class AgentDetailApi(APIView):
         return Response(agent_data(selectors.agent_get(team=team, agent_id=agent_id)))
 
     @api_operation(
-        errors=(403, 404), summary="Delete an agent and its personal and working memories"
+        errors=(403, 404),
+        summary="Delete an agent and its personal and working memories",
+        description="Final: its personal memories skip the trash and those already in the trash "
+        "are erased; it cannot be undone. Team memories it wrote stay.",
     )
     def delete(self, request: Request, team_id: str, agent_id: str) -> Response:
         principal = principal_of(request)

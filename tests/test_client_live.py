@@ -108,6 +108,31 @@ def test_our_client_signs_v2(live_server, keys):
     assert client.get("/agents/team_a", params={"x": "1"})[0]["id"] == "a1"
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_our_client_trash_round_trip(live_server, keys, version):
+    client = MemoryClient(
+        keys["team_a"].key_id,
+        keys["team_a"].secret,
+        base_url=live_server.url,
+        signature_version=version,
+    )
+    kept = client.write_memory("a1", "the user drinks green tea")["id"]
+    gone = client.write_memory("a1", "a note to erase at once")["id"]
+    team_note = client.write_team_memory("the team meets on Mondays")["id"]
+    assert client.delete_memory(kept) is None
+    assert client.delete_memory(gone, purge=True) is None
+    assert client.delete_team_memory(team_note) is None
+    page = client.list_trash(agent_id="a1")
+    assert [i["id"] for i in page["items"]] == [kept] and page["items"][0]["removed_by"] == "api"
+    assert {i["id"] for i in client.list_trash()["items"]} == {kept, team_note}
+    assert client.restore_memory(kept)["content"] == "the user drinks green tea"
+    assert client.erase_memory(team_note) is None
+    with pytest.raises(MemoryAPIError) as exc:
+        client.restore_memory(team_note)
+    assert (exc.value.status, exc.value.code) == (404, "NOT_FOUND")
+    assert client.list_trash()["total"] == 0
+
+
 def test_the_client_module_imports_without_django(tmp_path):
     code = (
         "import sys, importlib.util\n"

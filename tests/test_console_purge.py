@@ -379,10 +379,15 @@ class TestTrash:
         assert Memory.objects.get(pk=promoted.pk).promoted_from_id == world["alice_old"].pk
         assert TrashedMemory.objects.count() == 0
 
-    def test_a_taken_id_or_a_deleted_agent_is_reported_not_failed(self, team, lead, world):
+    def test_a_taken_id_is_reported_not_failed_and_agent_deletion_empties_its_trash(
+        self, team, lead, world
+    ):
         self.purge_all(lead, team)
         bob_item = TrashedMemory.objects.get(memory_id=world["bob_old"].pk)
+        # Agent deletion is final: its personal memories already in the trash go with it (a new
+        # agent registered under the same id must never get them back).
         Agent.objects.get(team=team, agent_id="bob").delete()
+        assert not TrashedMemory.objects.filter(pk=bob_item.pk).exists()
         taken = TrashedMemory.objects.get(memory_id=world["alice_old"].pk)
         # Another memory now holds the id (e.g. created by a restore of a backup): never overwrite it.
         Memory.objects.create(
@@ -393,12 +398,10 @@ class TestTrash:
             content="other",
             content_hash="x",
         )
-        lead.post(url(team, f"trash/{bob_item.pk}/restore/"))
         lead.post(url(team, f"trash/{taken.pk}/restore/"))
         page = lead.get(url(team, "trash/")).content.decode()
-        assert "its agent bob no longer exists" in page
         assert "the id is taken" in page
-        assert TrashedMemory.objects.filter(pk__in=[bob_item.pk, taken.pk]).count() == 2
+        assert TrashedMemory.objects.filter(pk=taken.pk).count() == 1
         assert Memory.objects.get(pk=taken.memory_id).content == "other"
 
     def test_filters_by_run_and_agent(self, team, lead, world):

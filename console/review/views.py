@@ -136,10 +136,12 @@ def bulk(request: HttpRequest, team: Team) -> HttpResponse:
     # The services filter the ids by team: another team's id in the selection is never touched.
     ids, action, actor = d["ids"], d["action"], Actor.for_user(request.user)
     if action == "delete":
-        result = services.memories_bulk_delete(team=team, memory_ids=ids)
+        result = services.memories_bulk_delete(team=team, memory_ids=ids, actor=actor)
         text = f"Deleted {result.done} memories."
         if result.skipped:
             text += f" Skipped {result.skipped} pinned (protected) memories."
+        if result.done:
+            text += " They stay restorable in the trash."
     elif action in ("pin", "unpin"):
         result = services.memories_bulk_correct(
             team=team, memory_ids=ids, actor=actor, pinned=action == "pin"

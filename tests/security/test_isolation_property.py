@@ -86,6 +86,7 @@ class MemoryRecord:
     token: str
     shares: dict[str, str] = field(default_factory=dict)  # agent -> read | write
     deleted: bool = False
+    trashed: bool = False  # deleted, and restorable from the trash
 
 
 @dataclass
@@ -280,7 +281,45 @@ class Isolation(RuleBasedStateMachine):
             assert (r.status_code, r.json()["code"]) == (403, "FORBIDDEN")
             return
         assert r.status_code == 200, r.content
-        m.deleted = True
+        m.deleted = m.trashed = True
+
+    @rule(
+        actor=st.sampled_from(ACTORS),
+        action=st.sampled_from(["restore", "erase"]),
+        data=st.data(),
+    )
+    def trash(self, actor: str, action: str, data: st.DataObject) -> None:
+        """The trash lists, restores and erases only what the caller could delete; another
+        team's trashed memory answers exactly like a missing one."""
+        client = self.api(actor)
+        listed = client.get("/memories/trash?page_size=100").json()["data"]["items"]
+        agent = agent_of(actor)
+        for row in listed:
+            assert row["team_id"] == self.team_ids[team_of(actor)], row
+            m = self._by_id(row["id"])
+            assert m.team == team_of(actor) and m.trashed, (actor, row)
+            assert agent is None or m.scope == "team" or m.agent == agent, (actor, row)
+        m = self._pick_memory(data)
+        if m is None:
+            return
+        path = "/memories/trash/{}/restore" if action == "restore" else "/memories/trash/{}"
+        method = client.post if action == "restore" else client.delete
+        r = method(path.format(m.id))
+        if m.team != team_of(actor):
+            self._assert_same_as_missing(r, method(path.format(MISSING_MEMORY_ID)))
+            return
+        if not m.trashed or (agent is not None and m.scope == "personal" and m.agent != agent):
+            assert (r.status_code, r.json()["code"]) == (404, "NOT_FOUND"), r.content
+            return
+        if action == "restore" and r.status_code == 409:
+            # A live memory of its scope says the same (a copy written since): it stays trashed.
+            assert r.json()["code"] == "CONFLICT"
+            return
+        assert r.status_code == 200, r.content
+        m.trashed = False
+        if action == "restore":
+            assert r.json()["data"]["id"] == m.id
+            m.deleted = False
 
     @rule(
         actor=st.sampled_from(ACTORS),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from lifecycle.services import operations, pipeline
@@ -11,14 +12,19 @@ from tenants.models import Team
 
 
 class Command(BaseCommand):
-    help = "Show (or with --apply, delete) memories with importance < X not accessed for N days; pinned ones never."
+    help = (
+        "Show (or with --apply, move to the trash) memories with importance < X not accessed for "
+        "N days; pinned ones never."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--team", required=True)
         parser.add_argument("--max-age-days", type=int, required=True)
         parser.add_argument("--min-importance", type=float, required=True)
         parser.add_argument("--agent", default="")
-        parser.add_argument("--apply", action="store_true", help="really delete (default: dry run)")
+        parser.add_argument(
+            "--apply", action="store_true", help="really remove, to the trash (default: dry run)"
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         team = Team.objects.filter(id=opts["team"]).first()
@@ -47,4 +53,8 @@ class Command(BaseCommand):
             agent_id=opts["agent"],
             params={**params, "dry_run": False},
         )
-        self.stdout.write(f"deleted {result['cleaned']} memories; {result['remaining']} remain")
+        self.stdout.write(
+            f"deleted {result['cleaned']} memories; {result['remaining']} remain. They are in the "
+            f"trash, restorable for {settings.TRASH_RETENTION_DAYS} days "
+            "(GET /memories/trash, POST /memories/trash/<id>/restore)."
+        )
