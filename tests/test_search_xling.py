@@ -1,0 +1,200 @@
+"""Search across scripts: an English query for a Chinese memory and the reverse, under defaults.
+
+USE puts a question and its answer lower in raw cosine when they are written in different
+scripts, so the search curve alone cut such answers under the default min_score 0.3. The
+cross-script curves (memories.embeddings.DEFAULT_CROSS_CALIBRATIONS) give a cross-script pair
+the score its same-script twin gets: these tests hold that with sentences written for them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memories import embeddings, services
+from memories import search as search_service
+from memories.embeddings import Calibration, get_embedder
+from memories.models import Memory
+from memories.text import is_cjk
+
+from .test_memories_api import search, write
+
+pytestmark = pytest.mark.django_db
+
+# (query, memory in the other script, the same memory in the query's script)
+RELATED = [
+    (
+        "Is the user allergic to peanuts?",
+        "用户对花生过敏，点餐时要避开含花生的菜",
+        "The user is allergic to peanuts and avoids dishes with peanuts when ordering.",
+    ),
+    (
+        "What coffee does the user drink?",
+        "用户喜欢喝无糖的冰美式咖啡",
+        "The user likes unsweetened iced americano coffee.",
+    ),
+    (
+        "Where does the user live?",
+        "用户住在杭州西湖区，每天骑自行车上班",
+        "The user lives in Hangzhou's West Lake district and cycles to work every day.",
+    ),
+    (
+        "When is the weekly team meeting?",
+        "每周五下午三点开团队周会，讨论迭代进度",
+        "The team meeting is every Friday at 3 pm to discuss sprint progress.",
+    ),
+    (
+        "communication style preferences of the user",
+        "用户偏好简洁直接的回复，不喜欢冗长的解释",
+        "The user prefers concise, direct replies and dislikes long explanations.",
+    ),
+    (
+        "How long are server logs kept?",
+        "服务器的日志保留三十天，超过后自动归档到对象存储",
+        "Server logs are kept for thirty days and then archived to object storage.",
+    ),
+    ("用户对什么药物过敏？", "The user is allergic to penicillin.", "用户对青霉素过敏。"),
+    (
+        "用户养的猫叫什么名字？",
+        "The user's cat is named Miso and needs medication twice a day.",
+        "用户的猫叫味噌，每天需要吃两次药。",
+    ),
+    (
+        "用户开什么车？",
+        "The user drives a blue Tesla Model 3 bought in 2022.",
+        "用户开一辆 2022 年买的蓝色特斯拉 Model 3。",
+    ),
+    (
+        "用户每天早上做什么运动？",
+        "The user runs 5 km every morning before work.",
+        "用户每天早上上班前跑五公里。",
+    ),
+    (
+        "用户最喜欢的作家是谁？",
+        "The user's favourite author is Haruki Murakami.",
+        "用户最喜欢的作家是村上春树。",
+    ),
+    (
+        "数据库迁移用什么工具？",
+        "Database migrations are written with Alembic and reviewed by the DBA before release.",
+        "数据库迁移用 Alembic 编写，发布前由 DBA 审核。",
+    ),
+]
+
+
+@pytest.fixture
+def reset_embedder():
+    yield
+    embeddings._embedder = None
+    embeddings._embedder_key = None
+
+
+def _dense(query: str, memory: str) -> float:
+    """The calibrated dense score search gives `memory` for `query` (vector mode)."""
+    embedder = get_embedder()
+    raw = float(embedder.encode_query(query) @ embedder.encode_passages([memory])[0])
+    if is_cjk(query) != is_cjk(memory):
+        return float(embedder.cross_score(raw, query_cjk=is_cjk(query)))
+    return float(embedder.score(raw))
+
+
+def test_an_english_question_finds_the_chinese_memory_by_default(api):
+    write(api, "用户对花生过敏，点餐时要避开含花生的菜")
+    write(api, "每周五下午三点开团队周会，讨论迭代进度")
+    write(api, "服务器的日志保留三十天，超过后自动归档到对象存储")
+    for query, expected in (
+        ("Is the user allergic to peanuts?", "用户对花生过敏，点餐时要避开含花生的菜"),
+        ("When is the weekly team meeting?", "每周五下午三点开团队周会，讨论迭代进度"),
+        ("How long are server logs kept?", "服务器的日志保留三十天，超过后自动归档到对象存储"),
+    ):
+        found = [m["content"] for m in search(api, query, limit=5)]
+        assert found[:1] == [expected], (query, found)
+
+
+def test_a_chinese_question_finds_the_english_memory_by_default(api):
+    write(api, "The user runs 5 km every morning before work.")
+    write(api, "The user's cat is named Miso and needs medication twice a day.")
+    write(api, "Database migrations are written with Alembic and reviewed by the DBA.")
+    found = [m["content"] for m in search(api, "用户每天早上做什么运动？", limit=5)]
+    assert found[:1] == ["The user runs 5 km every morning before work."], found
+
+
+def test_a_shared_memory_in_the_other_script_is_found_by_default(team):
+    """Memories shared by another agent are scored from their rows: the same curve applies."""
+    memory, _ = services.memory_create(
+        team=team,
+        scope=Memory.SCOPE_PERSONAL,
+        agent_id="researcher",
+        content="The user runs 5 km every morning before work.",
+    )
+    services.memory_share(memory=memory, agent_ids=["coder"], permission="read")
+    found = search_service.memory_search(
+        team=team,
+        scope=Memory.SCOPE_PERSONAL,
+        agent_id="coder",
+        query="用户每天早上做什么运动？",
+        include_shared=True,
+        touch=False,
+    )
+    assert [m["id"] for m in found] == [memory.pk]
+    assert found[0]["score"] >= 0.3
+
+
+def test_an_unrelated_question_in_the_other_script_returns_nothing(api):
+    write(api, "用户对花生过敏，点餐时要避开含花生的菜")
+    write(api, "用户喜欢喝无糖的冰美式咖啡")
+    write(api, "The user's cat is named Miso and needs medication twice a day.")
+    write(api, "Database migrations are written with Alembic and reviewed by the DBA.")
+    assert search(api, "What is the deployment process for the frontend?") == []
+    assert search(api, "How often must passwords be rotated?") == []
+    assert search(api, "用户的女儿几岁了？") == []
+    assert search(api, "团队周会什么时候开？") == []
+
+
+def test_a_cross_script_pair_scores_what_its_same_script_twin_scores():
+    """min_score means the same across scripts: over pairs written both ways, the cross-script
+    scores match their twins' on average and about as many of them reach 0.3."""
+    cross = np.array([_dense(q, other) for q, other, _ in RELATED])
+    same = np.array([_dense(q, twin) for q, _, twin in RELATED])
+    assert abs(cross.mean() - same.mean()) < 0.05, (cross.round(2), same.round(2))
+    assert abs(int((cross >= 0.3).sum()) - int((same >= 0.3).sum())) <= 1
+    unrelated = [
+        ("What is the deployment process?", "用户对花生过敏，点餐时要避开含花生的菜"),
+        ("How often must passwords be rotated?", "用户喜欢喝无糖的冰美式咖啡"),
+        ("用户的女儿几岁了？", "The user is allergic to penicillin."),
+        ("团队周会什么时候开？", "The user's cat is named Miso and needs medication twice a day."),
+    ]
+    assert max(_dense(q, m) for q, m in unrelated) < 0.1
+
+
+def test_the_cross_script_curve_follows_the_settings(settings, reset_embedder):
+    raw = 0.42
+    default = get_embedder()
+    # An English query reaches "related" at a lower cosine than the search curve; a Chinese one
+    # lower still.
+    assert default.score(raw) < 0.3 <= default.cross_score(raw, query_cjk=False)
+    assert default.cross_score(raw, query_cjk=False) < default.cross_score(raw, query_cjk=True)
+    settings.EMBEDDING_CROSS_CALIBRATION = "0:0,0.5:0.5,1:1"
+    overridden = get_embedder()
+    assert overridden.cross_score(raw, query_cjk=False) == pytest.approx(0.42)
+    assert overridden.cross_score(raw, query_cjk=True) == pytest.approx(0.42)
+    # A custom search curve without a cross curve: cross-script pairs use the search curve.
+    settings.EMBEDDING_CROSS_CALIBRATION = ""
+    settings.EMBEDDING_CALIBRATION = "0:0,1:1"
+    plain = get_embedder()
+    assert plain.cross_score(raw, query_cjk=True) == pytest.approx(plain.score(raw))
+    assert isinstance(plain.calibration, Calibration)
+
+
+def test_the_cross_script_override_applies_to_any_backend(settings, reset_embedder):
+    from .fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as fake:
+        settings.EMBEDDING_BACKEND = "openai"
+        settings.EMBEDDING_MODEL = "fake-embed"
+        settings.EMBEDDING_API_BASE_URL = fake.base_url
+        embedder = get_embedder()
+        # No cross-script curve of its own: the search curve across scripts too.
+        assert embedder.cross_score(0.5, query_cjk=True) == pytest.approx(embedder.score(0.5))
+        settings.EMBEDDING_CROSS_CALIBRATION = "0:0,1:1"
+        assert get_embedder().cross_score(0.5, query_cjk=True) == pytest.approx(0.5)
