@@ -50,8 +50,8 @@ def _validate_content(value: str) -> str:
     return value
 
 
-class MemoryOutputSerializer(serializers.Serializer):
-    """Documentation of the memory object (rendered by selectors.memory_to_dict)."""
+class MemoryFieldsSerializer(serializers.Serializer):
+    """The fields a memory and its trash snapshot share."""
 
     id = serializers.IntegerField()
     team_id = serializers.CharField()
@@ -62,6 +62,11 @@ class MemoryOutputSerializer(serializers.Serializer):
     category = serializers.CharField()
     metadata = serializers.DictField()
     pinned = serializers.BooleanField()
+
+
+class MemoryOutputSerializer(MemoryFieldsSerializer):
+    """Documentation of the memory object (rendered by selectors.memory_to_dict)."""
+
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     last_accessed = serializers.DateTimeField(allow_null=True)
@@ -485,16 +490,8 @@ TRASH_PAGE = QueryInt("page", default=1, minimum=1, maximum=10**6)
 TRASH_PAGE_SIZE = QueryInt("page_size", default=20, minimum=1, maximum=100)
 
 
-class TrashedMemoryOutputSerializer(serializers.Serializer):
+class TrashedMemoryOutputSerializer(MemoryFieldsSerializer):
     id = serializers.IntegerField(help_text="the memory's id, which a restore gives back")
-    team_id = serializers.CharField()
-    agent_id = serializers.CharField(allow_null=True)
-    scope = serializers.ChoiceField(choices=["personal", "team"])
-    content = serializers.CharField()
-    importance = serializers.FloatField()
-    category = serializers.CharField()
-    metadata = serializers.DictField()
-    pinned = serializers.BooleanField()
     created_at = serializers.DateTimeField(allow_null=True)
     removed_at = serializers.DateTimeField()
     removed_by = serializers.ChoiceField(choices=list(TrashedMemory.REMOVED_BY))
