@@ -10,12 +10,13 @@ it; tests set LIFECYCLE_INLINE to run it synchronously.
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import connection
+from django.db import OperationalError, connection
 
 from memoryplatform.errors import DomainError
 
@@ -70,9 +71,22 @@ def reclaim_jobs_task() -> int:
     return len(jobs_reclaim_expired())
 
 
+# SQLite answers "table is locked" when another connection of the server process writes at the
+# same moment. Trying again is safe: the claim is conditional, so a job that a failed attempt
+# left queued is claimed now, and one it had already claimed is not run a second time.
+_ATTEMPTS = 5
+
+
 def _run_in_thread(job_id: int) -> None:
     try:
-        run_job_task.apply(args=[job_id])
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                run_job_task.apply(args=[job_id])
+                return
+            except OperationalError:
+                if attempt == _ATTEMPTS:
+                    raise
+                time.sleep(0.2 * attempt)
     except Exception:
         logger.exception("lifecycle job %s failed in the background", job_id)
     finally:

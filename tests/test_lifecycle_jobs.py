@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from io import StringIO
 
 import pytest
@@ -207,3 +208,28 @@ class TestCommands:
             stdout=out,
         )
         assert "deleted 1" in out.getvalue() and not Memory.objects.filter(pk=mid).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_background_claim_refused_by_a_busy_sqlite_is_tried_again(settings):
+    """Embedded mode: another connection writing when the job thread claims makes SQLite refuse
+    the claim ("locked"); the job must not stay queued for ever."""
+    from django.db import transaction
+
+    from lifecycle import tasks
+    from tests.factories import TeamFactory
+
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's lock refusal; MariaDB waits for the lock instead")
+    team = TeamFactory(id="team_busy", name="Busy")
+    job = JobRun.objects.create(
+        team=team, kind="cleanup", trigger="admin", params={"dry_run": True}
+    )
+    with transaction.atomic():
+        JobRun.objects.filter(pk=job.pk).update(params={"dry_run": True})  # holds the write lock
+        worker = threading.Thread(target=tasks._run_in_thread, args=[job.pk])
+        worker.start()
+        time.sleep(0.3)  # the thread's first claim meets the held lock
+    worker.join(timeout=30)
+    job.refresh_from_db()
+    assert job.status == JobRun.STATUS_SUCCEEDED, job.error
