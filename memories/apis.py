@@ -1,4 +1,4 @@
-"""Long-term, team and working memory endpoints (API.md §4). Thin: validate, call, render."""
+"""Long-term, team and working memory endpoints. Thin: validate, call, render."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from memoryplatform.serializers import (
 )
 from tenants.apis import principal_of
 from tenants.models import AGENT_ID_RE
-from tenants.usage import KIND_SEARCH, KIND_WRITE, usage_record
+from tenants.usage import KIND_WRITE, usage_record
 
 from . import purge, search, selectors, services
 from .models import Memory, MemoryShare, TrashedMemory
@@ -230,26 +230,32 @@ def _search(request: Request, scope: str, s: serializers.Serializer) -> Response
     agent_id = data.get("agent_id", "")
     if scope == Memory.SCOPE_PERSONAL:
         selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
-    results = search.memory_search(
-        team=principal.team,
-        scope=scope,
-        agent_id=agent_id,
-        query=data["query"],
-        limit=data["limit"],
-        min_score=data["min_score"],
-        max_chars_per_memory=data["max_chars_per_memory"],
-        max_total_chars=data["max_total_chars"],
-        mode=data["mode"],
-        filters=data["filters"],
-        include_shared=data.get("include_shared", False),
-        include_team=data.get("include_team", False),
+    hits = services.memory_recall(
+        query=search.SearchQuery(
+            team=principal.team,
+            scope=scope,
+            agent_id=agent_id,
+            text=data["query"],
+            limit=data["limit"],
+            min_score=data["min_score"],
+            max_chars_per_memory=data["max_chars_per_memory"],
+            max_total_chars=data["max_total_chars"],
+            mode=data["mode"],
+            filters=data["filters"],
+            include_shared=data.get("include_shared", False),
+            include_team=data.get("include_team", False),
+        ),
+        acting_agent=principal.agent_id,
+        include_entities=data["include_entities"],
     )
-    usage_record(team=principal.team, agent_id=principal.agent_id or agent_id, kind=KIND_SEARCH)
-    if data["include_entities"]:
-        search.attach_entities(
-            team=principal.team, results=results, acting_agent=principal.agent_id
-        )
-    return Response(results)
+    return Response([_hit_to_dict(hit) for hit in hits])
+
+
+def _hit_to_dict(hit: search.SearchHit) -> dict[str, Any]:
+    body = memory_to_dict(hit.memory, score=hit.score, content=hit.content)
+    if hit.entities is not None:
+        body["entities"] = hit.entities
+    return body
 
 
 def _recent(request: Request, scope: str, agent_id: str) -> Response:
@@ -258,9 +264,11 @@ def _recent(request: Request, scope: str, agent_id: str) -> Response:
         _check_agent_id(agent_id)
         selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
     limit = RECENT_LIMIT.parse(request.query_params)
-    return Response(
-        search.memory_recent(team=principal.team, scope=scope, agent_id=agent_id, limit=limit)
+    hits = services.memory_recall(
+        query=search.SearchQuery(team=principal.team, scope=scope, agent_id=agent_id, limit=limit),
+        count_usage=False,
     )
+    return Response([_hit_to_dict(hit) for hit in hits])
 
 
 def _check_agent_id(agent_id: str) -> None:

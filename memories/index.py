@@ -46,6 +46,9 @@ from .text import is_cjk, tokenize, tokens_from_storage
 
 logger = logging.getLogger(__name__)
 
+# How many removed ids a neighbour lookup skips before giving up (ScopeIndex._live_neighbour).
+NEIGHBOUR_WALK = 8
+
 
 def scope_key(team_id: str, scope: str, agent_id: str = "") -> str:
     # Team ids and agent ids never contain "|" (their validators), so keys cannot collide.
@@ -60,6 +63,7 @@ class Row:
     embedding_model: str
     superseded: bool
     search_tokens: str = ""
+    created: float = 0.0  # created_at as a Unix timestamp (neighbours: SEARCH_NEIGHBOUR_SECONDS)
 
 
 class _Postings:
@@ -220,6 +224,24 @@ class ScopeIndex:
         self.postings: list[_Postings] = []
         self.alive_count = 0
         self.alive_len = 0.0
+        # Conversation context (docs/search.md, "Neighbours"): memories of a scope written one
+        # after the other within SEARCH_NEIGHBOUR_SECONDS are neighbours. A slot's context is its
+        # previous neighbour's words (`ctx_postings`, parallel to `postings`), which the ranking's
+        # BM25 sees besides the memory's own; its own words are kept per slot (`terms`) to become
+        # the context of the next memory written.
+        self.created = np.empty(0, dtype=np.float64)
+        self.ctx_len = np.empty(0, dtype=np.float32)
+        self.ctx_postings: list[_Postings] = []
+        self.alive_ctx_len = 0.0
+        self.term_start = np.empty(0, dtype=np.int64)
+        self.term_count = np.empty(0, dtype=np.int32)
+        self.term_ids = np.empty(0, dtype=np.int32)
+        self.term_tfs = np.empty(0, dtype=np.int32)
+        self.terms_used = 0
+        # Ids of the scope in ascending order (neighbours); may hold dead ids, rebuilt when stale.
+        self.order = np.empty(0, dtype=np.int64)
+        self.order_n = 0
+        self.order_stale = False
         self.last_change_id = 0
         # Gap-safe sync (module docstring): ids <= change_floor are settled; ids above it that
         # were applied already are remembered so a re-read skips them; `change_marks` holds
@@ -242,7 +264,62 @@ class ScopeIndex:
         self.alive = alive
         self.doc_len = np.resize(self.doc_len, cap)
         self.cjk = np.resize(self.cjk, cap)
+        self.created = np.resize(self.created, cap)
+        self.ctx_len = np.resize(self.ctx_len, cap)
+        self.term_start = np.resize(self.term_start, cap)
+        self.term_count = np.resize(self.term_count, cap)
+        self.order = np.resize(self.order, cap)
         self.capacity = cap
+
+    def _keep_terms(self, slot: int, counts: dict[int, int]) -> None:
+        need = self.terms_used + len(counts)
+        if need > len(self.term_ids):
+            cap = max(256, int(len(self.term_ids) * 1.25), need)
+            self.term_ids = np.resize(self.term_ids, cap)
+            self.term_tfs = np.resize(self.term_tfs, cap)
+        start = self.terms_used
+        self.term_ids[start:need] = np.fromiter(counts.keys(), np.int32, len(counts))
+        self.term_tfs[start:need] = np.fromiter(counts.values(), np.int32, len(counts))
+        self.term_start[slot] = start
+        self.term_count[slot] = len(counts)
+        self.terms_used = need
+
+    def _ordered_ids(self) -> np.ndarray:
+        if self.order_stale:
+            live = self.ids[: self.n][self.alive[: self.n]]
+            self.order_n = len(live)
+            self.order[: self.order_n] = np.sort(live)
+            self.order_stale = False
+        return self.order[: self.order_n]
+
+    def _live_neighbour(self, order: np.ndarray, pos: int, step: int, created: float) -> int:
+        """Slot of the first live memory from order[pos] walking by `step`, -1 if none or too far
+        apart in time. Removed ids stay in `order` until the next reload (a removal must not cost a
+        re-sort); a few steps skip them, as a scope reloads once 30 % of its slots are dead."""
+        for _ in range(NEIGHBOUR_WALK):
+            if not 0 <= pos < len(order):
+                return -1
+            slot = self.slot_of.get(int(order[pos]))
+            if slot is not None:
+                if abs(created - self.created[slot]) > settings.SEARCH_NEIGHBOUR_SECONDS:
+                    return -1
+                return slot
+            pos += step
+        return -1
+
+    def neighbour_slots(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(previous, next) neighbour slot of each slot, -1 where none (docs/search.md)."""
+        order = self._ordered_ids()
+        prev = np.full(len(slots), -1, dtype=np.int64)
+        nxt = np.full(len(slots), -1, dtype=np.int64)
+        if len(slots) == 0:
+            return prev, nxt
+        pos = np.searchsorted(order, self.ids[slots])
+        for i, (slot, p) in enumerate(zip(slots.tolist(), pos.tolist(), strict=True)):
+            when = float(self.created[slot])
+            prev[i] = self._live_neighbour(order, p - 1, -1, when)
+            nxt[i] = self._live_neighbour(order, p + 1, 1, when)
+        return prev, nxt
 
     def _vector(self, row: Row) -> np.ndarray:
         if row.embedding and row.embedding_model == self.model_name:
@@ -280,15 +357,39 @@ class ScopeIndex:
             if tid is None:
                 tid = self.term_id[tok] = len(self.postings)
                 self.postings.append(_Postings())
+                self.ctx_postings.append(_Postings())
             counts[tid] = counts.get(tid, 0) + 1
         for tid, tf in counts.items():
             self.postings[tid].add(slot, tf)
+        self._keep_terms(slot, counts)
+        self.created[slot] = row.created
+        order = self._ordered_ids()
+        pos = int(np.searchsorted(order, row.id))
+        prev = self._live_neighbour(order, pos - 1, -1, row.created)
+        ctx_len = 0
+        if prev >= 0:
+            start, count = int(self.term_start[prev]), int(self.term_count[prev])
+            for tid, tf in zip(
+                self.term_ids[start : start + count].tolist(),
+                self.term_tfs[start : start + count].tolist(),
+                strict=True,
+            ):
+                self.ctx_postings[tid].add(slot, tf)
+                ctx_len += tf
+        self.ctx_len[slot] = ctx_len
+        if pos == len(order):
+            self.order[self.order_n] = row.id  # the usual case: the newest memory of the scope
+            self.order_n += 1
+        elif order[pos] != row.id:
+            self.order_stale = True  # an older id seen late (commits out of id order): re-sort
+        # else: an updated memory keeps its place; slot_of now points at its new slot
         self.doc_len[slot] = len(tokens)
         self.cjk[slot] = is_cjk(row.content)
         self.alive[slot] = True
         self.slot_of[row.id] = slot
         self.alive_count += 1
         self.alive_len += len(tokens)
+        self.alive_ctx_len += ctx_len
 
     def remove(self, memory_id: int) -> None:
         slot = self.slot_of.pop(memory_id, None)
@@ -297,6 +398,7 @@ class ScopeIndex:
         self.alive[slot] = False
         self.alive_count -= 1
         self.alive_len -= float(self.doc_len[slot])
+        self.alive_ctx_len -= float(self.ctx_len[slot])
         # Postings keep the dead slot (masked by `alive`) until the next compaction rebuild.
 
     @property
@@ -312,7 +414,15 @@ class ScopeIndex:
             + self.alive.nbytes
             + self.doc_len.nbytes
             + self.cjk.nbytes
+            + self.created.nbytes
+            + self.ctx_len.nbytes
+            + self.term_start.nbytes
+            + self.term_count.nbytes
+            + self.term_ids.nbytes
+            + self.term_tfs.nbytes
+            + self.order.nbytes
             + postings
+            + sum(p.nbytes for p in self.ctx_postings)
             + 120 * len(self.slot_of)
             + 100 * len(self.term_id)
         )
@@ -337,10 +447,25 @@ class ScopeIndex:
         would score: sum of the query terms' idf (a term unknown to this scope still counts, so a
         query about something never mentioned cannot look like a perfect match).
         """
+        own, _, reference = self.bm25_with_context(tokens, context=False)
+        return own, reference
+
+    def bm25_with_context(
+        self, tokens: Iterable[str], *, context: bool = True
+    ) -> tuple[np.ndarray, np.ndarray | None, float]:
+        """(own BM25, BM25 with context, reference) of every slot.
+
+        With context, a memory is the document "its own words twice + its previous neighbour's
+        words" (docs/search.md, "Neighbours"): an answer often sits in the turn after the one that
+        names the subject. That score is normalised to the own one's scale (an average-length
+        memory containing each query term once in its own words scores the reference).
+        """
         scores = np.zeros(self.n, dtype=np.float32)
+        combined = np.zeros(self.n, dtype=np.float32) if context else None
         k1, b = settings.SEARCH_BM25_K1, settings.SEARCH_BM25_B
         n_docs = max(self.alive_count, 1)
         avgdl = max(self.alive_len / n_docs, 1.0)
+        avg_combined = max((2 * self.alive_len + self.alive_ctx_len) / n_docs, 1.0)
         reference = 0.0
         for tok in dict.fromkeys(tokens):
             tid = self.term_id.get(tok)
@@ -353,8 +478,23 @@ class ScopeIndex:
             slots, tfs = p.slots[: p.n], p.tfs[: p.n]
             dl = self.doc_len[slots]
             scores[slots] += idf * tfs * (k1 + 1) / (tfs + k1 * (1 - b + b * dl / avgdl))
-        scores[~self.alive[: self.n]] = 0.0
-        return scores, reference
+            if combined is not None:
+                c = self.ctx_postings[tid]
+                tf = np.zeros(self.n, dtype=np.float32)
+                tf[slots] = 2 * tfs
+                tf[c.slots[: c.n]] += c.tfs[: c.n]
+                hit = np.flatnonzero(tf)
+                cdl = 2 * self.doc_len[hit] + self.ctx_len[hit]
+                combined[hit] += (
+                    idf * tf[hit] * (k1 + 1) / (tf[hit] + k1 * (1 - b + b * cdl / avg_combined))
+                )
+        dead = ~self.alive[: self.n]
+        scores[dead] = 0.0
+        if combined is not None:
+            combined[dead] = 0.0
+            # An average-length memory holding a term once in its own words (tf 2 here).
+            combined *= (2 + k1) / (2 * (k1 + 1))
+        return scores, combined, reference
 
 
 class IndexRegistry:
@@ -445,13 +585,13 @@ class IndexRegistry:
         if scope == Memory.SCOPE_PERSONAL:
             qs = qs.filter(agent_id=agent_id)
         rows = qs.order_by("id").values_list(
-            "id", "content", "embedding", "embedding_model", "search_tokens"
+            "id", "content", "embedding", "embedding_model", "search_tokens", "created_at"
         )
         with ix.lock:
             ix._grow(qs.count())
             batch: list[Row] = []
-            for mid, content, emb, model, stored in rows.iterator(chunk_size=2000):
-                batch.append(Row(mid, content, emb, model, False, stored))
+            for mid, content, emb, model, stored, created in rows.iterator(chunk_size=2000):
+                batch.append(Row(mid, content, emb, model, False, stored, created.timestamp()))
                 if len(batch) == 2000:
                     ix.upsert_many(batch)
                     batch = []
@@ -494,6 +634,7 @@ class IndexRegistry:
                     "embedding_model",
                     "superseded_by_id",
                     "search_tokens",
+                    "created_at",
                 )
             }
             if live_ids
@@ -506,7 +647,9 @@ class IndexRegistry:
                 if r is None:
                     ix.remove(mid)  # deleted (or gone since the change was logged)
                 else:
-                    upserts.append(Row(r[0], r[1], r[2], r[3], r[4] is not None, r[5]))
+                    upserts.append(
+                        Row(r[0], r[1], r[2], r[3], r[4] is not None, r[5], r[6].timestamp())
+                    )
             ix.upsert_many(upserts)
             ix.synced_at = now
 

@@ -13,7 +13,9 @@ What `score` means (docs/search.md):
   rest × lexical) and `max` are alternatives. `vector` / `keyword` modes use one part alone.
   `min_score` filters on it.
 
-Order: `score` × memory strength, where strength = 1 − λ + λ·R and R is an Ebbinghaus retention
+Order (hybrid): `rank` × memory strength, where `rank` is the fused score with conversation
+context — the BM25 also reads the previous neighbour's words, and a share of the better
+neighbour's rank is added (docs/search.md, "Neighbours"); `score` stays the memory's own. Strength = 1 − λ + λ·R and R is an Ebbinghaus retention
 exp(−idle_days / S) with stability S = SEARCH_DECAY_DAYS × (1 + importance) × (1 + ln(1 +
 access_count)): old, never-recalled, unimportant memories fade; every recall makes a memory
 stronger. λ = SEARCH_DECAY_WEIGHT (0.1) caps the effect, so a strong match is never buried.
@@ -22,10 +24,10 @@ stronger. λ = SEARCH_DECAY_WEIGHT (0.1) caps the effect, so a strong match is n
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from django.conf import settings
@@ -34,19 +36,53 @@ from django.utils import timezone
 
 from tenants.models import Team
 
-from . import index, selectors, services
+from . import index, selectors
 from .embeddings import embed_query, from_bytes, get_embedder
 from .models import Memory
-from .selectors import memory_to_dict
 from .text import is_cjk, tokenize
+
+SearchMode = Literal["hybrid", "vector", "keyword"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchQuery:
+    """One search: what the API's search body says, with the tenant made explicit.
+
+    An empty `text` asks for the most recent memories instead (no score)."""
+
+    team: Team
+    scope: str
+    agent_id: str = ""
+    text: str = ""
+    limit: int = 10
+    min_score: float = 0.3
+    max_chars_per_memory: int = 0
+    max_total_chars: int = 0
+    mode: SearchMode = "hybrid"
+    filters: Mapping[str, Any] = field(default_factory=dict)
+    include_shared: bool = False
+    include_team: bool = False
+
+
+@dataclass
+class SearchHit:
+    memory: Memory
+    score: float | None  # None for "most recent" results
+    content: str  # the memory's content after the character budgets
+    entities: list[dict[str, Any]] | None = None  # attached on request by memory_recall
 
 
 @dataclass
 class Candidate:
     memory_id: int
-    score: float
+    score: float  # what the memory itself matches: the `score` returned and min_score's subject
     dense: float
     lexical: float
+    rank: float = -1.0  # the order: score with conversation context (docs/search.md); -1 = score
+
+    def __post_init__(self) -> None:
+        if self.rank < 0:
+            self.rank = self.score
 
 
 # The graph app registers how to find the entities read from memories, so search can attach
@@ -61,46 +97,48 @@ def register_entities_provider(provider: EntitiesProvider) -> None:
     _entities_provider = provider
 
 
-def attach_entities(
-    *, team: Team, results: list[dict[str, Any]], acting_agent: str | None
-) -> list[dict[str, Any]]:
-    """Adds `entities` (graph entities read from each memory; [] if none) to search results."""
+def attach_entities(*, team: Team, hits: list[SearchHit], acting_agent: str | None) -> None:
+    """Sets `entities` (graph entities read from each memory; [] if none) on search hits."""
     found: dict[int, list[dict[str, Any]]] = {}
-    if _entities_provider is not None and results:
+    if _entities_provider is not None and hits:
         found = _entities_provider(
-            team=team, memory_ids=[r["id"] for r in results], acting_agent=acting_agent
+            team=team, memory_ids=[h.memory.pk for h in hits], acting_agent=acting_agent
         )
-    for r in results:
-        r["entities"] = found.get(r["id"], [])
-    return results
+    for hit in hits:
+        hit.entities = found.get(hit.memory.pk, [])
 
 
-def _filters_q(filters: dict[str, Any]) -> Q:
-    q = Q()
-    if "category" in filters:
-        q &= Q(category=filters["category"])
-    for key, value in (filters.get("metadata") or {}).items():
-        q &= Q(**{f"metadata__{key}": value})
-    if "created_after" in filters:
-        q &= Q(created_at__gte=filters["created_after"])
-    if "created_before" in filters:
-        q &= Q(created_at__lt=filters["created_before"])
-    return q
+def _weighted(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
+    return w * dense + (1.0 - w) * lexical
+
+
+def _noisy_or(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
+    return 1.0 - (1.0 - dense) * (1.0 - lexical)
+
+
+def _soft_or(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
+    # noisy-OR with the dense evidence discounted by the weight: lexical agreement ranks first, a
+    # purely semantic match still keeps w x its score.
+    return 1.0 - (1.0 - w * dense) * (1.0 - lexical)
+
+
+def _max(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
+    # A memory is as relevant as its best evidence: the blend, or a strong dense match alone.
+    return np.maximum(_weighted(dense, lexical, w), dense)
+
+
+Fusion = Callable[[np.ndarray, np.ndarray, float], np.ndarray]
+# SEARCH_FUSION names one of these (docs/search.md, "Hybrid score"); checked at startup.
+FUSIONS: dict[str, Fusion] = {
+    "noisy_or": _noisy_or,
+    "weighted": _weighted,
+    "soft_or": _soft_or,
+    "max": _max,
+}
 
 
 def fuse(dense: np.ndarray, lexical: np.ndarray, dense_weight: float) -> np.ndarray:
-    mode = settings.SEARCH_FUSION
-    weighted = dense_weight * dense + (1.0 - dense_weight) * lexical
-    if mode == "weighted":
-        return weighted
-    if mode == "noisy_or":
-        return 1.0 - (1.0 - dense) * (1.0 - lexical)
-    if mode == "soft_or":
-        # noisy-OR with the dense evidence discounted by the weight: lexical agreement ranks
-        # first, a purely semantic match still keeps dense_weight x its score.
-        return 1.0 - (1.0 - dense_weight * dense) * (1.0 - lexical)
-    # "max": a memory is as relevant as its best evidence: the blend, or a strong dense match alone
-    return np.maximum(weighted, dense)
+    return FUSIONS[settings.SEARCH_FUSION](dense, lexical, dense_weight)
 
 
 def _score_candidates(
@@ -112,13 +150,18 @@ def _score_candidates(
     mask: np.ndarray | None,
     dense_weight: float,
     query_cjk: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(slots, score, dense, lexical) of the scope's candidates: the dense top-k and the BM25
-    top-k (k = max(want, SEARCH_CANDIDATES)), each scored on both sides, then fused.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(slots, score, dense, lexical, rank) of the scope's candidates: the dense top-k and the
+    BM25 top-k (k = max(want, SEARCH_CANDIDATES)), each scored on both sides, then fused; plus
+    their conversation neighbours.
 
     A memory outside both lists is beaten on both sides by k others, so it cannot reach the
     first `want` of the fused order; scoring only the candidates keeps a 100k-memory scope
     to one quantised vector scan plus the postings of the query's words.
+
+    `score` is what the memory itself matches. `rank` orders: the same fusion, its BM25 also
+    reading the previous neighbour's words, plus SEARCH_NEIGHBOUR_WEIGHT x the better rank of its
+    two neighbours (docs/search.md, "Neighbours").
     """
     embedder = get_embedder()
     n = ix.n
@@ -126,19 +169,26 @@ def _score_candidates(
     k = max(want, settings.SEARCH_CANDIDATES)
     use_dense = mode != "keyword" and qvec is not None
     use_lexical = mode != "vector" and bool(qtokens)
+    neighbours = settings.SEARCH_NEIGHBOUR_SECONDS > 0 and mode == "hybrid"
     dense_slots = np.empty(0, dtype=np.int64)
     dense_raw = np.empty(0, dtype=np.float32)
     if use_dense:
         dense_slots, dense_raw = ix.dense_top(qvec, k, mask)  # type: ignore[arg-type]
     lexical_all: np.ndarray | None = None
+    context_all: np.ndarray | None = None
     lexical_slots = np.empty(0, dtype=np.int64)
     if use_lexical:
-        bm25, reference = ix.bm25_normalised(qtokens)
+        bm25, with_context, reference = ix.bm25_with_context(qtokens, context=neighbours)
         if reference > 0:
             lexical_all = np.where(live, np.minimum(bm25 / reference, 1.0), 0.0)
-            hits = np.flatnonzero(lexical_all > 0)
+            context_all = (
+                lexical_all
+                if with_context is None
+                else np.where(live, np.minimum(with_context / reference, 1.0), 0.0)
+            )
+            hits = np.flatnonzero(context_all > 0)
             if len(hits) > k:
-                hits = hits[np.argpartition(-lexical_all[hits], k - 1)[:k]]
+                hits = hits[np.argpartition(-context_all[hits], k - 1)[:k]]
             lexical_slots = hits.astype(np.int64)
     missing = np.setdiff1d(lexical_slots, dense_slots, assume_unique=True)
     slots = np.concatenate([dense_slots, missing])
@@ -150,6 +200,23 @@ def _score_candidates(
             else np.zeros(len(missing), np.float32),
         ]
     )
+    if neighbours and len(slots):
+        prev, nxt = ix.neighbour_slots(slots)
+        near = np.concatenate([prev, nxt])
+        near = near[near >= 0]
+        if mask is not None:
+            near = near[mask[near]]
+        extra = np.setdiff1d(near, slots)
+        if len(extra):
+            slots = np.concatenate([slots, extra])
+            raw = np.concatenate(
+                [
+                    raw,
+                    ix.dense_at(qvec, extra)
+                    if qvec is not None and use_dense
+                    else np.zeros(len(extra), np.float32),
+                ]
+            )
     # Cross-script (a Chinese memory for an English query or the reverse): the backend's
     # cross-script curve, so such a pair scores what it would written in one script.
     other_script = ix.cjk[slots] != query_cjk
@@ -162,22 +229,37 @@ def _score_candidates(
         if use_dense
         else np.zeros(len(slots), dtype=np.float32)
     )
-    lexical = (
-        lexical_all[slots].astype(np.float32)
+    lexical, context = (
+        (lexical_all[slots].astype(np.float32), context_all[slots].astype(np.float32))  # type: ignore[index]
         if lexical_all is not None
-        else np.zeros(len(slots), dtype=np.float32)
+        else (np.zeros(len(slots), dtype=np.float32),) * 2
     )
     if mode == "vector":
-        score = dense
-    elif mode == "keyword":
-        score = lexical
-    else:
-        score = fuse(dense, lexical, dense_weight)
-        if use_dense:
-            # Cross-script: BM25 cannot see the memory, so the embedding's full score stands
-            # instead of its discounted share.
-            score = np.where(other_script, np.maximum(score, dense), score)
-    return slots, score, dense, lexical
+        return slots, dense, dense, lexical, dense
+    if mode == "keyword":
+        return slots, lexical, dense, lexical, lexical
+    score = fuse(dense, lexical, dense_weight)
+    rank = fuse(dense, context, dense_weight)
+    if use_dense:
+        # Cross-script: BM25 cannot see the memory, so the embedding's full score stands
+        # instead of its discounted share.
+        score = np.where(other_script, np.maximum(score, dense), score)
+        rank = np.where(other_script, np.maximum(rank, dense), rank)
+    if neighbours and len(slots):
+        rank = _with_neighbours(ix, slots, rank)
+    return slots, score, dense, lexical, rank
+
+
+def _with_neighbours(ix: index.ScopeIndex, slots: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """rank + SEARCH_NEIGHBOUR_WEIGHT x the better rank of the slot's two neighbours (a neighbour
+    outside the candidates counts 0)."""
+    prev, nxt = ix.neighbour_slots(slots)
+    position = {int(s): i for i, s in enumerate(slots.tolist())}
+    padded = np.append(rank, 0.0)  # index -1 (no neighbour, or not a candidate) reads 0
+    pi = np.fromiter((position.get(int(s), -1) for s in prev), np.int64, len(prev))
+    ni = np.fromiter((position.get(int(s), -1) for s in nxt), np.int64, len(nxt))
+    best = np.maximum(padded[pi], padded[ni])
+    return (rank + settings.SEARCH_NEIGHBOUR_WEIGHT * best).astype(np.float32)
 
 
 def _top_candidates(
@@ -196,13 +278,20 @@ def _top_candidates(
         mask = None
         if allowed is not None:
             mask = np.isin(ix.ids[: ix.n], np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
-        slots, score, dense, lexical = _score_candidates(
+        slots, score, dense, lexical, rank = _score_candidates(
             ix, qvec, qtokens, mode, want, mask, dense_weight, query_cjk
         )
-        order = np.argsort(-score, kind="stable")[:want]
+        order = np.argsort(-rank, kind="stable")[:want]
         return [
-            Candidate(int(ix.ids[slots[i]]), float(score[i]), float(dense[i]), float(lexical[i]))
+            Candidate(
+                int(ix.ids[slots[i]]),
+                float(score[i]),
+                float(dense[i]),
+                float(lexical[i]),
+                float(rank[i]),
+            )
             for i in order
+            # Context orders, it never makes a result: a memory needs evidence of its own.
             if score[i] > 0.0
         ]
 
@@ -214,7 +303,7 @@ def _shared_candidates(
     qtokens: tuple[str, ...],
     mode: str,
     dense_weight: float,
-    filters: dict[str, Any],
+    filters: Mapping[str, Any],
     query_cjk: bool = False,
 ) -> list[Candidate]:
     """Memories other agents shared with this one: few, so scored directly from their rows."""
@@ -223,7 +312,7 @@ def _shared_candidates(
         return []
     embedder = get_embedder()
     rows = Memory.objects.filter(
-        Q(team=team, pk__in=ids, superseded_by__isnull=True) & _filters_q(filters)
+        Q(team=team, pk__in=ids, superseded_by__isnull=True) & selectors.memory_filters_q(filters)
     )
     out = []
     qset = set(qtokens)
@@ -271,9 +360,9 @@ def strength(memory: Memory, now: datetime) -> float:
 
 
 def _apply_budgets(
-    items: list[tuple[Memory, float]], max_chars_per_memory: int, max_total_chars: int
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+    items: list[tuple[Memory, float | None]], max_chars_per_memory: int, max_total_chars: int
+) -> list[SearchHit]:
+    out: list[SearchHit] = []
     total = 0
     for memory, score in items:
         content = memory.content
@@ -282,50 +371,28 @@ def _apply_budgets(
         if max_total_chars and total + len(content) > max_total_chars:
             break
         total += len(content)
-        out.append(memory_to_dict(memory, score=score, content=content))
+        out.append(SearchHit(memory=memory, score=score, content=content))
     return out
 
 
-def memory_search(
-    *,
-    team: Team,
-    scope: str,
-    agent_id: str,
-    query: str,
-    limit: int = 10,
-    min_score: float = 0.3,
-    max_chars_per_memory: int = 0,
-    max_total_chars: int = 0,
-    mode: str = "hybrid",
-    filters: dict[str, Any] | None = None,
-    include_shared: bool = False,
-    include_team: bool = False,
-    touch: bool = True,
-) -> list[dict[str, Any]]:
+def memory_search(query: SearchQuery) -> list[SearchHit]:
     """Relevant memories of one scope (plus the team's and shared ones on request), best first.
 
-    touch=False: a reviewer looking, not an agent recalling — access counts stay as they are.
-    touch=True touches only the results scoring at least max(min_score, SEARCH_TOUCH_MIN_SCORE).
+    Reads only: recall bookkeeping, usage counting and graph entities are the caller's
+    (services.memory_recall for an agent; the review console only reads).
     """
-    filters = filters or {}
-    if not query.strip():
-        return memory_recent(
-            team=team,
-            scope=scope,
-            agent_id=agent_id,
-            limit=limit,
-            filters=filters,
-            max_chars_per_memory=max_chars_per_memory,
-            max_total_chars=max_total_chars,
-        )
+    if not query.text.strip():
+        return _recent(query)
+    team, scope, agent_id, mode = query.team, query.scope, query.agent_id, query.mode
+    filters = query.filters
     embedder = get_embedder()
-    qvec = embed_query(query) if mode != "keyword" else None
-    qtokens = tokenize(query)
-    query_cjk = is_cjk(query)
+    qvec = embed_query(query.text) if mode != "keyword" else None
+    qtokens = tokenize(query.text)
+    query_cjk = is_cjk(query.text)
     dense_weight = settings.SEARCH_DENSE_WEIGHT
-    want = max(limit * 3, 30)
+    want = max(query.limit * 3, 30)
     scopes = [(scope, agent_id if scope == Memory.SCOPE_PERSONAL else "")]
-    if include_team and scope == Memory.SCOPE_PERSONAL:
+    if query.include_team and scope == Memory.SCOPE_PERSONAL:
         scopes.append((Memory.SCOPE_TEAM, ""))
     candidates: list[Candidate] = []
     for sc, ag in scopes:
@@ -334,26 +401,28 @@ def memory_search(
             base = Memory.objects.filter(team=team, scope=sc, superseded_by__isnull=True)
             if sc == Memory.SCOPE_PERSONAL:
                 base = base.filter(agent_id=ag)
-            allowed = set(base.filter(_filters_q(filters)).values_list("id", flat=True))
+            allowed = set(
+                base.filter(selectors.memory_filters_q(filters)).values_list("id", flat=True)
+            )
         ix = index.registry.get(team_id=team.id, scope=sc, agent_id=ag, embedder=embedder)
         candidates.extend(
             _top_candidates(ix, qvec, qtokens, mode, want, allowed, dense_weight, query_cjk)
         )
     shared: set[int] = set()
-    if include_shared and scope == Memory.SCOPE_PERSONAL:
+    if query.include_shared and scope == Memory.SCOPE_PERSONAL:
         shared_candidates = _shared_candidates(
             team, agent_id, qvec, qtokens, mode, dense_weight, filters, query_cjk
         )
         shared = {c.memory_id for c in shared_candidates}
         candidates.extend(shared_candidates)
-    candidates = [c for c in candidates if c.score >= min_score]
+    candidates = [c for c in candidates if c.score >= query.min_score]
     if not candidates:
         return []
     best: dict[int, Candidate] = {}
     for c in candidates:
-        if c.memory_id not in best or c.score > best[c.memory_id].score:
+        if c.memory_id not in best or c.rank > best[c.memory_id].rank:
             best[c.memory_id] = c
-    ranked = sorted(best.values(), key=lambda c: -c.score)[:want]
+    ranked = sorted(best.values(), key=lambda c: -c.rank)[:want]
     rows = Memory.objects.defer("embedding", "search_tokens").in_bulk([c.memory_id for c in ranked])
     # The rows come from the database and are checked against the team and scopes searched: a
     # stale index entry can never leak or resurrect anything. Should one be missing, that scope's
@@ -373,39 +442,62 @@ def memory_search(
         for sc, ag in scopes:
             index.registry.drop(index.scope_key(team.id, sc, ag))
     now = timezone.now()
-    ordered = sorted(
-        ((rows[c.memory_id], c.score) for c in ranked if c.memory_id in rows),
-        key=lambda pair: -(pair[1] * strength(pair[0], now)),
-    )[:limit]
-    results = _apply_budgets(ordered, max_chars_per_memory, max_total_chars)
-    if touch:
-        # Recall is what the caller got back above the effective min_score: a min_score 0 search
-        # returns junk scoring 0.005, which must not look recalled and escape cleanup.
-        floor = max(min_score, settings.SEARCH_TOUCH_MIN_SCORE)
-        scores = {m.pk: score for m, score in ordered}
-        services.memories_touch(memory_ids=[r["id"] for r in results if scores[r["id"]] >= floor])
-    return results
+    ordered: list[tuple[Memory, float | None]] = [
+        (memory, c.score)
+        for memory, c in sorted(
+            ((rows[c.memory_id], c) for c in ranked if c.memory_id in rows),
+            key=lambda pair: -(pair[1].rank * strength(pair[0], now)),
+        )[: query.limit]
+    ]
+    return _apply_budgets(ordered, query.max_chars_per_memory, query.max_total_chars)
 
 
-def memory_recent(
+def _recent(query: SearchQuery) -> list[SearchHit]:
+    """Newest first (no score): what an empty search query returns."""
+    memories = selectors.memory_recent(
+        team=query.team,
+        scope=query.scope,
+        agent_id=query.agent_id,
+        limit=query.limit,
+        filters=query.filters,
+    )
+    return _apply_budgets(
+        [(m, None) for m in memories], query.max_chars_per_memory, query.max_total_chars
+    )
+
+
+def memory_review_search(
     *,
     team: Team,
-    scope: str,
-    agent_id: str,
-    limit: int,
-    filters: dict[str, Any] | None = None,
-    max_chars_per_memory: int = 0,
-    max_total_chars: int = 0,
-) -> list[dict[str, Any]]:
-    """Newest first; what an empty search query returns too. Counts as recall (touches)."""
-    qs = Memory.objects.filter(team=team, scope=scope, superseded_by__isnull=True)
-    if scope == Memory.SCOPE_PERSONAL:
-        qs = qs.filter(agent_id=agent_id)
-    if filters:
-        qs = qs.filter(_filters_q(filters))
-    memories = list(qs.order_by("-created_at", "-id")[:limit])
-    results = _apply_budgets([(m, None) for m in memories], max_chars_per_memory, max_total_chars)  # type: ignore[misc]
-    for r in results:
-        r.pop("score", None)
-    services.memories_touch(memory_ids=[r["id"] for r in results])
-    return results
+    query: str,
+    agent_id: str = "",
+    scope: str = "",
+    limit: int = 100,
+    min_score: float = 0.3,
+) -> list[tuple[int, float]]:
+    """(memory id, score) of the team's memories matching `query`, best first, team-wide.
+
+    The API's own hybrid search, run over the team scope and every agent's personal scope (or the
+    one agent / scope asked for), merged by score. A lead reviewing memories is not an agent
+    recalling them (that would make every reviewed memory look fresh to idle cleanup and
+    purges), so this only reads.
+    """
+    scopes: list[tuple[str, str]] = []
+    if scope in ("", Memory.SCOPE_TEAM):
+        # A team memory's agent_id is its author: with an agent asked for, only theirs are kept.
+        scopes.append((Memory.SCOPE_TEAM, ""))
+    if scope in ("", Memory.SCOPE_PERSONAL):
+        owners = [agent_id] if agent_id else selectors.personal_owners(team=team)
+        scopes.extend((Memory.SCOPE_PERSONAL, a) for a in sorted(owners))
+    scored: dict[int, float] = {}
+    for sc, ag in scopes:
+        for hit in memory_search(
+            SearchQuery(
+                team=team, scope=sc, agent_id=ag, text=query, limit=limit, min_score=min_score
+            )
+        ):
+            if sc == Memory.SCOPE_TEAM and agent_id and hit.memory.agent_id != agent_id:
+                continue
+            score = float(hit.score or 0.0)
+            scored[hit.memory.pk] = max(scored.get(hit.memory.pk, 0.0), score)
+    return sorted(scored.items(), key=lambda pair: -pair[1])[:limit]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from memoryplatform.errors import Forbidden, NotFound
 from tenants.models import Team
@@ -72,7 +73,7 @@ def share_permission(*, memory: Memory, agent_id: str) -> str | None:
 
 
 def check_memory_access(*, memory: Memory, acting_agent: str | None, action: str) -> None:
-    """API.md §3.3. `acting_agent` is the agent an agent-scoped key is bound to (None = team-wide key)."""
+    """Agent-scoped keys: `acting_agent` is the agent the key is bound to (None = team-wide key)."""
     if acting_agent is None or memory.scope == Memory.SCOPE_TEAM:
         return
     if memory.agent_id == acting_agent:
@@ -91,11 +92,44 @@ def check_scope_access(*, acting_agent: str | None, agent_id: str) -> None:
         raise Forbidden("an agent-scoped key can only use its own agent's personal memories")
 
 
-def memory_recent(*, team: Team, scope: str, agent_id: str, limit: int) -> list[Memory]:
+def memory_filters_q(filters: Mapping[str, Any]) -> Q:
+    """The search `filters` (category, metadata equality, created_after / _before) as a Q."""
+    q = Q()
+    if "category" in filters:
+        q &= Q(category=filters["category"])
+    for key, value in (filters.get("metadata") or {}).items():
+        q &= Q(**{f"metadata__{key}": value})
+    if "created_after" in filters:
+        q &= Q(created_at__gte=filters["created_after"])
+    if "created_before" in filters:
+        q &= Q(created_at__lt=filters["created_before"])
+    return q
+
+
+def memory_recent(
+    *,
+    team: Team,
+    scope: str,
+    agent_id: str,
+    limit: int,
+    filters: Mapping[str, Any] | None = None,
+) -> list[Memory]:
+    """The scope's newest live memories first (what an empty search query returns)."""
     qs = Memory.objects.filter(team=team, scope=scope, superseded_by__isnull=True)
     if scope == Memory.SCOPE_PERSONAL:
         qs = qs.filter(agent_id=agent_id)
+    if filters:
+        qs = qs.filter(memory_filters_q(filters))
     return list(qs.order_by("-created_at", "-id")[:limit])
+
+
+def personal_owners(*, team: Team) -> list[str]:
+    """Agents of the team that own personal memories."""
+    return list(
+        Memory.objects.filter(team=team, scope=Memory.SCOPE_PERSONAL)
+        .values_list("agent_id", flat=True)
+        .distinct()
+    )
 
 
 def memory_counts(*, team: Team) -> dict[str, int]:
@@ -135,7 +169,7 @@ def memories_needing_embedding(
     return list(qs.order_by("id").values_list("id", flat=True))
 
 
-# --- Review console (issue 6): the lead's team-wide list and search ----------------------------
+# --- Review console: the lead's team-wide list and search ----------------------------
 
 # The `source` filter value for memories without `metadata.source` (written through the API).
 SOURCE_API = "api"
@@ -210,57 +244,6 @@ def memory_review_facets(*, team: Team) -> dict[str, list[str]]:
         "categories": sorted(set(rows.values_list("category", flat=True).distinct())),
         "sources": [SOURCE_API, *sorted(sources - {SOURCE_API})],
     }
-
-
-def memory_review_search(
-    *,
-    team: Team,
-    query: str,
-    agent_id: str = "",
-    scope: str = "",
-    limit: int = 100,
-    min_score: float = 0.3,
-) -> list[tuple[int, float]]:
-    """(memory id, score) of the team's memories matching `query`, best first, team-wide.
-
-    The API's own hybrid search (memories.search.memory_search), run over the team scope and
-    every agent's personal scope (or the one agent / scope asked for), merged by score. The
-    search counts as a recall (it touches the rows it returns), but a lead reviewing memories is
-    not an agent recalling them: that would make every reviewed memory look fresh to idle
-    cleanup and purges. So it searches with touch=False and writes nothing.
-    """
-    from . import search
-
-    scopes: list[tuple[str, str]] = []
-    if scope in ("", Memory.SCOPE_TEAM):
-        # A team memory's agent_id is its author: with an agent asked for, only theirs are kept.
-        scopes.append((Memory.SCOPE_TEAM, ""))
-    if scope in ("", Memory.SCOPE_PERSONAL):
-        owners = (
-            [agent_id]
-            if agent_id
-            else list(
-                Memory.objects.filter(team=team, scope=Memory.SCOPE_PERSONAL)
-                .values_list("agent_id", flat=True)
-                .distinct()
-            )
-        )
-        scopes.extend((Memory.SCOPE_PERSONAL, a) for a in sorted(owners))
-    scored: dict[int, float] = {}
-    for sc, ag in scopes:
-        for r in search.memory_search(
-            team=team,
-            scope=sc,
-            agent_id=ag,
-            query=query,
-            limit=limit,
-            min_score=min_score,
-            touch=False,
-        ):
-            if sc == Memory.SCOPE_TEAM and agent_id and r["agent_id"] != agent_id:
-                continue
-            scored[r["id"]] = max(scored.get(r["id"], 0.0), float(r["score"]))
-    return sorted(scored.items(), key=lambda pair: -pair[1])[:limit]
 
 
 def memory_revision_last_id(*, memory: Memory) -> int | None:

@@ -7,17 +7,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from tenants.models import ApiKey, Team
 from tenants.services import agent_register
+from tenants.usage import KIND_SEARCH, usage_record
 
 from . import index, locks
 from .dedup import conflict_reason
 from .embeddings import embed_passages, get_embedder, to_bytes
 from .models import Memory, MemoryRevision, MemoryShare, TrashedMemory
+from .search import SearchHit, SearchQuery, attach_entities, memory_search
 from .text import content_hash, tokens_for_storage
 
 logger = logging.getLogger(__name__)
@@ -124,7 +127,7 @@ def memory_create(
     """Writes a memory unless an existing one says the same thing (then returns that one).
 
     `agent_id` is the owner of a personal memory, the optional author of a team memory; an
-    unknown agent is registered on first write (API.md §3.2).
+    unknown agent is registered on first write.
     """
     chash = content_hash(content)
     vector = embed_passages([content])[0]
@@ -276,11 +279,36 @@ def memories_delete(*, team: Team, memory_ids: list[int]) -> int:
 
 
 def memories_touch(*, memory_ids: list[int]) -> None:
-    """Marks memories as recalled: one UPDATE for all of them (cleanup depends on it, seed 000 §6.4)."""
+    """Marks memories as recalled: one UPDATE for all of them (cleanup of idle memories depends on it)."""
     if memory_ids:
         Memory.objects.filter(pk__in=memory_ids).update(
             access_count=F("access_count") + 1, last_accessed=timezone.now()
         )
+
+
+def memory_recall(
+    *,
+    query: SearchQuery,
+    acting_agent: str | None = None,
+    include_entities: bool = False,
+    count_usage: bool = True,
+) -> list[SearchHit]:
+    """An agent's search: the hits of `memory_search`, recorded as recalled.
+
+    Touches only what was returned at or above the effective min_score = max(query.min_score,
+    SEARCH_TOUCH_MIN_SCORE): a min_score 0 search returns junk scoring 0.005, which must not look
+    recalled and escape cleanup (docs/search.md, "Recall bookkeeping"). Most-recent results (an
+    empty query) have no score and are all touched: an explicit fetch is a recall. Counts one
+    search for the dashboard and attaches graph entities on request.
+    """
+    hits = memory_search(query)
+    floor = max(query.min_score, settings.SEARCH_TOUCH_MIN_SCORE)
+    memories_touch(memory_ids=[h.memory.pk for h in hits if h.score is None or h.score >= floor])
+    if count_usage:
+        usage_record(team=query.team, agent_id=acting_agent or query.agent_id, kind=KIND_SEARCH)
+    if include_entities:
+        attach_entities(team=query.team, hits=hits, acting_agent=acting_agent)
+    return hits
 
 
 def memory_share(*, memory: Memory, agent_ids: list[str], permission: str) -> list[MemoryShare]:
@@ -394,7 +422,7 @@ def memory_supersede(*, old: Memory, new: Memory, actor: Actor) -> Memory:
     return old
 
 
-# --- Review console (issue 6): revert, promote, bulk edits ----------------------------------------
+# --- Review console: revert, promote, bulk edits ----------------------------------------
 
 
 def revision_revertable(*, revision: MemoryRevision) -> bool:

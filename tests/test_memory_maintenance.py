@@ -12,8 +12,8 @@ from django.utils import timezone
 from memories import index
 from memories.embeddings import get_embedder
 from memories.models import IndexChange, Memory
-from memories.search import memory_search
-from memories.services import index_changes_prune, memory_create
+from memories.search import SearchQuery
+from memories.services import index_changes_prune, memory_create, memory_recall
 
 pytestmark = pytest.mark.django_db
 
@@ -38,14 +38,20 @@ def test_reembed_memories_embeds_what_another_model_made(team, capsys):
     assert IndexChange.objects.filter(memory_id=m2.pk).count() == 2
 
 
+def _search(team, **kw):
+    """An agent's search, recorded as recalled like the API's."""
+    return [
+        {"id": h.memory.pk, "score": h.score}
+        for h in memory_recall(query=SearchQuery(team=team, scope="personal", **kw))
+    ]
+
+
 def test_a_memory_made_by_another_model_is_still_found_by_keyword(team):
     m, _ = memory_create(
         team=team, scope="personal", agent_id="a", content="the lighthouse keeper's logbook"
     )
     Memory.objects.filter(pk=m.pk).update(embedding_model="old-model")
-    res = memory_search(
-        team=team, scope="personal", agent_id="a", query="lighthouse logbook", min_score=0.0
-    )
+    res = _search(team, agent_id="a", text="lighthouse logbook", min_score=0.0)
     assert [r["id"] for r in res] == [m.pk]
 
 
@@ -60,7 +66,7 @@ def test_pruning_drops_only_old_change_rows(team):
 
 def test_an_index_idle_past_the_retention_reloads_from_the_database(team, settings):
     memory_create(team=team, scope="personal", agent_id="a", content="first note on kites")
-    memory_search(team=team, scope="personal", agent_id="a", query="kites")
+    _search(team, agent_id="a", text="kites")
     ix = index.registry.get(
         team_id=team.id, scope="personal", agent_id="a", embedder=get_embedder()
     )
@@ -70,9 +76,7 @@ def test_an_index_idle_past_the_retention_reloads_from_the_database(team, settin
     )
     IndexChange.objects.all().delete()
     ix.synced_at -= settings.INDEX_CHANGE_RETENTION_SECONDS
-    res = memory_search(
-        team=team, scope="personal", agent_id="a", query="kites wind", min_score=0.0
-    )
+    res = _search(team, agent_id="a", text="kites wind", min_score=0.0)
     assert m.pk in [r["id"] for r in res]
 
 
@@ -81,12 +85,12 @@ def test_the_memory_budget_evicts_least_recently_used_scopes(team, settings):
         memory_create(
             team=team, scope="personal", agent_id=agent, content=f"note of {agent} about budgets"
         )
-        memory_search(team=team, scope="personal", agent_id=agent, query="budgets")
+        _search(team, agent_id=agent, text="budgets")
     assert len(index.registry.loaded()) == 3
     settings.INDEX_MEMORY_BUDGET_MB = 0  # everything but the scope in use must go
-    memory_search(team=team, scope="personal", agent_id="a", query="budgets")
+    _search(team, agent_id="a", text="budgets")
     memory_create(team=team, scope="personal", agent_id="d", content="note of d")
-    memory_search(team=team, scope="personal", agent_id="d", query="note")
+    _search(team, agent_id="d", text="note")
     assert index.registry.loaded() == [index.scope_key(team.id, "personal", "d")]
 
 
@@ -94,13 +98,11 @@ def test_a_stale_index_entry_never_returns_a_deleted_memory(team):
     m, _ = memory_create(
         team=team, scope="personal", agent_id="a", content="temporary fact about moons"
     )
-    memory_search(team=team, scope="personal", agent_id="a", query="moons")
+    _search(team, agent_id="a", text="moons")
     # Deleted behind the index's back (no change row): the database still has the last word.
     Memory.objects.filter(pk=m.pk).delete()
     IndexChange.objects.all().delete()
-    assert (
-        memory_search(team=team, scope="personal", agent_id="a", query="moons", min_score=0.0) == []
-    )
+    assert _search(team, agent_id="a", text="moons", min_score=0.0) == []
     assert (
         index.scope_key(team.id, "personal", "a") not in index.registry.loaded()
     )  # dropped to rebuild

@@ -129,15 +129,16 @@ def test_a_shared_memory_in_the_other_script_is_found_by_default(team):
     )
     services.memory_share(memory=memory, agent_ids=["coder"], permission="read")
     found = search_service.memory_search(
-        team=team,
-        scope=Memory.SCOPE_PERSONAL,
-        agent_id="coder",
-        query="用户每天早上做什么运动？",
-        include_shared=True,
-        touch=False,
+        search_service.SearchQuery(
+            team=team,
+            scope=Memory.SCOPE_PERSONAL,
+            agent_id="coder",
+            text="用户每天早上做什么运动？",
+            include_shared=True,
+        )
     )
-    assert [m["id"] for m in found] == [memory.pk]
-    assert found[0]["score"] >= 0.3
+    assert [h.memory.pk for h in found] == [memory.pk]
+    assert found[0].score is not None and found[0].score >= 0.3
 
 
 def test_an_unrelated_question_in_the_other_script_returns_nothing(api):

@@ -2,7 +2,7 @@
 
 Stores the sentences of each paragraph (one language) as the personal memories of one agent
 through memories.services (default dedup off only to keep the load fast), then asks every
-question in both languages through memories.search.memory_search (touch=False) and counts:
+question in both languages through memories.search.memory_search (which only reads) and counts:
 
 * R@1, R@5 — rank of the answer sentence in a search with limit 5, min_score 0;
 * returned — the answer sentence is in a default search (limit 5, default min_score 0.3);
@@ -87,15 +87,17 @@ def main() -> None:
     print(f"loaded in {time.time() - t0:.0f}s", file=sys.stderr)
 
     def run(query: str, agent: str, **kw: object) -> list[dict]:
-        return search.memory_search(
-            team=team,
-            scope=Memory.SCOPE_PERSONAL,
-            agent_id=agent,
-            query=query,
-            limit=5,
-            touch=False,
-            **kw,  # type: ignore[arg-type]
+        hits = search.memory_search(
+            search.SearchQuery(
+                team=team,
+                scope=Memory.SCOPE_PERSONAL,
+                agent_id=agent,
+                text=query,
+                limit=5,
+                **kw,  # type: ignore[arg-type]
+            )
         )
+        return [{"id": h.memory.pk, "score": h.score} for h in hits]
 
     stats: dict[str, dict[str, float]] = {}
     raw: dict[str, dict[str, list[float]]] = {}

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console import access
-from memories import selectors, services
+from memories import search, selectors, services
 from memories.models import Memory, MemoryRevision
 from memories.services import Actor
 from memoryplatform.errors import DomainError
@@ -29,7 +29,7 @@ from .forms import BulkForm, CorrectionForm, FilterForm, QuickEditForm, ShareFor
 
 PAGE_SIZE = 50
 SEARCH_LIMIT = 200
-DEFAULT_MIN_SCORE = 0.3  # the API's default (API.md): "related at all"
+DEFAULT_MIN_SCORE = 0.3  # the API's default: "related at all"
 
 
 def _team_agents(team: Team) -> list[str]:
@@ -67,7 +67,7 @@ def index(request: HttpRequest, team: Team) -> HttpResponse:
         if query:
             searching = True
             try:
-                scored = selectors.memory_review_search(
+                scored = search.memory_review_search(
                     team=team,
                     query=query,
                     agent_id=filters["agent_id"],

@@ -1,0 +1,167 @@
+"""Neighbours: memories of a scope written one after the other within SEARCH_NEIGHBOUR_SECONDS
+are one conversation. Hybrid search orders with that context (the previous memory's words in the
+ranking's BM25, a share of the better neighbour's rank); `score` stays what the memory itself
+matches, so `min_score` keeps its meaning."""
+
+from __future__ import annotations
+
+import pytest
+
+from memories import index
+from memories import search as search_service
+from memories.embeddings import get_embedder
+from memories.models import Memory
+from memories.services import memory_create, memory_delete
+
+pytestmark = pytest.mark.django_db
+
+
+def _write(team, content: str, agent_id: str = "a1") -> Memory:
+    memory, _ = memory_create(
+        team=team,
+        scope=Memory.SCOPE_PERSONAL,
+        agent_id=agent_id,
+        content=content,
+        enable_dedup=False,
+    )
+    return memory
+
+
+def _index(team, agent_id: str = "a1") -> index.ScopeIndex:
+    return index.registry.get(
+        team_id=team.id, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id, embedder=get_embedder()
+    )
+
+
+def _search(team, query: str, **kw):
+    hits = search_service.memory_search(
+        search_service.SearchQuery(
+            team=team, scope=Memory.SCOPE_PERSONAL, agent_id="a1", text=query, **kw
+        )
+    )
+    return [{"id": h.memory.pk, "score": h.score, "content": h.content} for h in hits]
+
+
+def test_neighbours_are_the_memories_written_before_and_after(team):
+    a = _write(team, "Alice asked about the quarterly report")
+    b = _write(team, "Bob said it is due on Friday")
+    c = _write(team, "Carol will review it")
+    ix = _index(team)
+    import numpy as np
+
+    slots = np.array([ix.slot_of[a.pk], ix.slot_of[b.pk], ix.slot_of[c.pk]])
+    prev, nxt = ix.neighbour_slots(slots)
+    assert prev.tolist() == [-1, ix.slot_of[a.pk], ix.slot_of[b.pk]]
+    assert nxt.tolist() == [ix.slot_of[b.pk], ix.slot_of[c.pk], -1]
+
+
+def _neighbours_on(settings) -> None:
+    # The context words are put in an index when a memory enters it: the setting is read then.
+    settings.SEARCH_NEIGHBOUR_SECONDS = 3600
+    index.registry.clear()
+
+
+def _slots(ix: index.ScopeIndex, *memories: Memory):
+    import numpy as np
+
+    return np.array([ix.slot_of[m.pk] for m in memories])
+
+
+def test_only_memories_of_the_same_scope_are_neighbours(team):
+    a = _write(team, "Deploy window opens at nine")
+    _write(team, "Another agent's note about lunch", agent_id="a2")
+    b = _write(team, "Rollback needs the release manager")
+    ix = _index(team)
+    prev, nxt = ix.neighbour_slots(_slots(ix, a, b))
+    assert nxt[0] == ix.slot_of[b.pk] and prev[1] == ix.slot_of[a.pk]
+
+
+def test_a_removed_memory_is_skipped_and_an_updated_one_keeps_its_place(team):
+    from memories.services import Actor, memory_update
+
+    a = _write(team, "First step: back up the database")
+    b = _write(team, "Second step: stop the workers")
+    c = _write(team, "Third step: run the migration")
+    memory_delete(memory=b)
+    ix = _index(team)
+    prev, nxt = ix.neighbour_slots(_slots(ix, a, c))
+    assert nxt[0] == ix.slot_of[c.pk] and prev[1] == ix.slot_of[a.pk]
+    memory_update(memory=a, actor=Actor(), content="First step: back up the database twice")
+    ix = _index(team)
+    prev, _ = ix.neighbour_slots(_slots(ix, c))
+    assert prev[0] == ix.slot_of[a.pk]
+
+
+def test_memories_written_further_apart_than_the_window_are_not_neighbours(team, settings):
+    from datetime import timedelta
+
+    a = _write(team, "The printer on floor two is broken")
+    b = _write(team, "Facilities will fix it tomorrow")
+    Memory.objects.filter(pk=a.pk).update(created_at=b.created_at - timedelta(hours=2))
+    index.registry.clear()
+    _neighbours_on(settings)
+    ix = _index(team)
+    prev, _ = ix.neighbour_slots(_slots(ix, b))
+    assert prev[0] == -1
+    settings.SEARCH_NEIGHBOUR_SECONDS = 3 * 3600
+    prev, _ = ix.neighbour_slots(_slots(ix, b))
+    assert prev[0] == ix.slot_of[a.pk]
+
+
+FILLER = [
+    "The office coffee machine was descaled on Monday",
+    "Quarterly taxes are filed by the finance team",
+    "Parking passes are renewed every January",
+    "The team lunch moved to the Thai place downstairs",
+    # Shares a word with the query and is no one's neighbour in the conversation asked about.
+    "The lake house rent is due at the end of the month",
+]
+
+
+def _conversation(team) -> tuple[Memory, Memory]:
+    for text in FILLER[:3]:
+        _write(team, text)
+    subject = _write(team, "Melanie: we went hiking on the trail around the lake last weekend")
+    answer = _write(team, "Caroline: it was beautiful, three deer came down to drink from the lake")
+    for text in FILLER[3:]:
+        _write(team, text)
+    return subject, answer
+
+
+def test_the_turn_after_the_subject_ranks_by_its_context(team, settings):
+    subject, answer = _conversation(team)
+    query = "hiking trail around the lake"
+    settings.SEARCH_NEIGHBOUR_SECONDS = 0
+    alone = [r["id"] for r in _search(team, query, min_score=0.0, limit=10)]
+    _neighbours_on(settings)
+    with_context = [r["id"] for r in _search(team, query, min_score=0.0, limit=10)]
+    assert with_context[0] == subject.pk
+    assert with_context[1] == answer.pk
+    assert answer.pk not in alone[:2]
+
+
+def test_scores_are_the_memories_own_whatever_the_order(team, settings):
+    _conversation(team)
+    query = "hiking trail around the lake"
+    settings.SEARCH_NEIGHBOUR_SECONDS = 0
+    alone = {r["id"]: r["score"] for r in _search(team, query, min_score=0.0, limit=20)}
+    _neighbours_on(settings)
+    with_context = {r["id"]: r["score"] for r in _search(team, query, min_score=0.0, limit=20)}
+    for memory_id, score in with_context.items():
+        if memory_id in alone:
+            assert score == pytest.approx(alone[memory_id], abs=1e-6)
+        else:  # found through its neighbour only: its own match is weak
+            assert score < 0.3
+    # min_score filters on the memory's own score: context never lifts one over it.
+    strict = _search(team, query, min_score=0.3, limit=20)
+    assert {r["id"] for r in strict} == {i for i, s in alone.items() if s >= 0.3}
+
+
+def test_keyword_and_vector_modes_ignore_neighbours(team, settings):
+    _conversation(team)
+    query = "hiking trail around the lake"
+    for mode in ("keyword", "vector"):
+        settings.SEARCH_NEIGHBOUR_SECONDS = 0
+        alone = [r["id"] for r in _search(team, query, min_score=0.0, mode=mode)]
+        _neighbours_on(settings)
+        assert [r["id"] for r in _search(team, query, min_score=0.0, mode=mode)] == alone
