@@ -1,4 +1,4 @@
-"""Project-level endpoints that span apps: health, readiness and stats (API.md §4.5)."""
+"""Project-level endpoints that span apps: health, readiness and stats."""
 
 from __future__ import annotations
 
@@ -86,6 +86,9 @@ class StatsApi(APIView):
                 "agents": serializers.IntegerField(),
                 "working_memories": serializers.IntegerField(
                     allow_null=True, help_text="null when the working store is down"
+                ),
+                "working_evicted_to_archive": serializers.IntegerField(
+                    help_text="working items moved to the archive by the per-agent cap"
                 ),
                 "scenarios": serializers.IntegerField(),
                 "personas": serializers.IntegerField(),

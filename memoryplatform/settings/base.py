@@ -38,6 +38,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI assets for /api/docs/, served as static files (SPECTACULAR_SETTINGS below).
+    "drf_spectacular_sidecar",
     # Login throttling for the admin and the console (they share the admin's login form).
     "axes",
     "tenants",
@@ -63,7 +65,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "memoryplatform.urls"
 WSGI_APPLICATION = "memoryplatform.wsgi.application"
-# API paths have no trailing slash (seed 000); redirecting a signed POST would break it.
+# API paths have no trailing slash (the original API's); redirecting a signed POST would break it.
 APPEND_SLASH = False
 
 TEMPLATES = [
@@ -96,7 +98,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + a busy timeout avoid "database is locked" under concurrent readers and one writer
-    # (a recurring complaint about peers, see reference/peers.md).
+    # (a recurring complaint about comparable memory services built on SQLite).
     DATABASES["default"].setdefault("OPTIONS", {})
     DATABASES["default"]["OPTIONS"].setdefault("timeout", 20)
     DATABASES["default"]["OPTIONS"].setdefault(
@@ -190,7 +192,7 @@ HEALTH_DETAILS_LOOPBACK = env.bool("HEALTH_DETAILS_LOOPBACK", default=True)
 HMAC_MAX_SKEW_SECONDS = env.int("HMAC_MAX_SKEW_SECONDS", default=300)
 # A team created from now on refuses v1 signatures (which cover neither method nor path, so a
 # captured request can be replayed against another endpoint within the skew window). Off here so
-# the seed clients' v1 flow works in the embedded default; production.py turns it on.
+# existing v1 clients work in the embedded default; production.py turns it on.
 NEW_TEAMS_REQUIRE_SIGNATURE_V2 = env.bool("NEW_TEAMS_REQUIRE_SIGNATURE_V2", default=False)
 # Requests per key per RATE_LIMIT_WINDOW_SECONDS; 0 disables. A key may override it.
 API_RATE_LIMIT = env.int("API_RATE_LIMIT", default=3000)
@@ -223,7 +225,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "Persistent memory for AI agents. Every endpoint except `GET /health` and "
         "`GET /health/ready` needs the three HMAC headers `X-API-Key`, `X-Timestamp` and "
-        "`X-Signature` (see the README). Every answer is an envelope: "
+        "`X-Signature` (with signature v2 also `X-Signature-Version: 2` and `X-Nonce`; the "
+        "recipe is in docs/api.md). Every answer is an envelope: "
         '`{"ok": true, "data": ...}` or `{"ok": false, "error": ..., "code": ...}`.'
     ),
     "VERSION": "1.0.0",
@@ -234,6 +237,12 @@ SPECTACULAR_SETTINGS = {
     ],
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVE_AUTHENTICATION": [],
+    # /api/docs/ loads Swagger UI from our static files (drf-spectacular-sidecar, pinned in
+    # pyproject.toml), never from a CDN: the page works offline and serves exactly the reviewed
+    # version. templates/drf_spectacular/swagger_ui.html adds the request-signing helper.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Memories ----------------------------------------------------------------------------------
@@ -247,6 +256,11 @@ INDEX_CHANGE_SETTLE_SECONDS = env.float("INDEX_CHANGE_SETTLE_SECONDS", default=1
 # Hybrid search: weight of the dense part of the score (the rest is lexical); decay (docs/search.md).
 SEARCH_DENSE_WEIGHT = env.float("SEARCH_DENSE_WEIGHT", default=0.5)
 SEARCH_FUSION = env.str("SEARCH_FUSION", default="noisy_or")
+# Neighbours (docs/search.md): memories of a scope written one after the other within this many
+# seconds are one conversation; hybrid search orders with their context. 0 turns it off.
+SEARCH_NEIGHBOUR_SECONDS = env.float("SEARCH_NEIGHBOUR_SECONDS", default=3600.0)
+# Share of the better neighbour's rank added to a memory's own (order only, never `score`).
+SEARCH_NEIGHBOUR_WEIGHT = env.float("SEARCH_NEIGHBOUR_WEIGHT", default=0.3)
 # Threads for one vector scan (faiss); 1 because gunicorn workers already share the cores.
 SEARCH_THREADS = env.int("SEARCH_THREADS", default=1)
 # How the search index stores vectors: sq8 (1 byte a value) or fp16 (2); memories/index.py.
