@@ -2,10 +2,10 @@
 
 Usage (from the project root):
 
-    .venv/bin/python bench/locomo.py --data ../shared/bench/locomo-dev
-    .venv/bin/python bench/locomo.py --data ../shared/bench/locomo-dev --mode hybrid,vector,keyword \
+    .venv/bin/python bench/locomo.py --data path/to/locomo-dev
+    .venv/bin/python bench/locomo.py --data path/to/locomo-dev --mode hybrid,vector,keyword \
         --json var/bench-logs/locomo.json
-    .venv/bin/python bench/locomo.py --data ../shared/bench/locomo-dev \
+    .venv/bin/python bench/locomo.py --data path/to/locomo-dev \
         --base-url http://127.0.0.1:8000 --api-key mk_… --secret …   # an already running server
 
 Options: --limit-conversations N (first N files), --mode (hybrid | vector | keyword | default,
@@ -17,7 +17,7 @@ i.e. the server's default). Own server only: --server gunicorn|runserver, --keep
 --same-process (by default the server is restarted between modes, so that no mode profits from
 the query vectors cached by the previous one).
 
-Protocol (../shared/reference/retrieval.md), deterministic, no LLM:
+Protocol, deterministic, no LLM:
 
 * every dialogue turn is one personal memory of its conversation's agent (one agent per
   conversation): `"{speaker} ({session_date_time}): {text}"` plus
@@ -36,7 +36,9 @@ call (p50/p95) for writes and searches, with the machine's load average.
 Without --base-url the script runs its own server: a fresh temporary DATA_DIR and SQLite
 database, `manage.py migrate`, `manage.py create_api_key --team bench --rate-limit 0 --json`,
 then gunicorn (one worker; or `runserver --noreload`) with API_RATE_LIMIT=0 on a free loopback
-port, stopped at the end. The data (CC BY-NC 4.0) is only read from --data, never copied.
+port, stopped at the end. The data is only read from --data, never copied: LOCOMO is not part of
+this repository (snap-research/locomo, licensed CC BY-NC 4.0); download it yourself and pass the
+folder of its conversation files.
 """
 
 from __future__ import annotations

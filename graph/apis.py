@@ -1,4 +1,4 @@
-"""Knowledge-graph endpoints (API.md §7) and `POST /lifecycle/extract-graph`. Thin: validate,
+"""Knowledge-graph endpoints (docs/graph.md) and `POST /lifecycle/extract-graph`. Thin: validate,
 check access, call a selector or service, render."""
 
 from __future__ import annotations
@@ -413,7 +413,7 @@ class RelationDetailApi(APIView):
 def _seed_ids(request: Request) -> list[str]:
     raw: list[str] = []
     for value in request.query_params.getlist("entity_ids"):
-        # Repeated parameters (seed 001) or one comma-separated list: both are common.
+        # Repeated parameters or one comma-separated list: both are common.
         raw.extend(v.strip() for v in value.split(",") if v.strip())
     if len(raw) > MAX_SEEDS:
         raise ValidationFailed(

@@ -21,11 +21,9 @@ class GraphConfig(AppConfig):
         # A deleted team's vectors leave this process's cache at once (not only when LRU).
         register_team_purge_hook(graph_search.forget_team)
         # Search's `include_entities` asks the graph through a hook, so memories never imports
-        # graph (imports flow tenants <- memories <- graph <- lifecycle). Looked up by name:
-        # the hook is optional for the memories app.
-        register = getattr(search, "register_entities_provider", None)
-        if register is not None:
-            register(selectors.entities_for_memories)
+        # graph (imports flow tenants <- memories <- graph <- lifecycle). Called directly: a
+        # renamed hook must fail at start-up, not silently drop the entities from search.
+        search.register_entities_provider(selectors.entities_for_memories)
         # A purged memory's graph links go to the review console's trash and come back with it.
         from memories.purge import register_trash_extension
 

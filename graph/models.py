@@ -1,4 +1,4 @@
-"""The knowledge graph (API.md §7): entities, directed relations between them, and the memories
+"""The knowledge graph (docs/graph.md): entities, directed relations between them, and the memories
 each entity was read from.
 
 Every row belongs to one team. An entity may also belong to one agent (`agent_id`; blank = the

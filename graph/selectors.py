@@ -1,6 +1,6 @@
 """Reads of the knowledge graph. Every read takes the caller's team explicitly.
 
-Visibility (API.md §3.3 applied to the graph): a team-wide key sees every entity of its team; an
+Visibility (the agent-scoped key rule of memories, applied to the graph): a team-wide key sees every entity of its team; an
 agent-scoped key sees its own agent's entities and the team-wide ones (`agent_id` ""). Another
 agent's entity is `403 FORBIDDEN` when named by id (it exists in the caller's team, so hiding it
 would protect nothing) and simply absent from lists and traversals. A relation is visible when
@@ -282,7 +282,7 @@ def relations_visible(*, team: Team, acting_agent: str | None) -> QuerySet[Relat
 
 
 def entity_detail(*, entity: Entity, acting_agent: str | None) -> dict[str, Any]:
-    """The entity with all its outgoing and incoming (visible) relations, unpaged (seed 001)."""
+    """The entity with all its outgoing and incoming (visible) relations, unpaged."""
     # The entity is the team's, so its relations are; filtering on the entity alone lets the
     # database use the source/target indexes rather than the team's whole relation index.
     qs = _visible_ends(Relation.objects.all(), acting_agent).order_by("created_at", "id")

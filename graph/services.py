@@ -44,7 +44,7 @@ def same_name(a: str, b: str) -> bool:
 
 
 def _merge_description(old: str, new: str) -> str:
-    # Appended (seed 001), but the same sentence twice adds nothing: a re-sent create, or the
+    # Appended, but the same sentence twice adds nothing: a re-sent create, or the
     # same fact extracted again, leaves the description as it is.
     new = new.strip()
     if not new or new in old:
@@ -75,7 +75,7 @@ def entity_create_or_merge(
 ) -> tuple[Entity, bool]:
     """Creates the entity, or merges into the existing `(name, entity_type)` of the same scope.
 
-    Merge (seed 001): description appended, properties merged key by key (new values win),
+    Merge: description appended, properties merged key by key (new values win),
     embedding refreshed. Returns (entity, created).
     """
     properties = properties or {}
@@ -169,7 +169,7 @@ def entity_update(
     description: str | None = None,
     properties: dict[str, Any] | None = None,
 ) -> Entity:
-    """PUT semantics (seed 001): None = unchanged; description replaces; properties merge.
+    """PUT semantics: None = unchanged; description replaces; properties merge.
 
     Renaming onto another entity's `(name, entity_type)` in the same scope is a 409 CONFLICT:
     merging two entities silently would rewire their relations behind the caller's back.

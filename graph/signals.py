@@ -1,7 +1,7 @@
 """Keeps the graph consistent with tenancy changes.
 
 Deleting an agent deletes its own entities (and so their relations), as it deletes its personal
-memories (API.md §3.2); team-wide entities stay. Deleting a team cascades in the database.
+memories; team-wide entities stay. Deleting a team cascades in the database.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lifecycle endpoints (API.md §6). Thin: validate, check the agent, run the service as a job."""
+"""Lifecycle endpoints (docs/lifecycle.md). Thin: validate, check the agent, run the service as a job."""
 
 from __future__ import annotations
 
@@ -295,7 +295,7 @@ class AggregateApi(APIView):
 
 
 class ScenariosApi(APIView):
-    """GET by agent id, DELETE by scenario id: the same path in seed 000 §4.7."""
+    """GET by agent id, DELETE by scenario id: the same path in the original API."""
 
     @api_operation(
         response=ScenarioOutputSerializer(many=True),
@@ -341,7 +341,7 @@ class GeneratePersonaApi(APIView):
 
 
 class PersonaApi(APIView):
-    """GET by agent id (latest persona), DELETE by persona id: the same path in seed 000 §4.7."""
+    """GET by agent id (latest persona), DELETE by persona id: the same path in the original API."""
 
     @api_operation(
         response=PersonaOutputSerializer, errors=(403, 404), summary="The agent's latest persona"

@@ -15,7 +15,7 @@ def _hex_id() -> str:
 
 
 class PipelineConfig(models.Model):
-    """The automatic pipeline of one team (API.md §6.3); defaults are the API's."""
+    """The automatic pipeline of one team (docs/lifecycle.md); defaults are the API's."""
 
     team = models.OneToOneField(
         Team, on_delete=models.CASCADE, primary_key=True, related_name="pipeline"
@@ -27,7 +27,7 @@ class PipelineConfig(models.Model):
     enabled = models.BooleanField(default=True)
     warmup_max_memories = models.PositiveIntegerField(default=5)
     warmup_compress_every_n = models.PositiveIntegerField(default=1)
-    # (beyond API.md) After each fact extraction, extract graph entities and relations from the
+    # (beyond the original API) After each fact extraction, extract graph entities and relations from the
     # new facts (a separate, recorded job).
     extract_graph = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)

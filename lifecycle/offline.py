@@ -49,7 +49,7 @@ Similarity = 0.5 × calibrated embedding score + 0.5 × keyword overlap (cosine 
 keywords of each text, weighted by jieba's IDF). Why both: the small multilingual e5 model puts
 any two memories of the same domain at raw cosine 0.86–0.93, so on its own it either merges a
 whole research log into one scenario or nothing; shared rare words ("风控", "回测", "Redis") are
-what separates the topics. Measured on the seed 000 §5.6 memories and an English set, the
+what separates the topics. Measured on the Chinese research-log memories of the tests and an English set, the
 threshold 0.33 separates backtesting / risk control / engineering.
 
 Limits

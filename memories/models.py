@@ -1,7 +1,7 @@
 """Long-term memories (personal and team), their revisions and shares; working memory rows.
 
 Vectors live here as float32 bytes with the model that made them: the database is the source of
-truth and every in-process index is rebuilt from it (ARCHITECTURE.md §3, §5).
+truth and every in-process index is rebuilt from it.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class MemoryRevision(models.Model):
 
 
 class MemoryShare(models.Model):
-    """A grant on a personal memory to another agent of the same team (API.md §3.3)."""
+    """A grant on a personal memory to another agent of the same team."""
 
     PERMISSION_READ = "read"
     PERMISSION_WRITE = "write"

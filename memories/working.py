@@ -1,4 +1,4 @@
-"""Working memory: short-lived items per (team, agent), each expiring on its own TTL (API.md §4.4).
+"""Working memory: short-lived items per (team, agent), each expiring on its own TTL.
 
 Two backends with identical behaviour, chosen by `get_working_store()`:
 

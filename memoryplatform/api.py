@@ -1,7 +1,7 @@
 """The API envelope: renderer, parser, exception handler, JSON 404/500 (the schema: openapi.py).
 
 Success is `{"ok": true, "data": ...}`; failure `{"ok": false, "error", "code"[, "details"]}`
-(API.md §1). Every error path in the API, including Django's own 404/500 and DRF's exceptions,
+Every error path in the API, including Django's own 404/500 and DRF's exceptions,
 ends here so a client never sees HTML or a stack trace.
 """
 

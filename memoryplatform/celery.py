@@ -18,7 +18,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 app.conf.beat_schedule = {
-    # Cleanup for every enabled team, per its pipeline config (API.md §6.3).
+    # Cleanup for every enabled team, per its pipeline config (docs/lifecycle.md).
     "lifecycle-cleanups": {"task": "lifecycle.schedule_cleanups", "schedule": crontab(minute=5)},
     # Jobs whose lease expired (worker killed, message lost): abandoned and retried once.
     "lifecycle-reclaim-jobs": {"task": "lifecycle.reclaim_jobs", "schedule": 60.0},

@@ -9,7 +9,7 @@
 Every method returns the envelope's `data` and raises `MemoryAPIError` (with `.code`,
 `.status` and `.details`) when the server answers `ok: false`. Bodies are serialised once with
 `json.dumps(..., ensure_ascii=True)` and those exact bytes are both signed and sent, which is
-what the server verifies (API.md §2).
+what the server verifies (docs/authentication.md).
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ class MemoryClient:
     def delete_agent(self, team_id: str, agent_id: str) -> Any:
         return self.delete(f"/agents/{quote(team_id, safe='')}/{quote(agent_id, safe='')}")
 
-    # --- long-term memory (seed 000 §2.4 names) -----------------------------------------------
+    # --- long-term memory (the original client's method names) ----------------------------
 
     def write_memory(
         self, agent_id: str, content: str, importance: float = 0.5, **extra: Any
@@ -305,7 +305,7 @@ class MemoryClient:
     def clear_working(self, agent_id: str) -> Any:
         return self.delete(f"/memories/working/{quote(agent_id, safe='')}")
 
-    # --- lifecycle (seed 000 §2.4 names) ------------------------------------------------------
+    # --- lifecycle (the original client's method names) -------------------------------------
 
     def compress(self, agent_id: str, target_count: int = 5) -> Any:
         return self.post(

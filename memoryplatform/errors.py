@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Machine code -> HTTP status (API.md §1). Adding a code here is all it takes to use it.
+# Machine code -> HTTP status of the error envelope. Adding a code here is all it takes to use it.
 ERROR_STATUS: dict[str, int] = {
     "INVALID_JSON": 400,
     "VALIDATION_ERROR": 400,

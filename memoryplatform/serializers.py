@@ -1,7 +1,7 @@
 """Strict input fields: a JSON value of the wrong type is a VALIDATION_ERROR, not coerced.
 
-DRF's own fields accept `"name": 123` as "123" and `"importance": "0.5"` as 0.5; API.md §1 asks
-for a 400 when a field has the wrong type.
+DRF's own fields accept `"name": 123` as "123" and `"importance": "0.5"` as 0.5; the API's
+contract is a 400 when a field has the wrong type.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Teams and agents endpoints (API.md §3). Thin: validate, call a service or selector, render."""
+"""Teams and agents endpoints. Thin: validate, call a service or selector, render."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""HMAC-SHA256 request authentication (API.md §2).
+"""HMAC-SHA256 request authentication (docs/authentication.md).
 
-v1 (default, what seed clients send): the signature is
+v1 (default, what clients of the original API send): the signature is
 `HMAC_SHA256(secret, str(timestamp).encode() + raw_body)` over the exact bytes received; GET and
 DELETE (and empty bodies) sign the timestamp alone.
 
@@ -73,7 +73,7 @@ def signed_message(
     full_path: str = "",
 ) -> bytes:
     if version == 1 and method.upper() not in _BODY_SIGNED_METHODS:
-        body = b""  # v1 (the seed's contract): GET and DELETE sign the timestamp alone
+        body = b""  # v1 (the original contract): GET and DELETE sign the timestamp alone
     if version == 2:
         # v2 covers whatever body is sent, whatever the method (a DELETE may carry one).
         head = f"v2\n{timestamp}\n{nonce}\n{method.upper()}\n{full_path}\n".encode()

@@ -34,7 +34,7 @@ class Team(models.Model):
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True, default="")
     config = models.JSONField(default=dict, blank=True)
-    # Hardening (API.md §2, beyond): refuse v1 signatures, which do not cover method or path and
+    # Hardening (beyond the original API): refuse v1 signatures, which do not cover method or path and
     # can be replayed against another endpoint within the skew window. A callable default, so
     # every way of creating a team follows NEW_TEAMS_REQUIRE_SIGNATURE_V2 (on in production).
     require_signature_v2 = models.BooleanField(
@@ -73,12 +73,12 @@ class ApiKey(models.Model):
     """A team's credential. `key_id` is public (X-API-Key); the secret is stored encrypted.
 
     The server must know the raw secret to verify an HMAC, so it is Fernet-encrypted with a key
-    derived from settings, never only hashed, never logged (ARCHITECTURE.md §3).
+    derived from settings, never only hashed, never logged.
     """
 
     key_id = models.CharField(max_length=64, unique=True)
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_keys")
-    # Agent-scoped keys (API.md §3.3): null = a team-wide key.
+    # Agent-scoped keys: null = a team-wide key.
     agent = models.ForeignKey(
         Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="api_keys"
     )

@@ -106,7 +106,7 @@ def agent_upsert(
 
 
 def agent_ensure(*, team: Team, agent_id: str) -> Agent:
-    """The agent, registered on first use with its id as name (API.md §3.2)."""
+    """The agent, registered on first use with its id as name (an unknown agent id is not an error)."""
     agent, _ = Agent.objects.get_or_create(
         team=team, agent_id=agent_id, defaults={"name": agent_id}
     )

@@ -8,6 +8,7 @@ from django.test import Client
 from tenants.services import api_key_issue
 
 from .factories import AgentFactory, TeamFactory
+from .fake_openai import FakeOpenAI
 from .helpers import SignedClient
 
 
@@ -50,6 +51,31 @@ def redis_required():
     except Exception as exc:
         require_service("Redis", str(exc))
     return settings.REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def _llm_server():
+    # One server for the run: stopping one takes half a second.
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_llm(_llm_server, settings):
+    """The LLM settings pointed at the local OpenAI-compatible fake (only the external LLM is
+    faked), its reply queue and request log emptied, answering normally."""
+    _llm_server.chat_replies.clear()
+    _llm_server.requests.clear()
+    _llm_server.chat_mode = "ok"
+    _llm_server.delay = 0.0
+    settings.LLM_BASE_URL = _llm_server.base_url
+    settings.LLM_MODEL = "fake-chat"
+    settings.LLM_API_KEY = "sk-test"
+    settings.LLM_TIMEOUT_SECONDS = 5
+    settings.LLM_MAX_RETRIES = 0
+    yield _llm_server
+    _llm_server.chat_mode = "ok"
+    _llm_server.delay = 0.0
 
 
 @pytest.fixture

@@ -84,7 +84,11 @@ class FakeOpenAI:
                         self._send(500, {"error": {"message": "boom", "type": "server_error"}})
                         return
                     if fake.chat_mode == "timeout":
+                        # Longer than the client waits: it has given up. Answer nothing, so that
+                        # no reply queued for a later request (maybe another test's, the server
+                        # being shared) is consumed by this late one.
                         time.sleep(5)
+                        return
                     content = fake.chat_replies.popleft() if fake.chat_replies else "{}"
                     self._send(
                         200,

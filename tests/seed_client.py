@@ -1,5 +1,5 @@
-# The MemoryClient class of seed 000 §2.4, unchanged except for the quotes of the lifecycle
-# methods' docstrings, which the document lost. It must keep working against this server.
+# The reference MemoryClient class of the original memory-service API, unchanged except for the
+# quotes of the lifecycle methods' docstrings, which its published copy lost. It must keep working against this server.
 # ruff: noqa
 import hashlib, hmac, time, json, requests
 

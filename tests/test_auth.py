@@ -1,4 +1,4 @@
-"""The HMAC matrix of API.md §2 through the real authentication class."""
+"""The HMAC matrix (docs/authentication.md) through the real authentication class."""
 
 from __future__ import annotations
 

@@ -82,8 +82,8 @@ def test_working_memory_writes_trigger_one_compress_on_a_real_worker(tmp_path, r
                 worker.wait(timeout=20)
 
 
-def test_seed_5_6_on_a_worker_backed_deployment_with_the_fake_llm(tmp_path, redis_required):
-    """Seed 000 §5.6 with the seed's own client against gunicorn + a Celery worker + Redis, the LLM
+def test_research_log_on_a_worker_backed_deployment_with_the_fake_llm(tmp_path, redis_required):
+    """The research-log lifecycle with the original client against gunicorn + a Celery worker + Redis, the LLM
     being the fake OpenAI-compatible server; every derived memory traced through the API."""
     from .seed_client import MemoryClient as SeedClient
 

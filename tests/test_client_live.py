@@ -1,4 +1,4 @@
-"""Our client and the seed's own client against a real HTTP server (pytest-django live_server)."""
+"""Our client and the original API's reference client against a real HTTP server (pytest-django live_server)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def keys(live_server):
     return out
 
 
-def test_seed_section_2_3_first_request(live_server, keys):
-    """Seed 000 §2.3 verbatim: /health, then a hand-signed GET /stats."""
+def test_original_client_first_request(live_server, keys):
+    """The original API's first request, verbatim: /health, then a hand-signed GET /stats."""
     r = requests.get(f"{live_server.url}/health")
     assert r.json() == {"ok": True, "data": {"status": "ok"}}
     API_KEY, SECRET = keys["codex_team"].key_id, keys["codex_team"].secret
@@ -47,7 +47,7 @@ def test_seed_section_2_3_first_request(live_server, keys):
     assert {"personal_memories", "team_memories", "agents"} <= set(data["data"])
 
 
-def test_seed_section_5_4_cross_team_isolation_with_the_seed_client(live_server, keys):
+def test_cross_team_isolation_with_the_original_client(live_server, keys):
     client = SeedMemoryClient(
         keys["codex_team"].key_id, keys["codex_team"].secret, base_url=live_server.url
     )
@@ -60,11 +60,11 @@ def test_seed_section_5_4_cross_team_isolation_with_the_seed_client(live_server,
     assert (r.status_code, r.json().get("code")) == (403, "FORBIDDEN_CROSS_TEAM")
     r = client.get_stats()
     assert r.json()["data"]["agents"] == 1
-    # PUT and DELETE are signed the seed's way too.
+    # PUT and DELETE are signed the original client's way too.
     assert client.delete("/agents/codex_team/codex_agent").json() == {"ok": True, "data": None}
 
 
-def test_seed_client_stats_per_team(live_server, keys):
+def test_original_client_stats_per_team(live_server, keys):
     a = SeedMemoryClient(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url)
     b = SeedMemoryClient(keys["team_b"].key_id, keys["team_b"].secret, base_url=live_server.url)
     a.post("/agents", {"agent_id": "agent_1", "name": "Agent 1"})

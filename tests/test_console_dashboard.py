@@ -3,7 +3,6 @@ team scoping, a pinned query count and a cache outage."""
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime, time, timedelta
 
 import pytest
@@ -13,12 +12,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from console.dashboard import charts
-from lifecycle.models import JobRun
-from memories.models import Memory
 from tenants import usage
 from tenants.models import UsageDay
 
 from .console_helpers import member_client
+from .factories import JobRunFactory, MemoryFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -36,23 +34,20 @@ def _days_ago(n: int) -> datetime:
 
 
 def _memory(team, *, scope="personal", agent="a", source=None, days_ago=0, content=None):
-    content = content or f"m {Memory.objects.count()} {scope} {agent} {source} {days_ago}"
-    m = Memory.objects.create(
+    return MemoryFactory(
         team=team,
         scope=scope,
         agent_id=agent,
-        content=content,
-        content_hash=hashlib.sha256(content.encode()).hexdigest(),
         metadata={"source": source} if source is not None else {},
+        created_at=_days_ago(days_ago),
+        **({"content": content} if content else {}),
     )
-    Memory.objects.filter(pk=m.pk).update(created_at=_days_ago(days_ago))
-    return m
 
 
 def _job(team, *, status, kind="compress", days_ago=0):
-    j = JobRun.objects.create(team=team, kind=kind, trigger="api", status=status)
-    JobRun.objects.filter(pk=j.pk).update(created_at=_days_ago(days_ago))
-    return j
+    return JobRunFactory(
+        team=team, agent_id="", kind=kind, status=status, created_at=_days_ago(days_ago)
+    )
 
 
 def _chart(response, title_start: str) -> charts.Chart:

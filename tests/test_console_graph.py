@@ -3,56 +3,44 @@ the node detail (relations both ways, source memories) and team scoping."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 
 import pytest
 
 from graph import services as graph_services
-from memories.models import Memory
 
 from .console_helpers import member_client
+from .factories import EntityFactory, MemoryFactory
 
 pytestmark = pytest.mark.django_db
-
-
-def _memory(team, content: str, agent: str = "alice") -> Memory:
-    return Memory.objects.create(
-        team=team,
-        scope="personal",
-        agent_id=agent,
-        content=content,
-        content_hash=hashlib.sha256(content.encode()).hexdigest(),
-    )
-
-
-def _entity(team, name, etype="concept", agent="", memory=None, description=""):
-    e, _ = graph_services.entity_create_or_merge(
-        team=team,
-        name=name,
-        entity_type=etype,
-        agent_id=agent,
-        description=description,
-        source_memory=memory,
-    )
-    return e
 
 
 @pytest.fixture
 def graph(team, other_team):
     """team_a: Alice (alice's) -works_on-> Apollo (team-wide) -uses-> Python (team-wide);
     Bob (bob's) -knows-> Alice. team_b: a secret entity."""
-    m1 = _memory(team, "Alice works on the Apollo project with Python every day")
-    m2 = _memory(team, "Alice said Apollo ships in March", agent="alice")
-    alice = _entity(team, "Alice", "person", agent="alice", memory=m1, description="an engineer")
-    apollo = _entity(team, "Apollo", "project", memory=m1)
+    m1 = MemoryFactory(
+        team=team,
+        agent_id="alice",
+        content="Alice works on the Apollo project with Python every day",
+    )
+    m2 = MemoryFactory(team=team, agent_id="alice", content="Alice said Apollo ships in March")
+    alice = EntityFactory(
+        team=team,
+        name="Alice",
+        entity_type="person",
+        agent_id="alice",
+        source_memory=m1,
+        description="an engineer",
+    )
+    apollo = EntityFactory(team=team, name="Apollo", entity_type="project", source_memory=m1)
     graph_services.entity_mention(entity=apollo, memory=m2)
-    python = _entity(team, "Python", "skill")
-    bob = _entity(team, "Bob", "person", agent="bob")
+    python = EntityFactory(team=team, name="Python", entity_type="skill")
+    bob = EntityFactory(team=team, name="Bob", entity_type="person", agent_id="bob")
     graph_services.relation_create(source=alice, target=apollo, relation_type="works_on")
     graph_services.relation_create(source=apollo, target=python, relation_type="uses")
     graph_services.relation_create(source=bob, target=alice, relation_type="knows")
-    secret = _entity(other_team, "Secret Project Zeus", "project")
+    secret = EntityFactory(team=other_team, name="Secret Project Zeus", entity_type="project")
     return {
         "alice": alice,
         "apollo": apollo,

@@ -15,7 +15,7 @@ from tenants.models import Team
 from .console_helpers import member_client
 from .factories import TeamFactory
 from .helpers import error_code, ok_data
-from .test_lifecycle_api import SEED_5_3, SEED_5_6, working
+from .test_lifecycle_api import CODER_NOTES, RESEARCH_NOTES, working
 
 pytestmark = pytest.mark.django_db
 
@@ -99,7 +99,7 @@ class TestRunNow:
     def test_run_now_queues_a_job_with_trigger_admin_and_runs_it(
         self, team, lead, api, django_capture_on_commit_callbacks
     ):
-        item_ids = working(api, "coder", SEED_5_3)
+        item_ids = working(api, "coder", CODER_NOTES)
         with django_capture_on_commit_callbacks(execute=True):
             response = lead.post(
                 url(team, "run/compress/"),
@@ -142,7 +142,7 @@ class TestRunNow:
         self, team, lead, api, django_capture_on_commit_callbacks, kind, data, counts
     ):
         api.post("/lifecycle/auto-config", {"enabled": True, "compress_every_n": 2})
-        working(api, "coder", SEED_5_6[:3])
+        working(api, "coder", RESEARCH_NOTES[:3])
         api.post(
             "/memories/personal", {"agent_id": "coder", "content": "用户偏好简洁直接的回复风格"}
         )
@@ -172,7 +172,7 @@ class TestRunNow:
     def test_invalid_parameters_are_refused_like_the_api_and_nothing_runs(
         self, team, lead, api, data, field
     ):
-        working(api, "coder", SEED_5_3[:1])
+        working(api, "coder", CODER_NOTES[:1])
         response = lead.post(url(team, "run/compress/"), data)
         assert response.status_code == 400
         failed = next(f for f in response.context["run_forms"] if f.operation.kind == "compress")
@@ -257,13 +257,13 @@ class TestJobLog:
 
 @pytest.fixture
 def drilled(team, api):
-    """A persona built by the real lifecycle, down to archived working memory (seed 000 §5.6)."""
+    """A persona built by the real lifecycle, down to archived working memory."""
     api.post("/lifecycle/auto-config", {"enabled": False})
-    item_ids = working(api, "researcher", SEED_5_3)
+    item_ids = working(api, "researcher", CODER_NOTES)
     compressed = ok_data(
         api.post("/lifecycle/compress", {"agent_id": "researcher", "target_count": 1})
     )
-    working(api, "researcher", SEED_5_6)
+    working(api, "researcher", RESEARCH_NOTES)
     ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "researcher"}))
     for content, importance in (
         ("2025-06 策略复盘：最大回撤 12%，主要损失来自 6/3 闪崩", 0.85),
@@ -323,11 +323,11 @@ class TestPersonaDrillDown:
         sources = viewer.get(url(team, f"memories/{drilled['compressed_id']}/sources/"))
         assert [a.item_id for a in sources.context["sources"]] == drilled["item_ids"]
         text = sources.content.decode()
-        for item in SEED_5_3:
+        for item in CODER_NOTES:
             assert item in text
         for mid in derived_seen:
             listed = viewer.get(url(team, f"memories/{mid}/sources/")).context["sources"]
-            assert listed and {a.content for a in listed} <= set(SEED_5_3) | set(SEED_5_6)
+            assert listed and {a.content for a in listed} <= set(CODER_NOTES) | set(RESEARCH_NOTES)
 
     def test_a_snapshot_scenario_still_opens_after_it_was_regenerated(self, team, viewer, drilled):
         persona = drilled["persona"]
@@ -348,7 +348,7 @@ class TestPersonaDrillDown:
 def theirs(other_team, other_api):
     """One of everything in team B, made by the real lifecycle."""
     other_api.post("/lifecycle/auto-config", {"enabled": False})
-    working(other_api, "spy", SEED_5_3)
+    working(other_api, "spy", CODER_NOTES)
     mid = ok_data(other_api.post("/lifecycle/compress", {"agent_id": "spy", "target_count": 1}))[
         "memory_ids"
     ][0]

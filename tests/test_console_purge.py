@@ -1,4 +1,4 @@
-"""Console dry-run purge, audit and trash (issue 6 item 4): preview, exact-set confirm, restore."""
+"""Console dry-run purge, audit and trash (the lead's bulk removal): preview, exact-set confirm, restore."""
 
 from __future__ import annotations
 

@@ -14,20 +14,16 @@ from django.test import Client
 from django.utils import timezone
 
 from memories.models import Memory, MemoryRevision, MemoryShare
-from memories.services import memory_create
 from tenants.services import agent_ensure, api_key_issue
 
+from .factories import MemoryFactory
 from .helpers import SignedClient, ok_data
 
 pytestmark = pytest.mark.django_db
 
 
 def _mem(team, content, *, scope="personal", agent_id="researcher", **kwargs) -> Memory:
-    memory, hit = memory_create(
-        team=team, scope=scope, agent_id=agent_id, content=content, enable_dedup=False, **kwargs
-    )
-    assert hit is None
-    return memory
+    return MemoryFactory(team=team, content=content, scope=scope, agent_id=agent_id, **kwargs)
 
 
 def _listed(response) -> set[int]:

@@ -1,4 +1,4 @@
-"""Every API answer is an envelope, including 404, 405, 413, 400 and 500 (API.md §1)."""
+"""Every API answer is an envelope, including 404, 405, 413, 400 and 500."""
 
 from __future__ import annotations
 

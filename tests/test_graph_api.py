@@ -1,4 +1,4 @@
-"""Knowledge-graph endpoints (API.md §7): entities, relations, traversal, isolation, query counts."""
+"""Knowledge-graph endpoints (docs/graph.md): entities, relations, traversal, isolation, query counts."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def bulk_relations(team, pairs, relation_type="related_to"):
 
 
 class TestEntityCreateAndMerge:
-    def test_it_creates_an_entity_with_the_seed_001_fields(self, api):
+    def test_it_creates_an_entity_with_all_fields(self, api):
         r = api.post(
             "/graph/entities",
             {
@@ -475,7 +475,7 @@ class TestCrossTeamIsolation:
 
 
 class TestAgentScopedKeys:
-    """API.md §3.3 for the graph: own agent's and team-wide entities only; others are 403."""
+    """Agent-scoped keys on the graph: own agent's and team-wide entities only; others are 403."""
 
     def test_own_and_team_wide_entities_only(self, api, agent_api):
         team_wide = create(api, "Shared")

@@ -1,4 +1,4 @@
-"""Seed 001's flows (create, merge, relate, detail, subgraph) through the Python client, over HTTP,
+"""The graph flows (create, merge, relate, detail, subgraph) through the Python client, over HTTP,
 with this API's envelope and HMAC signatures (v1 and v2: v2 also signs the query string)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.mark.parametrize("signature_version", [1, 2])
-def test_seed_001_flows_through_the_client(live_server, signature_version):
+def test_graph_flows_through_the_client(live_server, signature_version):
     team, _ = team_upsert(team_id="graph_team", name="graph")
     key = api_key_issue(team=team)
     client = MemoryClient(

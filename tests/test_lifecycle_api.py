@@ -1,4 +1,4 @@
-"""Lifecycle endpoints (API.md §6) end to end with the offline engine and the fake LLM."""
+"""Lifecycle endpoints (docs/lifecycle.md) end to end with the offline engine and the fake LLM."""
 
 from __future__ import annotations
 
@@ -11,18 +11,17 @@ from django.utils import timezone
 from lifecycle.models import JobRun, Persona, Scenario, WorkingArchive
 from memories.models import Memory, MemoryRevision
 
-from .fake_openai import FakeOpenAI
 from .helpers import error_code, ok_data
 
 pytestmark = pytest.mark.django_db
 
-SEED_5_3 = [
+CODER_NOTES = [
     "正在重构 memory_system.py 中的 compress 方法",
     "目标：将返回值从 {summary: string} 改为结构化 dict",
     "需要同步更新：routes.py, docs/index.html, README_INTERNAL.html",
     "测试方法：E2E curl 验证响应格式",
 ]
-SEED_5_6 = [
+RESEARCH_NOTES = [
     "今天决定把量化策略的回测周期从 3 个月改为 6 个月，因为短期数据噪声太大",
     "发现 DeepSeek V4 在代码生成任务上比 MiMo 快约 40%，但中文理解稍弱",
     "用户偏好简洁直接的回复风格，不喜欢冗长的解释",
@@ -47,20 +46,9 @@ def working(api, agent, items):
     return ids
 
 
-@pytest.fixture
-def fake_llm(settings):
-    with FakeOpenAI() as fake:
-        settings.LLM_BASE_URL = fake.base_url
-        settings.LLM_MODEL = "fake-chat"
-        settings.LLM_API_KEY = "sk-test"
-        settings.LLM_TIMEOUT_SECONDS = 1
-        settings.LLM_MAX_RETRIES = 0
-        yield fake
-
-
 class TestCompress:
-    def test_seed_5_3_compress_offline(self, manual):
-        item_ids = working(manual, "coder", SEED_5_3)
+    def test_compress_offline(self, manual):
+        item_ids = working(manual, "coder", CODER_NOTES)
         data = ok_data(manual.post("/lifecycle/compress", {"agent_id": "coder", "target_count": 1}))
         assert (
             data["compressed"],
@@ -109,9 +97,10 @@ class TestCompress:
         data = ok_data(manual.post("/lifecycle/compress", {"agent_id": "a", "target_count": 3}))
         assert 1 <= len(data["memory_ids"]) <= 3 and data["compressed"] == 8
 
-    def test_llm_timeout_is_503_and_loses_nothing(self, manual, fake_llm):
+    def test_llm_timeout_is_503_and_loses_nothing(self, manual, fake_llm, settings):
+        settings.LLM_TIMEOUT_SECONDS = 1  # the fake answers after 5 s in "timeout" mode
         fake_llm.chat_mode = "timeout"
-        working(manual, "coder", SEED_5_3)
+        working(manual, "coder", CODER_NOTES)
         r = manual.post("/lifecycle/compress", {"agent_id": "coder", "target_count": 1})
         assert (r.status_code, error_code(r)) == (503, "LLM_UNAVAILABLE")
         assert len(ok_data(manual.get("/memories/working/coder"))) == 4
@@ -121,7 +110,7 @@ class TestCompress:
 
     def test_llm_500_is_503(self, manual, fake_llm):
         fake_llm.chat_mode = "500"
-        working(manual, "coder", SEED_5_3[:1])
+        working(manual, "coder", CODER_NOTES[:1])
         assert (
             error_code(manual.post("/lifecycle/compress", {"agent_id": "coder"}))
             == "LLM_UNAVAILABLE"
@@ -145,7 +134,7 @@ class TestCompress:
                 ensure_ascii=False,
             )
         )
-        working(manual, "coder", SEED_5_3)
+        working(manual, "coder", CODER_NOTES)
         data = ok_data(manual.post("/lifecycle/compress", {"agent_id": "coder", "target_count": 2}))
         assert len(data["memory_ids"]) == 1 and data["compressed"] == 4
         job = JobRun.objects.get(kind="compress")
@@ -153,8 +142,8 @@ class TestCompress:
 
 
 class TestFacts:
-    def test_seed_5_6_offline_facts(self, manual):
-        item_ids = working(manual, "researcher", SEED_5_6)
+    def test_offline_facts(self, manual):
+        item_ids = working(manual, "researcher", RESEARCH_NOTES)
         data = ok_data(
             manual.post("/lifecycle/extract-facts", {"agent_id": "researcher", "max_memories": 20})
         )
@@ -170,7 +159,7 @@ class TestFacts:
         assert len(ok_data(manual.get("/memories/working/researcher"))) == 5
 
     def test_a_second_extraction_skips_duplicates(self, manual):
-        working(manual, "r", SEED_5_6)
+        working(manual, "r", RESEARCH_NOTES)
         first = ok_data(manual.post("/lifecycle/extract-facts", {"agent_id": "r"}))
         second = ok_data(
             manual.post("/lifecycle/extract-facts", {"agent_id": "r", "delete_after": True})
@@ -216,7 +205,7 @@ class TestFacts:
         self, manual, fake_llm, caplog
     ):
         fake_llm.chat_replies.append("I cannot comply ```not json``` sorry")
-        working(manual, "r", SEED_5_6[:2])
+        working(manual, "r", RESEARCH_NOTES[:2])
         data = ok_data(manual.post("/lifecycle/extract-facts", {"agent_id": "r"}))
         assert data["count"] == 0 and not Memory.objects.exists()
         assert len(ok_data(manual.get("/memories/working/r"))) == 2
@@ -225,7 +214,7 @@ class TestFacts:
 class TestScenariosAndPersona:
     @pytest.fixture
     def seeded(self, manual):
-        working(manual, "researcher", SEED_5_6)
+        working(manual, "researcher", RESEARCH_NOTES)
         manual.post("/lifecycle/extract-facts", {"agent_id": "researcher"})
         manual.post(
             "/memories/personal",
@@ -249,7 +238,7 @@ class TestScenariosAndPersona:
         )
         return manual
 
-    def test_seed_5_6_scenarios_persona_and_traceability(self, seeded):
+    def test_scenarios_persona_and_traceability(self, seeded):
         data = ok_data(
             seeded.post(
                 "/lifecycle/aggregate-scenes", {"agent_id": "researcher", "max_memories": 50}
@@ -522,7 +511,7 @@ def test_the_graph_step_after_fact_extraction_is_opt_in(api):
 
 
 def test_a_derived_memory_is_traced_to_its_sources_through_the_api(manual, other_api, agent_api):
-    item_ids = working(manual, "researcher", SEED_5_3)
+    item_ids = working(manual, "researcher", CODER_NOTES)
     data = ok_data(
         manual.post("/lifecycle/compress", {"agent_id": "researcher", "target_count": 1})
     )
@@ -530,11 +519,11 @@ def test_a_derived_memory_is_traced_to_its_sources_through_the_api(manual, other
     traced = ok_data(manual.get(f"/lifecycle/sources/{mid}"))
     assert traced["source"] == "compression" and traced["memory_id"] == mid
     assert [i["id"] for i in traced["source_items"]] == item_ids
-    assert [i["content"] for i in traced["source_items"]] == SEED_5_3
+    assert [i["content"] for i in traced["source_items"]] == CODER_NOTES
     assert error_code(other_api.get(f"/lifecycle/sources/{mid}")) == "NOT_FOUND"
     plain = ok_data(
         manual.post("/memories/personal", {"agent_id": "coder", "content": "written by hand"})
     )
     assert ok_data(manual.get(f"/lifecycle/sources/{plain['id']}"))["source_items"] == []
-    # an agent-scoped key of another agent may not read it (API.md §3.3)
+    # an agent-scoped key of another agent may not read it
     assert error_code(agent_api.get(f"/lifecycle/sources/{plain['id']}")) == "FORBIDDEN"

@@ -1,5 +1,5 @@
 """Lifecycle engines: the LLM engine against a local OpenAI-compatible server (the real `openai`
-client runs), and the deterministic offline engine on the seed 000 §5.6 example."""
+client runs), and the deterministic offline engine on a Chinese research log."""
 
 from __future__ import annotations
 
@@ -21,15 +21,15 @@ from memoryplatform.errors import DomainError
 
 from .fake_openai import FakeOpenAI
 
-# Seed 000 §5.6, step 2 (working memory) and step 4 (long-term memories written before aggregating).
-SEED_WORKING = [
+# A research log: working memory, and long-term memories written before aggregating.
+RESEARCH_NOTES = [
     "今天决定把量化策略的回测周期从 3 个月改为 6 个月，因为短期数据噪声太大",
     "发现 DeepSeek V4 在代码生成任务上比 MiMo 快约 40%，但中文理解稍弱",
     "用户偏好简洁直接的回复风格，不喜欢冗长的解释",
     "Redis 缓存命中率从 75% 提升到 92% 后，API 响应时间从 120ms 降到 45ms",
     "下周一需要和团队讨论 Q3 的风控模型升级方案",
 ]
-SEED_MEMORIES = [
+RESEARCH_MEMORIES = [
     "2025-06 策略复盘：最大回撤 12%，主要损失来自 6/3 闪崩",
     "回测数据源：Binance USDT 永续合约，1h K线，2024-01 至今",
     "风控规则：单策略最大仓位 30%，总杠杆不超过 3x",
@@ -44,27 +44,6 @@ ENGLISH = [
     "Next week we will migrate the database to MariaDB 10.11.",
     "Bob is an experienced Rust developer.",
 ]
-
-
-@pytest.fixture(scope="module")
-def _llm_server():
-    # One server for the module: stopping one takes half a second.
-    with FakeOpenAI() as fake:
-        yield fake
-
-
-@pytest.fixture
-def fake_llm(_llm_server, settings):
-    _llm_server.chat_replies.clear()
-    _llm_server.requests.clear()
-    _llm_server.chat_mode = "ok"
-    settings.LLM_BASE_URL = _llm_server.base_url
-    settings.LLM_API_KEY = "sk-test"
-    settings.LLM_MODEL = "test-model"
-    settings.LLM_TIMEOUT_SECONDS = 5
-    settings.LLM_MAX_RETRIES = 0
-    yield _llm_server
-    _llm_server.chat_mode = "ok"
 
 
 def _reply(fake: FakeOpenAI, payload: object) -> None:
@@ -98,7 +77,7 @@ def test_it_uses_the_offline_engine_when_no_llm_is_configured(settings):
 def test_it_rebuilds_the_engine_when_the_llm_settings_change(fake_llm, settings):
     first = get_engine()
     assert isinstance(first, LLMEngine)
-    assert first.name == "llm:test-model"
+    assert first.name == "llm:fake-chat"
     assert get_engine() is first
     settings.LLM_MODEL = "other-model"
     second = get_engine()
@@ -124,7 +103,7 @@ def test_llm_compress_parses_summaries_records_usage_and_asks_for_json(fake_llm)
             ]
         },
     )
-    summaries, usage = get_engine().compress(SEED_WORKING, 2)
+    summaries, usage = get_engine().compress(RESEARCH_NOTES, 2)
     assert summaries == [
         Summary(content="回测周期改为 6 个月", importance=0.8, source_indexes=[0]),
         Summary(
@@ -133,11 +112,11 @@ def test_llm_compress_parses_summaries_records_usage_and_asks_for_json(fake_llm)
     ]
     assert usage == Usage(prompt_tokens=100, completion_tokens=20, total_tokens=120)
     body = _chat_bodies(fake_llm)[-1]
-    assert body["model"] == "test-model"
+    assert body["model"] == "fake-chat"
     assert body["response_format"] == {"type": "json_object"}
     user = _user_message(fake_llm)
     data = _block(user, "memories")
-    for item in SEED_WORKING:
+    for item in RESEARCH_NOTES:
         assert item in data
     assert "at most 2".lower() in user.lower()
     assert "简体中文" in user  # Chinese memories -> Chinese answer
@@ -169,7 +148,7 @@ def test_llm_extract_facts_validates_categories_and_source_indexes(fake_llm):
             ]
         },
     )
-    facts, usage = get_engine().extract_facts(SEED_WORKING)
+    facts, usage = get_engine().extract_facts(RESEARCH_NOTES)
     assert [(f.content, f.category, f.source_indexes) for f in facts] == [
         ("用户偏好简洁直接的回复", "preference", [2]),
         ("回测周期改为 6 个月", "decision", [0]),  # 99 is not an input index
@@ -190,7 +169,7 @@ def test_llm_aggregate_keeps_only_input_memory_ids(fake_llm, caplog):
             ]
         },
     )
-    memories = [(11, SEED_WORKING[0]), (12, SEED_MEMORIES[2]), (13, SEED_MEMORIES[1])]
+    memories = [(11, RESEARCH_NOTES[0]), (12, RESEARCH_MEMORIES[2]), (13, RESEARCH_MEMORIES[1])]
     with caplog.at_level(logging.WARNING, logger="lifecycle.llm"):
         drafts, usage = get_engine().aggregate(memories)
     assert drafts == [
@@ -461,12 +440,12 @@ def offline() -> OfflineEngine:
 
 @pytest.fixture(scope="module")
 def seed_facts(offline) -> list[Fact]:
-    facts, usage = offline.extract_facts(SEED_WORKING)
+    facts, usage = offline.extract_facts(RESEARCH_NOTES)
     assert usage == Usage()
     return facts
 
 
-def test_offline_facts_of_the_seed_are_classified_sensibly(seed_facts):
+def test_offline_facts_of_the_research_log_are_classified_sensibly(seed_facts):
     by_source = {f.source_indexes[0]: f for f in seed_facts}
     assert len(seed_facts) == 5
     assert by_source[0].category == "decision"
@@ -474,7 +453,7 @@ def test_offline_facts_of_the_seed_are_classified_sensibly(seed_facts):
     assert by_source[2].category == "preference"
     assert by_source[3].category == "metric"
     assert by_source[4].category == "plan"
-    assert by_source[3].content == SEED_WORKING[3]  # numbers intact
+    assert by_source[3].content == RESEARCH_NOTES[3]  # numbers intact
     assert by_source[2].importance > by_source[4].importance
     assert all(0 <= f.importance <= 1 for f in seed_facts)
 
@@ -537,7 +516,7 @@ def test_trim_never_cuts_inside_a_number():
 
 def test_offline_aggregate_groups_the_seed_memories_into_named_scenarios(offline, seed_facts):
     memories = [(100 + i, f.content) for i, f in enumerate(seed_facts)] + [
-        (200 + i, text) for i, text in enumerate(SEED_MEMORIES)
+        (200 + i, text) for i, text in enumerate(RESEARCH_MEMORIES)
     ]
     drafts, usage = offline.aggregate(memories)
     assert usage == Usage()
@@ -574,7 +553,7 @@ def test_offline_persona_uses_preferences_and_scenarios(offline, seed_facts):
     scenarios = [("sc1", "回测、策略", "..."), ("sc2", "风控、杠杆", "...")]
     draft, usage = offline.persona(facts, scenarios)
     assert usage == Usage()
-    assert draft.preferences == [SEED_WORKING[2]]
+    assert draft.preferences == [RESEARCH_NOTES[2]]
     assert "简洁" in draft.communication_style
     assert draft.habits == ["用户每天早上先看风控报表"]
     assert "回测、策略" in draft.expertise and "风控、杠杆" in draft.expertise
@@ -584,12 +563,12 @@ def test_offline_persona_uses_preferences_and_scenarios(offline, seed_facts):
 
 
 def test_offline_compress_respects_target_count_and_covers_every_item(offline):
-    summaries, _ = offline.compress(SEED_WORKING, 2)
+    summaries, _ = offline.compress(RESEARCH_NOTES, 2)
     assert 1 <= len(summaries) <= 2
     covered = sorted(i for s in summaries for i in s.source_indexes)
-    assert covered == list(range(len(SEED_WORKING)))
+    assert covered == list(range(len(RESEARCH_NOTES)))
     joined = "；".join(s.content for s in summaries)
-    for item in SEED_WORKING:
+    for item in RESEARCH_NOTES:
         assert item in joined  # short items: nothing had to be cut
     assert max(s.importance for s in summaries) == 0.8
 
@@ -651,16 +630,16 @@ def test_offline_engine_handles_english(offline):
 
 
 def test_offline_engine_is_deterministic(offline):
-    memories = [(i, t) for i, t in enumerate(SEED_WORKING + SEED_MEMORIES)]
+    memories = [(i, t) for i, t in enumerate(RESEARCH_NOTES + RESEARCH_MEMORIES)]
     first = (
-        offline.extract_facts(SEED_WORKING),
-        offline.compress(SEED_WORKING + SEED_MEMORIES, 3),
+        offline.extract_facts(RESEARCH_NOTES),
+        offline.compress(RESEARCH_NOTES + RESEARCH_MEMORIES, 3),
         offline.aggregate(memories),
         offline.persona([(i, t, "general") for i, t in memories], [("s", "风控", "")]),
     )
     second = (
-        OfflineEngine().extract_facts(SEED_WORKING),
-        OfflineEngine().compress(SEED_WORKING + SEED_MEMORIES, 3),
+        OfflineEngine().extract_facts(RESEARCH_NOTES),
+        OfflineEngine().compress(RESEARCH_NOTES + RESEARCH_MEMORIES, 3),
         OfflineEngine().aggregate(memories),
         OfflineEngine().persona([(i, t, "general") for i, t in memories], [("s", "风控", "")]),
     )

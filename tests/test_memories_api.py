@@ -1,4 +1,4 @@
-"""Personal and team long-term memory endpoints (API.md §4.1-4.3), through the real stack."""
+"""Personal and team long-term memory endpoints, through the real stack."""
 
 from __future__ import annotations
 
@@ -181,19 +181,19 @@ class TestDedup:
 
 class TestSearch:
     @pytest.fixture
-    def seed_5_1(self, api):
+    def ranking_corpus(self, api):
         write(api, PREF, importance=0.9)
         write(api, STACK, importance=0.7)
         api.post("/memories/team", {"content": JAVA, "importance": 0.8})
         api.post("/memories/team", {"content": DEPLOY, "importance": 0.95})
 
-    def test_seed_5_1_personal_ranking(self, api, seed_5_1):
+    def test_personal_ranking(self, api, ranking_corpus):
         results = search(api, "用户的沟通风格偏好", limit=3, min_score=0.3)
         assert results[0]["content"] == PREF
         assert all(0.3 <= m["score"] <= 1.0 for m in results)
         assert [m["score"] for m in results] == sorted((m["score"] for m in results), reverse=True)
 
-    def test_seed_5_1_team_ranking(self, api, seed_5_1):
+    def test_team_ranking(self, api, ranking_corpus):
         r = api.post(
             "/memories/team/search", {"query": "接口返回格式规范", "limit": 3, "min_score": 0.3}
         )
@@ -201,7 +201,7 @@ class TestSearch:
         assert results[0]["content"] == JAVA
         assert results[0]["scope"] == "team"
 
-    def test_min_score_drops_the_irrelevant(self, api, seed_5_1):
+    def test_min_score_drops_the_irrelevant(self, api, ranking_corpus):
         assert search(api, "量子色动力学的渐近自由", min_score=0.3) == []
         assert search(api, "the migratory routes of arctic terns", min_score=0.3) == []
 

@@ -1,4 +1,4 @@
-"""Seed 000 §5's integration examples, run with the seed's own MemoryClient against a live server."""
+"""The original API's integration examples, run with its own MemoryClient against a live server."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def client_for(live_server, team_id: str) -> MemoryClient:
     return MemoryClient(key.key_id, key.secret, base_url=live_server.url)
 
 
-def test_5_1_openclaw(live_server):
+def test_openclaw_flow(live_server):
     client = client_for(live_server, "openclaw_team")
     assert client.post("/teams", {"team_id": "openclaw_team", "name": "OpenClaw 团队"}).json()["ok"]
     client.post("/agents", {"agent_id": "assistant", "name": "AI 助手", "role": "assistant"})
@@ -63,7 +63,7 @@ def test_5_1_openclaw(live_server):
     assert r.json()["data"][0]["content"].startswith("Java 接口规范")
 
 
-def test_5_2_hermes(live_server):
+def test_hermes_flow(live_server):
     client = client_for(live_server, "hermes")
     client.post("/teams", {"team_id": "hermes", "name": "Hermes 策略研究部"})
     for agent_id, name, role in [
@@ -109,7 +109,7 @@ def test_5_2_hermes(live_server):
     assert recent[0]["importance"] == 0.9 and recent[0]["content"].startswith("趋势策略")
 
 
-def test_5_3_claude_code(live_server):
+def test_claude_code_flow(live_server):
     client = client_for(live_server, "claude_code")
     client.post("/teams", {"team_id": "claude_code", "name": "Claude Code 团队"})
     client.post("/agents", {"agent_id": "coder", "name": "编码助手", "role": "developer"})
@@ -135,7 +135,7 @@ def test_5_3_claude_code(live_server):
     assert top["metadata"]["source"] == "compression" and "compress" in top["content"]
 
 
-def test_5_5_cross_team_isolation(live_server):
+def test_cross_team_isolation_flow(live_server):
     team_a = client_for(live_server, "team_a")
     team_b = client_for(live_server, "team_b")
     team_a.post("/teams", {"team_id": "team_a", "name": "Team Alpha"})
@@ -160,7 +160,7 @@ def test_5_5_cross_team_isolation(live_server):
     assert (stats["personal_memories"], stats["team_memories"]) == (1, 0)
 
 
-def test_5_6_lifecycle_offline(live_server):
+def test_lifecycle_offline_flow(live_server):
     client = client_for(live_server, "research_lab")
     client.post("/teams", {"team_id": "research_lab", "name": "研究实验室"})
     client.post("/agents", {"agent_id": "researcher", "name": "研究员", "role": "研究分析"})

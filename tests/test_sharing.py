@@ -1,4 +1,4 @@
-"""Agent-scoped keys and explicit sharing of personal memories (API.md §3.3)."""
+"""Agent-scoped keys and explicit sharing of personal memories."""
 
 from __future__ import annotations
 

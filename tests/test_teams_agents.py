@@ -1,4 +1,4 @@
-"""Teams, agents and stats endpoints (API.md §3, §4.5), with cross-team isolation on each."""
+"""Teams, agents and stats endpoints, with cross-team isolation on each."""
 
 from __future__ import annotations
 

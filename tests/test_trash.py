@@ -325,6 +325,6 @@ class TestTouch:
         lead = member_client(team, "lead_a", "lead")
         assert lead.get(f"/review/{team.id}/memories/", {"q": "yellow fruit"}).status_code == 200
         assert set(Memory.objects.values_list("access_count", flat=True)) == {0}
-        # Recent (an explicit fetch, no score) still counts as recall, as API.md says.
+        # Recent (an explicit fetch, no score) still counts as recall, as the API documents.
         ok_data(api.get("/memories/personal/recent/alice?limit=1"))
         assert Memory.objects.get(pk=notes["other"]).access_count == 1

@@ -326,12 +326,15 @@ def rss_mb():
 
 
 # =========================================================================== LOCOMO
-DATA = "/work/shared/bench/locomo-dev"
+# The LOCOMO dev folder (conversations 26, 30, 41, 42 and 43 as <id>.json), set from --data in
+# main(). LOCOMO (snap-research/locomo, CC BY-NC 4.0) is not shipped: download it yourself.
+DATA = ""
 CONVS = ["26", "30", "41", "42", "43"]
 
 
 def load_locomo():
-    """Returns list of conversations: dict(docs=[...], questions=[...]) following retrieval.md."""
+    """Returns list of conversations: dict(docs=[...], questions=[...]) following the protocol of
+    bench/locomo.py (one document per turn, categories 1-4, unknown evidence ids dropped)."""
     convs = []
     for cid in CONVS:
         with open(os.path.join(DATA, cid + ".json")) as fh:
@@ -898,7 +901,7 @@ def cmd_calib(args):
         dist.update(hw)
         res[mname] = {k: dict(n=len(v), **dict(zip(["min", "p5", "p50", "p95", "max"], pct(v))),
                               p99=float(np.percentile(v, 99))) for k, v in dist.items() if v}
-        # (no example texts are stored: LOCOMO is CC BY-NC and stays in /work/shared/bench)
+        # (no example texts are stored: LOCOMO is CC BY-NC and stays where --data points)
         res[mname]["_raw"] = {k: v for k, v in dist.items()}
         print("\n### %s" % mname)
         for k, v in res[mname].items():
@@ -911,7 +914,14 @@ def cmd_calib(args):
 
 def main():
     import argparse
+    global DATA
     ap = argparse.ArgumentParser()
+    ap.add_argument(
+        "--data",
+        required=True,
+        help="path/to/locomo-dev: the folder of LOCOMO conversation files (26.json, 30.json, ...); "
+        "LOCOMO is snap-research/locomo (CC BY-NC 4.0), not shipped here",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("retrieval")
     p.add_argument("--models", default="e5,use,minilm")
@@ -928,6 +938,7 @@ def main():
     p = sub.add_parser("calib")
     p.add_argument("--models", default="e5,use,minilm")
     args = ap.parse_args()
+    DATA = args.data
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     {"retrieval": cmd_retrieval, "retrieval2": cmd_retrieval2, "timing": cmd_timing, "scale": cmd_scale, "calib": cmd_calib}[args.cmd](args)
 

@@ -19,8 +19,7 @@ class IssueKeyForm(forms.Form):
         required=False,
         empty_label="(team-wide key)",
         to_field_name="agent_id",
-        help_text="Bind the key to one agent (an agent-scoped key, API.md §3.3); "
-        "empty = a team-wide key.",
+        help_text="Bind the key to one agent (an agent-scoped key); empty = a team-wide key.",
     )
     expires_in_days = forms.IntegerField(
         min_value=1, max_value=36500, required=False, help_text="empty = never expires"

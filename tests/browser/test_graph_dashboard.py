@@ -3,8 +3,6 @@ with data) in headless Chromium, with a screenshot at each step."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
@@ -13,20 +11,13 @@ from selenium.webdriver.support.ui import WebDriverWait
 from graph import services as graph_services
 from lifecycle.models import JobRun
 from memories.models import Memory
-from tests.factories import MembershipFactory, TeamFactory, UserFactory
+from tests.factories import MembershipFactory, MemoryFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _memory(team, content: str, agent: str, source: str) -> Memory:
-    return Memory.objects.create(
-        team=team,
-        scope="personal",
-        agent_id=agent,
-        content=content,
-        content_hash=hashlib.sha256(content.encode()).hexdigest(),
-        metadata={"source": source},
-    )
+    return MemoryFactory(team=team, agent_id=agent, content=content, metadata={"source": source})
 
 
 def _seed() -> None:

@@ -12,7 +12,7 @@ from lifecycle.models import JobRun, PipelineConfig
 from tenants.services import api_key_issue
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
 from tests.helpers import SignedClient, ok_data
-from tests.test_lifecycle_api import SEED_5_3, SEED_5_6
+from tests.test_lifecycle_api import CODER_NOTES, RESEARCH_NOTES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,8 +23,8 @@ def _seed_memories(team_id: str) -> None:
     issued = api_key_issue(team=team, label="agent")
     api = SignedClient(Client(), issued.key_id, issued.secret)
     for items, op, body in (
-        (SEED_5_3, "/lifecycle/compress", {"target_count": 1}),
-        (SEED_5_6, "/lifecycle/extract-facts", {}),
+        (CODER_NOTES, "/lifecycle/compress", {"target_count": 1}),
+        (RESEARCH_NOTES, "/lifecycle/extract-facts", {}),
     ):
         for item in items:
             api.post("/memories/working", {"agent_id": "researcher", "content": item})
@@ -96,5 +96,5 @@ def test_lead_configures_runs_and_drills_a_persona_down_to_its_sources(
     rows = browser.find_elements(By.CSS_SELECTOR, "#sources tr.source-row")
     assert rows
     text = browser.find_element(By.ID, "sources").text
-    assert any(item in text for item in SEED_5_3 + SEED_5_6)
+    assert any(item in text for item in CODER_NOTES + RESEARCH_NOTES)
     shot("7-archived-sources")

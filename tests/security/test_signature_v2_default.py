@@ -158,7 +158,7 @@ def test_why_v1_is_risky_a_get_signature_deletes_the_team():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_in_the_embedded_default_a_new_team_works_with_the_seed_client(live_server):
+def test_in_the_embedded_default_a_new_team_works_with_the_original_client(live_server):
     client = create_api_key("seed_team")
     assert Team.objects.get(id="seed_team").require_signature_v2 is False
     seed = MemoryClient(client.key_id, client.secret, base_url=live_server.url)

@@ -21,7 +21,7 @@ from memories.working import get_working_store
 from tenants.models import Team
 from tenants.services import agent_ensure
 
-# (agent, content, importance, category); seed 000's own examples first.
+# (agent, content, importance, category); the examples of the original API's docs first.
 PERSONAL = [
     ("researcher", "用户偏好简洁直接的回复，不喜欢冗长的解释", 0.9, "preference"),
     ("researcher", "用户常用技术栈：Java 17、Spring Boot 3、MariaDB 10.11、Redis", 0.7, "fact"),
