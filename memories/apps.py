@@ -9,7 +9,7 @@ class MemoriesConfig(AppConfig):
     def ready(self) -> None:
         from tenants.services import register_agent_purge_hook, register_team_purge_hook
 
-        from . import signals
+        from . import checks, signals  # noqa: F401  (checks registers itself)
 
         register_team_purge_hook(signals.purge_team_outside_db)
         register_agent_purge_hook(signals.purge_agent_outside_db)

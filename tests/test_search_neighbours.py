@@ -165,3 +165,17 @@ def test_keyword_and_vector_modes_ignore_neighbours(team, settings):
         alone = [r["id"] for r in _search(team, query, min_score=0.0, mode=mode)]
         _neighbours_on(settings)
         assert [r["id"] for r in _search(team, query, min_score=0.0, mode=mode)] == alone
+
+
+def test_a_misspelt_fusion_or_neighbour_setting_stops_the_server(settings):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    call_command("check")
+    settings.SEARCH_FUSION = "noisy-or"
+    with pytest.raises(SystemCheckError, match=r"memories\.E001"):
+        call_command("check")
+    settings.SEARCH_FUSION = "noisy_or"
+    settings.SEARCH_NEIGHBOUR_WEIGHT = 3.0
+    with pytest.raises(SystemCheckError, match=r"memories\.E002"):
+        call_command("check")

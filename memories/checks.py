@@ -1,0 +1,30 @@
+"""System checks for search settings: a typo must stop the server, not fail every search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+
+@checks.register()
+def search_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from .search import FUSIONS
+
+    errors: list[checks.CheckMessage] = []
+    if settings.SEARCH_FUSION not in FUSIONS:
+        errors.append(
+            checks.Error(
+                f"SEARCH_FUSION={settings.SEARCH_FUSION!r} is not one of {sorted(FUSIONS)}",
+                id="memories.E001",
+            )
+        )
+    if settings.SEARCH_NEIGHBOUR_SECONDS < 0 or not 0 <= settings.SEARCH_NEIGHBOUR_WEIGHT <= 1:
+        errors.append(
+            checks.Error(
+                "SEARCH_NEIGHBOUR_SECONDS must be >= 0 and SEARCH_NEIGHBOUR_WEIGHT within 0..1",
+                id="memories.E002",
+            )
+        )
+    return errors
