@@ -225,23 +225,21 @@ class ScopeIndex:
         self.alive_count = 0
         self.alive_len = 0.0
         # Conversation context (docs/search.md, "Neighbours"): memories of a scope written one
-        # after the other within SEARCH_NEIGHBOUR_SECONDS are neighbours. A slot's context is its
-        # previous neighbour's words (`ctx_postings`, parallel to `postings`), which the ranking's
-        # BM25 sees besides the memory's own; its own words are kept per slot (`terms`) to become
-        # the context of the next memory written.
+        # after the other within SEARCH_NEIGHBOUR_SECONDS are neighbours. The ranking's BM25
+        # reads a memory's previous neighbour's words as its context: found at query time from
+        # the postings and the links below, so nothing is stored twice.
         self.created = np.empty(0, dtype=np.float64)
-        self.ctx_len = np.empty(0, dtype=np.float32)
-        self.ctx_postings: list[_Postings] = []
-        self.alive_ctx_len = 0.0
-        self.term_start = np.empty(0, dtype=np.int64)
-        self.term_count = np.empty(0, dtype=np.int32)
-        self.term_ids = np.empty(0, dtype=np.int32)
-        self.term_tfs = np.empty(0, dtype=np.int32)
-        self.terms_used = 0
         # Ids of the scope in ascending order (neighbours); may hold dead ids, rebuilt when stale.
         self.order = np.empty(0, dtype=np.int64)
         self.order_n = 0
         self.order_stale = False
+        self.max_id = 0  # the highest memory id ever put in `order`
+        # Neighbour links per slot (-1: none), kept on writes so a search reads them in one go;
+        # a link to a removed slot is resolved through `order`. Memories arriving out of id
+        # order make the links approximate: `links_exact` then sends lookups to `order`.
+        self.prev_of = np.empty(0, dtype=np.int64)
+        self.next_of = np.empty(0, dtype=np.int64)
+        self.links_exact = True
         self.last_change_id = 0
         # Gap-safe sync (module docstring): ids <= change_floor are settled; ids above it that
         # were applied already are remembered so a re-read skips them; `change_marks` holds
@@ -265,24 +263,12 @@ class ScopeIndex:
         self.doc_len = np.resize(self.doc_len, cap)
         self.cjk = np.resize(self.cjk, cap)
         self.created = np.resize(self.created, cap)
-        self.ctx_len = np.resize(self.ctx_len, cap)
-        self.term_start = np.resize(self.term_start, cap)
-        self.term_count = np.resize(self.term_count, cap)
         self.order = np.resize(self.order, cap)
+        for name in ("prev_of", "next_of"):
+            links = np.full(cap, -1, dtype=np.int64)
+            links[: self.n] = getattr(self, name)[: self.n]
+            setattr(self, name, links)
         self.capacity = cap
-
-    def _keep_terms(self, slot: int, counts: dict[int, int]) -> None:
-        need = self.terms_used + len(counts)
-        if need > len(self.term_ids):
-            cap = max(256, int(len(self.term_ids) * 1.25), need)
-            self.term_ids = np.resize(self.term_ids, cap)
-            self.term_tfs = np.resize(self.term_tfs, cap)
-        start = self.terms_used
-        self.term_ids[start:need] = np.fromiter(counts.keys(), np.int32, len(counts))
-        self.term_tfs[start:need] = np.fromiter(counts.values(), np.int32, len(counts))
-        self.term_start[slot] = start
-        self.term_count[slot] = len(counts)
-        self.terms_used = need
 
     def _ordered_ids(self) -> np.ndarray:
         if self.order_stale:
@@ -292,33 +278,47 @@ class ScopeIndex:
             self.order_stale = False
         return self.order[: self.order_n]
 
-    def _live_neighbour(self, order: np.ndarray, pos: int, step: int, created: float) -> int:
-        """Slot of the first live memory from order[pos] walking by `step`, -1 if none or too far
-        apart in time. Removed ids stay in `order` until the next reload (a removal must not cost a
-        re-sort); a few steps skip them, as a scope reloads once 30 % of its slots are dead."""
+    def _live_neighbour(
+        self, order: np.ndarray, pos: int, step: int, created: float, window: float
+    ) -> int:
+        """Slot of the first live memory from order[pos] walking by `step`, -1 if none or more
+        than `window` seconds apart. Removed ids stay in `order` until the next reload (a removal
+        must not cost a re-sort); a few steps skip them, as a scope reloads once 30 % of its
+        slots are dead."""
         for _ in range(NEIGHBOUR_WALK):
             if not 0 <= pos < len(order):
                 return -1
             slot = self.slot_of.get(int(order[pos]))
             if slot is not None:
-                if abs(created - self.created[slot]) > settings.SEARCH_NEIGHBOUR_SECONDS:
-                    return -1
-                return slot
+                return slot if abs(created - self.created[slot]) <= window else -1
             pos += step
         return -1
 
     def neighbour_slots(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(previous, next) neighbour slot of each slot, -1 where none (docs/search.md)."""
-        order = self._ordered_ids()
-        prev = np.full(len(slots), -1, dtype=np.int64)
-        nxt = np.full(len(slots), -1, dtype=np.int64)
-        if len(slots) == 0:
-            return prev, nxt
-        pos = np.searchsorted(order, self.ids[slots])
-        for i, (slot, p) in enumerate(zip(slots.tolist(), pos.tolist(), strict=True)):
-            when = float(self.created[slot])
-            prev[i] = self._live_neighbour(order, p - 1, -1, when)
-            nxt[i] = self._live_neighbour(order, p + 1, 1, when)
+        window = settings.SEARCH_NEIGHBOUR_SECONDS
+        prev = self.prev_of[slots].copy()
+        nxt = self.next_of[slots].copy()
+        # Links through a removed slot (or all, after out-of-order arrivals): walk `order`.
+        stale = (
+            np.ones(len(slots), dtype=bool)
+            if not self.links_exact
+            else (
+                ((prev >= 0) & ~self.alive[np.maximum(prev, 0)])
+                | ((nxt >= 0) & ~self.alive[np.maximum(nxt, 0)])
+            )
+        )
+        if stale.any():
+            order = self._ordered_ids()
+            for i in np.flatnonzero(stale).tolist():
+                slot = int(slots[i])
+                p = int(np.searchsorted(order, self.ids[slot]))
+                when = float(self.created[slot])
+                prev[i] = self._live_neighbour(order, p - 1, -1, when, math.inf)
+                nxt[i] = self._live_neighbour(order, p + 1, 1, when, math.inf)
+        when = self.created[slots]
+        prev[(prev >= 0) & (np.abs(when - self.created[np.maximum(prev, 0)]) > window)] = -1
+        nxt[(nxt >= 0) & (np.abs(when - self.created[np.maximum(nxt, 0)]) > window)] = -1
         return prev, nxt
 
     def _vector(self, row: Row) -> np.ndarray:
@@ -357,39 +357,50 @@ class ScopeIndex:
             if tid is None:
                 tid = self.term_id[tok] = len(self.postings)
                 self.postings.append(_Postings())
-                self.ctx_postings.append(_Postings())
             counts[tid] = counts.get(tid, 0) + 1
         for tid, tf in counts.items():
             self.postings[tid].add(slot, tf)
-        self._keep_terms(slot, counts)
         self.created[slot] = row.created
-        order = self._ordered_ids()
-        pos = int(np.searchsorted(order, row.id))
-        prev = self._live_neighbour(order, pos - 1, -1, row.created)
-        ctx_len = 0
-        if prev >= 0:
-            start, count = int(self.term_start[prev]), int(self.term_count[prev])
-            for tid, tf in zip(
-                self.term_ids[start : start + count].tolist(),
-                self.term_tfs[start : start + count].tolist(),
-                strict=True,
-            ):
-                self.ctx_postings[tid].add(slot, tf)
-                ctx_len += tf
-        self.ctx_len[slot] = ctx_len
-        if pos == len(order):
-            self.order[self.order_n] = row.id  # the usual case: the newest memory of the scope
-            self.order_n += 1
-        elif order[pos] != row.id:
-            self.order_stale = True  # an older id seen late (commits out of id order): re-sort
-        # else: an updated memory keeps its place; slot_of now points at its new slot
+        self._link(slot, row.id, row.created)
         self.doc_len[slot] = len(tokens)
         self.cjk[slot] = is_cjk(row.content)
         self.alive[slot] = True
         self.slot_of[row.id] = slot
         self.alive_count += 1
         self.alive_len += len(tokens)
-        self.alive_ctx_len += ctx_len
+
+    def _link(self, slot: int, memory_id: int, created: float) -> None:
+        """Puts a slot in the id order and links it to its neighbours."""
+        if memory_id > self.max_id:
+            # The usual case, every row of a load and every new memory: the newest of the
+            # scope, whose previous neighbour is the newest before it (Python ints: a load
+            # links 100k rows).
+            prev = self.slot_of.get(self.max_id, -1)
+            if prev < 0 and self.order_n:  # the newest one was removed: the live one before it
+                order = self._ordered_ids()
+                prev = self._live_neighbour(order, len(order) - 1, -1, created, math.inf)
+            self.prev_of[slot] = prev
+            if prev >= 0:
+                self.next_of[prev] = slot
+            self.order[self.order_n] = memory_id
+            self.order_n += 1
+            self.max_id = memory_id
+            return
+        order = self._ordered_ids()
+        pos = int(np.searchsorted(order, memory_id))
+        prev = self._live_neighbour(order, pos - 1, -1, created, math.inf)
+        nxt = self._live_neighbour(order, pos + 1, 1, created, math.inf)
+        self.prev_of[slot], self.next_of[slot] = prev, nxt
+        if prev >= 0:
+            self.next_of[prev] = slot
+        if nxt >= 0:
+            self.prev_of[nxt] = slot
+        if pos == len(order) or order[pos] != memory_id:
+            # An older id seen late (commits out of id order): re-sort, and stop trusting links
+            # until the next reload.
+            self.order_stale = True
+            self.links_exact = False
+        # else: an updated memory keeps its place; slot_of now points at its new slot
 
     def remove(self, memory_id: int) -> None:
         slot = self.slot_of.pop(memory_id, None)
@@ -398,7 +409,6 @@ class ScopeIndex:
         self.alive[slot] = False
         self.alive_count -= 1
         self.alive_len -= float(self.doc_len[slot])
-        self.alive_ctx_len -= float(self.ctx_len[slot])
         # Postings keep the dead slot (masked by `alive`) until the next compaction rebuild.
 
     @property
@@ -415,14 +425,10 @@ class ScopeIndex:
             + self.doc_len.nbytes
             + self.cjk.nbytes
             + self.created.nbytes
-            + self.ctx_len.nbytes
-            + self.term_start.nbytes
-            + self.term_count.nbytes
-            + self.term_ids.nbytes
-            + self.term_tfs.nbytes
             + self.order.nbytes
+            + self.prev_of.nbytes
+            + self.next_of.nbytes
             + postings
-            + sum(p.nbytes for p in self.ctx_postings)
             + 120 * len(self.slot_of)
             + 100 * len(self.term_id)
         )
@@ -450,6 +456,17 @@ class ScopeIndex:
         own, _, reference = self.bm25_with_context(tokens, context=False)
         return own, reference
 
+    def _context_len(self, slots: np.ndarray, window: float) -> np.ndarray:
+        """Length of each slot's context: its live previous neighbour's, within the window."""
+        prev = self.prev_of[slots]
+        safe = np.maximum(prev, 0)
+        ok = (
+            (prev >= 0)
+            & self.alive[safe]
+            & (np.abs(self.created[slots] - self.created[safe]) <= window)
+        )
+        return np.where(ok, self.doc_len[safe], 0.0).astype(np.float32)
+
     def bm25_with_context(
         self, tokens: Iterable[str], *, context: bool = True
     ) -> tuple[np.ndarray, np.ndarray | None, float]:
@@ -462,10 +479,14 @@ class ScopeIndex:
         """
         scores = np.zeros(self.n, dtype=np.float32)
         combined = np.zeros(self.n, dtype=np.float32) if context else None
+        # Term frequencies with context, for one term at a time (kept all zero between terms).
+        tf = np.zeros(self.n, dtype=np.float32) if context else None
         k1, b = settings.SEARCH_BM25_K1, settings.SEARCH_BM25_B
         n_docs = max(self.alive_count, 1)
         avgdl = max(self.alive_len / n_docs, 1.0)
-        avg_combined = max((2 * self.alive_len + self.alive_ctx_len) / n_docs, 1.0)
+        # Nearly every memory has a previous neighbour: context adds about one memory's length.
+        avg_combined = 3.0 * avgdl
+        window = settings.SEARCH_NEIGHBOUR_SECONDS
         reference = 0.0
         for tok in dict.fromkeys(tokens):
             tid = self.term_id.get(tok)
@@ -478,16 +499,22 @@ class ScopeIndex:
             slots, tfs = p.slots[: p.n], p.tfs[: p.n]
             dl = self.doc_len[slots]
             scores[slots] += idf * tfs * (k1 + 1) / (tfs + k1 * (1 - b + b * dl / avgdl))
-            if combined is not None:
-                c = self.ctx_postings[tid]
-                tf = np.zeros(self.n, dtype=np.float32)
-                tf[slots] = 2 * tfs
-                tf[c.slots[: c.n]] += c.tfs[: c.n]
-                hit = np.flatnonzero(tf)
-                cdl = 2 * self.doc_len[hit] + self.ctx_len[hit]
-                combined[hit] += (
-                    idf * tf[hit] * (k1 + 1) / (tf[hit] + k1 * (1 - b + b * cdl / avg_combined))
+            if combined is not None and tf is not None:
+                # The memories whose previous neighbour holds the term: each live slot's next.
+                nxt = self.next_of[slots]
+                ok = (nxt >= 0) & self.alive[slots]
+                src, cslots, ctfs = slots[ok], nxt[ok], tfs[ok]
+                ok = self.alive[cslots] & (
+                    np.abs(self.created[cslots] - self.created[src]) <= window
                 )
+                cslots, ctfs = cslots[ok], ctfs[ok]
+                tf[slots] = 2 * tfs
+                hit = np.concatenate([slots, cslots[tf[cslots] == 0]])
+                tf[cslots] += ctfs
+                t = tf[hit]
+                cdl = 2 * self.doc_len[hit] + self._context_len(hit, window)
+                combined[hit] += idf * t * (k1 + 1) / (t + k1 * (1 - b + b * cdl / avg_combined))
+                tf[hit] = 0.0  # clean for the next term
         dead = ~self.alive[: self.n]
         scores[dead] = 0.0
         if combined is not None:

@@ -56,7 +56,7 @@ def test_neighbours_are_the_memories_written_before_and_after(team):
 
 
 def _neighbours_on(settings) -> None:
-    # The context words are put in an index when a memory enters it: the setting is read then.
+    # A fresh index, so that nothing of the previous search's state can explain the result.
     settings.SEARCH_NEIGHBOUR_SECONDS = 3600
     index.registry.clear()
 
@@ -179,3 +179,33 @@ def test_a_misspelt_fusion_or_neighbour_setting_stops_the_server(settings):
     settings.SEARCH_NEIGHBOUR_WEIGHT = 3.0
     with pytest.raises(SystemCheckError, match=r"memories\.E002"):
         call_command("check")
+
+
+def test_links_hold_when_memories_arrive_out_of_id_order():
+    """A commit that lands after a newer one (ids allocated before commit) still gets its place."""
+    ix = index.ScopeIndex("t|personal|a1", 4, "m")
+
+    def row(memory_id: int) -> index.Row:
+        return index.Row(memory_id, f"note {memory_id}", None, "m", False, "", 1000.0 + memory_id)
+
+    ix.upsert_many([row(1), row(3)])
+    ix.upsert_many([row(2)])
+    ix.upsert_many([row(4)])
+    import numpy as np
+
+    slots = np.array([ix.slot_of[i] for i in (1, 2, 3, 4)])
+    prev, nxt = ix.neighbour_slots(slots)
+    assert [int(ix.ids[s]) if s >= 0 else None for s in prev] == [None, 1, 2, 3]
+    assert [int(ix.ids[s]) if s >= 0 else None for s in nxt] == [2, 3, 4, None]
+
+
+def test_a_memory_written_after_the_newest_was_deleted_links_to_the_one_before(team):
+    a = _write(team, "Sprint planning is on Monday")
+    b = _write(team, "Retro moved to Thursday")
+    _index(team)
+    memory_delete(memory=b)
+    _index(team)
+    c = _write(team, "Demo day is Friday")
+    ix = _index(team)
+    prev, _ = ix.neighbour_slots(_slots(ix, c))
+    assert prev[0] == ix.slot_of[a.pk]
