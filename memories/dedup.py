@@ -2,8 +2,8 @@
 
 Embeddings put "cache hit rate rose from 75% to 92%" and "…from 92% to 75%" at cosine 0.96+,
 "the user likes tea" next to "the user does not like tea", and "deploy notes for service alpha"
-next to "…beta". A dedup that trusts similarity alone swallows the newer fact (the most reported
-data-loss bug of peers, see reference/peers.md). So a write is only a duplicate when it is
+next to "…beta". A dedup that trusts similarity alone swallows the newer fact (the data-loss
+bug users report most about comparable memory services). So a write is only a duplicate when it is
 similar enough **and** the old memory already says everything it says: the same numbers, dates,
 negations, preferences and qualifiers, every content word of it (Snowball stems and a few
 synonyms for English, jieba words for Chinese), and each of its clauses as a run of an old clause
