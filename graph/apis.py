@@ -1,10 +1,9 @@
-"""Knowledge-graph endpoints (docs/graph.md) and `POST /lifecycle/extract-graph`. Thin: validate,
-check access, call a selector or service, render."""
+"""Knowledge-graph endpoints (docs/graph.md). Thin: validate, check access, call a selector or
+service, render. (`POST /lifecycle/extract-graph` is a lifecycle job: lifecycle.apis.)"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from django.core.validators import RegexValidator
@@ -20,11 +19,9 @@ from memoryplatform.serializers import (
     JSONObjectField,
     QueryInt,
     StrictCharField,
-    StrictIntegerField,
 )
 from tenants.apis import principal_of
 from tenants.models import AGENT_ID_RE
-from tenants.services import agent_ensure
 
 from . import selectors, services, traversal
 from .models import ENTITY_TYPES, RELATION_TYPES
@@ -474,68 +471,3 @@ class GraphApi(APIView):
         # Rendering the graph is a recall of its entities (as search is of memories).
         graph.mark_accessed(services.entities_touch(entity_ids=graph.entity_ids))
         return Response(graph.as_dict())
-
-
-# --- extraction (a lifecycle job) ------------------------------------------------------------
-
-
-class ExtractGraphInputSerializer(serializers.Serializer):
-    agent_id = StrictCharField(required=False, allow_blank=True, default="", validators=[AGENT_ID])
-    max_memories = StrictIntegerField(required=False, default=20, min_value=1, max_value=200)
-
-
-class ExtractedEntitySerializer(EntityOutputSerializer):
-    created = serializers.BooleanField(help_text="false: merged into an existing entity")
-
-
-class ExtractGraphOutputSerializer(serializers.Serializer):
-    entities = ExtractedEntitySerializer(many=True)
-    relations = RelationOutputSerializer(many=True)
-    entity_count = serializers.IntegerField()
-    relation_count = serializers.IntegerField()
-    entities_created = serializers.IntegerField()
-    entities_merged = serializers.IntegerField()
-    relations_created = serializers.IntegerField()
-    memories = serializers.IntegerField(help_text="memories read")
-    job_id = serializers.IntegerField(required=False)
-
-
-JobRunner = Callable[..., dict[str, Any]]
-
-
-class ExtractGraphApi(APIView):
-    """Runs extraction as a recorded lifecycle job.
-
-    The job runner (`lifecycle.services.pipeline.run`) is handed in by the URL map
-    (`as_view(run_job=...)`): imports flow tenants <- memories <- graph <- lifecycle, so graph
-    never imports the lifecycle services, while the job still goes through the one code path
-    that records every lifecycle run.
-    """
-
-    run_job: JobRunner | None = None
-
-    @api_operation(
-        request=ExtractGraphInputSerializer,
-        response=ExtractGraphOutputSerializer,
-        errors=(403,),
-        summary="Extract entities and relations from an agent's recent memories",
-    )
-    def post(self, request: Request) -> Response:
-        principal = principal_of(request)
-        s = ExtractGraphInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        agent_id = s.validated_data["agent_id"]
-        # An agent key extracts from its own memories, or from the team's into team-wide
-        # entities (both of which it may touch).
-        check_agent_filter(agent_id=agent_id, acting_agent=principal.agent_id)
-        if agent_id:
-            agent_ensure(team=principal.team, agent_id=agent_id)
-        assert self.run_job is not None, "wire ExtractGraphApi.as_view(run_job=...) in urls.py"
-        result = self.run_job(
-            team=principal.team,
-            kind="extract-graph",
-            trigger="api",
-            agent_id=agent_id,
-            params={"max_memories": s.validated_data["max_memories"]},
-        )
-        return Response(result)

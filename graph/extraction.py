@@ -1,7 +1,8 @@
 """`POST /lifecycle/extract-graph`: entities and relations from an agent's recent memories.
 
-Two engines, chosen like the lifecycle's (`lifecycle.llm.get_engine`): with `LLM_BASE_URL` the
-LLM proposes entities and relations as JSON; without, the offline rules of `graph.offline`.
+Two engines, chosen like the lifecycle's: with an LLM configured (`llm.get_client()`, from
+`LLM_BASE_URL`) the LLM proposes entities and relations as JSON; without, the offline rules of
+`graph.offline`.
 Either way the proposals go through the same validation and resolution before anything is
 written:
 
@@ -12,8 +13,8 @@ written:
 * each proposal is resolved against the scope's entities (graph.resolution): the same thing
   named slightly differently merges into the existing entity; a relation is created once.
 
-Memory text is untrusted: the LLM prompt carries it as a JSON data block with the lifecycle's
-system prompt, which tells the model to ignore instructions inside it.
+Memory text is untrusted: the LLM prompt carries it as a JSON data block with the shared system
+prompt (`llm.prompts`), which tells the model to ignore instructions inside it.
 
 Writes are one short transaction per entity or relation (embeddings computed outside them, so a
 model call never holds the SQLite write lock); a run is idempotent, so a failed run is simply
@@ -29,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
-from lifecycle.schemas import Usage
+from llm import ChatClient, Usage, chat_messages, cut, data_block, get_client, short_error
 from memories.embeddings import embed_passages
 from memories.models import Memory
 from tenants.models import Team
@@ -219,8 +220,6 @@ Reply with JSON exactly like:
 
 
 def graph_messages(memories: list[tuple[int, str]]) -> list[dict[str, str]]:
-    from lifecycle.prompts import SYSTEM_PROMPT, data_block
-
     chinese = sum(is_chinese(t) for _, t in memories) * 2 >= len(memories)
     language_rule = (
         "Write names and descriptions in the language of the records: they are mostly Chinese, "
@@ -229,26 +228,17 @@ def graph_messages(memories: list[tuple[int, str]]) -> list[dict[str, str]]:
         else "Write names and descriptions in the language of the records."
     )
     records = [
-        {"id": memory_id, "text": text if len(text) <= MAX_ITEM_CHARS else text[:MAX_ITEM_CHARS]}
+        {"id": memory_id, "text": cut(text, MAX_ITEM_CHARS, marker="")}
         for memory_id, text in memories
     ]
     task = GRAPH_TASK.format(self_name=SELF_ZH if chinese else SELF_EN, language_rule=language_rule)
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": task + "\n\n" + data_block("memories", records)},
-    ]
+    return chat_messages(task, data_block("memories", records))
 
 
 def _items(data: Any, key: str) -> list[Any]:
     if isinstance(data, dict) and isinstance(data.get(key), list):
         return list(data[key])
     return []
-
-
-def _short_error(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'item'}: {e['msg']}" for e in exc.errors()
-    )[:300]
 
 
 def draft_from_llm(data: Any, memories: list[tuple[int, str]], draft: GraphDraft) -> None:
@@ -265,7 +255,7 @@ def draft_from_llm(data: Any, memories: list[tuple[int, str]], draft: GraphDraft
                 _normalise_keys(raw, {"entity_type": "type"}), context=context
             )
         except ValidationError as exc:
-            logger.warning("LLM extract_graph: entity %d skipped (%s)", i, _short_error(exc))
+            logger.warning("LLM extract_graph: entity %d skipped (%s)", i, short_error(exc))
             continue
         memory_ids = item.memory_ids
         cited = isinstance(raw, dict) and bool(raw.get("memory_ids") or raw.get("memory_id"))
@@ -303,7 +293,7 @@ def draft_from_llm(data: Any, memories: list[tuple[int, str]], draft: GraphDraft
                 context=context,
             )
         except ValidationError as exc:
-            logger.warning("LLM extract_graph: relation %d skipped (%s)", i, _short_error(exc))
+            logger.warning("LLM extract_graph: relation %d skipped (%s)", i, short_error(exc))
             continue
         ends = []
         for name in (rel.source, rel.target):
@@ -328,14 +318,16 @@ def draft_from_llm(data: Any, memories: list[tuple[int, str]], draft: GraphDraft
         draft.relate(source, target, rel.type, memory_id, rel.description)
 
 
-def extract_with_llm(engine: Any, memories: list[tuple[int, str]]) -> tuple[GraphDraft, Usage]:
+def extract_with_llm(
+    client: ChatClient, memories: list[tuple[int, str]]
+) -> tuple[GraphDraft, Usage]:
     draft = GraphDraft()
     usage = Usage()
     for start in range(0, len(memories), LLM_BATCH):
         batch = memories[start : start + LLM_BATCH]
-        # The engine's JSON chat: retries, JSON-mode fallback, LLM_UNAVAILABLE mapping and
-        # tolerant JSON extraction, shared with the lifecycle operations.
-        data, used = engine._chat(graph_messages(batch), "extract_graph")
+        # The shared JSON chat: retries, JSON-mode fallback, LLM_UNAVAILABLE mapping and
+        # tolerant JSON extraction, as for the lifecycle operations.
+        data, used = client.chat_json(graph_messages(batch), what="extract_graph")
         usage = usage.add(used)
         draft_from_llm(data, batch, draft)
     return draft, usage
@@ -379,16 +371,14 @@ def graph_extract(
     """Extracts the graph of the agent's newest memories (the team's when `agent_id` is "").
 
     Entities are written in the agent's scope (team-wide for team memories). Returns
-    `(result, usage, engine_name)` like the lifecycle operations, for `pipeline.run`.
+    `(result, usage, engine_name)` like the lifecycle operations, for the job that runs it.
     """
-    from lifecycle.llm import LLMEngine, get_engine
-
     memories = _memories(team, agent_id, max_memories)
-    engine = get_engine()
+    client = get_client()
     pairs = [(m.pk, m.content) for m in reversed(memories)]  # oldest first: stable names
-    if isinstance(engine, LLMEngine):
-        draft, usage = extract_with_llm(engine, pairs) if pairs else (GraphDraft(), Usage())
-        engine_name = engine.name
+    if client is not None:
+        draft, usage = extract_with_llm(client, pairs) if pairs else (GraphDraft(), Usage())
+        engine_name = client.name
     else:
         draft, usage, engine_name = extract_offline(pairs), Usage(), "offline"
     result = _write(team, agent_id, draft, {m.pk: m for m in memories})

@@ -1,4 +1,5 @@
-"""Lifecycle endpoints (docs/lifecycle.md). Thin: validate, check the agent, run the service as a job."""
+"""Lifecycle endpoints (docs/lifecycle.md), `POST /lifecycle/extract-graph` among them (the graph
+extraction runs as a lifecycle job). Thin: validate, check the agent, run the service as a job."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from graph.apis import EntityOutputSerializer, RelationOutputSerializer
+from graph.selectors import check_agent_filter
 from memories.apis import MemoryOutputSerializer
 from memories.selectors import READ, check_memory_access, check_scope_access, iso, memory_get
 from memoryplatform.errors import NotFound
@@ -24,7 +27,7 @@ from tenants.apis import principal_of, require_team_wide_key
 from tenants.models import AGENT_ID_RE
 from tenants.services import agent_ensure
 
-from .models import Persona, Scenario
+from .models import JobKind, Persona, Scenario
 from .selectors import working_sources
 from .services import operations, pipeline
 
@@ -176,7 +179,7 @@ def _agent(request: Request, agent_id: str) -> str:
     return agent_id
 
 
-def _run(request: Request, kind: str, agent_id: str, params: dict[str, Any]) -> Response:
+def _run(request: Request, kind: JobKind, agent_id: str, params: dict[str, Any]) -> Response:
     team = principal_of(request).team
     if agent_id:
         agent_ensure(team=team, agent_id=agent_id)
@@ -202,7 +205,7 @@ class CompressApi(APIView):
         s.is_valid(raise_exception=True)
         agent_id = _agent(request, s.validated_data["agent_id"])
         return _run(
-            request, "compress", agent_id, {"target_count": s.validated_data["target_count"]}
+            request, JobKind.COMPRESS, agent_id, {"target_count": s.validated_data["target_count"]}
         )
 
 
@@ -239,7 +242,7 @@ class CleanupApi(APIView):
                 team=principal.team, agent_id=data["agent_id"] or None, **params
             )
             return Response(result)
-        return _run(request, "cleanup", data["agent_id"], params)
+        return _run(request, JobKind.CLEANUP, data["agent_id"], params)
 
 
 class ExtractFactsInputSerializer(serializers.Serializer):
@@ -261,7 +264,7 @@ class ExtractFactsApi(APIView):
         agent_id = _agent(request, s.validated_data["agent_id"])
         return _run(
             request,
-            "extract-facts",
+            JobKind.EXTRACT_FACTS,
             agent_id,
             {
                 "max_memories": s.validated_data["max_memories"],
@@ -288,7 +291,53 @@ class AggregateApi(APIView):
         agent_id = _agent(request, s.validated_data["agent_id"])
         return _run(
             request,
-            "aggregate-scenes",
+            JobKind.AGGREGATE_SCENES,
+            agent_id,
+            {"max_memories": s.validated_data["max_memories"]},
+        )
+
+
+class ExtractGraphInputSerializer(serializers.Serializer):
+    agent_id = StrictCharField(required=False, allow_blank=True, default="", validators=[AGENT_ID])
+    max_memories = StrictIntegerField(required=False, default=20, min_value=1, max_value=200)
+
+
+class ExtractedEntitySerializer(EntityOutputSerializer):
+    created = serializers.BooleanField(help_text="false: merged into an existing entity")
+
+
+class ExtractGraphOutputSerializer(serializers.Serializer):
+    entities = ExtractedEntitySerializer(many=True)
+    relations = RelationOutputSerializer(many=True)
+    entity_count = serializers.IntegerField()
+    relation_count = serializers.IntegerField()
+    entities_created = serializers.IntegerField()
+    entities_merged = serializers.IntegerField()
+    relations_created = serializers.IntegerField()
+    memories = serializers.IntegerField(help_text="memories read")
+    job_id = serializers.IntegerField(required=False)
+
+
+class ExtractGraphApi(APIView):
+    """Runs extraction as a recorded lifecycle job."""
+
+    @api_operation(
+        request=ExtractGraphInputSerializer,
+        response=ExtractGraphOutputSerializer,
+        errors=(403,),
+        summary="Extract entities and relations from an agent's recent memories",
+    )
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        s = ExtractGraphInputSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        agent_id = s.validated_data["agent_id"]
+        # An agent key extracts from its own memories, or from the team's into team-wide
+        # entities (both of which it may touch).
+        check_agent_filter(agent_id=agent_id, acting_agent=principal.agent_id)
+        return _run(
+            request,
+            JobKind.EXTRACT_GRAPH,
             agent_id,
             {"max_memories": s.validated_data["max_memories"]},
         )
@@ -336,7 +385,10 @@ class GeneratePersonaApi(APIView):
         s.is_valid(raise_exception=True)
         agent_id = _agent(request, s.validated_data["agent_id"])
         return _run(
-            request, "generate-persona", agent_id, {"max_items": s.validated_data["max_items"]}
+            request,
+            JobKind.GENERATE_PERSONA,
+            agent_id,
+            {"max_items": s.validated_data["max_items"]},
         )
 
 

@@ -119,20 +119,38 @@ class WorkingArchive(models.Model):
         return f"{self.team_id}/{self.agent_id} item {self.item_id}"
 
 
+class JobKind(models.TextChoices):
+    """What a job does. The operation each kind runs is registered in
+    lifecycle.services.pipeline (`HANDLERS`); labels are the values, as shown in the admin and the
+    console."""
+
+    COMPRESS = "compress", "compress"
+    EXTRACT_FACTS = "extract-facts", "extract-facts"
+    AGGREGATE_SCENES = "aggregate-scenes", "aggregate-scenes"
+    GENERATE_PERSONA = "generate-persona", "generate-persona"
+    CLEANUP = "cleanup", "cleanup"
+    AUTO_RUN = "auto-run", "auto-run"
+    EXTRACT_GRAPH = "extract-graph", "extract-graph"
+    # Not an operation: the record of working items the cap pushed into the archive.
+    CAP_ARCHIVE = "cap-archive", "cap-archive"
+
+
+# The kinds that may call the LLM: their queued jobs go to the `llm` queue, the others to
+# `maintenance` (lifecycle.tasks.enqueue).
+LLM_JOB_KINDS = frozenset(
+    {
+        JobKind.COMPRESS,
+        JobKind.EXTRACT_FACTS,
+        JobKind.AGGREGATE_SCENES,
+        JobKind.GENERATE_PERSONA,
+        JobKind.EXTRACT_GRAPH,
+    }
+)
+
+
 class JobRun(models.Model):
     """Every lifecycle job, automatic or not: what ran, for whom, how it went, what it cost."""
 
-    KINDS = [
-        "compress",
-        "extract-facts",
-        "aggregate-scenes",
-        "generate-persona",
-        "cleanup",
-        "auto-run",
-        "extract-graph",
-        # Not an operation: the record of working items the cap pushed into the archive.
-        "cap-archive",
-    ]
     TRIGGERS = ["api", "auto", "beat", "admin", "command"]
     STATUS_QUEUED = "queued"
     STATUS_RUNNING = "running"
@@ -152,7 +170,7 @@ class JobRun(models.Model):
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     agent_id = models.CharField(max_length=64, blank=True, default="")
-    kind = models.CharField(max_length=20, choices=[(k, k) for k in KINDS])
+    kind = models.CharField(max_length=20, choices=JobKind.choices)
     trigger = models.CharField(max_length=10, choices=[(t, t) for t in TRIGGERS])
     status = models.CharField(
         max_length=10, choices=[(s, s) for s in STATUSES], default=STATUS_QUEUED

@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
+from llm import Usage
 from memories.text import STOP_WORDS, normalise, tokenize
 from memoryplatform.errors import DomainError
 
@@ -88,7 +89,6 @@ from .schemas import (
     PersonaDraft,
     ScenarioDraft,
     Summary,
-    Usage,
 )
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Typed results of the lifecycle engines (LLM or offline) and the engine interface.
 
 Every answer of an LLM is parsed into these models; an item that does not validate is skipped by
-the engine (seed 000 §6.3). Validation is tolerant where a model's intent is clear (a numeric
+the engine. Validation is tolerant where a model's intent is clear (a numeric
 string, an importance of 1.2 clamped to 1, a category spelt "Preferences" or "偏好") and strict
 where storing the item would be wrong (empty content, a memory id that was not in the input).
 
@@ -18,6 +18,8 @@ import math
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+
+from llm import Usage
 
 CATEGORIES = ("preference", "habit", "expertise", "decision", "plan", "metric", "event", "fact")
 
@@ -52,21 +54,6 @@ _CATEGORY_ALIASES = {
     "事实": "fact",
     "知识": "fact",
 }
-
-
-class Usage(BaseModel):
-    """LLM tokens spent by one operation (all zero for the offline engine)."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-
-    def add(self, other: Usage) -> Usage:
-        return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
-        )
 
 
 def normalise_category(value: Any) -> str:

@@ -20,12 +20,11 @@ from django.db import OperationalError, connection
 
 from memoryplatform.errors import DomainError
 
-from .models import JobRun
+from .models import LLM_JOB_KINDS, JobRun
 
 logger = logging.getLogger(__name__)
 
 TRANSIENT = {"LLM_UNAVAILABLE", "WORKING_MEMORY_UNAVAILABLE", "EMBEDDING_UNAVAILABLE"}
-LLM_KINDS = {"compress", "extract-facts", "aggregate-scenes", "generate-persona", "extract-graph"}
 _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lifecycle")
 
 
@@ -38,6 +37,9 @@ _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lifecycle")
     time_limit=settings.CELERY_TASK_TIME_LIMIT,
 )
 def run_job_task(self: Any, job_id: int) -> dict[str, Any] | None:
+    """A queued job, run by a worker: `pipeline.run_queued` plus the retries of transient
+    failures. Kept under this name (and the task name "lifecycle.run_job"): queued broker
+    messages name it, so renaming it would strand the jobs already in the queue."""
     from .services.pipeline import run_queued
 
     try:
@@ -95,7 +97,7 @@ def _run_in_thread(job_id: int) -> None:
 
 def enqueue(job: JobRun) -> None:
     """Sends a queued job to its worker (call after commit)."""
-    queue = "llm" if job.kind in LLM_KINDS else "maintenance"
+    queue = "llm" if job.kind in LLM_JOB_KINDS else "maintenance"
     if settings.CELERY_TASK_ALWAYS_EAGER:
         if settings.LIFECYCLE_INLINE:
             run_job_task.apply(args=[job.pk])

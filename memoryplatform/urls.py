@@ -1,4 +1,4 @@
-"""URL map. API paths have no trailing slash (seed 000); admin keeps Django's."""
+"""URL map. API paths have no trailing slash (the original API's); admin keeps Django's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from graph import apis as graph_apis
 from lifecycle import apis as lifecycle_apis
-from lifecycle.services import pipeline as lifecycle_pipeline
 from memories import apis as memory_apis
 from tenants import apis as tenant_apis
 
@@ -126,10 +125,9 @@ urlpatterns = [
         graph_apis.RelationDetailApi.as_view(),
         name="graph-relation-detail",
     ),
-    # The job runner is handed to the view here: graph must not import lifecycle services.
     path(
         "lifecycle/extract-graph",
-        graph_apis.ExtractGraphApi.as_view(run_job=lifecycle_pipeline.run),
+        lifecycle_apis.ExtractGraphApi.as_view(),
         name="lifecycle-extract-graph",
     ),
     # Public, or staff only (404 for anyone else), by API_DOCS_PUBLIC (docs/security.md).

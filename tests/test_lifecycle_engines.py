@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from lifecycle.llm import LLMEngine, extract_json, get_engine
+from lifecycle.llm import LLMEngine, get_engine
 from lifecycle.offline import (
     OfflineEngine,
     classify,
@@ -16,7 +16,8 @@ from lifecycle.offline import (
     split_sentences,
     trim_text,
 )
-from lifecycle.schemas import CATEGORIES, Fact, PersonaDraft, ScenarioDraft, Summary, Usage
+from lifecycle.schemas import CATEGORIES, Fact, PersonaDraft, ScenarioDraft, Summary
+from llm import Usage, extract_json
 from memoryplatform.errors import DomainError
 
 from .fake_openai import FakeOpenAI
@@ -170,7 +171,7 @@ def test_llm_aggregate_keeps_only_input_memory_ids(fake_llm, caplog):
         },
     )
     memories = [(11, RESEARCH_NOTES[0]), (12, RESEARCH_MEMORIES[2]), (13, RESEARCH_MEMORIES[1])]
-    with caplog.at_level(logging.WARNING, logger="lifecycle.llm"):
+    with caplog.at_level(logging.WARNING, logger="llm"):
         drafts, usage = get_engine().aggregate(memories)
     assert drafts == [
         ScenarioDraft(name="量化回测", summary="回测周期与数据源", memory_ids=[11, 13]),
@@ -294,7 +295,7 @@ def test_llm_invalid_items_are_skipped_with_a_warning(fake_llm, caplog):
             ]
         },
     )
-    with caplog.at_level(logging.WARNING, logger="lifecycle.llm"):
+    with caplog.at_level(logging.WARNING, logger="llm"):
         facts, _ = get_engine().extract_facts(["用户偏好简洁回复"])
     assert [f.content for f in facts] == ["用户偏好简洁回复", "a bare string is a fact too"]
     skipped = [r for r in caplog.records if "skipped" in r.getMessage()]
@@ -306,7 +307,7 @@ def test_llm_invalid_items_are_skipped_with_a_warning(fake_llm, caplog):
 )
 def test_llm_unparseable_answer_yields_no_items_and_a_warning(fake_llm, caplog, answer):
     _reply(fake_llm, answer)
-    with caplog.at_level(logging.WARNING, logger="lifecycle.llm"):
+    with caplog.at_level(logging.WARNING, logger="llm"):
         facts, usage = get_engine().extract_facts(["用户偏好简洁回复"])
     assert facts == []
     assert usage.total_tokens == 120  # the tokens were still spent
@@ -317,7 +318,7 @@ def test_llm_unparseable_persona_and_scenarios_yield_empty_results(fake_llm, cap
     _reply(fake_llm, "no json here")
     _reply(fake_llm, "no json here either")
     engine = get_engine()
-    with caplog.at_level(logging.WARNING, logger="lifecycle.llm"):
+    with caplog.at_level(logging.WARNING, logger="llm"):
         draft, _ = engine.persona([(1, "用户偏好简洁回复", "preference")], [])
         drafts, _ = engine.aggregate([(1, "a"), (2, "b")])
     assert draft == PersonaDraft()

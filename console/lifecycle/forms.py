@@ -14,16 +14,16 @@ from typing import Any
 from django import forms
 from rest_framework import serializers
 
-from graph.apis import ExtractGraphInputSerializer
 from lifecycle.apis import (
     AggregateInputSerializer,
     AutoConfigInputSerializer,
     CleanupInputSerializer,
     CompressInputSerializer,
     ExtractFactsInputSerializer,
+    ExtractGraphInputSerializer,
     PersonaInputSerializer,
 )
-from lifecycle.models import JobRun
+from lifecycle.models import JobKind, JobRun
 
 LABELS = {
     "compress_every_n": "Compress every N working items",
@@ -172,7 +172,7 @@ OPERATIONS: list[Operation] = [
     ),
 ]
 OPERATIONS_BY_KIND = {op.kind: op for op in OPERATIONS}
-assert set(OPERATIONS_BY_KIND) <= set(JobRun.KINDS)
+assert set(OPERATIONS_BY_KIND) <= set(JobKind.values)
 
 
 class RunForm(SerializerForm):
@@ -216,7 +216,7 @@ class JobFilterForm(forms.Form):
         super().__init__(*args, **kwargs)
         any_ = [("", "any")]
         self.fields["status"].choices = any_ + [(s, s) for s in JobRun.STATUSES]  # type: ignore[attr-defined]
-        self.fields["kind"].choices = any_ + [(k, k) for k in JobRun.KINDS]  # type: ignore[attr-defined]
+        self.fields["kind"].choices = any_ + JobKind.choices  # type: ignore[attr-defined]
         self.fields["trigger"].choices = any_ + [(t, t) for t in JobRun.TRIGGERS]  # type: ignore[attr-defined]
         self.fields["agent_id"].choices = any_ + [(a, a) for a in agent_ids]  # type: ignore[attr-defined]
 

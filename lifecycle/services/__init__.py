@@ -1,5 +1,5 @@
 """Lifecycle services: compress, facts, scenarios, persona, cleanup and the automatic pipeline.
 
 Every entry point (API view, Celery task, management command, admin) calls these. Each operation
-runs inside `jobs.run_job`, which records a `JobRun` (status, counts, tokens, error).
+runs as a job through `pipeline.job_run`, which records a `JobRun` (status, counts, tokens, error).
 """

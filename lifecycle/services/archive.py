@@ -17,9 +17,11 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from lifecycle.models import JobRun, WorkingArchive
+from lifecycle.models import JobKind, JobRun, WorkingArchive
 from memories.working import WorkingItem, get_working_store
 from tenants.models import Agent, Team
+
+from . import jobs
 
 logger = logging.getLogger(__name__)
 
@@ -44,18 +46,16 @@ def archive_evicted(*, team_id: str, agent_id: str, items: list[WorkingItem]) ->
         new = [i for i in items if i.id not in known]
         if not new:
             return 0
-        now = timezone.now()
-        job = JobRun.objects.create(
-            team_id=team_id,
-            agent_id=agent_id,
-            kind="cap-archive",
+        job = jobs.job_create(
+            team=Team.objects.get(pk=team_id),
+            kind=JobKind.CAP_ARCHIVE,
             trigger="auto",
+            agent_id=agent_id,
             status=JobRun.STATUS_SUCCEEDED,
             counts={"evicted": len(new)},
             engine="cap",
-            started_at=now,
-            finished_at=now,
         )
+        assert job is not None  # no active_key, so never refused as a duplicate
         WorkingArchive.objects.bulk_create(
             [
                 WorkingArchive(

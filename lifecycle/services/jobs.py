@@ -33,7 +33,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from lifecycle.models import JobRun
-from lifecycle.schemas import Usage
+from llm import Usage
 from memoryplatform.errors import DomainError
 from tenants.models import Team
 
@@ -110,7 +110,23 @@ def _insert(
     params: dict[str, Any],
     active_key: str | None,
     retry_of_id: int | None,
+    status: str,
+    counts: dict[str, Any],
+    engine: str,
 ) -> JobRun | None:
+    """The one place a JobRun row is created; its lease fields follow from `status`."""
+    now = timezone.now()
+    lease: dict[str, Any]
+    if status == JobRun.STATUS_QUEUED:
+        lease = {"lease_expires_at": queued_deadline(now)}
+    elif status == JobRun.STATUS_RUNNING:
+        lease = {
+            "started_at": now,
+            "lease_token": _token(),
+            "lease_expires_at": _running_deadline(now),
+        }
+    else:  # the record of work already done: nothing left to lease
+        lease = {"started_at": now, "finished_at": now}
     try:
         with transaction.atomic():
             return JobRun.objects.create(
@@ -121,7 +137,10 @@ def _insert(
                 params=params,
                 active_key=active_key,
                 retry_of_id=retry_of_id,
-                lease_expires_at=queued_deadline(timezone.now()),
+                status=status,
+                counts=counts,
+                engine=engine,
+                **lease,
             )
     except IntegrityError:
         return None
@@ -135,10 +154,17 @@ def job_create(
     agent_id: str = "",
     params: dict[str, Any] | None = None,
     active_key: str | None = None,
+    status: str = JobRun.STATUS_QUEUED,
+    counts: dict[str, Any] | None = None,
+    engine: str = "",
 ) -> JobRun | None:
-    """A queued job; None when `active_key` says the same automatic job is already queued or
-    running. A holder of the key whose lease has expired (its worker died) is abandoned and the
-    new job takes its place, linked to it (`retry_of`)."""
+    """A new job, queued by default; None when `active_key` says the same automatic job is
+    already queued or running. A holder of the key whose lease has expired (its worker died) is
+    abandoned and the new job takes its place, linked to it (`retry_of`).
+
+    `status` running: a job that runs now in the calling process (`job_start`), created leased.
+    `status` succeeded: the record of something already done (with its `counts` and `engine`),
+    such as the working items the cap archived."""
     fields: dict[str, Any] = {
         "team": team,
         "kind": kind,
@@ -146,6 +172,9 @@ def job_create(
         "agent_id": agent_id,
         "params": params or {},
         "active_key": active_key,
+        "status": status,
+        "counts": counts or {},
+        "engine": engine,
     }
     job = _insert(**fields, retry_of_id=None)
     if job is not None or active_key is None:
@@ -166,18 +195,17 @@ def job_start(
     *, team: Team, kind: str, trigger: str, agent_id: str, params: dict[str, Any]
 ) -> JobRun:
     """A job that runs now in the calling process (API, command): created running, leased."""
-    now = timezone.now()
-    return JobRun.objects.create(
+    job = job_create(
         team=team,
-        agent_id=agent_id,
         kind=kind,
         trigger=trigger,
+        agent_id=agent_id,
         params=params,
         status=JobRun.STATUS_RUNNING,
-        started_at=now,
-        lease_token=_token(),
-        lease_expires_at=_running_deadline(now),
     )
+    if job is None:  # no active_key: only a vanished team refuses the row
+        raise JobRun.DoesNotExist(f"could not record the {kind} job of team {team.pk}")
+    return job
 
 
 def job_claim(*, job_id: int) -> JobRun | None:
@@ -261,6 +289,9 @@ def job_reclaim(*, job_id: int, retry: bool = True) -> Reclaimed | None:
             params=job.params,
             active_key=active_key,
             retry_of_id=job.pk,
+            status=JobRun.STATUS_QUEUED,
+            counts={},
+            engine="",
         )
         if again is not None:
             transaction.on_commit(partial(enqueue, again))
@@ -439,11 +470,12 @@ def job_requeue(*, job_id: int, delay_seconds: float) -> bool:
     )
 
 
-def run_job(
-    job: JobRun, operation: Callable[[], tuple[dict[str, Any], Usage, str]]
+def job_execute(
+    *, job: JobRun, operation: Callable[[], tuple[dict[str, Any], Usage, str]]
 ) -> dict[str, Any]:
-    """Runs a claimed job's operation under its lease, recording its outcome; re-raises failures
-    for the caller."""
+    """Runs a claimed (or started) job's operation under its lease, recording its outcome;
+    re-raises failures for the caller. Which operation a job kind runs is the pipeline's
+    business (`pipeline.job_run`); this is only the lease and the record around it."""
     try:
         with lease_kept(lease_of(job)):
             result, usage, engine = operation()

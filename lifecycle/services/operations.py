@@ -1,6 +1,6 @@
-"""The lifecycle operations (API.md §6): compress, extract facts, aggregate, persona, cleanup.
+"""Lifecycle operations (docs/lifecycle.md): compress, extract facts, aggregate, persona, cleanup.
 
-Each returns `(result, usage, engine_name)` so `jobs.run_job` can record it. Never loss:
+Each returns `(result, usage, engine_name)` so `jobs.job_execute` can record it. Never loss:
 working-memory items are archived (L0) in the same transaction that writes what was derived
 from them, and removed from the working store only after that transaction committed. If the
 engine or the database fails, working memory is untouched.
@@ -25,8 +25,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from lifecycle.llm import get_engine
-from lifecycle.models import JobRun, Persona, Scenario, WorkingArchive
-from lifecycle.schemas import Fact, Usage
+from lifecycle.models import JobKind, JobRun, Persona, Scenario, WorkingArchive
+from lifecycle.schemas import Fact
+from llm import Usage
 from memories.dedup import conflict_reason, preference_terms
 from memories.embeddings import embed_passages
 from memories.models import Memory
@@ -92,7 +93,7 @@ def _already_compressed(team: Team, agent_id: str, items: list[WorkingItem]) -> 
                 agent_id=agent_id,
                 item_id__in=ids[start : start + _IN_CHUNK],
                 reason=WorkingArchive.REASON_CONSUMED,
-                job__kind="compress",
+                job__kind=JobKind.COMPRESS,
             ).values_list("item_id", flat=True)
         )
     return done
@@ -431,7 +432,7 @@ def cleanup(
     job_id: int | None = None,
     removed_by: str | None = None,
 ) -> Outcome:
-    """Forgets memories that are both unimportant and idle; pinned ones never (seed 000 §6.2).
+    """Forgets memories that are both unimportant and idle; pinned ones never.
 
     Forgotten memories go to the trash (restorable for TRASH_RETENTION_DAYS); `trashed` lists
     their ids. `removed_by` says which path ran it (auto-run passes "auto"); without it, it

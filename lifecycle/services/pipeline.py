@@ -1,17 +1,27 @@
-"""The automatic pipeline (API.md §6.3): per-team config, compress on working-memory writes,
-periodic cleanup, and auto-run."""
+"""The automatic pipeline (docs/lifecycle.md): per-team config, compress on working-memory writes,
+periodic cleanup, and auto-run; and how a job runs.
+
+Running a job. `HANDLERS` maps each job kind to its operation; `job_run` is the one way a job's
+operation is run (under the job's lease, its outcome recorded). Around it:
+
+* `run` — now, in this process (API, commands): creates the job running, then `job_run`;
+* `run_later` — queued for a worker (console "run now"), handed over after commit;
+* `run_queued` — what a worker does with a queued job id: claim it, then `job_run`
+  (`lifecycle.tasks.run_job_task` is the Celery task around it).
+"""
 
 from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import transaction
 
-from lifecycle.models import JobRun, PipelineConfig
-from lifecycle.schemas import Usage
+from graph.extraction import graph_extract
+from lifecycle.models import JobKind, JobRun, PipelineConfig
+from llm import Usage
 from memories.models import Memory
 from memories.working import get_working_store, max_items_per_agent
 from memoryplatform.localcache import TTLCache
@@ -34,11 +44,11 @@ CONFIG_FIELDS = (
 
 
 def config_get(*, team: Team) -> PipelineConfig:
-    """The team's saved config, or an unsaved one holding the defaults (API.md §6).
+    """The team's saved config, or an unsaved one holding the defaults.
 
     Automation is opt-in: nothing runs automatically for a team until it saves its config once
-    (POST /lifecycle/auto-config or the admin), as seed 000 §5.6 configures its pipeline as a
-    last, explicit step. Until then its working memory stays exactly as the agent wrote it.
+    (POST /lifecycle/auto-config or the admin): configuring the pipeline is a last, explicit
+    step. Until then its working memory stays exactly as the agent wrote it.
     """
     return PipelineConfig.objects.filter(team=team).first() or PipelineConfig(team=team)
 
@@ -87,7 +97,7 @@ def compress_threshold(*, config: PipelineConfig, team: Team, agent_id: str) -> 
 
     While the agent has fewer than `warmup_max_memories` personal memories it is warming up and
     compresses every `warmup_compress_every_n` items, so a new agent gets long-term memory fast
-    (seed 003's warm-up); afterwards every `compress_every_n`. Never above the working-memory
+    (the warm-up); afterwards every `compress_every_n`. Never above the working-memory
     cap: an agent that reaches the cap is compressed rather than have its oldest items pushed
     out (into the archive, see lifecycle.services.archive).
     """
@@ -121,7 +131,7 @@ def on_working_memory_written(*, team: Team, agent_id: str) -> JobRun | None:
         return None
     job = jobs.job_create(
         team=team,
-        kind="compress",
+        kind=JobKind.COMPRESS,
         trigger="auto",
         agent_id=agent_id,
         params={"target_count": config.compress_target_count},
@@ -149,7 +159,7 @@ def auto_run(*, team: Team, trigger: str = "api") -> list[dict[str, Any]]:
             continue
         result = run(
             team=team,
-            kind="compress",
+            kind=JobKind.COMPRESS,
             trigger=trigger,
             agent_id=agent_id,
             params={"target_count": config.compress_target_count},
@@ -158,7 +168,7 @@ def auto_run(*, team: Team, trigger: str = "api") -> list[dict[str, Any]]:
     if config.cleanup_idle_days > 0:
         result = run(
             team=team,
-            kind="cleanup",
+            kind=JobKind.CLEANUP,
             trigger=trigger,
             agent_id="",
             params={
@@ -180,7 +190,7 @@ def _maybe_extract_graph(*, team: Team, agent_id: str, facts: int) -> None:
     try:
         run(
             team=team,
-            kind="extract-graph",
+            kind=JobKind.EXTRACT_GRAPH,
             trigger="auto",
             agent_id=agent_id,
             params={"max_memories": facts},
@@ -188,6 +198,118 @@ def _maybe_extract_graph(*, team: Team, agent_id: str, facts: int) -> None:
     except Exception:
         # Recorded as a failed job; the facts are committed and stay.
         logger.exception("graph step after fact extraction failed for %s/%s", team.id, agent_id)
+
+
+# --- the job kinds' operations ----------------------------------------------------------------
+
+
+class JobHandler(Protocol):
+    """The operation of one job kind: the job's team, agent and params, its id (recorded on what
+    it writes) and lease (for the operations that consume working memory: they claim it under
+    that lease)."""
+
+    def __call__(
+        self,
+        *,
+        team: Team,
+        agent_id: str,
+        params: dict[str, Any],
+        job_id: int | None,
+        lease: jobs.Lease | None,
+    ) -> operations.Outcome: ...
+
+
+def _compress(
+    *,
+    team: Team,
+    agent_id: str,
+    params: dict[str, Any],
+    job_id: int | None,
+    lease: jobs.Lease | None,
+) -> operations.Outcome:
+    return operations.compress(team=team, agent_id=agent_id, job_id=job_id, lease=lease, **params)
+
+
+def _extract_facts(
+    *,
+    team: Team,
+    agent_id: str,
+    params: dict[str, Any],
+    job_id: int | None,
+    lease: jobs.Lease | None,
+) -> operations.Outcome:
+    outcome = operations.extract_facts(
+        team=team, agent_id=agent_id, job_id=job_id, lease=lease, **params
+    )
+    _maybe_extract_graph(team=team, agent_id=agent_id, facts=outcome[0].get("count", 0))
+    return outcome
+
+
+def _aggregate_scenes(
+    *,
+    team: Team,
+    agent_id: str,
+    params: dict[str, Any],
+    job_id: int | None,
+    lease: jobs.Lease | None,
+) -> operations.Outcome:
+    return operations.aggregate_scenes(team=team, agent_id=agent_id, job_id=job_id, **params)
+
+
+def _generate_persona(
+    *,
+    team: Team,
+    agent_id: str,
+    params: dict[str, Any],
+    job_id: int | None,
+    lease: jobs.Lease | None,
+) -> operations.Outcome:
+    return operations.generate_persona(team=team, agent_id=agent_id, job_id=job_id, **params)
+
+
+def _cleanup(
+    *,
+    team: Team,
+    agent_id: str,
+    params: dict[str, Any],
+    job_id: int | None,
+    lease: jobs.Lease | None,
+) -> operations.Outcome:
+    return operations.cleanup(team=team, agent_id=agent_id or None, job_id=job_id, **params)
+
+
+def _extract_graph(
+    *,
+    team: Team,
+    agent_id: str,
+    params: dict[str, Any],
+    job_id: int | None,
+    lease: jobs.Lease | None,
+) -> operations.Outcome:
+    return graph_extract(team=team, agent_id=agent_id, job_id=job_id, **params)
+
+
+def _auto_run(
+    *,
+    team: Team,
+    agent_id: str,
+    params: dict[str, Any],
+    job_id: int | None,
+    lease: jobs.Lease | None,
+) -> operations.Outcome:
+    return _auto_run_outcome(team=team, job_id=job_id)
+
+
+# Every kind a job can run. (JobKind.CAP_ARCHIVE is only a record: it never runs.)
+HANDLERS: dict[str, JobHandler] = {
+    JobKind.COMPRESS: _compress,
+    JobKind.EXTRACT_FACTS: _extract_facts,
+    JobKind.AGGREGATE_SCENES: _aggregate_scenes,
+    JobKind.GENERATE_PERSONA: _generate_persona,
+    JobKind.CLEANUP: _cleanup,
+    JobKind.EXTRACT_GRAPH: _extract_graph,
+    JobKind.AUTO_RUN: _auto_run,
+}
 
 
 def dispatch(
@@ -199,70 +321,23 @@ def dispatch(
     job_id: int | None,
     lease: jobs.Lease | None = None,
 ) -> operations.Outcome:
-    """Calls the operation of `kind` with its parameters (and the job's lease, for the ones
-    that consume working memory: they claim it under that lease)."""
-    if kind == "compress":
-        return operations.compress(
-            team=team, agent_id=agent_id, job_id=job_id, lease=lease, **params
-        )
-    if kind == "extract-facts":
-        outcome = operations.extract_facts(
-            team=team, agent_id=agent_id, job_id=job_id, lease=lease, **params
-        )
-        _maybe_extract_graph(team=team, agent_id=agent_id, facts=outcome[0].get("count", 0))
-        return outcome
-    if kind == "aggregate-scenes":
-        return operations.aggregate_scenes(team=team, agent_id=agent_id, job_id=job_id, **params)
-    if kind == "generate-persona":
-        return operations.generate_persona(team=team, agent_id=agent_id, job_id=job_id, **params)
-    if kind == "cleanup":
-        return operations.cleanup(team=team, agent_id=agent_id or None, job_id=job_id, **params)
-    if kind == "extract-graph":
-        from graph.extraction import graph_extract
-
-        return graph_extract(team=team, agent_id=agent_id, job_id=job_id, **params)
-    if kind == "auto-run":
-        return _auto_run_outcome(team=team, job_id=job_id)
-    raise ValueError(f"unknown job kind {kind!r}")
+    """Calls the operation of `kind` (`HANDLERS`) with its parameters."""
+    handler = HANDLERS.get(kind)
+    if handler is None:
+        raise ValueError(f"unknown job kind {kind!r}")
+    return handler(team=team, agent_id=agent_id, params=params, job_id=job_id, lease=lease)
 
 
-def run(
-    *, team: Team, kind: str, trigger: str, agent_id: str, params: dict[str, Any]
-) -> dict[str, Any]:
-    """Runs an operation now in this process, recorded as a job (leased like a queued one)."""
-    job = jobs.job_start(team=team, kind=kind, trigger=trigger, agent_id=agent_id, params=params)
-    return jobs.run_job(
-        job,
-        lambda: dispatch(
-            team=team,
-            kind=kind,
-            agent_id=agent_id,
-            params=params,
-            job_id=job.pk,
-            lease=jobs.lease_of(job),
-        ),
-    )
+# --- running jobs ------------------------------------------------------------------------------
 
 
-def run_queued(*, job_id: int) -> dict[str, Any] | None:
-    """Runs a queued job if this caller wins the claim; None when someone else has it (or it is gone)."""
-    job = jobs.job_claim(job_id=job_id)
-    if job is None:
-        return None
-    if job.kind == "compress" and job.trigger == "auto":
-        # A job queued by a burst of writes may find the work done by the time it runs (an
-        # earlier job or a manual compress consumed the items): nothing to do then.
-        config = config_get(team=job.team)
-        threshold = compress_threshold(config=config, team=job.team, agent_id=job.agent_id)
-        if (
-            threshold <= 0
-            or get_working_store().count(team_id=job.team_id, agent_id=job.agent_id) < threshold
-        ):
-            jobs.job_finish(job=job, counts={"skipped": 1}, usage=Usage(), engine="")
-            return {"skipped": True}
-    return jobs.run_job(
-        job,
-        lambda: dispatch(
+def job_run(*, job: JobRun) -> dict[str, Any]:
+    """Runs a claimed or started job's operation under its lease and records the outcome (the
+    one way any job runs); re-raises the operation's failure for the caller."""
+    return jobs.job_execute(
+        job=job,
+        operation=partial(
+            dispatch,
             team=job.team,
             kind=job.kind,
             agent_id=job.agent_id,
@@ -273,6 +348,33 @@ def run_queued(*, job_id: int) -> dict[str, Any] | None:
     )
 
 
+def run(
+    *, team: Team, kind: str, trigger: str, agent_id: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    """Runs an operation now in this process, recorded as a job (leased like a queued one)."""
+    job = jobs.job_start(team=team, kind=kind, trigger=trigger, agent_id=agent_id, params=params)
+    return job_run(job=job)
+
+
+def run_queued(*, job_id: int) -> dict[str, Any] | None:
+    """Runs a queued job if this caller wins the claim; None when someone else has it (or it is gone)."""
+    job = jobs.job_claim(job_id=job_id)
+    if job is None:
+        return None
+    if job.kind == JobKind.COMPRESS and job.trigger == "auto":
+        # A job queued by a burst of writes may find the work done by the time it runs (an
+        # earlier job or a manual compress consumed the items): nothing to do then.
+        config = config_get(team=job.team)
+        threshold = compress_threshold(config=config, team=job.team, agent_id=job.agent_id)
+        if (
+            threshold <= 0
+            or get_working_store().count(team_id=job.team_id, agent_id=job.agent_id) < threshold
+        ):
+            jobs.job_finish(job=job, counts={"skipped": 1}, usage=Usage(), engine="")
+            return {"skipped": True}
+    return job_run(job=job)
+
+
 def schedule_cleanups(*, trigger: str = "beat") -> int:
     """Queues a cleanup job for every enabled team whose config asks for one (Celery beat)."""
     queued = 0
@@ -281,7 +383,7 @@ def schedule_cleanups(*, trigger: str = "beat") -> int:
     ).select_related("team"):
         job = jobs.job_create(
             team=config.team,
-            kind="cleanup",
+            kind=JobKind.CLEANUP,
             trigger=trigger,
             params={
                 "max_age_days": config.cleanup_idle_days,
@@ -323,7 +425,7 @@ def run_later(
     """Queues an operation as a recorded job, handed to its worker once the caller's transaction
     commits: the same dispatch as `run`, but the request does not wait for an LLM. In embedded
     mode the job runs in a background thread (inline under LIFECYCLE_INLINE, as in tests)."""
-    if kind not in JobRun.KINDS:
+    if kind not in JobKind.values:
         raise ValueError(f"unknown job kind {kind!r}")
     job = jobs.job_create(team=team, kind=kind, trigger=trigger, agent_id=agent_id, params=params)
     assert job is not None  # no active_key, so never refused as a duplicate

@@ -17,9 +17,9 @@ from django.db import connection
 from django.utils import timezone
 
 from lifecycle.models import JobRun, WorkingArchive
-from lifecycle.schemas import Usage
 from lifecycle.services import jobs, pipeline
 from lifecycle.tasks import reclaim_jobs_task
+from llm import Usage
 from memories.models import Memory
 from memories.working import get_working_store
 from memoryplatform.client import MemoryClient
@@ -111,17 +111,7 @@ class TestLease:
         # The new holder runs it to the end.
         result = pipeline.run_queued(job_id=job.pk)
         assert result is None  # already claimed: run_queued claims for itself
-        out = jobs.run_job(
-            second,
-            lambda: pipeline.dispatch(
-                team=team,
-                kind="compress",
-                agent_id="a",
-                params={"target_count": 1},
-                job_id=second.pk,
-                lease=jobs.lease_of(second),
-            ),
-        )
+        out = pipeline.job_run(job=second)
         assert out["compressed"] == 2
         job.refresh_from_db()
         assert (job.status, job.active_key, job.claim_key) == ("succeeded", None, None)
@@ -286,7 +276,7 @@ class TestConcurrency:
             seen["reclaimed"] = jobs.jobs_reclaim_expired()
             return {"cleaned": 0}, Usage(), "rules"
 
-        jobs.run_job(job, long_operation)
+        jobs.job_execute(job=job, operation=long_operation)
         assert seen["reclaimed"] == []
         job.refresh_from_db()
         assert job.status == "succeeded" and job.lease_expires_at is None
