@@ -6,28 +6,27 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.core.validators import RegexValidator
 from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from memoryplatform.errors import ValidationFailed
-from memoryplatform.openapi import api_operation
-from memoryplatform.serializers import (
+from core.access import AgentResource, require_agent_filter
+from core.errors import ValidationFailed
+from core.openapi import api_operation
+from core.serializers import (
     JSONObjectField,
     QueryInt,
     StrictCharField,
 )
+from core.validators import AGENT_ID
 from tenants.apis import principal_of
-from tenants.models import AGENT_ID_RE
 
 from . import selectors, services, traversal
 from .models import ENTITY_TYPES, RELATION_TYPES
-from .selectors import check_agent_filter, entity_to_dict, relation_to_dict
+from .selectors import entity_to_dict, relation_to_dict
 
-AGENT_ID = RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")
 MAX_SEEDS = 100
 MAX_QUERY_CHARS = 1000
 DESCRIPTION_MAX_CHARS = 10_000
@@ -143,7 +142,9 @@ def _agent_param(request: Request) -> str | None:
         raise ValidationFailed(
             {"agent_id": ["Must match [A-Za-z0-9_.:@-]{1,64}."]}, "agent_id: invalid"
         ) from None
-    check_agent_filter(agent_id=value, acting_agent=principal_of(request).agent_id)
+    require_agent_filter(
+        AgentResource.ENTITIES, agent_id=value, acting_agent=principal_of(request).agent_id
+    )
     return value
 
 
@@ -226,7 +227,9 @@ class EntityListCreateApi(APIView):
         s = EntityCreateInputSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         data = s.validated_data
-        check_agent_filter(agent_id=data["agent_id"], acting_agent=principal.agent_id)
+        require_agent_filter(
+            AgentResource.ENTITIES, agent_id=data["agent_id"], acting_agent=principal.agent_id
+        )
         entity, created = services.entity_create_or_merge(
             team=principal.team,
             name=data["name"],

@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from memories.selectors import iso
-from memoryplatform.errors import Forbidden, NotFound
+from core.dates import iso
+from core.errors import Forbidden, NotFound
 from tenants.models import Team
 
 from .models import Entity, EntityMention, Relation
@@ -122,12 +122,6 @@ def can_see(entity_agent_id: str, acting_agent: str | None) -> bool:
 def check_entity_access(*, entity: Entity, acting_agent: str | None) -> None:
     if not can_see(entity.agent_id, acting_agent):
         raise Forbidden("this entity belongs to another agent")
-
-
-def check_agent_filter(*, agent_id: str, acting_agent: str | None) -> None:
-    """An agent-scoped key may only name its own agent (or none)."""
-    if acting_agent is not None and agent_id and agent_id != acting_agent:
-        raise Forbidden("an agent-scoped key can only use its own agent's entities")
 
 
 def entity_get(*, team: Team, entity_id: str, acting_agent: str | None = None) -> Entity:

@@ -15,9 +15,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from core.errors import DomainError, ErrorCode
 from memories.embeddings import embed_passages, get_embedder, to_bytes
 from memories.models import Memory
-from memoryplatform.errors import DomainError
 from tenants.models import Team
 from tenants.services import agent_ensure
 
@@ -182,7 +182,7 @@ def entity_update(
         )
         if clash is not None and clash.pk != entity.pk:
             raise DomainError(
-                "CONFLICT", "another entity of this scope already has this name and type"
+                ErrorCode.CONFLICT, "another entity of this scope already has this name and type"
             )
     vector = None
     if new_name != entity.name or new_description != entity.description:
@@ -201,7 +201,7 @@ def entity_update(
             entity.save()
     except IntegrityError:
         raise DomainError(
-            "CONFLICT", "another entity of this scope already has this name and type"
+            ErrorCode.CONFLICT, "another entity of this scope already has this name and type"
         ) from None
     return entity
 

@@ -5,34 +5,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.validators import RegexValidator
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from graph.apis import EntityOutputSerializer, RelationOutputSerializer
-from graph.selectors import check_agent_filter
-from memories.apis import MemoryOutputSerializer
-from memories.selectors import READ, check_memory_access, check_scope_access, iso, memory_get
-from memoryplatform.errors import NotFound
-from memoryplatform.openapi import api_operation
-from memoryplatform.serializers import (
+from core.access import AgentResource, require_agent, require_agent_filter, require_team_wide
+from core.dates import iso
+from core.errors import NotFound
+from core.openapi import api_operation
+from core.serializers import (
     StrictBooleanField,
     StrictCharField,
     StrictFloatField,
     StrictIntegerField,
 )
-from tenants.apis import principal_of, require_team_wide_key
-from tenants.models import AGENT_ID_RE
+from core.validators import AGENT_ID
+from graph.apis import EntityOutputSerializer, RelationOutputSerializer
+from memories.apis import MemoryOutputSerializer
+from memories.selectors import READ, check_memory_access, memory_get
+from tenants.apis import principal_of
 from tenants.services import agent_ensure
 
 from .models import JobKind, Persona, Scenario
 from .selectors import working_sources
 from .services import operations, pipeline
-
-AGENT_ID = RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")
-
 
 # --- output documentation (the dicts are built by lifecycle.services.operations / pipeline) ------
 
@@ -175,7 +172,9 @@ class SourcesOutputSerializer(serializers.Serializer):
 
 def _agent(request: Request, agent_id: str) -> str:
     principal = principal_of(request)
-    check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+    require_agent(
+        AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
+    )
     return agent_id
 
 
@@ -231,7 +230,8 @@ class CleanupApi(APIView):
         if data["agent_id"]:
             _agent(request, data["agent_id"])
         elif principal.agent_id is not None:
-            require_team_wide_key(principal)  # an agent key may only clean its own memories
+            # an agent key may only clean its own memories
+            require_team_wide(acting_agent=principal.agent_id)
         params = {
             "max_age_days": data["max_age_days"],
             "min_importance": data["min_importance"],
@@ -334,7 +334,9 @@ class ExtractGraphApi(APIView):
         agent_id = s.validated_data["agent_id"]
         # An agent key extracts from its own memories, or from the team's into team-wide
         # entities (both of which it may touch).
-        check_agent_filter(agent_id=agent_id, acting_agent=principal.agent_id)
+        require_agent_filter(
+            AgentResource.ENTITIES, agent_id=agent_id, acting_agent=principal.agent_id
+        )
         return _run(
             request,
             JobKind.EXTRACT_GRAPH,
@@ -443,7 +445,7 @@ class AutoConfigApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
-        require_team_wide_key(principal)
+        require_team_wide(acting_agent=principal.agent_id)
         s = AutoConfigInputSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         config = pipeline.config_update(team=principal.team, **s.validated_data)
@@ -458,7 +460,7 @@ class AutoRunApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
-        require_team_wide_key(principal)
+        require_team_wide(acting_agent=principal.agent_id)
         return Response({"results": pipeline.auto_run(team=principal.team, trigger="api")})
 
 

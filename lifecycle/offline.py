@@ -77,9 +77,9 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
+from core.errors import DomainError
 from llm import Usage
 from memories.text import STOP_WORDS, normalise, tokenize
-from memoryplatform.errors import DomainError
 
 from .schemas import (
     CATEGORIES,

@@ -18,13 +18,17 @@ from celery import shared_task
 from django.conf import settings
 from django.db import OperationalError, connection
 
-from memoryplatform.errors import DomainError
+from core.errors import DomainError, ErrorCode
 
 from .models import LLM_JOB_KINDS, JobRun
 
 logger = logging.getLogger(__name__)
 
-TRANSIENT = {"LLM_UNAVAILABLE", "WORKING_MEMORY_UNAVAILABLE", "EMBEDDING_UNAVAILABLE"}
+TRANSIENT = {
+    ErrorCode.LLM_UNAVAILABLE,
+    ErrorCode.WORKING_MEMORY_UNAVAILABLE,
+    ErrorCode.EMBEDDING_UNAVAILABLE,
+}
 _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lifecycle")
 
 

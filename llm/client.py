@@ -23,7 +23,7 @@ from typing import Any
 
 from django.conf import settings
 
-from memoryplatform.errors import DomainError
+from core.errors import DomainError, ErrorCode
 
 from .parsing import extract_json
 from .usage import Usage
@@ -93,19 +93,21 @@ class ChatClient:
         except openai.APITimeoutError as exc:
             logger.warning("LLM %s: %s timed out after %ss", self.model, what, self.timeout)
             raise DomainError(
-                "LLM_UNAVAILABLE", f"the LLM did not answer within {self.timeout:g} s"
+                ErrorCode.LLM_UNAVAILABLE, f"the LLM did not answer within {self.timeout:g} s"
             ) from exc
         except openai.APIConnectionError as exc:
             logger.warning("LLM %s: %s could not connect: %s", self.model, what, exc)
-            raise DomainError("LLM_UNAVAILABLE", "the LLM cannot be reached") from exc
+            raise DomainError(ErrorCode.LLM_UNAVAILABLE, "the LLM cannot be reached") from exc
         except openai.APIStatusError as exc:
             logger.warning("LLM %s: %s answered HTTP %s", self.model, what, exc.status_code)
             raise DomainError(
-                "LLM_UNAVAILABLE", f"the LLM answered HTTP {exc.status_code}"
+                ErrorCode.LLM_UNAVAILABLE, f"the LLM answered HTTP {exc.status_code}"
             ) from exc
         except openai.OpenAIError as exc:
             logger.warning("LLM %s: %s failed: %s", self.model, what, type(exc).__name__)
-            raise DomainError("LLM_UNAVAILABLE", f"the LLM failed: {type(exc).__name__}") from exc
+            raise DomainError(
+                ErrorCode.LLM_UNAVAILABLE, f"the LLM failed: {type(exc).__name__}"
+            ) from exc
 
         usage = usage_of(response)
         choices = getattr(response, "choices", None) or []
@@ -168,5 +170,5 @@ def chat_json(messages: Messages, *, what: str) -> tuple[Any | None, Usage]:
     """`ChatClient.chat_json` on the configured client; LLM_UNAVAILABLE when none is configured."""
     client = get_client()
     if client is None:
-        raise DomainError("LLM_UNAVAILABLE", "no LLM is configured (LLM_BASE_URL)")
+        raise DomainError(ErrorCode.LLM_UNAVAILABLE, "no LLM is configured (LLM_BASE_URL)")
     return client.chat_json(messages, what=what)

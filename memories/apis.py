@@ -6,16 +6,17 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.core.validators import RegexValidator
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from memoryplatform.errors import ValidationFailed
-from memoryplatform.openapi import api_operation
-from memoryplatform.serializers import (
+from core.access import AgentResource, require_agent
+from core.dates import iso
+from core.errors import ValidationFailed
+from core.openapi import api_operation
+from core.serializers import (
     JSONObjectField,
     QueryInt,
     StrictBooleanField,
@@ -23,8 +24,8 @@ from memoryplatform.serializers import (
     StrictFloatField,
     StrictIntegerField,
 )
+from core.validators import AGENT_ID
 from tenants.apis import principal_of
-from tenants.models import AGENT_ID_RE
 from tenants.usage import KIND_WRITE, usage_record
 
 from . import purge, search, selectors, services
@@ -33,7 +34,6 @@ from .selectors import DELETE, WRITE, memory_to_dict
 from .services import Actor
 from .working import get_working_store
 
-AGENT_ID = RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")
 RECENT_LIMIT = QueryInt("limit", default=20, minimum=1, maximum=100)
 WORKING_LIMIT = QueryInt("limit", default=50, minimum=1, maximum=1000)
 
@@ -197,11 +197,15 @@ def _create(request: Request, scope: str, s: serializers.Serializer) -> Response
     data = s.validated_data
     agent_id = data.get("agent_id", "")
     if scope == Memory.SCOPE_PERSONAL:
-        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+        require_agent(
+            AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
+        )
     elif principal.agent_id is not None:
         # An agent-scoped key writes team memories as itself.
         if agent_id and agent_id != principal.agent_id:
-            selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+            require_agent(
+                AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
+            )
         agent_id = principal.agent_id
     memory, hit = services.memory_create(
         team=principal.team,
@@ -229,7 +233,9 @@ def _search(request: Request, scope: str, s: serializers.Serializer) -> Response
     data = s.validated_data
     agent_id = data.get("agent_id", "")
     if scope == Memory.SCOPE_PERSONAL:
-        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+        require_agent(
+            AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
+        )
     hits = services.memory_recall(
         query=search.SearchQuery(
             team=principal.team,
@@ -262,7 +268,9 @@ def _recent(request: Request, scope: str, agent_id: str) -> Response:
     principal = principal_of(request)
     if scope == Memory.SCOPE_PERSONAL:
         _check_agent_id(agent_id)
-        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+        require_agent(
+            AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
+        )
     limit = RECENT_LIMIT.parse(request.query_params)
     hits = services.memory_recall(
         query=search.SearchQuery(team=principal.team, scope=scope, agent_id=agent_id, limit=limit),
@@ -527,11 +535,11 @@ def _trashed_to_dict(item: TrashedMemory) -> dict[str, Any]:
         "category": snap.get("category", ""),
         "metadata": snap.get("metadata") or {},
         "pinned": bool(snap.get("pinned", False)),
-        "created_at": selectors.iso(datetime.fromisoformat(created)) if created else None,
-        "removed_at": selectors.iso(item.purged_at),
+        "created_at": iso(datetime.fromisoformat(created)) if created else None,
+        "removed_at": iso(item.purged_at),
         "removed_by": item.removed_by,
         "reason": item.reason,
-        "expires_at": selectors.iso(item.expires_at),
+        "expires_at": iso(item.expires_at),
     }
 
 
@@ -555,7 +563,9 @@ class TrashListApi(APIView):
         agent_id = request.query_params.get("agent_id", "")
         if agent_id:
             _check_agent_id(agent_id)
-            selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+            require_agent(
+                AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
+            )
         page = TRASH_PAGE.parse(request.query_params)
         page_size = TRASH_PAGE_SIZE.parse(request.query_params)
         qs = purge.trash_visible(
@@ -637,7 +647,11 @@ class WorkingCreateApi(APIView):
         s = WorkingCreateInputSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         data = s.validated_data
-        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=data["agent_id"])
+        require_agent(
+            AgentResource.PERSONAL_MEMORIES,
+            acting_agent=principal.agent_id,
+            agent_id=data["agent_id"],
+        )
         from tenants.services import agent_register
 
         agent_register(team=principal.team, agent_id=data["agent_id"])
@@ -666,7 +680,9 @@ class WorkingAgentApi(APIView):
     def get(self, request: Request, agent_id: str) -> Response:
         principal = principal_of(request)
         _check_agent_id(agent_id)
-        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+        require_agent(
+            AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
+        )
         limit = WORKING_LIMIT.parse(request.query_params)
         items = get_working_store().list(team_id=principal.team.id, agent_id=agent_id, limit=limit)
         return Response([i.as_dict() for i in items])
@@ -679,6 +695,8 @@ class WorkingAgentApi(APIView):
     def delete(self, request: Request, agent_id: str) -> Response:
         principal = principal_of(request)
         _check_agent_id(agent_id)
-        selectors.check_scope_access(acting_agent=principal.agent_id, agent_id=agent_id)
+        require_agent(
+            AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
+        )
         cleared = get_working_store().clear(team_id=principal.team.id, agent_id=agent_id)
         return Response({"cleared": cleared})

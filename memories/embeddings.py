@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from memoryplatform.errors import DomainError
+from core.errors import DomainError, ErrorCode
 
 logger = logging.getLogger(__name__)
 
@@ -373,7 +373,7 @@ def get_embedder() -> Embedder:
             except Exception as exc:
                 logger.exception("embedding backend %s failed to load", settings.EMBEDDING_BACKEND)
                 raise DomainError(
-                    "EMBEDDING_UNAVAILABLE", f"embedding model unavailable: {exc}"
+                    ErrorCode.EMBEDDING_UNAVAILABLE, f"embedding model unavailable: {exc}"
                 ) from exc
             _embedder_key = key
     return _embedder
@@ -411,7 +411,7 @@ def get_named_embedder(backend: str) -> Embedder:
             except Exception as exc:
                 logger.exception("embedding backend %s failed to load", backend)
                 raise DomainError(
-                    "EMBEDDING_UNAVAILABLE", f"embedding model unavailable: {exc}"
+                    ErrorCode.EMBEDDING_UNAVAILABLE, f"embedding model unavailable: {exc}"
                 ) from exc
     return _named[backend]
 
@@ -424,7 +424,7 @@ def embed_passages(texts: Sequence[str]) -> np.ndarray:
     except Exception as exc:
         logger.exception("embedding failed")
         raise DomainError(
-            "EMBEDDING_UNAVAILABLE", f"embedding failed: {type(exc).__name__}"
+            ErrorCode.EMBEDDING_UNAVAILABLE, f"embedding failed: {type(exc).__name__}"
         ) from exc
 
 
@@ -436,7 +436,7 @@ def embed_query(text: str) -> np.ndarray:
     except Exception as exc:
         logger.exception("embedding failed")
         raise DomainError(
-            "EMBEDDING_UNAVAILABLE", f"embedding failed: {type(exc).__name__}"
+            ErrorCode.EMBEDDING_UNAVAILABLE, f"embedding failed: {type(exc).__name__}"
         ) from exc
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from memoryplatform.localcache import TTLCache
+from core.localcache import TTLCache
 
 from .index import scope_key
 from .models import ScopeLock

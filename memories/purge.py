@@ -33,7 +33,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from memoryplatform.errors import DomainError, NotFound
+from core.errors import DomainError, ErrorCode, NotFound
 from tenants.models import Agent, ApiKey, Team
 
 from . import index
@@ -239,11 +239,15 @@ def purge_token_load(*, team: Team, token: str) -> tuple[PurgeCriteria, dict[int
     try:
         payload = signing.loads(token, salt=_TOKEN_SALT, max_age=PREVIEW_MAX_AGE_SECONDS)
     except signing.SignatureExpired as exc:
-        raise DomainError("VALIDATION_ERROR", "This preview is too old: preview again.") from exc
+        raise DomainError(
+            ErrorCode.VALIDATION_ERROR, "This preview is too old: preview again."
+        ) from exc
     except signing.BadSignature as exc:
-        raise DomainError("VALIDATION_ERROR", "Invalid preview token: preview again.") from exc
+        raise DomainError(
+            ErrorCode.VALIDATION_ERROR, "Invalid preview token: preview again."
+        ) from exc
     if payload.get("team") != team.id:
-        raise DomainError("VALIDATION_ERROR", "This preview belongs to another team.")
+        raise DomainError(ErrorCode.VALIDATION_ERROR, "This preview belongs to another team.")
     criteria = PurgeCriteria.from_dict(payload["criteria"])
     return criteria, {int(mid): str(stamp) for mid, stamp in payload["items"]}
 
@@ -428,7 +432,9 @@ def purge_confirm(
                 now=now,
             )
             if len(trashed) != len(current):  # rows are locked: only a bug gets here; roll back
-                raise DomainError("CONFLICT", "The set changed during the purge; nothing purged.")
+                raise DomainError(
+                    ErrorCode.CONFLICT, "The set changed during the purge; nothing purged."
+                )
             changed = False
     if changed:
         return PurgeOutcome(
@@ -648,7 +654,7 @@ def trash_restore_one(*, team: Team, memory_id: int, acting_agent: str | None) -
         item = trash_item_get(team=team, memory_id=memory_id, acting_agent=acting_agent, lock=True)
         _restore_one(team, item, result)
     if result.problems:
-        raise DomainError("CONFLICT", result.problems[0])
+        raise DomainError(ErrorCode.CONFLICT, result.problems[0])
     return result
 
 

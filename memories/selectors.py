@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
-from memoryplatform.errors import Forbidden, NotFound
+from core.dates import iso
+from core.errors import Forbidden, NotFound
 from tenants.models import Team
 
 from .models import Memory, MemoryRevision, MemoryShare
@@ -16,14 +16,6 @@ from .models import Memory, MemoryRevision, MemoryShare
 READ = "read"
 WRITE = "write"
 DELETE = "delete"
-
-
-def iso(dt: datetime | None) -> str | None:
-    """ISO 8601 the way DRF renders it (UTC as "Z")."""
-    if dt is None:
-        return None
-    value = dt.isoformat()
-    return value[:-6] + "Z" if value.endswith("+00:00") else value
 
 
 def memory_to_dict(
@@ -84,12 +76,6 @@ def check_memory_access(*, memory: Memory, acting_agent: str | None, action: str
     if permission == WRITE or (permission == READ and action == READ):
         return
     raise Forbidden("this personal memory belongs to another agent and is not shared with yours")
-
-
-def check_scope_access(*, acting_agent: str | None, agent_id: str) -> None:
-    """An agent-scoped key may only read or write its own agent's personal scope."""
-    if acting_agent is not None and acting_agent != agent_id:
-        raise Forbidden("an agent-scoped key can only use its own agent's personal memories")
 
 
 def memory_filters_q(filters: Mapping[str, Any]) -> Q:

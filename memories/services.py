@@ -439,7 +439,7 @@ def memory_revert(*, memory: Memory, revision: MemoryRevision, actor: Actor) -> 
     Only the fields that revision changed are restored; a supersede revision is undone by
     clearing `superseded_by`, so the memory is searchable again.
     """
-    from memoryplatform.errors import ValidationFailed
+    from core.errors import ValidationFailed
 
     if revision.memory_id != memory.pk or revision.team_id != memory.team_id:
         raise ValidationFailed({"revision": ["this revision belongs to another memory"]})
@@ -487,7 +487,7 @@ def memory_promote(*, memory: Memory, actor: Actor) -> tuple[Memory, DedupHit | 
     already holds a memory saying the same thing, that one is returned with the hit and nothing
     is written (the caller says so instead of silently keeping two copies).
     """
-    from memoryplatform.errors import ValidationFailed
+    from core.errors import ValidationFailed
 
     if memory.scope != Memory.SCOPE_PERSONAL:
         raise ValidationFailed({"memory": ["only a personal memory can be promoted"]})

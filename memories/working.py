@@ -59,8 +59,8 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from redis.exceptions import RedisError
 
-from memoryplatform.errors import DomainError
-from tenants.models import AGENT_ID_RE, TEAM_ID_RE
+from core.errors import DomainError, ErrorCode
+from core.validators import AGENT_ID_RE, TEAM_ID_RE
 
 from .models import WorkingMemoryItem
 
@@ -239,7 +239,7 @@ def _redis_errors() -> Iterator[None]:
         yield
     except (RedisError, OSError) as exc:
         logger.warning("working memory: Redis error %s: %s", type(exc).__name__, exc)
-        raise DomainError("WORKING_MEMORY_UNAVAILABLE", UNAVAILABLE_MESSAGE) from exc
+        raise DomainError(ErrorCode.WORKING_MEMORY_UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
 
 
 def _text(value: object) -> str:

@@ -14,10 +14,10 @@ from tenants import apis as tenant_apis
 
 from . import views
 
-handler400 = "memoryplatform.api.handler400"
-handler403 = "memoryplatform.api.handler403"
-handler404 = "memoryplatform.api.handler404"
-handler500 = "memoryplatform.api.handler500"
+handler400 = "core.api.handler400"
+handler403 = "core.api.handler403"
+handler404 = "core.api.handler404"
+handler500 = "core.api.handler500"
 
 urlpatterns = [
     path("health", views.HealthApi.as_view(), name="health"),

@@ -16,10 +16,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core import api
+from core.errors import ErrorCode
+from core.openapi import api_operation
 from tenants.apis import principal_of
 
-from . import api, health, stats
-from .openapi import api_operation
+from . import health, stats
 
 
 class HealthApi(APIView):
@@ -64,7 +66,7 @@ class ReadyApi(APIView):
             payload = {
                 "ok": False,
                 "error": f"not ready: {', '.join(failed)} failing",
-                "code": "SERVICE_UNAVAILABLE",
+                "code": ErrorCode.SERVICE_UNAVAILABLE,
                 "details": {
                     name: [checks[name].detail if detailed else "failing"] for name in failed
                 },

@@ -10,24 +10,21 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from memoryplatform.errors import Forbidden
-from memoryplatform.openapi import api_operation
-from memoryplatform.serializers import JSONObjectField, StrictCharField
+from core.access import require_team_wide
+from core.errors import Forbidden
+from core.openapi import api_operation
+from core.serializers import JSONObjectField, StrictCharField
+from core.validators import AGENT_ID_RE, TEAM_ID_RE
 
 from . import selectors, services
 from .authentication import ApiPrincipal
-from .models import AGENT_ID_RE, TEAM_ID_RE, Agent, Team
+from .models import Agent, Team
 
 
 def principal_of(request: Request) -> ApiPrincipal:
     principal = request.user
     assert isinstance(principal, ApiPrincipal)
     return principal
-
-
-def require_team_wide_key(principal: ApiPrincipal) -> None:
-    if principal.agent_id is not None:
-        raise Forbidden("an agent-scoped key cannot change the team")
 
 
 class TeamOutputSerializer(serializers.Serializer):
@@ -80,7 +77,7 @@ class TeamUpsertApi(APIView):
         s = self.InputSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         selectors.team_check_same(team=principal.team, team_id=s.validated_data["team_id"])
-        require_team_wide_key(principal)
+        require_team_wide(acting_agent=principal.agent_id)
         team, created = services.team_upsert(
             team_id=principal.team.id,
             name=s.validated_data["name"],
@@ -105,7 +102,7 @@ class TeamDetailApi(APIView):
     def delete(self, request: Request, team_id: str) -> Response:
         principal = principal_of(request)
         team = selectors.team_check_same(team=principal.team, team_id=team_id)
-        require_team_wide_key(principal)
+        require_team_wide(acting_agent=principal.agent_id)
         services.team_delete(team=team)
         return Response(None)
 

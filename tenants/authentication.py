@@ -29,7 +29,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from memoryplatform.errors import DomainError
+from core.errors import DomainError, ErrorCode
 
 from . import crypto
 from .models import ApiKey, Team
@@ -129,37 +129,40 @@ class HmacAuthentication(BaseAuthentication):
             if not value
         ]
         if missing:
-            raise _fail("MISSING_AUTH", f"missing header(s): {', '.join(missing)}")
+            raise _fail(ErrorCode.MISSING_AUTH, f"missing header(s): {', '.join(missing)}")
 
         timestamp = timestamp.strip()
         if not _TIMESTAMP_RE.match(timestamp):
-            raise _fail("INVALID_TIMESTAMP", "X-Timestamp must be an integer of unix seconds")
+            raise _fail(
+                ErrorCode.INVALID_TIMESTAMP, "X-Timestamp must be an integer of unix seconds"
+            )
         skew = abs(time.time() - int(timestamp))
         if skew > settings.HMAC_MAX_SKEW_SECONDS:
             raise _fail(
-                "TIMESTAMP_EXPIRED",
+                ErrorCode.TIMESTAMP_EXPIRED,
                 f"X-Timestamp is {int(skew)} s away from server time (max "
                 f"{settings.HMAC_MAX_SKEW_SECONDS}); sign again with the current time",
             )
 
         api_key = api_key_get_by_key_id(key_id=key_id.strip()[:64])
         if api_key is None or not api_key.is_active:
-            raise _fail("INVALID_API_KEY", "unknown, revoked or expired API key")
+            raise _fail(ErrorCode.INVALID_API_KEY, "unknown, revoked or expired API key")
 
         version_header = headers.get("X-Signature-Version", "1").strip() or "1"
         if version_header not in ("1", "2"):
-            raise _fail("INVALID_SIGNATURE", "X-Signature-Version must be 1 or 2")
+            raise _fail(ErrorCode.INVALID_SIGNATURE, "X-Signature-Version must be 1 or 2")
         version = int(version_header)
         if version == 1 and api_key.team.require_signature_v2:
-            raise _fail("INVALID_SIGNATURE", "this team requires signature version 2")
+            raise _fail(ErrorCode.INVALID_SIGNATURE, "this team requires signature version 2")
         nonce = ""
         if version == 2:
             nonce = headers.get("X-Nonce", "").strip()
             if not nonce:
-                raise _fail("MISSING_AUTH", "missing header(s): X-Nonce")
+                raise _fail(ErrorCode.MISSING_AUTH, "missing header(s): X-Nonce")
             if not _NONCE_RE.match(nonce):
                 raise _fail(
-                    "INVALID_SIGNATURE", "X-Nonce must be 16-128 characters of [A-Za-z0-9_-]"
+                    ErrorCode.INVALID_SIGNATURE,
+                    "X-Nonce must be 16-128 characters of [A-Za-z0-9_-]",
                 )
 
         # The exact bytes received: never re-serialised (clients differ in ensure_ascii etc.).
@@ -186,7 +189,7 @@ class HmacAuthentication(BaseAuthentication):
                 "SECRETS_ENCRYPTION_KEYS changed?",
                 api_key.key_id,
             )
-            raise _fail("INVALID_API_KEY", "unknown, revoked or expired API key") from None
+            raise _fail(ErrorCode.INVALID_API_KEY, "unknown, revoked or expired API key") from None
         matched = False
         for secret in candidates:
             for message in messages:
@@ -194,7 +197,7 @@ class HmacAuthentication(BaseAuthentication):
                 # Compare every candidate (no early exit) in constant time.
                 matched |= hmac.compare_digest(expected, provided)
         if not matched:
-            raise _fail("INVALID_SIGNATURE", "signature does not match")
+            raise _fail(ErrorCode.INVALID_SIGNATURE, "signature does not match")
 
         if version == 2:
             self._claim_nonce(api_key, nonce)
@@ -218,10 +221,10 @@ class HmacAuthentication(BaseAuthentication):
         except Exception:
             # Replay protection cannot be proven without the cache: refuse rather than accept.
             raise DomainError(
-                "SERVICE_UNAVAILABLE", "replay protection unavailable (cache down)"
+                ErrorCode.SERVICE_UNAVAILABLE, "replay protection unavailable (cache down)"
             ) from None
         if not fresh:
-            raise _fail("REPLAYED_REQUEST", "this nonce was already used")
+            raise _fail(ErrorCode.REPLAYED_REQUEST, "this nonce was already used")
 
     def authenticate_header(self, request: Request) -> str:
         return 'HMAC-SHA256 realm="memoryplatform"'

@@ -7,8 +7,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
-TEAM_ID_RE = r"^[A-Za-z0-9_-]{1,64}$"
-AGENT_ID_RE = r"^[A-Za-z0-9_.:@-]{1,64}$"
+from core.validators import AGENT_ID_RE, TEAM_ID_RE
 
 team_id_validator = RegexValidator(TEAM_ID_RE, "1 to 64 characters: letters, digits, _ and -.")
 agent_id_validator = RegexValidator(AGENT_ID_RE, "1 to 64 characters: letters, digits, _ . : @ -.")

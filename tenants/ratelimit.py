@@ -8,7 +8,7 @@ import time
 from django.conf import settings
 from django.core.cache import cache
 
-from memoryplatform.errors import DomainError
+from core.errors import DomainError, ErrorCode
 
 from .models import ApiKey
 
@@ -49,7 +49,7 @@ def check_rate_limit(api_key: ApiKey) -> None:
     if count > limit:
         retry_after = max(1, int((bucket + 1) * window - now + 0.999))
         raise DomainError(
-            "RATE_LIMITED",
+            ErrorCode.RATE_LIMITED,
             f"rate limit of {limit} requests per {window} s exceeded",
             headers={"Retry-After": str(retry_after)},
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
-from memoryplatform.errors import CrossTeamForbidden, NotFound
+from core.errors import CrossTeamForbidden, NotFound
 
 from .models import Agent, ApiKey, Team, TeamMembership
 

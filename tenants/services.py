@@ -13,8 +13,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from memoryplatform.errors import NotFound
-from memoryplatform.localcache import TTLCache
+from core.errors import NotFound
+from core.localcache import TTLCache
 
 from . import crypto
 from .models import Agent, ApiKey, Team, TeamMembership

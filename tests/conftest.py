@@ -22,7 +22,7 @@ def _clean_cache():
     from memories.index import registry
 
     registry.clear()
-    from memoryplatform.localcache import clear_all
+    from core.localcache import clear_all
 
     clear_all()
     try:

@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pytest
 
+from core.errors import DomainError
 from memories import embeddings
 from memories.embeddings import (
     Calibration,
@@ -16,7 +17,6 @@ from memories.embeddings import (
     embedding_health,
     get_embedder,
 )
-from memoryplatform.errors import DomainError
 
 from .fake_openai import FakeOpenAI
 

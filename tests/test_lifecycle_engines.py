@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from core.errors import DomainError
 from lifecycle.llm import LLMEngine, get_engine
 from lifecycle.offline import (
     OfflineEngine,
@@ -18,7 +19,6 @@ from lifecycle.offline import (
 )
 from lifecycle.schemas import CATEGORIES, Fact, PersonaDraft, ScenarioDraft, Summary
 from llm import Usage, extract_json
-from memoryplatform.errors import DomainError
 
 from .fake_openai import FakeOpenAI
 

@@ -20,6 +20,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rest_framework import serializers
 
+from core.errors import DomainError
 from memories import working
 from memories.models import WorkingMemoryItem
 from memories.working import (
@@ -30,7 +31,6 @@ from memories.working import (
     get_working_store,
     purge_expired_working_items,
 )
-from memoryplatform.errors import DomainError
 
 pytestmark = pytest.mark.django_db
 

@@ -16,10 +16,11 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from console import access
+from core.errors import Forbidden, NotFound
+from core.validators import AGENT_ID_RE
 from graph import selectors as graph_selectors
 from graph import traversal
-from memoryplatform.errors import Forbidden, NotFound
-from tenants.models import AGENT_ID_RE, Team
+from tenants.models import Team
 
 from . import selectors
 

@@ -18,9 +18,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from console import access
+from core.errors import DomainError
 from memories import purge
 from memories.models import PurgeRun, TrashedMemory
-from memoryplatform.errors import DomainError
 from tenants.models import Team
 
 from .forms import ConfirmForm, PurgeCriteriaForm, TrashFilterForm

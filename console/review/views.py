@@ -17,10 +17,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console import access
+from core.errors import DomainError
 from memories import search, selectors, services
 from memories.models import Memory, MemoryRevision
 from memories.services import Actor
-from memoryplatform.errors import DomainError
 from tenants import selectors as tenant_selectors
 from tenants.models import Team
 

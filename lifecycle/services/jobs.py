@@ -32,9 +32,9 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from core.errors import DomainError, ErrorCode
 from lifecycle.models import JobRun
 from llm import Usage
-from memoryplatform.errors import DomainError
 from tenants.models import Team
 
 logger = logging.getLogger(__name__)
@@ -351,7 +351,7 @@ def lease_kept(lease: Lease) -> Iterator[None]:
 
 def _lease_lost(lease: Lease) -> DomainError:
     return DomainError(
-        "CONFLICT",
+        ErrorCode.CONFLICT,
         f"lifecycle job {lease.job_id} lost its lease (it was taken over after it expired); "
         "nothing was committed",
     )
@@ -394,7 +394,9 @@ def claim_acquire(*, lease: Lease, key: str) -> int | None:
             raise _lease_lost(lease)
         return None
     if holder is None:  # the claim kept changing hands: extremely busy, let the caller retry
-        raise DomainError("CONFLICT", "this agent's working memory is being consumed; try again")
+        raise DomainError(
+            ErrorCode.CONFLICT, "this agent's working memory is being consumed; try again"
+        )
     return holder
 
 

@@ -311,7 +311,7 @@ def _extract_facts(
 
 
 def _scenario_dict(s: Scenario) -> dict[str, Any]:
-    from memories.selectors import iso
+    from core.dates import iso
 
     return {
         "id": s.id,
@@ -356,7 +356,7 @@ def aggregate_scenes(
 
 
 def persona_dict(p: Persona) -> dict[str, Any]:
-    from memories.selectors import iso
+    from core.dates import iso
 
     return {
         "id": p.id,

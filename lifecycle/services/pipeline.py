@@ -19,12 +19,12 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db import transaction
 
+from core.localcache import TTLCache
 from graph.extraction import graph_extract
 from lifecycle.models import JobKind, JobRun, PipelineConfig
 from llm import Usage
 from memories.models import Memory
 from memories.working import get_working_store, max_items_per_agent
-from memoryplatform.localcache import TTLCache
 from tenants.models import Agent, Team
 
 from . import jobs, operations

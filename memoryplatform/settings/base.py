@@ -50,8 +50,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "memoryplatform.middleware.RequestIdMiddleware",
-    "memoryplatform.middleware.BodySizeLimitMiddleware",
+    "core.middleware.RequestIdMiddleware",
+    "core.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -180,7 +180,7 @@ LIFECYCLE_JOB_QUEUED_TIMEOUT_SECONDS = env.float(
 MAX_REQUEST_BYTES = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 # Deepest nesting of objects/arrays a request body may have (the body itself is level 1); deeper
-# is a 400 VALIDATION_ERROR, before anything recurses into it (memoryplatform/jsonlimits.py).
+# is a 400 VALIDATION_ERROR, before anything recurses into it (core/jsonlimits.py).
 # Not above 29: MariaDB refuses JSON nested 32 levels or more, and a stored field can end up 3
 # levels below its place in the body (a purged memory's revisions in the trash).
 MAX_JSON_DEPTH = env.int("MAX_JSON_DEPTH", default=20)
@@ -211,13 +211,13 @@ SECRETS_ENCRYPTION_KEYS = env.list("SECRETS_ENCRYPTION_KEYS", default=[])
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.HmacAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["tenants.authentication.IsTeamAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["memoryplatform.api.EnvelopeJSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["memoryplatform.api.LenientJSONParser"],
-    "EXCEPTION_HANDLER": "memoryplatform.api.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["core.api.EnvelopeJSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["core.api.LenientJSONParser"],
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_THROTTLE_CLASSES": [],
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "memoryplatform.api.LenientContentNegotiation",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.api.LenientContentNegotiation",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -233,7 +233,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "memoryplatform.openapi.envelope_hook",
+        "core.openapi.envelope_hook",
     ],
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVE_AUTHENTICATION": [],
@@ -280,7 +280,7 @@ SEARCH_DECAY_DAYS = env.float("SEARCH_DECAY_DAYS", default=30.0)
 # search touches anything (the LOCOMO benchmark's own server).
 SEARCH_TOUCH_MIN_SCORE = env.float("SEARCH_TOUCH_MIN_SCORE", default=0.3)
 MEMORY_MAX_CONTENT_CHARS = env.int("MEMORY_MAX_CONTENT_CHARS", default=32000)
-# Per-process caches on the write path (memoryplatform.localcache): how long another worker's
+# Per-process caches on the write path (core.localcache): how long another worker's
 # agent deletion or pipeline-config change may go unseen here. 0 disables them.
 AGENT_CACHE_SECONDS = env.float("AGENT_CACHE_SECONDS", default=10.0)
 PIPELINE_CONFIG_CACHE_SECONDS = env.float("PIPELINE_CONFIG_CACHE_SECONDS", default=5.0)
@@ -369,7 +369,7 @@ LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "memoryplatform.middleware.RequestIdLogFilter"}},
+    "filters": {"request_id": {"()": "core.middleware.RequestIdLogFilter"}},
     "formatters": {
         "default": {
             "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",

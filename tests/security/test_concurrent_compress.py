@@ -17,12 +17,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from core.errors import DomainError
 from lifecycle.models import JobRun, WorkingArchive
 from lifecycle.services import jobs, pipeline
 from memories.models import Memory
 from memories.working import get_working_store
 from memoryplatform.client import MemoryClient
-from memoryplatform.errors import DomainError
 
 from ..fake_openai import FakeOpenAI
 from ..livestack import live_stack

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from core.errors import DomainError
 from lifecycle.models import JobRun, WorkingArchive
 from lifecycle.services import jobs, pipeline
 from lifecycle.tasks import reclaim_jobs_task
@@ -23,7 +24,6 @@ from llm import Usage
 from memories.models import Memory
 from memories.working import get_working_store
 from memoryplatform.client import MemoryClient
-from memoryplatform.errors import DomainError
 
 from ..fake_openai import FakeOpenAI
 from ..helpers import ok_data

@@ -31,10 +31,10 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from core.errors import ERROR_STATUS
+from core.validators import AGENT_ID_RE, TEAM_ID_RE
 from graph.selectors import parse_uuid
 from memoryplatform.client import MemoryClient
-from memoryplatform.errors import ERROR_STATUS
-from tenants.models import AGENT_ID_RE, TEAM_ID_RE
 
 from ..livestack import ROOT, live_stack
 from .hmac_auth import HmacAuth, TakingTurns

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.errors import DomainError
 from lifecycle.services import pipeline
-from memoryplatform.errors import DomainError
 from tenants.models import Team
 
 OPS = ["compress", "extract-facts", "aggregate-scenes", "generate-persona", "cleanup", "auto-run"]

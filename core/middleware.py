@@ -11,7 +11,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from .errors import DomainError
+from .errors import DomainError, ErrorCode
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
@@ -51,7 +51,7 @@ class BodySizeLimitMiddleware:
     """Answers 413 in the envelope before a too-large body is read.
 
     Bodies without Content-Length (chunked) are caught later by Django's
-    DATA_UPLOAD_MAX_MEMORY_SIZE check, which `memoryplatform.api` maps to the same 413.
+    DATA_UPLOAD_MAX_MEMORY_SIZE check, which `core.api` maps to the same 413.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -65,7 +65,7 @@ class BodySizeLimitMiddleware:
             length = 0
         if length > settings.MAX_REQUEST_BYTES:
             err = DomainError(
-                "PAYLOAD_TOO_LARGE",
+                ErrorCode.PAYLOAD_TOO_LARGE,
                 f"request body over the limit of {settings.MAX_REQUEST_BYTES} bytes",
             )
             return JsonResponse(err.as_payload(), status=err.status)

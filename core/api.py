@@ -24,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from . import jsonlimits
-from .errors import DomainError
+from .errors import DomainError, ErrorCode
 from .middleware import request_id_var
 
 logger = logging.getLogger("memoryplatform.api")
@@ -66,13 +66,15 @@ class LenientJSONParser(JSONParser):
         try:
             data = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
-            raise DomainError("INVALID_JSON", f"body is not valid UTF-8 JSON: {exc}") from exc
+            raise DomainError(
+                ErrorCode.INVALID_JSON, f"body is not valid UTF-8 JSON: {exc}"
+            ) from exc
         except RecursionError:
             # Nested beyond what the decoder can recurse into (~900 levels): far over any limit.
             raise jsonlimits.too_deep(limit) from None
         jsonlimits.check_depth(raw, data, limit)
         if not isinstance(data, dict):
-            raise DomainError("INVALID_JSON", "body must be a JSON object")
+            raise DomainError(ErrorCode.INVALID_JSON, "body must be a JSON object")
         return data
 
 
@@ -108,42 +110,46 @@ def error_for_exception(exc: BaseException) -> DomainError | None:
     if isinstance(exc, drf_exceptions.ValidationError):
         details = _validation_details(exc.detail)
         first = next(iter(details.items()), ("input", ["invalid"]))
-        return DomainError("VALIDATION_ERROR", f"{first[0]}: {first[1][0]}", details=details)
+        return DomainError(
+            ErrorCode.VALIDATION_ERROR, f"{first[0]}: {first[1][0]}", details=details
+        )
     if isinstance(exc, drf_exceptions.ParseError):
-        return DomainError("INVALID_JSON", "body is not valid JSON")
+        return DomainError(ErrorCode.INVALID_JSON, "body is not valid JSON")
     if isinstance(exc, drf_exceptions.NotAuthenticated):
-        return DomainError("MISSING_AUTH", "authentication headers are missing")
+        return DomainError(ErrorCode.MISSING_AUTH, "authentication headers are missing")
     if isinstance(exc, drf_exceptions.AuthenticationFailed):
-        return DomainError("INVALID_API_KEY", str(exc.detail))
+        return DomainError(ErrorCode.INVALID_API_KEY, str(exc.detail))
     if isinstance(exc, drf_exceptions.PermissionDenied | DjangoPermissionDenied):
-        return DomainError("FORBIDDEN", "forbidden")
+        return DomainError(ErrorCode.FORBIDDEN, "forbidden")
     if isinstance(exc, drf_exceptions.NotFound | Http404):
-        return DomainError("NOT_FOUND", "not found")
+        return DomainError(ErrorCode.NOT_FOUND, "not found")
     if isinstance(exc, drf_exceptions.MethodNotAllowed):
-        return DomainError("METHOD_NOT_ALLOWED", str(exc.detail))
+        return DomainError(ErrorCode.METHOD_NOT_ALLOWED, str(exc.detail))
     if isinstance(exc, drf_exceptions.UnsupportedMediaType):
-        return DomainError("UNSUPPORTED_MEDIA_TYPE", str(exc.detail))
+        return DomainError(ErrorCode.UNSUPPORTED_MEDIA_TYPE, str(exc.detail))
     if isinstance(exc, drf_exceptions.Throttled):
         wait = int(getattr(exc, "wait", None) or 1)
         return DomainError(
-            "RATE_LIMITED",
+            ErrorCode.RATE_LIMITED,
             f"rate limit exceeded, retry in {wait} s",
             headers={"Retry-After": str(max(1, wait))},
         )
     if isinstance(exc, RequestDataTooBig):
-        return DomainError("PAYLOAD_TOO_LARGE", "request body over the configured limit")
+        return DomainError(ErrorCode.PAYLOAD_TOO_LARGE, "request body over the configured limit")
     if isinstance(exc, TooManyFieldsSent):
         return DomainError(
-            "VALIDATION_ERROR",
+            ErrorCode.VALIDATION_ERROR,
             f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} query parameters",
         )
     if isinstance(exc, SuspiciousOperation):
         # Raised inside a view when the request itself is malformed (Django logs it as such).
-        return DomainError("VALIDATION_ERROR", "bad request")
+        return DomainError(ErrorCode.VALIDATION_ERROR, "bad request")
     if isinstance(exc, drf_exceptions.APIException):
-        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE"}.get(
-            exc.status_code, "VALIDATION_ERROR" if exc.status_code == 400 else ""
-        )
+        code = {
+            404: ErrorCode.NOT_FOUND,
+            405: ErrorCode.METHOD_NOT_ALLOWED,
+            413: ErrorCode.PAYLOAD_TOO_LARGE,
+        }.get(exc.status_code, ErrorCode.VALIDATION_ERROR if exc.status_code == 400 else "")
         if code:
             return DomainError(code, str(exc.detail))
     return None
@@ -154,7 +160,7 @@ def internal_error_payload() -> dict[str, Any]:
     return {
         "ok": False,
         "error": f"internal error; quote request id {rid} when reporting it",
-        "code": "INTERNAL_ERROR",
+        "code": ErrorCode.INTERNAL_ERROR,
     }
 
 
@@ -185,7 +191,7 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
         from django.views.defaults import page_not_found
 
         return page_not_found(request, exception or Http404())
-    err = DomainError("NOT_FOUND", f"no such endpoint: {request.method} {request.path}")
+    err = DomainError(ErrorCode.NOT_FOUND, f"no such endpoint: {request.method} {request.path}")
     return JsonResponse(err.as_payload(), status=404, json_dumps_params={"ensure_ascii": False})
 
 
@@ -198,7 +204,7 @@ def handler500(request: HttpRequest) -> HttpResponse:
 
 
 def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    err = DomainError("VALIDATION_ERROR", "bad request")
+    err = DomainError(ErrorCode.VALIDATION_ERROR, "bad request")
     return JsonResponse(err.as_payload(), status=400)
 
 
@@ -207,7 +213,7 @@ def handler403(request: HttpRequest, exception: Exception | None = None) -> Http
         from django.views.defaults import permission_denied
 
         return permission_denied(request, exception or DjangoPermissionDenied())
-    err = DomainError("FORBIDDEN", "forbidden")
+    err = DomainError(ErrorCode.FORBIDDEN, "forbidden")
     return JsonResponse(err.as_payload(), status=403)
 
 

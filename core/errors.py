@@ -1,8 +1,36 @@
-"""The one domain exception type services raise; `memoryplatform.api` maps it to the envelope."""
+"""The one domain exception type services raise; `core.api` maps it to the envelope."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
+
+
+class ErrorCode(StrEnum):
+    """The machine codes of the error envelope (`code`); ERROR_STATUS gives their status."""
+
+    INVALID_JSON = "INVALID_JSON"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    MISSING_AUTH = "MISSING_AUTH"
+    INVALID_API_KEY = "INVALID_API_KEY"
+    INVALID_TIMESTAMP = "INVALID_TIMESTAMP"
+    TIMESTAMP_EXPIRED = "TIMESTAMP_EXPIRED"
+    INVALID_SIGNATURE = "INVALID_SIGNATURE"
+    REPLAYED_REQUEST = "REPLAYED_REQUEST"
+    FORBIDDEN_CROSS_TEAM = "FORBIDDEN_CROSS_TEAM"
+    FORBIDDEN = "FORBIDDEN"
+    NOT_FOUND = "NOT_FOUND"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    CONFLICT = "CONFLICT"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    RATE_LIMITED = "RATE_LIMITED"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    WORKING_MEMORY_UNAVAILABLE = "WORKING_MEMORY_UNAVAILABLE"
+    EMBEDDING_UNAVAILABLE = "EMBEDDING_UNAVAILABLE"
+    LLM_UNAVAILABLE = "LLM_UNAVAILABLE"
+    SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
+
 
 # Machine code -> HTTP status of the error envelope. Adding a code here is all it takes to use it.
 ERROR_STATUS: dict[str, int] = {
@@ -62,20 +90,20 @@ class DomainError(Exception):
 
 class NotFound(DomainError):
     def __init__(self, what: str = "resource") -> None:
-        super().__init__("NOT_FOUND", f"{what} not found")
+        super().__init__(ErrorCode.NOT_FOUND, f"{what} not found")
 
 
 class CrossTeamForbidden(DomainError):
     def __init__(self) -> None:
         # Same message whether the other team exists or not: no existence oracle.
-        super().__init__("FORBIDDEN_CROSS_TEAM", "this key cannot access another team")
+        super().__init__(ErrorCode.FORBIDDEN_CROSS_TEAM, "this key cannot access another team")
 
 
 class Forbidden(DomainError):
     def __init__(self, message: str = "this key's agent may not do that") -> None:
-        super().__init__("FORBIDDEN", message)
+        super().__init__(ErrorCode.FORBIDDEN, message)
 
 
 class ValidationFailed(DomainError):
     def __init__(self, details: dict[str, list[str]], message: str = "invalid input") -> None:
-        super().__init__("VALIDATION_ERROR", message, details=details)
+        super().__init__(ErrorCode.VALIDATION_ERROR, message, details=details)
