@@ -38,6 +38,8 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	# PYTHONPATH=.: the layer contract is checked on this checkout's packages.
+	PYTHONPATH=. $(VENV)/bin/lint-imports
 
 typecheck: install
 	$(VENV)/bin/mypy .
@@ -52,4 +54,4 @@ beat: install
 	$(VENV)/bin/celery -A memoryplatform beat -l info
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

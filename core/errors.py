@@ -33,28 +33,28 @@ class ErrorCode(StrEnum):
 
 
 # Machine code -> HTTP status of the error envelope. Adding a code here is all it takes to use it.
-ERROR_STATUS: dict[str, int] = {
-    "INVALID_JSON": 400,
-    "VALIDATION_ERROR": 400,
-    "MISSING_AUTH": 401,
-    "INVALID_API_KEY": 401,
-    "INVALID_TIMESTAMP": 401,
-    "TIMESTAMP_EXPIRED": 401,
-    "INVALID_SIGNATURE": 401,
-    "REPLAYED_REQUEST": 401,
-    "FORBIDDEN_CROSS_TEAM": 403,
-    "FORBIDDEN": 403,
-    "NOT_FOUND": 404,
-    "METHOD_NOT_ALLOWED": 405,
-    "CONFLICT": 409,
-    "PAYLOAD_TOO_LARGE": 413,
-    "UNSUPPORTED_MEDIA_TYPE": 415,
-    "RATE_LIMITED": 429,
-    "INTERNAL_ERROR": 500,
-    "WORKING_MEMORY_UNAVAILABLE": 503,
-    "EMBEDDING_UNAVAILABLE": 503,
-    "LLM_UNAVAILABLE": 503,
-    "SERVICE_UNAVAILABLE": 503,
+ERROR_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_JSON: 400,
+    ErrorCode.VALIDATION_ERROR: 400,
+    ErrorCode.MISSING_AUTH: 401,
+    ErrorCode.INVALID_API_KEY: 401,
+    ErrorCode.INVALID_TIMESTAMP: 401,
+    ErrorCode.TIMESTAMP_EXPIRED: 401,
+    ErrorCode.INVALID_SIGNATURE: 401,
+    ErrorCode.REPLAYED_REQUEST: 401,
+    ErrorCode.FORBIDDEN_CROSS_TEAM: 403,
+    ErrorCode.FORBIDDEN: 403,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.METHOD_NOT_ALLOWED: 405,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
+    ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.INTERNAL_ERROR: 500,
+    ErrorCode.WORKING_MEMORY_UNAVAILABLE: 503,
+    ErrorCode.EMBEDDING_UNAVAILABLE: 503,
+    ErrorCode.LLM_UNAVAILABLE: 503,
+    ErrorCode.SERVICE_UNAVAILABLE: 503,
 }
 
 
@@ -63,7 +63,7 @@ class DomainError(Exception):
 
     def __init__(
         self,
-        code: str,
+        code: ErrorCode | str,
         message: str,
         *,
         details: dict[str, list[str]] | None = None,
@@ -72,7 +72,7 @@ class DomainError(Exception):
         if code not in ERROR_STATUS:
             raise ValueError(f"unknown error code {code!r}")
         super().__init__(message)
-        self.code = code
+        self.code = ErrorCode(code)
         self.message = message
         self.details = details
         self.headers = headers or {}
@@ -82,7 +82,7 @@ class DomainError(Exception):
         return ERROR_STATUS[self.code]
 
     def as_payload(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {"ok": False, "error": self.message, "code": self.code}
+        payload: dict[str, Any] = {"ok": False, "error": self.message, "code": self.code.value}
         if self.details:
             payload["details"] = self.details
         return payload

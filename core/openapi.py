@@ -51,7 +51,7 @@ ERROR_ENVELOPE_SCHEMA: dict[str, Any] = {
     "properties": {
         "ok": {"type": "boolean", "enum": [False]},
         "error": {"type": "string", "description": "human readable"},
-        "code": {"type": "string", "enum": sorted(ERROR_STATUS)},
+        "code": {"type": "string", "enum": sorted(code.value for code in ERROR_STATUS)},
         "details": {
             "type": "object",
             "additionalProperties": {"type": "array", "items": {"type": "string"}},
@@ -66,7 +66,8 @@ NULL_DATA_SCHEMA: dict[str, Any] = {"nullable": True, "enum": [None], "descripti
 
 
 def codes_for(status: int) -> list[str]:
-    return sorted(code for code, s in ERROR_STATUS.items() if s == status)
+    # Plain strings (.value): the schema is also rendered as YAML, whose dumper knows no enums.
+    return sorted(code.value for code, s in ERROR_STATUS.items() if s == status)
 
 
 def api_operation(

@@ -13,6 +13,8 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
+from .errors import ValidationFailed
+
 
 class StrictCharField(serializers.CharField):
     default_error_messages = {"invalid": "Must be a string."}
@@ -64,8 +66,6 @@ class JSONObjectField(serializers.DictField):
 
 def query_int(value: str | None, *, name: str, default: int, minimum: int, maximum: int) -> int:
     """Parses an integer query parameter, raising VALIDATION_ERROR when absent-but-bad or out of range."""
-    from .errors import ValidationFailed
-
     if value is None or value == "":
         return default
     try:

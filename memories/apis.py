@@ -24,8 +24,9 @@ from core.serializers import (
     StrictFloatField,
     StrictIntegerField,
 )
-from core.validators import AGENT_ID
+from core.validators import AGENT_ID, AGENT_ID_MESSAGE
 from tenants.apis import principal_of
+from tenants.services import agent_register
 from tenants.usage import KIND_WRITE, usage_record
 
 from . import purge, search, selectors, services
@@ -283,9 +284,7 @@ def _check_agent_id(agent_id: str) -> None:
     try:
         AGENT_ID(agent_id)
     except Exception:
-        raise ValidationFailed(
-            {"agent_id": ["Must match [A-Za-z0-9_.:@-]{1,64}."]}, "agent_id: invalid"
-        ) from None
+        raise ValidationFailed({"agent_id": [AGENT_ID_MESSAGE]}, "agent_id: invalid") from None
 
 
 def _update(request: Request, scope: str, memory_id: int) -> Response:
@@ -652,8 +651,6 @@ class WorkingCreateApi(APIView):
             acting_agent=principal.agent_id,
             agent_id=data["agent_id"],
         )
-        from tenants.services import agent_register
-
         agent_register(team=principal.team, agent_id=data["agent_id"])
         item = get_working_store().add(
             team_id=principal.team.id,

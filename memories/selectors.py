@@ -9,7 +9,7 @@ from django.db.models import Count, Q, QuerySet
 
 from core.dates import iso
 from core.errors import Forbidden, NotFound
-from tenants.models import Team
+from tenants.models import Agent, Team
 
 from .models import Memory, MemoryRevision, MemoryShare
 
@@ -215,8 +215,6 @@ def memory_review_queryset(
 
 def memory_review_facets(*, team: Team) -> dict[str, list[str]]:
     """The choices the console's filters offer: the team's agents, categories and sources."""
-    from tenants.models import Agent
-
     rows = Memory.objects.filter(team=team)
     agents = set(Agent.objects.filter(team=team).values_list("agent_id", flat=True))
     agents |= set(rows.exclude(agent_id="").values_list("agent_id", flat=True).distinct())

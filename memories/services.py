@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from core.errors import ValidationFailed
 from tenants.models import ApiKey, Team
 from tenants.services import agent_register
 from tenants.usage import KIND_SEARCH, usage_record
@@ -439,8 +440,6 @@ def memory_revert(*, memory: Memory, revision: MemoryRevision, actor: Actor) -> 
     Only the fields that revision changed are restored; a supersede revision is undone by
     clearing `superseded_by`, so the memory is searchable again.
     """
-    from core.errors import ValidationFailed
-
     if revision.memory_id != memory.pk or revision.team_id != memory.team_id:
         raise ValidationFailed({"revision": ["this revision belongs to another memory"]})
     before = revision.before or {}
@@ -487,8 +486,6 @@ def memory_promote(*, memory: Memory, actor: Actor) -> tuple[Memory, DedupHit | 
     already holds a memory saying the same thing, that one is returned with the hit and nothing
     is written (the caller says so instead of silently keeping two copies).
     """
-    from core.errors import ValidationFailed
-
     if memory.scope != Memory.SCOPE_PERSONAL:
         raise ValidationFailed({"memory": ["only a personal memory can be promoted"]})
     embed_passages([memory.content])  # outside the transaction (fills the cache)

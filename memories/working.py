@@ -59,6 +59,7 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from redis.exceptions import RedisError
 
+from core.dates import iso
 from core.errors import DomainError, ErrorCode
 from core.validators import AGENT_ID_RE, TEAM_ID_RE
 
@@ -100,12 +101,6 @@ def _from_us(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
 
-def _iso(dt: datetime) -> str:
-    """ISO-8601 in UTC with a trailing "Z", as DRF renders a DateTimeField."""
-    text = dt.astimezone(UTC).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
 @dataclass(frozen=True)
 class WorkingItem:
     id: str  # uuid4 hex
@@ -119,8 +114,8 @@ class WorkingItem:
             "id": self.id,
             "agent_id": self.agent_id,
             "content": self.content,
-            "created_at": _iso(self.created_at),
-            "expires_at": _iso(self.expires_at),
+            "created_at": iso(self.created_at.astimezone(UTC)),
+            "expires_at": iso(self.expires_at.astimezone(UTC)),
         }
 
 

@@ -8,15 +8,14 @@ from django.conf import settings
 
 from graph.models import Entity, Relation
 from lifecycle.models import Persona, Scenario, WorkingArchive
+from memories.selectors import memory_counts
+from memories.working import get_working_store
 from tenants.models import Agent, Team
 
 from . import health
 
 
 def team_stats(*, team: Team) -> dict[str, Any]:
-    from memories.selectors import memory_counts
-    from memories.working import get_working_store
-
     counts = memory_counts(team=team)
     try:
         working: int | None = get_working_store().count_team(team_id=team.id)

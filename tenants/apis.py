@@ -14,7 +14,7 @@ from core.access import require_team_wide
 from core.errors import Forbidden
 from core.openapi import api_operation
 from core.serializers import JSONObjectField, StrictCharField
-from core.validators import AGENT_ID_RE, TEAM_ID_RE
+from core.validators import AGENT_ID, TEAM_ID_RE
 
 from . import selectors, services
 from .authentication import ApiPrincipal
@@ -109,9 +109,7 @@ class TeamDetailApi(APIView):
 
 class AgentUpsertApi(APIView):
     class AgentUpsertInputSerializer(serializers.Serializer):
-        agent_id = StrictCharField(
-            validators=[RegexValidator(AGENT_ID_RE, "Must match [A-Za-z0-9_.:@-]{1,64}.")]
-        )
+        agent_id = StrictCharField(validators=[AGENT_ID])
         name = StrictCharField(max_length=200)
         role = StrictCharField(required=False, allow_blank=True, max_length=200)
         config = JSONObjectField(required=False)

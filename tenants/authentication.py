@@ -109,7 +109,7 @@ def signed_paths(request: HttpRequest) -> list[str]:
     return paths
 
 
-def _fail(code: str, message: str) -> DomainError:
+def _fail(code: ErrorCode, message: str) -> DomainError:
     return DomainError(code, message)
 
 

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tenants import services
-from tenants.models import team_id_validator
+from tenants.models import Team, agent_id_validator, team_id_validator
 
 
 class Command(BaseCommand):
@@ -43,15 +43,11 @@ class Command(BaseCommand):
             team_id_validator(team_id)
         except ValidationError as exc:
             raise CommandError(f"--team: {exc.messages[0]}") from exc
-        from tenants.models import Team
-
         team = Team.objects.filter(id=team_id).first()
         if team is None:
             team, _ = services.team_upsert(team_id=team_id, name=opts["name"] or team_id)
         agent = None
         if opts["agent"]:
-            from tenants.models import agent_id_validator
-
             try:
                 agent_id_validator(opts["agent"])
             except ValidationError as exc:
