@@ -31,14 +31,15 @@ The user is one entity per scope, named 用户 or user (resolution key "user").
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from core.text import CJK, jieba_posseg
+
 from .resolution import normalise_name
 
-_CJK_CHAR = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_CHAR = CJK
 _CJK_RE = re.compile(f"[{_CJK_CHAR}]")
 _CJK_ONLY = re.compile(f"^[{_CJK_CHAR}]+$")
 
@@ -213,22 +214,8 @@ def is_chinese(text: str) -> bool:
     return cjk > 0 and cjk >= latin_words
 
 
-_jieba_lock = threading.Lock()
-_posseg: Any = None
-
-
 def _pseg() -> Any:
-    """jieba.posseg, initialised once (the dictionary load takes about a second)."""
-    global _posseg
-    if _posseg is None:
-        with _jieba_lock:
-            if _posseg is None:
-                import jieba
-                import jieba.posseg
-
-                jieba.setLogLevel(30)
-                _posseg = jieba.posseg
-    return _posseg
+    return jieba_posseg()
 
 
 @dataclass

@@ -72,12 +72,12 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from typing import Any
 
 import numpy as np
 from django.conf import settings
 
 from core.errors import DomainError
+from core.text import CJK, jieba_module
 from llm import Usage
 from memories.text import STOP_WORDS, normalise, tokenize
 
@@ -119,7 +119,7 @@ COMPRESS_MERGE_THRESHOLD = 0.6
 KEYWORDS_PER_TEXT = 8
 MIN_UNITS = 4
 
-_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK = CJK
 _CJK_CHAR = re.compile(f"[{_CJK}]")
 _CJK_RUN = re.compile(f"[{_CJK}]+")
 _LATIN_WORD = re.compile(r"[A-Za-z0-9]+(?:['’.\-_][A-Za-z0-9]+)*")
@@ -449,23 +449,17 @@ def _dedupe_sentences(sentences: list[tuple[str, float]]) -> list[tuple[str, flo
 # --- similarity and clustering --------------------------------------------------------------------
 
 
-def _jieba_module() -> Any:
-    from memories.text import _jieba  # initialised once, quietly
-
-    return _jieba()
-
-
 def _idf() -> tuple[dict[str, float], float]:
     import jieba.analyse
 
-    _jieba_module()
+    jieba_module()
     tfidf = jieba.analyse.default_tfidf
     return tfidf.idf_freq, float(tfidf.median_idf)
 
 
 def _features(text: str, idf: dict[str, float], median: float) -> dict[str, float]:
     """The top keywords of `text`, weighted by IDF (rare words weigh more)."""
-    jieba = _jieba_module()
+    jieba = jieba_module()
     weights: dict[str, float] = {}
     for match in _FEATURE_TOKEN.finditer(unicodedata.normalize("NFKC", text)):
         tok = match.group(0)
@@ -582,7 +576,7 @@ def keywords(texts: list[str], k: int = 3) -> list[str]:
     if dominant_language(texts) == "zh":
         import jieba.analyse
 
-        _jieba_module()
+        jieba_module()
         candidates = [w for w in jieba.analyse.extract_tags(joined, topK=20) if _good_keyword(w)]
         doc_freq = {w: sum(1 for t in folded if w.lower() in t) for w in candidates}
     else:

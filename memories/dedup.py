@@ -538,10 +538,10 @@ _EN_RELATIVE_ADJ = re.compile(
 
 
 def _zh_words(run: str) -> list[str]:
-    from .text import _search_tokenizer
+    from .text import search_tokenizer
 
     out: list[str] = []
-    for word in _search_tokenizer().lcut(run, HMM=True):
+    for word in search_tokenizer().lcut(run, HMM=True):
         # "不喜欢" → NOT + 喜欢: a negation is compared as a marker, its verb as a word.
         if len(word) > 1 and word[0] in _ZH_NEG_CHARS and word not in _ZH_NOT_NEGATION:
             out.extend(["NOT", word[1:]])

@@ -14,7 +14,9 @@ from typing import Any
 
 from django.conf import settings
 
-_CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+from core.text import CJK, jieba_module
+
+_CJK = CJK
 # Runs of CJK characters, or runs of letters/digits (with inner ' . - _ kept, e.g. "don't", "3.5").
 _TOKEN_RE = re.compile(rf"[{_CJK}]+|[^\W_]+(?:['’.\-_][^\W_]+)*", re.UNICODE)
 _CJK_RUN = re.compile(rf"^[{_CJK}]+$")
@@ -177,35 +179,20 @@ STOP_WORDS = frozenset(
     ]
 )
 
-_jieba_lock = threading.Lock()
-_jieba_ready = False
-
-
-def _jieba():  # type: ignore[no-untyped-def]
-    """jieba, initialised once (its dictionary load takes ~1 s, so never at import time)."""
-    global _jieba_ready
-    import jieba
-
-    if not _jieba_ready:
-        with _jieba_lock:
-            if not _jieba_ready:
-                jieba.setLogLevel(30)
-                jieba.initialize()
-                _jieba_ready = True
-    return jieba
+_jieba_lock = threading.Lock()  # builds the search tokenizer once
 
 
 _search_tokenizer_obj: Any = None
 
 
-def _search_tokenizer():  # type: ignore[no-untyped-def]
+def search_tokenizer():  # type: ignore[no-untyped-def]
     """The jieba tokenizer of search: jieba's dictionary without its rarest words.
 
     jieba's full dictionary costs ~55 MB in every web worker; words seen fewer than
     SEARCH_JIEBA_MIN_FREQ times in its corpus (default 20: 80k of 349k words kept, ~6 MB) are
     left to its HMM, which still keeps names whole ("张伟", "永续合约" → 永续/合约). Index and query
     use the same tokenizer, so BM25 stays consistent; measured: docs/benchmarks.md. The lifecycle
-    and graph engines keep the full dictionary (`_jieba()`), in the workers that run them.
+    and graph engines keep the full dictionary (`core.text.jieba_module()`), in the workers that run them.
     The filtered file is written once under DATA_DIR (jieba caches its model by that path).
     """
     global _search_tokenizer_obj
@@ -213,7 +200,7 @@ def _search_tokenizer():  # type: ignore[no-untyped-def]
         return _search_tokenizer_obj
     min_freq = settings.SEARCH_JIEBA_MIN_FREQ
     if min_freq <= 0:
-        return _jieba()
+        return jieba_module()
     with _jieba_lock:
         if _search_tokenizer_obj is None:
             import jieba
@@ -293,7 +280,7 @@ def tokenize(text: str) -> tuple[str, ...]:
     for match in _TOKEN_RE.finditer(text):
         tok = match.group(0)
         if _CJK_RUN.match(tok):
-            for word in _search_tokenizer().cut_for_search(tok):
+            for word in search_tokenizer().cut_for_search(tok):
                 word = word.strip()
                 if word and word not in STOP_WORDS:
                     out.append(word)
