@@ -13,8 +13,10 @@ operation is run (under the job's lease, its outcome recorded). Around it:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -203,101 +205,57 @@ def _maybe_extract_graph(*, team: Team, agent_id: str, facts: int) -> None:
 # --- the job kinds' operations ----------------------------------------------------------------
 
 
-class JobHandler(Protocol):
-    """The operation of one job kind: the job's team, agent and params, its id (recorded on what
-    it writes) and lease (for the operations that consume working memory: they claim it under
-    that lease)."""
+@dataclass(frozen=True)
+class JobContext:
+    """What a job's operation gets: the job's team, agent and params, its id (recorded on what it
+    writes) and lease (the operations that consume working memory claim it under that lease)."""
 
-    def __call__(
-        self,
-        *,
-        team: Team,
-        agent_id: str,
-        params: dict[str, Any],
-        job_id: int | None,
-        lease: jobs.Lease | None,
-    ) -> operations.Outcome: ...
+    team: Team
+    agent_id: str
+    params: dict[str, Any]
+    job_id: int | None
+    lease: jobs.Lease | None
 
 
-def _compress(
-    *,
-    team: Team,
-    agent_id: str,
-    params: dict[str, Any],
-    job_id: int | None,
-    lease: jobs.Lease | None,
-) -> operations.Outcome:
-    return operations.compress(team=team, agent_id=agent_id, job_id=job_id, lease=lease, **params)
+JobHandler = Callable[[JobContext], operations.Outcome]
 
 
-def _extract_facts(
-    *,
-    team: Team,
-    agent_id: str,
-    params: dict[str, Any],
-    job_id: int | None,
-    lease: jobs.Lease | None,
-) -> operations.Outcome:
-    outcome = operations.extract_facts(
-        team=team, agent_id=agent_id, job_id=job_id, lease=lease, **params
+def _compress(c: JobContext) -> operations.Outcome:
+    return operations.compress(
+        team=c.team, agent_id=c.agent_id, job_id=c.job_id, lease=c.lease, **c.params
     )
-    _maybe_extract_graph(team=team, agent_id=agent_id, facts=outcome[0].get("count", 0))
+
+
+def _extract_facts(c: JobContext) -> operations.Outcome:
+    outcome = operations.extract_facts(
+        team=c.team, agent_id=c.agent_id, job_id=c.job_id, lease=c.lease, **c.params
+    )
+    _maybe_extract_graph(team=c.team, agent_id=c.agent_id, facts=outcome[0].get("count", 0))
     return outcome
 
 
-def _aggregate_scenes(
-    *,
-    team: Team,
-    agent_id: str,
-    params: dict[str, Any],
-    job_id: int | None,
-    lease: jobs.Lease | None,
-) -> operations.Outcome:
-    return operations.aggregate_scenes(team=team, agent_id=agent_id, job_id=job_id, **params)
+def _aggregate_scenes(c: JobContext) -> operations.Outcome:
+    return operations.aggregate_scenes(
+        team=c.team, agent_id=c.agent_id, job_id=c.job_id, **c.params
+    )
 
 
-def _generate_persona(
-    *,
-    team: Team,
-    agent_id: str,
-    params: dict[str, Any],
-    job_id: int | None,
-    lease: jobs.Lease | None,
-) -> operations.Outcome:
-    return operations.generate_persona(team=team, agent_id=agent_id, job_id=job_id, **params)
+def _generate_persona(c: JobContext) -> operations.Outcome:
+    return operations.generate_persona(
+        team=c.team, agent_id=c.agent_id, job_id=c.job_id, **c.params
+    )
 
 
-def _cleanup(
-    *,
-    team: Team,
-    agent_id: str,
-    params: dict[str, Any],
-    job_id: int | None,
-    lease: jobs.Lease | None,
-) -> operations.Outcome:
-    return operations.cleanup(team=team, agent_id=agent_id or None, job_id=job_id, **params)
+def _cleanup(c: JobContext) -> operations.Outcome:
+    return operations.cleanup(team=c.team, agent_id=c.agent_id or None, job_id=c.job_id, **c.params)
 
 
-def _extract_graph(
-    *,
-    team: Team,
-    agent_id: str,
-    params: dict[str, Any],
-    job_id: int | None,
-    lease: jobs.Lease | None,
-) -> operations.Outcome:
-    return graph_extract(team=team, agent_id=agent_id, job_id=job_id, **params)
+def _extract_graph(c: JobContext) -> operations.Outcome:
+    return graph_extract(team=c.team, agent_id=c.agent_id, job_id=c.job_id, **c.params)
 
 
-def _auto_run(
-    *,
-    team: Team,
-    agent_id: str,
-    params: dict[str, Any],
-    job_id: int | None,
-    lease: jobs.Lease | None,
-) -> operations.Outcome:
-    return _auto_run_outcome(team=team, job_id=job_id)
+def _auto_run(c: JobContext) -> operations.Outcome:
+    return _auto_run_outcome(team=c.team, job_id=c.job_id)
 
 
 # Every kind a job can run. (JobKind.CAP_ARCHIVE is only a record: it never runs.)
@@ -325,7 +283,9 @@ def dispatch(
     handler = HANDLERS.get(kind)
     if handler is None:
         raise ValueError(f"unknown job kind {kind!r}")
-    return handler(team=team, agent_id=agent_id, params=params, job_id=job_id, lease=lease)
+    return handler(
+        JobContext(team=team, agent_id=agent_id, params=params, job_id=job_id, lease=lease)
+    )
 
 
 # --- running jobs ------------------------------------------------------------------------------
