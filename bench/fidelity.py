@@ -355,6 +355,7 @@ def main() -> int:
     )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
     return 0
 

@@ -616,6 +616,7 @@ def main() -> int:
                 log(f"[{lang} {n}] FAILED: {exc}")
                 report["runs"].append({"lang": lang, "size": n, "error": str(exc)[:500]})
             if args.json:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
                 args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False))
     backends = [b.strip() for b in args.working.split(",") if b.strip() and b.strip() != "none"]
     for backend in backends:
@@ -628,6 +629,7 @@ def main() -> int:
     report["load_at_end"] = machine_load()
     print_report(report)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False))
     return 0
 

@@ -410,6 +410,7 @@ def main() -> int:
     report = run(args)
     print_report(report)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False))
     return 1 if report.get("5xx") or report.get("lost_writes") else 0
 

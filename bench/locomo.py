@@ -390,6 +390,7 @@ def main() -> int:
         )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))
         log(f"wrote {args.json}")
     return 0
