@@ -3,6 +3,14 @@
 from django.db import migrations, models
 
 
+def clamp_min_importance(apps, schema_editor):
+    # The API validated 0..1; this only keeps the new constraint from failing the migration on
+    # a row written around it.
+    PipelineConfig = apps.get_model("lifecycle", "PipelineConfig")
+    PipelineConfig.objects.filter(cleanup_min_importance__gt=1.0).update(cleanup_min_importance=1.0)
+    PipelineConfig.objects.filter(cleanup_min_importance__lt=0.0).update(cleanup_min_importance=0.0)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -11,6 +19,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RunPython(clamp_min_importance, migrations.RunPython.noop),
         migrations.AddConstraint(
             model_name='jobrun',
             constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['compress', 'extract-facts', 'aggregate-scenes', 'generate-persona', 'cleanup', 'auto-run', 'extract-graph', 'cap-archive'])), name='job_kind_valid'),

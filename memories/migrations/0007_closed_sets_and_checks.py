@@ -4,6 +4,14 @@ from django.conf import settings
 from django.db import migrations, models
 
 
+def clamp_importance(apps, schema_editor):
+    # Every write path validated 0..1, so this should find nothing; it only keeps the new
+    # constraint from failing the migration on a row written around them.
+    Memory = apps.get_model("memories", "Memory")
+    Memory.objects.filter(importance__gt=1.0).update(importance=1.0)
+    Memory.objects.filter(importance__lt=0.0).update(importance=0.0)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -13,6 +21,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RunPython(clamp_importance, migrations.RunPython.noop),
         migrations.AlterField(
             model_name='trashedmemory',
             name='removed_by',
