@@ -17,7 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 
 from tenants import selectors as tenant_selectors
-from tenants.models import Team, TeamMembership
+from tenants.models import Team, TeamRole
 
 
 def team_ids(request: HttpRequest, *, lead: bool = False) -> set[str] | None:
@@ -27,7 +27,7 @@ def team_ids(request: HttpRequest, *, lead: bool = False) -> set[str] | None:
         return None
     attr = "_console_lead_teams" if lead else "_console_teams"
     if not hasattr(request, attr):
-        roles = (TeamMembership.ROLE_LEAD,) if lead else None
+        roles = (TeamRole.LEAD,) if lead else None
         setattr(request, attr, tenant_selectors.team_ids_for_user(user=user, roles=roles))
     return getattr(request, attr)  # type: ignore[no-any-return]
 

@@ -15,29 +15,35 @@ from django.db import models
 from memories.models import Memory
 from tenants.models import Team
 
-ENTITY_TYPES = (
-    "person",
-    "preference",
-    "skill",
-    "project",
-    "goal",
-    "fact",
-    "concept",
-    "organization",
-    "location",
-    "custom",
-)
-RELATION_TYPES = (
-    "prefers",
-    "works_on",
-    "knows",
-    "uses",
-    "works_at",
-    "located_in",
-    "has_goal",
-    "related_to",
-    "part_of",
-)
+
+class EntityType(models.TextChoices):
+    PERSON = "person", "person"
+    PREFERENCE = "preference", "preference"
+    SKILL = "skill", "skill"
+    PROJECT = "project", "project"
+    GOAL = "goal", "goal"
+    FACT = "fact", "fact"
+    CONCEPT = "concept", "concept"
+    ORGANIZATION = "organization", "organization"
+    LOCATION = "location", "location"
+    CUSTOM = "custom", "custom"
+
+
+class RelationType(models.TextChoices):
+    PREFERS = "prefers", "prefers"
+    WORKS_ON = "works_on", "works_on"
+    KNOWS = "knows", "knows"
+    USES = "uses", "uses"
+    WORKS_AT = "works_at", "works_at"
+    LOCATED_IN = "located_in", "located_in"
+    HAS_GOAL = "has_goal", "has_goal"
+    RELATED_TO = "related_to", "related_to"
+    PART_OF = "part_of", "part_of"
+
+
+# The values in order, as the API, the extraction prompt and the console list them.
+ENTITY_TYPES: tuple[str, ...] = tuple(EntityType.values)
+RELATION_TYPES: tuple[str, ...] = tuple(RelationType.values)
 
 
 class Entity(models.Model):
@@ -47,7 +53,7 @@ class Entity(models.Model):
     # are removed by graph.signals, team-wide ones outlive every agent.
     agent_id = models.CharField(max_length=64, blank=True, default="")
     name = models.CharField(max_length=255)
-    entity_type = models.CharField(max_length=16, choices=[(t, t) for t in ENTITY_TYPES])
+    entity_type = models.CharField(max_length=16, choices=EntityType.choices)
     description = models.TextField(blank=True, default="")
     properties = models.JSONField(default=dict, blank=True)
     embedding = models.BinaryField(null=True, blank=True, editable=False)
@@ -68,7 +74,10 @@ class Entity(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["team", "agent_id", "name", "entity_type"], name="uniq_entity_name"
-            )
+            ),
+            models.CheckConstraint(
+                condition=models.Q(entity_type__in=EntityType.values), name="entity_type_valid"
+            ),
         ]
         indexes = [
             # list: newest first, optionally by agent and/or type
@@ -94,7 +103,7 @@ class Relation(models.Model):
     # Both ends are always entities of `team` (graph.services.relation_create checks it).
     source = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="outgoing")
     target = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="incoming")
-    relation_type = models.CharField(max_length=16, choices=[(t, t) for t in RELATION_TYPES])
+    relation_type = models.CharField(max_length=16, choices=RelationType.choices)
     description = models.TextField(blank=True, default="")
     properties = models.JSONField(default=dict, blank=True)
     source_memory = models.ForeignKey(
@@ -108,7 +117,11 @@ class Relation(models.Model):
             # Also the index for "outgoing relations of these entities" (leading column).
             models.UniqueConstraint(
                 fields=["source", "target", "relation_type"], name="uniq_relation"
-            )
+            ),
+            models.CheckConstraint(
+                condition=models.Q(relation_type__in=RelationType.values),
+                name="relation_type_valid",
+            ),
         ]
         indexes = [
             # incoming relations of these entities (traversal, detail, list by entity)

@@ -14,6 +14,33 @@ def _hex_id() -> str:
     return uuid.uuid4().hex
 
 
+class ArchiveReason(models.TextChoices):
+    """Why a working-memory item was archived (WorkingArchive.reason)."""
+
+    CONSUMED = "consumed", "consumed"
+    EVICTED = "evicted", "evicted"
+
+
+class JobTrigger(models.TextChoices):
+    """What started a job (JobRun.trigger)."""
+
+    API = "api", "api"
+    AUTO = "auto", "auto"
+    BEAT = "beat", "beat"
+    ADMIN = "admin", "admin"
+    COMMAND = "command", "command"
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    # Its lease expired while queued or running (the worker died, or no worker took it): given
+    # up, its keys released, and retried once as a new job (`retry_of`).
+    ABANDONED = "abandoned", "abandoned"
+
+
 class PipelineConfig(models.Model):
     """The automatic pipeline of one team (docs/lifecycle.md); defaults are the API's."""
 
@@ -31,6 +58,17 @@ class PipelineConfig(models.Model):
     # new facts (a separate, recorded job).
     extract_graph = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            # The API's range (lifecycle.apis): memory importance is within 0..1.
+            models.CheckConstraint(
+                condition=models.Q(
+                    cleanup_min_importance__gte=0.0, cleanup_min_importance__lte=1.0
+                ),
+                name="pipeline_min_importance_range",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"pipeline of {self.team_id}"
@@ -89,10 +127,6 @@ class WorkingArchive(models.Model):
     lifecycle job (kept so derived memories stay traceable) or pushed out by the per-agent cap
     (kept so it is not lost, and restorable: lifecycle.services.archive)."""
 
-    REASON_CONSUMED = "consumed"
-    REASON_EVICTED = "evicted"
-    REASONS = [REASON_CONSUMED, REASON_EVICTED]
-
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     agent_id = models.CharField(max_length=64)
     item_id = models.CharField(max_length=32)
@@ -103,13 +137,18 @@ class WorkingArchive(models.Model):
         "JobRun", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     reason = models.CharField(
-        max_length=10, choices=[(r, r) for r in REASONS], default=REASON_CONSUMED
+        max_length=10, choices=ArchiveReason.choices, default=ArchiveReason.CONSUMED
     )
     # An evicted item put back into working memory (as a new item, whose id is kept here).
     restored_at = models.DateTimeField(null=True, blank=True)
     restored_item_id = models.CharField(max_length=32, blank=True, default="")
 
     class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(reason__in=ArchiveReason.values), name="archive_reason_valid"
+            )
+        ]
         indexes = [
             models.Index(fields=["team", "agent_id", "item_id"], name="archive_item"),
             models.Index(fields=["team", "reason"], name="archive_reason"),
@@ -151,30 +190,13 @@ LLM_JOB_KINDS = frozenset(
 class JobRun(models.Model):
     """Every lifecycle job, automatic or not: what ran, for whom, how it went, what it cost."""
 
-    TRIGGERS = ["api", "auto", "beat", "admin", "command"]
-    STATUS_QUEUED = "queued"
-    STATUS_RUNNING = "running"
-    STATUS_SUCCEEDED = "succeeded"
-    STATUS_FAILED = "failed"
-    # Its lease expired while queued or running (the worker died, or no worker took it): given
-    # up, its keys released, and retried once as a new job (`retry_of`).
-    STATUS_ABANDONED = "abandoned"
-    STATUSES = [
-        STATUS_QUEUED,
-        STATUS_RUNNING,
-        STATUS_SUCCEEDED,
-        STATUS_FAILED,
-        STATUS_ABANDONED,
-    ]
-    ACTIVE_STATUSES = (STATUS_QUEUED, STATUS_RUNNING)
+    ACTIVE_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     agent_id = models.CharField(max_length=64, blank=True, default="")
     kind = models.CharField(max_length=20, choices=JobKind.choices)
-    trigger = models.CharField(max_length=10, choices=[(t, t) for t in TRIGGERS])
-    status = models.CharField(
-        max_length=10, choices=[(s, s) for s in STATUSES], default=STATUS_QUEUED
-    )
+    trigger = models.CharField(max_length=10, choices=JobTrigger.choices)
+    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
     params = models.JSONField(default=dict)
     counts = models.JSONField(default=dict)
     error = models.TextField(blank=True, default="")
@@ -202,6 +224,17 @@ class JobRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(kind__in=JobKind.values), name="job_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(trigger__in=JobTrigger.values), name="job_trigger_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status__in=JobStatus.values), name="job_status_valid"
+            ),
+        ]
         indexes = [
             models.Index(fields=["team", "-created_at"], name="job_team"),
             models.Index(fields=["team", "agent_id", "kind", "-created_at"], name="job_agent_kind"),

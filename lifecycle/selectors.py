@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from memories.models import Memory
 from tenants.models import Team
 
-from .models import JobRun, Persona, Scenario, WorkingArchive
+from .models import JobRun, JobStatus, Persona, Scenario, WorkingArchive
 
 
 def memory_source_item_ids(*, memory: Memory) -> list[str]:
@@ -45,7 +45,7 @@ def job_list(
     if status:
         qs = qs.filter(status=status)
     if failed_only:
-        qs = qs.filter(status=JobRun.STATUS_FAILED)
+        qs = qs.filter(status=JobStatus.FAILED)
     if kind:
         qs = qs.filter(kind=kind)
     if trigger:

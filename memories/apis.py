@@ -30,7 +30,14 @@ from tenants.services import agent_register
 from tenants.usage import KIND_WRITE, usage_record
 
 from . import purge, search, selectors, services
-from .models import Memory, MemoryShare, TrashedMemory
+from .models import (
+    Memory,
+    MemoryScope,
+    MemoryShare,
+    RemovedBy,
+    SharePermission,
+    TrashedMemory,
+)
 from .selectors import DELETE, WRITE, memory_to_dict
 from .services import Actor
 from .working import get_working_store
@@ -57,7 +64,7 @@ class MemoryFieldsSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     team_id = serializers.CharField()
     agent_id = serializers.CharField(allow_null=True)
-    scope = serializers.ChoiceField(choices=["personal", "team"])
+    scope = serializers.ChoiceField(choices=MemoryScope.values)
     content = serializers.CharField()
     importance = serializers.FloatField()
     category = serializers.CharField()
@@ -173,12 +180,14 @@ class ShareInputSerializer(serializers.Serializer):
     agent_ids = serializers.ListField(
         child=StrictCharField(validators=[AGENT_ID]), min_length=1, max_length=100
     )
-    permission = serializers.ChoiceField(choices=["read", "write"], required=False, default="read")
+    permission = serializers.ChoiceField(
+        choices=SharePermission.values, required=False, default=SharePermission.READ
+    )
 
 
 class ShareSerializer(serializers.Serializer):
     agent_id = serializers.CharField()
-    permission = serializers.ChoiceField(choices=["read", "write"])
+    permission = serializers.ChoiceField(choices=SharePermission.values)
 
 
 class SharesOutputSerializer(serializers.Serializer):
@@ -509,7 +518,7 @@ class TrashedMemoryOutputSerializer(MemoryFieldsSerializer):
     id = serializers.IntegerField(help_text="the memory's id, which a restore gives back")
     created_at = serializers.DateTimeField(allow_null=True)
     removed_at = serializers.DateTimeField()
-    removed_by = serializers.ChoiceField(choices=list(TrashedMemory.REMOVED_BY))
+    removed_by = serializers.ChoiceField(choices=RemovedBy.values)
     reason = serializers.CharField()
     expires_at = serializers.DateTimeField(help_text="erased for good at this time")
 

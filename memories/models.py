@@ -12,13 +12,40 @@ from django.db import models
 from tenants.models import ApiKey, Team
 
 
+class MemoryScope(models.TextChoices):
+    PERSONAL = "personal", "personal"
+    TEAM = "team", "team"
+
+
+class SharePermission(models.TextChoices):
+    READ = "read", "read"
+    WRITE = "write", "write"
+
+
+class PurgeStatus(models.TextChoices):
+    CONFIRMED = "confirmed", "confirmed"  # the previewed set was moved to the trash
+    CHANGED = "changed", "changed"  # the set changed since the preview: nothing was purged
+
+
+class RemovedBy(models.TextChoices):
+    """Which path removed a memory into the trash (TrashedMemory.removed_by)."""
+
+    API = "api", "api"  # DELETE of the memory
+    CLEANUP = "cleanup", "cleanup"  # POST /lifecycle/cleanup
+    AUTO = "auto", "auto"  # the cleanup step of auto-run
+    BEAT = "beat", "beat"  # the scheduled cleanup
+    COMMAND = "command", "command"  # a management command
+    CONSOLE = "console", "console"  # the review console's bulk delete
+    PURGE = "purge", "purge"  # the console's dry-run purge
+
+
 class Memory(models.Model):
-    SCOPE_PERSONAL = "personal"
-    SCOPE_TEAM = "team"
-    SCOPE_CHOICES = [(SCOPE_PERSONAL, "personal"), (SCOPE_TEAM, "team")]
+    # Aliases of MemoryScope kept for the retrieval modules (search, index) that still read them.
+    SCOPE_PERSONAL = MemoryScope.PERSONAL
+    SCOPE_TEAM = MemoryScope.TEAM
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memories")
-    scope = models.CharField(max_length=8, choices=SCOPE_CHOICES)
+    scope = models.CharField(max_length=8, choices=MemoryScope.choices)
     # Owner of a personal memory; optional author of a team memory. A plain id, not a foreign
     # key: a team memory outlives its author, and personal memories are deleted with their agent
     # by the agent purge (memories.signals).
@@ -51,6 +78,16 @@ class Memory(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(scope__in=MemoryScope.values), name="mem_scope_valid"
+            ),
+            # The API's range (memories.apis): cleanup thresholds and ranking assume it.
+            models.CheckConstraint(
+                condition=models.Q(importance__gte=0.0, importance__lte=1.0),
+                name="mem_importance_range",
+            ),
+        ]
         indexes = [
             # recent: newest first within one scope
             models.Index(fields=["team", "scope", "agent_id", "-created_at"], name="mem_recent"),
@@ -93,18 +130,22 @@ class MemoryRevision(models.Model):
 class MemoryShare(models.Model):
     """A grant on a personal memory to another agent of the same team."""
 
-    PERMISSION_READ = "read"
-    PERMISSION_WRITE = "write"
-    PERMISSION_CHOICES = [(PERMISSION_READ, "read"), (PERMISSION_WRITE, "write")]
-
     memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="shares")
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     agent_id = models.CharField(max_length=64)
-    permission = models.CharField(max_length=5, choices=PERMISSION_CHOICES, default=PERMISSION_READ)
+    permission = models.CharField(
+        max_length=5, choices=SharePermission.choices, default=SharePermission.READ
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["memory", "agent_id"], name="uniq_share")]
+        constraints = [
+            models.UniqueConstraint(fields=["memory", "agent_id"], name="uniq_share"),
+            models.CheckConstraint(
+                condition=models.Q(permission__in=SharePermission.values),
+                name="share_permission_valid",
+            ),
+        ]
         indexes = [models.Index(fields=["team", "agent_id"], name="share_grantee")]
 
     def __str__(self) -> str:
@@ -172,17 +213,13 @@ class PurgeRun(models.Model):
     set to the confirm step (memories.purge).
     """
 
-    STATUS_CONFIRMED = "confirmed"  # the previewed set was moved to the trash
-    STATUS_CHANGED = "changed"  # the set changed since the preview: nothing was purged
-    STATUS_CHOICES = [(STATUS_CONFIRMED, "confirmed"), (STATUS_CHANGED, "changed")]
-
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     # Readable after the user is gone.
     actor = models.CharField(max_length=200, default="")
-    status = models.CharField(max_length=10, choices=STATUS_CHOICES)
+    status = models.CharField(max_length=10, choices=PurgeStatus.choices)
     criteria = models.JSONField(default=dict)
     count = models.PositiveIntegerField(default=0)
     memory_ids = models.JSONField(default=list)
@@ -192,6 +229,11 @@ class PurgeRun(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=PurgeStatus.values), name="purgerun_status_valid"
+            )
+        ]
         indexes = [models.Index(fields=["team", "-created_at"], name="purgerun_team")]
 
     def __str__(self) -> str:
@@ -206,22 +248,17 @@ class TrashedMemory(models.Model):
     `memory_id` is the id it had and gets back on restore. `snapshot` holds every column of the
     Memory row except the embedding (kept as bytes here), plus the ids of memories that pointed to
     it; `shares` and `revisions` are its MemoryShare / MemoryRevision rows as dicts. `purged_at`
-    is when it was removed, `removed_by` which path removed it (REMOVED_BY), `reason` why.
+    is when it was removed, `removed_by` which path removed it (RemovedBy), `reason` why.
     """
-
-    # Which path removed it. api: DELETE of the memory; cleanup: POST /lifecycle/cleanup; auto:
-    # the cleanup step of auto-run; beat: the scheduled cleanup; command: a management command;
-    # console: the review console's bulk delete; purge: the console's dry-run purge.
-    REMOVED_BY = ("api", "cleanup", "auto", "beat", "command", "console", "purge")
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     # Only for a console purge (the run that recorded it); other removals have none.
     purge_run = models.ForeignKey(
         PurgeRun, on_delete=models.CASCADE, related_name="trashed", null=True, blank=True
     )
-    removed_by = models.CharField(max_length=16, default="purge")
+    removed_by = models.CharField(max_length=16, choices=RemovedBy.choices, default=RemovedBy.PURGE)
     memory_id = models.BigIntegerField()
-    scope = models.CharField(max_length=8)
+    scope = models.CharField(max_length=8, choices=MemoryScope.choices)
     agent_id = models.CharField(max_length=64, blank=True, default="")
     content = models.TextField()
     reason = models.CharField(max_length=300, default="")
@@ -234,6 +271,15 @@ class TrashedMemory(models.Model):
 
     class Meta:
         ordering = ["-purged_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(removed_by__in=RemovedBy.values),
+                name="trash_removed_by_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(scope__in=MemoryScope.values), name="trash_scope_valid"
+            ),
+        ]
         indexes = [
             models.Index(fields=["team", "-purged_at"], name="trash_team"),
             models.Index(fields=["expires_at"], name="trash_expiry"),

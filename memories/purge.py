@@ -37,7 +37,7 @@ from core.errors import DomainError, ErrorCode, NotFound
 from tenants.models import Agent, ApiKey, Team
 
 from . import index
-from .models import Memory, MemoryRevision, MemoryShare, PurgeRun, TrashedMemory
+from .models import Memory, MemoryRevision, MemoryShare, PurgeRun, PurgeStatus, TrashedMemory
 from .services import memories_delete
 
 # One confirm moves at most this many memories: the preview lists every item and the token carries
@@ -342,7 +342,7 @@ def memories_trash(
 
     The one way a long-term memory is removed without `purge` (API DELETE, cleanup, the console):
     each is copied to a TrashedMemory with who removed it (`removed_by`, one of
-    TrashedMemory.REMOVED_BY) and why (`reasons[id]`, else `reason`), then deleted through
+    RemovedBy) and why (`reasons[id]`, else `reason`), then deleted through
     `memories_delete`, so every process's search index drops it. The rows are re-read under lock:
     one deleted meanwhile by another request is skipped, never trashed twice.
     """
@@ -405,7 +405,7 @@ def purge_confirm(
                 team=team,
                 user=user,
                 actor=actor,
-                status=PurgeRun.STATUS_CHANGED,
+                status=PurgeStatus.CHANGED,
                 criteria=criteria.to_dict(),
                 count=0,
                 memory_ids=sorted(previewed),
@@ -417,7 +417,7 @@ def purge_confirm(
                 team=team,
                 user=user,
                 actor=actor,
-                status=PurgeRun.STATUS_CONFIRMED,
+                status=PurgeStatus.CONFIRMED,
                 criteria=criteria.to_dict(),
                 count=len(items),
                 memory_ids=sorted(current),

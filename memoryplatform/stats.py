@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 
 from graph.models import Entity, Relation
-from lifecycle.models import Persona, Scenario, WorkingArchive
+from lifecycle.models import ArchiveReason, Persona, Scenario, WorkingArchive
 from memories.selectors import memory_counts
 from memories.working import get_working_store
 from tenants.models import Agent, Team
@@ -30,7 +30,7 @@ def team_stats(*, team: Team) -> dict[str, Any]:
         "working_memories": working,
         # Items the per-agent working-memory cap pushed out, kept in the archive (restorable).
         "working_evicted_to_archive": WorkingArchive.objects.filter(
-            team=team, reason=WorkingArchive.REASON_EVICTED
+            team=team, reason=ArchiveReason.EVICTED
         ).count(),
         "scenarios": Scenario.objects.filter(team=team).count(),
         "personas": Persona.objects.filter(team=team).count(),

@@ -26,7 +26,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from . import selectors, services
-from .models import Agent, ApiKey, Team, TeamMembership
+from .models import Agent, ApiKey, Team, TeamMembership, TeamRole
 
 # Per-object permissions an action can be checked against; any other declared permission
 # ("add", a custom one) means the action writes, so it needs "change" on each object too.
@@ -65,7 +65,7 @@ class TeamScopedAdminMixin:
             return None
         cache_attr = "_mp_lead_teams" if lead else "_mp_teams"
         if not hasattr(request, cache_attr):
-            roles = (TeamMembership.ROLE_LEAD,) if lead else None
+            roles = (TeamRole.LEAD,) if lead else None
             setattr(
                 request, cache_attr, selectors.team_ids_for_user(user=request.user, roles=roles)
             )

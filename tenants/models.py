@@ -115,24 +115,28 @@ class ApiKey(models.Model):
         return "active"
 
 
+class TeamRole(models.TextChoices):
+    LEAD = "lead", "Lead"
+    VIEWER = "viewer", "Viewer"
+
+
 class TeamMembership(models.Model):
     """Links a Django (admin) user to a team: `lead` may change, `viewer` may only look."""
-
-    ROLE_LEAD = "lead"
-    ROLE_VIEWER = "viewer"
-    ROLE_CHOICES = [(ROLE_LEAD, "Lead"), (ROLE_VIEWER, "Viewer")]
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="team_memberships"
     )
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=10, choices=ROLE_CHOICES, default=ROLE_VIEWER)
+    role = models.CharField(max_length=10, choices=TeamRole.choices, default=TeamRole.VIEWER)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["team_id", "user_id"]
         constraints = [
             models.UniqueConstraint(fields=["user", "team"], name="uniq_membership"),
+            models.CheckConstraint(
+                condition=models.Q(role__in=TeamRole.values), name="membership_role_valid"
+            ),
         ]
 
     def __str__(self) -> str:

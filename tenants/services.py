@@ -17,7 +17,7 @@ from core.errors import NotFound
 from core.localcache import TTLCache
 
 from . import crypto
-from .models import Agent, ApiKey, Team, TeamMembership
+from .models import Agent, ApiKey, Team, TeamMembership, TeamRole
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def api_key_secrets(*, api_key: ApiKey) -> list[str]:
 
 
 def membership_set(*, team: Team, user: Any, role: str) -> TeamMembership:
-    if role not in (TeamMembership.ROLE_LEAD, TeamMembership.ROLE_VIEWER):
+    if role not in (TeamRole.LEAD, TeamRole.VIEWER):
         raise ValueError(f"unknown role {role!r}")
     membership, _ = TeamMembership.objects.update_or_create(
         team=team, user=user, defaults={"role": role}

@@ -10,20 +10,30 @@ from django.utils import timezone
 
 from graph.models import Entity, EntityMention, Relation
 from graph.services import entity_create_or_merge, entity_mention, relation_create
-from lifecycle.models import JobRun, Persona, PipelineConfig, Scenario, WorkingArchive
+from lifecycle.models import (
+    ArchiveReason,
+    JobRun,
+    JobStatus,
+    Persona,
+    PipelineConfig,
+    Scenario,
+    WorkingArchive,
+)
 from memories.models import (
     IndexChange,
     Memory,
     MemoryRevision,
     MemoryShare,
     PurgeRun,
+    PurgeStatus,
     ScopeLock,
+    SharePermission,
     TrashedMemory,
     WorkingMemoryItem,
 )
 from memories.purge import memories_trash
 from memories.services import memory_create, memory_share
-from tenants.models import Agent, ApiKey, Team, TeamMembership, UsageDay
+from tenants.models import Agent, ApiKey, Team, TeamMembership, TeamRole, UsageDay
 from tenants.services import api_key_issue
 
 
@@ -61,7 +71,7 @@ class MembershipFactory(factory.django.DjangoModelFactory):
 
     user = factory.SubFactory(UserFactory)
     team = factory.SubFactory(TeamFactory)
-    role = TeamMembership.ROLE_LEAD
+    role = TeamRole.LEAD
 
 
 # --- Factories that write through the services ---------------------------------------------------
@@ -185,7 +195,7 @@ class MemoryShareFactory(factory.django.DjangoModelFactory):
 
     memory = factory.SubFactory(MemoryFactory)
     agent_id = factory.Sequence(lambda n: f"grantee_{n}")
-    permission = MemoryShare.PERMISSION_READ
+    permission = SharePermission.READ
 
     @classmethod
     def _create(cls, model_class: type[MemoryShare], *args: Any, **kwargs: Any) -> MemoryShare:
@@ -241,7 +251,7 @@ class PurgeRunFactory(_PlainFactory):
 
     team = factory.SubFactory(TeamFactory)
     actor = "user lead"
-    status = PurgeRun.STATUS_CONFIRMED
+    status = PurgeStatus.CONFIRMED
 
 
 class TrashedMemoryFactory(factory.django.DjangoModelFactory):
@@ -392,7 +402,7 @@ class JobRunFactory(_PlainFactory):
     agent_id = "researcher"
     kind = "compress"
     trigger = "api"
-    status = JobRun.STATUS_SUCCEEDED
+    status = JobStatus.SUCCEEDED
 
 
 class ScenarioFactory(_PlainFactory):
@@ -425,4 +435,4 @@ class WorkingArchiveFactory(_PlainFactory):
     item_id = factory.LazyFunction(lambda: uuid.uuid4().hex)
     content = factory.Sequence(lambda n: f"archived working item {n}")
     item_created_at = factory.LazyFunction(timezone.now)
-    reason = WorkingArchive.REASON_CONSUMED
+    reason = ArchiveReason.CONSUMED

@@ -339,7 +339,7 @@ class TestTrash:
             team=team, name="Alice", normalized_name="alice", entity_type="person"
         )
         gone = Entity.objects.create(
-            team=team, name="cup", normalized_name="cup", entity_type="tool"
+            team=team, name="cup", normalized_name="cup", entity_type="concept"
         )
         for e in (tea, alice, gone):
             EntityMention.objects.create(team=team, entity=e, memory=m)

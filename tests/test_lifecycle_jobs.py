@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from lifecycle.models import JobRun
+from lifecycle.models import JobRun, JobStatus
 from lifecycle.services import jobs, pipeline
 from memories.models import Memory
 from memories.working import get_working_store
@@ -232,4 +232,4 @@ def test_a_background_claim_refused_by_a_busy_sqlite_is_tried_again(settings):
         time.sleep(0.3)  # the thread's first claim meets the held lock
     worker.join(timeout=30)
     job.refresh_from_db()
-    assert job.status == JobRun.STATUS_SUCCEEDED, job.error
+    assert job.status == JobStatus.SUCCEEDED, job.error

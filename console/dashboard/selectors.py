@@ -17,7 +17,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from lifecycle.models import JobRun
+from lifecycle.models import JobRun, JobStatus
 from memories.models import Memory
 from tenants.models import Team, UsageDay
 
@@ -152,9 +152,9 @@ def job_counts(*, team: Team, window: Window) -> JobCounts:
         i = index.get(_as_day(row["day"]))
         if i is None:
             continue
-        if row["status"] == JobRun.STATUS_SUCCEEDED:
+        if row["status"] == JobStatus.SUCCEEDED:
             out.succeeded[i] += row["n"]
-        elif row["status"] in (JobRun.STATUS_FAILED, JobRun.STATUS_ABANDONED):
+        elif row["status"] in (JobStatus.FAILED, JobStatus.ABANDONED):
             out.failed[i] += row["n"]
             out.failed_by_kind[row["kind"]] = out.failed_by_kind.get(row["kind"], 0) + row["n"]
         else:

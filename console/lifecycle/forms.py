@@ -23,7 +23,7 @@ from lifecycle.apis import (
     ExtractGraphInputSerializer,
     PersonaInputSerializer,
 )
-from lifecycle.models import JobKind, JobRun
+from lifecycle.models import JobKind, JobStatus, JobTrigger
 
 LABELS = {
     "compress_every_n": "Compress every N working items",
@@ -215,9 +215,9 @@ class JobFilterForm(forms.Form):
     def __init__(self, *args: Any, agent_ids: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         any_ = [("", "any")]
-        self.fields["status"].choices = any_ + [(s, s) for s in JobRun.STATUSES]  # type: ignore[attr-defined]
+        self.fields["status"].choices = any_ + JobStatus.choices  # type: ignore[attr-defined]
         self.fields["kind"].choices = any_ + JobKind.choices  # type: ignore[attr-defined]
-        self.fields["trigger"].choices = any_ + [(t, t) for t in JobRun.TRIGGERS]  # type: ignore[attr-defined]
+        self.fields["trigger"].choices = any_ + JobTrigger.choices  # type: ignore[attr-defined]
         self.fields["agent_id"].choices = any_ + [(a, a) for a in agent_ids]  # type: ignore[attr-defined]
 
     def filters(self) -> dict[str, Any]:

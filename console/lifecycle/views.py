@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from console import access
 from lifecycle import selectors
-from lifecycle.models import JobRun
+from lifecycle.models import JobRun, JobStatus
 from lifecycle.services import pipeline
 from memories.models import Memory
 from tenants import selectors as tenant_selectors
@@ -130,7 +130,7 @@ def job_log(request: HttpRequest, team: Team) -> HttpResponse:
 
 
 def _active(job: JobRun) -> bool:
-    return job.status in (JobRun.STATUS_QUEUED, JobRun.STATUS_RUNNING)
+    return job.status in (JobStatus.QUEUED, JobStatus.RUNNING)
 
 
 @access.console_view()

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from memories.models import Memory
+from memories.models import Memory, MemoryScope
 from memories.purge import PurgeCriteria
 from tenants import selectors as tenant_selectors
 from tenants.models import Team
@@ -21,7 +21,7 @@ class PurgeCriteriaForm(forms.Form):
         min_value=0.0, max_value=1.0, initial=0.3, label="Importance below"
     )
     scopes = forms.MultipleChoiceField(
-        choices=Memory.SCOPE_CHOICES,
+        choices=MemoryScope.choices,
         widget=forms.CheckboxSelectMultiple,
         initial=[Memory.SCOPE_PERSONAL, Memory.SCOPE_TEAM],
         label="Scopes",

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from console import access
 from core.errors import DomainError
 from memories import purge
-from memories.models import PurgeRun, TrashedMemory
+from memories.models import PurgeRun, PurgeStatus, TrashedMemory
 from tenants.models import Team
 
 from .forms import ConfirmForm, PurgeCriteriaForm, TrashFilterForm
@@ -102,7 +102,7 @@ def confirm(request: HttpRequest, team: Team) -> HttpResponse:
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect("console:purge", team_id=team.id)
-    if outcome.run.status == PurgeRun.STATUS_CHANGED:
+    if outcome.run.status == PurgeStatus.CHANGED:
         messages.warning(
             request,
             "Nothing was purged: the set changed since your preview — "

@@ -7,10 +7,10 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
-from memories.models import Memory, MemoryShare
+from memories.models import MemoryScope, SharePermission
 
 ALL = [("", "all")]
-PERMISSIONS = MemoryShare.PERMISSION_CHOICES
+PERMISSIONS = SharePermission.choices
 
 
 def _importance(**kwargs: Any) -> forms.FloatField:
@@ -49,7 +49,7 @@ class FilterForm(forms.Form):
         ),
     )
     agent = forms.ChoiceField(required=False)
-    scope = forms.ChoiceField(required=False, choices=ALL + Memory.SCOPE_CHOICES)
+    scope = forms.ChoiceField(required=False, choices=ALL + MemoryScope.choices)
     source = forms.ChoiceField(required=False)
     category = forms.ChoiceField(required=False)
     importance_min = _importance(required=False, label="importance ≥")
@@ -183,7 +183,7 @@ class BulkForm(forms.Form):
         _choices(self, "agents", [(a, a) for a in agents])
 
     def clean_permission(self) -> str:
-        return self.cleaned_data.get("permission") or MemoryShare.PERMISSION_READ
+        return self.cleaned_data.get("permission") or SharePermission.READ
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -206,7 +206,7 @@ class ShareForm(forms.Form):
         _choices(self, "agents", [(a, a) for a in agents])
 
     def clean_permission(self) -> str:
-        return self.cleaned_data.get("permission") or MemoryShare.PERMISSION_READ
+        return self.cleaned_data.get("permission") or SharePermission.READ
 
 
 class UnshareForm(forms.Form):

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from lifecycle.models import JobKind, JobRun, WorkingArchive
+from lifecycle.models import ArchiveReason, JobKind, JobStatus, WorkingArchive
 from memories.working import WorkingItem, get_working_store
 from tenants.models import Agent, Team
 
@@ -39,7 +39,7 @@ def archive_evicted(*, team_id: str, agent_id: str, items: list[WorkingItem]) ->
             WorkingArchive.objects.filter(
                 team_id=team_id,
                 agent_id=agent_id,
-                reason=WorkingArchive.REASON_EVICTED,
+                reason=ArchiveReason.EVICTED,
                 item_id__in=[i.id for i in items],
             ).values_list("item_id", flat=True)
         )
@@ -51,7 +51,7 @@ def archive_evicted(*, team_id: str, agent_id: str, items: list[WorkingItem]) ->
             kind=JobKind.CAP_ARCHIVE,
             trigger="auto",
             agent_id=agent_id,
-            status=JobRun.STATUS_SUCCEEDED,
+            status=JobStatus.SUCCEEDED,
             counts={"evicted": len(new)},
             engine="cap",
         )
@@ -65,7 +65,7 @@ def archive_evicted(*, team_id: str, agent_id: str, items: list[WorkingItem]) ->
                     content=i.content,
                     item_created_at=i.created_at,
                     job=job,
-                    reason=WorkingArchive.REASON_EVICTED,
+                    reason=ArchiveReason.EVICTED,
                 )
                 for i in new
             ]
@@ -84,7 +84,7 @@ def evicted_list(
     *, team: Team, agent_id: str = "", include_restored: bool = False
 ) -> QuerySet[WorkingArchive]:
     """The team's evicted items (optionally one agent's), oldest first."""
-    qs = WorkingArchive.objects.filter(team=team, reason=WorkingArchive.REASON_EVICTED)
+    qs = WorkingArchive.objects.filter(team=team, reason=ArchiveReason.EVICTED)
     if agent_id:
         qs = qs.filter(agent_id=agent_id)
     if not include_restored:
@@ -111,7 +111,7 @@ def archive_restore(
     rows = WorkingArchive.objects.filter(
         team=team,
         pk__in=archive_ids,
-        reason=WorkingArchive.REASON_EVICTED,
+        reason=ArchiveReason.EVICTED,
         restored_at__isnull=True,
     ).order_by("item_created_at", "id")
     agents = set(

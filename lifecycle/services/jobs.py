@@ -33,7 +33,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from core.errors import DomainError, ErrorCode
-from lifecycle.models import JobRun
+from lifecycle.models import JobRun, JobStatus
 from llm import Usage
 from tenants.models import Team
 
@@ -98,7 +98,7 @@ def _expired(job: JobRun, now: datetime) -> bool:
 
 
 def _held(job: JobRun, lease: Lease) -> bool:
-    return job.status == JobRun.STATUS_RUNNING and job.lease_token == lease.token
+    return job.status == JobStatus.RUNNING and job.lease_token == lease.token
 
 
 def _insert(
@@ -117,9 +117,9 @@ def _insert(
     """The one place a JobRun row is created; its lease fields follow from `status`."""
     now = timezone.now()
     lease: dict[str, Any]
-    if status == JobRun.STATUS_QUEUED:
+    if status == JobStatus.QUEUED:
         lease = {"lease_expires_at": queued_deadline(now)}
-    elif status == JobRun.STATUS_RUNNING:
+    elif status == JobStatus.RUNNING:
         lease = {
             "started_at": now,
             "lease_token": _token(),
@@ -154,7 +154,7 @@ def job_create(
     agent_id: str = "",
     params: dict[str, Any] | None = None,
     active_key: str | None = None,
-    status: str = JobRun.STATUS_QUEUED,
+    status: str = JobStatus.QUEUED,
     counts: dict[str, Any] | None = None,
     engine: str = "",
 ) -> JobRun | None:
@@ -201,7 +201,7 @@ def job_start(
         trigger=trigger,
         agent_id=agent_id,
         params=params,
-        status=JobRun.STATUS_RUNNING,
+        status=JobStatus.RUNNING,
     )
     if job is None:  # no active_key: only a vanished team refuses the row
         raise JobRun.DoesNotExist(f"could not record the {kind} job of team {team.pk}")
@@ -217,21 +217,21 @@ def job_claim(*, job_id: int) -> JobRun | None:
 
     def claimable(job: JobRun) -> bool:
         seen.append(job.status)
-        return job.status == JobRun.STATUS_QUEUED or (
-            job.status == JobRun.STATUS_RUNNING and _expired(job, now)
+        return job.status == JobStatus.QUEUED or (
+            job.status == JobStatus.RUNNING and _expired(job, now)
         )
 
     if not _transition(
         job_id,
         claimable,
-        status=JobRun.STATUS_RUNNING,
+        status=JobStatus.RUNNING,
         started_at=now,
         lease_token=_token(),
         lease_expires_at=_running_deadline(now),
         claim_key=None,  # a dead holder's claim on working memory lapses with its lease
     ):
         return None
-    if seen == [JobRun.STATUS_RUNNING]:
+    if seen == [JobStatus.RUNNING]:
         logger.warning("lifecycle job %s: lease expired while running; taken over", job_id)
     return JobRun.objects.select_related("team").get(pk=job_id)
 
@@ -258,11 +258,11 @@ def job_reclaim(*, job_id: int, retry: bool = True) -> Reclaimed | None:
             return None
         why = (
             "no worker picked it up before its lease expired"
-            if job.status == JobRun.STATUS_QUEUED
+            if job.status == JobStatus.QUEUED
             else "its worker stopped renewing its lease (it died, or lost the database)"
         )
         JobRun.objects.filter(pk=job_id).update(
-            status=JobRun.STATUS_ABANDONED,
+            status=JobStatus.ABANDONED,
             active_key=None,
             claim_key=None,
             lease_token="",
@@ -289,7 +289,7 @@ def job_reclaim(*, job_id: int, retry: bool = True) -> Reclaimed | None:
             params=job.params,
             active_key=active_key,
             retry_of_id=job.pk,
-            status=JobRun.STATUS_QUEUED,
+            status=JobStatus.QUEUED,
             counts={},
             engine="",
         )
@@ -428,7 +428,7 @@ def job_finish(
 ) -> None:
     """Records the outcome, releasing the job's keys; only while this holder still has it (a job
     abandoned or taken over meanwhile keeps the record its new owner writes)."""
-    job.status = JobRun.STATUS_FAILED if error else JobRun.STATUS_SUCCEEDED
+    job.status = JobStatus.FAILED if error else JobStatus.SUCCEEDED
     job.counts = counts
     job.error = error[:4000]
     job.engine = engine
@@ -466,8 +466,8 @@ def job_requeue(*, job_id: int, delay_seconds: float) -> bool:
     """A failed job back to `queued` for a retry after `delay_seconds` (transient failures)."""
     return _transition(
         job_id,
-        lambda job: job.status == JobRun.STATUS_FAILED,
-        status=JobRun.STATUS_QUEUED,
+        lambda job: job.status == JobStatus.FAILED,
+        status=JobStatus.QUEUED,
         lease_expires_at=queued_deadline(timezone.now(), delay_seconds=delay_seconds),
     )
 

@@ -25,7 +25,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from lifecycle.llm import get_engine
-from lifecycle.models import JobKind, JobRun, Persona, Scenario, WorkingArchive
+from lifecycle.models import ArchiveReason, JobKind, JobRun, Persona, Scenario, WorkingArchive
 from lifecycle.schemas import Fact
 from llm import Usage
 from memories.dedup import conflict_reason, preference_terms
@@ -92,7 +92,7 @@ def _already_compressed(team: Team, agent_id: str, items: list[WorkingItem]) -> 
                 team=team,
                 agent_id=agent_id,
                 item_id__in=ids[start : start + _IN_CHUNK],
-                reason=WorkingArchive.REASON_CONSUMED,
+                reason=ArchiveReason.CONSUMED,
                 job__kind=JobKind.COMPRESS,
             ).values_list("item_id", flat=True)
         )

@@ -33,7 +33,7 @@ from django.urls import reverse
 
 from lifecycle.models import JobRun, Persona, Scenario
 from tenants.admin import TeamScopedAdminMixin
-from tenants.models import Agent, ApiKey, Team, TeamMembership
+from tenants.models import Agent, ApiKey, Team, TeamMembership, TeamRole
 from tenants.services import api_key_issue, api_key_secrets
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
 from tests.helpers import SignedClient, ok_data
@@ -49,7 +49,7 @@ OBJECTS_OF_B: dict[str, Callable[[Team], Model]] = {
     "tenants.agent": lambda b: Agent.objects.create(team=b, agent_id="b_agent", name="B agent"),
     "tenants.apikey": lambda b: api_key_issue(team=b, label="b-key").api_key,
     "tenants.teammembership": lambda b: MembershipFactory(
-        user=UserFactory(username="member_b"), team=b, role=TeamMembership.ROLE_VIEWER
+        user=UserFactory(username="member_b"), team=b, role=TeamRole.VIEWER
     ),
     "lifecycle.jobrun": lambda b: JobRun.objects.create(
         team=b, kind="cleanup", trigger="api", agent_id="b_agent"

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from tenants import services
-from tenants.models import Team, TeamMembership
+from tenants.models import Team, TeamRole
 
 
 class Command(BaseCommand):
@@ -21,8 +21,8 @@ class Command(BaseCommand):
         parser.add_argument("--password", default=None, help="set (or reset) the password")
         parser.add_argument(
             "--role",
-            choices=[TeamMembership.ROLE_LEAD, TeamMembership.ROLE_VIEWER],
-            default=TeamMembership.ROLE_VIEWER,
+            choices=[TeamRole.LEAD, TeamRole.VIEWER],
+            default=TeamRole.VIEWER,
         )
 
     @transaction.atomic

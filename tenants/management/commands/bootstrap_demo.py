@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from tenants import selectors, services
-from tenants.models import Team, TeamMembership
+from tenants.models import Team, TeamRole
 
 
 class Command(BaseCommand):
@@ -75,5 +75,5 @@ class Command(BaseCommand):
                 user.set_password(password)
                 user.save()
             creds.update(admin_username=username, admin_password=password)
-        services.membership_set(team=team, user=user, role=TeamMembership.ROLE_LEAD)
+        services.membership_set(team=team, user=user, role=TeamRole.LEAD)
         return creds
