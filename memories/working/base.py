@@ -62,8 +62,7 @@ from redis.exceptions import RedisError
 from core.dates import iso
 from core.errors import DomainError, ErrorCode
 from core.validators import AGENT_ID_RE, TEAM_ID_RE
-
-from .models import WorkingMemoryItem
+from memories.models import WorkingMemoryItem
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -199,7 +198,7 @@ def _hand_over_evicted(
     savepoint inside the database backend's add), committed before the caller removes them."""
     if not items:
         return True
-    from .signals import working_memory_evicting
+    from memories.signals import working_memory_evicting
 
     try:
         with transaction.atomic():

@@ -2,7 +2,7 @@
 
 What `score` means (docs/search.md):
 
-* `dense` — the embedding backend's calibrated cosine (memories.embeddings): 0.3 is the edge of
+* `dense` — the embedding backend's calibrated cosine (memories.retrieval.embeddings): 0.3 is the edge of
   "related at all", 0.85 of "says the same thing", whatever the model.
 * `lexical` — BM25 of the memory for the query divided by what a document of average length
   containing each query term once would score, clipped to 1. So 1.0 means "contains every query
@@ -34,11 +34,12 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from memories import selectors
+from memories.models import Memory
 from tenants.models import Team
 
-from . import index, selectors
+from . import index
 from .embeddings import embed_query, from_bytes, get_embedder
-from .models import Memory
 from .text import is_cjk, tokenize
 
 SearchMode = Literal["hybrid", "vector", "keyword"]
