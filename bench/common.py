@@ -127,6 +127,7 @@ def code_version() -> dict[str, Any]:
     h = hashlib.sha256()
     for rel in (
         "memories/retrieval/search.py",
+        "memories/retrieval/scoring.py",
         "memories/retrieval/index.py",
         "memories/retrieval/text.py",
         "memories/retrieval/embeddings.py",

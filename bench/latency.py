@@ -18,9 +18,9 @@ What it does, per language and size N:
 
 1. **Corpus** (`bench/corpus.py`): N deterministic synthetic memories (12 templates, varied
    names, places, products, numbers and ids; English or Chinese), each with a question about it.
-2. **Vectors**: `memories.retrieval.embeddings.embed_passages` in batches, cached per 5,000-text chunk in
-   `var/bench-cache/<sha256>.npy` (key: model name + texts), so re-runs and the 10k run reuse
-   the 100k run's work.
+2. **Vectors**: `memories.retrieval.embeddings.embed_passages` in batches, cached per 5,000-text
+   chunk in `var/bench-cache/<sha256>.npy` (key: model name + texts), so re-runs and the 10k run
+   reuse the 100k run's work.
 3. **Seed** in-process (a child process of this script with Django set up against the run's
    database): one agent, N `Memory` rows via `bulk_create` (no IndexChange rows: a fresh scope's
    index loads from the Memory table on first search).

@@ -2,8 +2,9 @@
 
 USE puts a question and its answer lower in raw cosine when they are written in different
 scripts, so the search curve alone cut such answers under the default min_score 0.3. The
-cross-script curves (memories.retrieval.embeddings.DEFAULT_CROSS_CALIBRATIONS) give a cross-script pair
-the score its same-script twin gets: these tests hold that with sentences written for them.
+cross-script curves (memories.retrieval.embeddings.DEFAULT_CROSS_CALIBRATIONS) give a
+cross-script pair the score its same-script twin gets: these tests hold that with sentences
+written for them.
 """
 
 from __future__ import annotations

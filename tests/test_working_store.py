@@ -2,8 +2,8 @@
 
 The Redis backend runs against the real Redis of REDIS_URL (skipped without it, failing instead
 under REQUIRE_SERVICES=1); the database backend runs on whatever database the suite uses. Nothing
-is mocked except, where a test says so, the store's clock (`memories.working.base._now`), so that expiry and
-identical timestamps can be tested without sleeping.
+is mocked except, where a test says so, the store's clock (`memories.working.base._now`), so
+that expiry and identical timestamps can be tested without sleeping.
 """
 
 from __future__ import annotations
