@@ -126,12 +126,13 @@ def code_version() -> dict[str, Any]:
 
     h = hashlib.sha256()
     for rel in (
-        "memories/search.py",
-        "memories/index.py",
-        "memories/text.py",
-        "memories/embeddings.py",
+        "memories/retrieval/search.py",
+        "memories/retrieval/scoring.py",
+        "memories/retrieval/index.py",
+        "memories/retrieval/text.py",
+        "memories/retrieval/embeddings.py",
         "memories/services.py",
-        "memories/dedup.py",
+        "memories/retrieval/dedup.py",
         "memoryplatform/settings/base.py",
     ):
         path = ROOT / rel

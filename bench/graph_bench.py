@@ -65,7 +65,7 @@ def seed(n: int, degree: int, team_id: str, rng: random.Random) -> tuple[list[st
 
     from graph.models import Entity, Relation
     from graph.resolution import normalise_name
-    from memories.embeddings import get_embedder, to_bytes
+    from memories.retrieval.embeddings import get_embedder, to_bytes
     from tenants.models import Team
 
     t0 = time.perf_counter()

@@ -18,9 +18,9 @@ What it does, per language and size N:
 
 1. **Corpus** (`bench/corpus.py`): N deterministic synthetic memories (12 templates, varied
    names, places, products, numbers and ids; English or Chinese), each with a question about it.
-2. **Vectors**: `memories.embeddings.embed_passages` in batches, cached per 5,000-text chunk in
-   `var/bench-cache/<sha256>.npy` (key: model name + texts), so re-runs and the 10k run reuse
-   the 100k run's work.
+2. **Vectors**: `memories.retrieval.embeddings.embed_passages` in batches, cached per 5,000-text
+   chunk in `var/bench-cache/<sha256>.npy` (key: model name + texts), so re-runs and the 10k run
+   reuse the 100k run's work.
 3. **Seed** in-process (a child process of this script with Django set up against the run's
    database): one agent, N `Memory` rows via `bulk_create` (no IndexChange rows: a fresh scope's
    index loads from the Memory table on first search).
@@ -93,7 +93,7 @@ def cached_vectors(lang: str, n: int) -> Any:
     """(n, dim) float32 passage vectors of the first n corpus items, cached per chunk."""
     import numpy as np
 
-    from memories.embeddings import embed_passages, get_embedder
+    from memories.retrieval.embeddings import embed_passages, get_embedder
 
     model = get_embedder().model_name
     # Whole chunks, so a chunk's cache key does not depend on n (10k reuses the 100k's chunks).
@@ -145,9 +145,9 @@ def seed(
     _django_setup()
     from django.db import connection
 
-    from memories.embeddings import get_embedder, to_bytes
     from memories.models import Memory
-    from memories.text import content_hash, tokens_for_storage
+    from memories.retrieval.embeddings import get_embedder, to_bytes
+    from memories.retrieval.text import content_hash, tokens_for_storage
     from tenants.models import Team
     from tenants.services import agent_ensure
 

@@ -8,7 +8,7 @@ class GraphConfig(AppConfig):
     name = "graph"
 
     def ready(self) -> None:
-        from memories import search
+        from memories.retrieval import search
         from tenants.models import Agent
         from tenants.services import register_team_purge_hook
 

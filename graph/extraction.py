@@ -31,8 +31,8 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
 from llm import ChatClient, Usage, chat_messages, cut, data_block, get_client, short_error
-from memories.embeddings import embed_passages
 from memories.models import Memory
+from memories.retrieval.embeddings import embed_passages
 from tenants.models import Team
 
 from . import services

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memories.embeddings import embed_passages, get_embedder
+from memories.retrieval.embeddings import embed_passages, get_embedder
 
 # Calibrated name-embedding score above which two near-identical keys are the same thing: the
-# embedding scale's "says the same thing" edge (memories.embeddings).
+# embedding scale's "says the same thing" edge (memories.retrieval.embeddings).
 NAME_MATCH_SCORE = 0.85
 # Keys this similar by spelling are worth asking the embedding about.
 SPELLING_RATIO = 0.8

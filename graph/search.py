@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from django.db.models import Count, Max
 
-from memories.embeddings import embed_query, from_bytes, get_embedder
+from memories.retrieval.embeddings import embed_query, from_bytes, get_embedder
 from tenants.models import Team
 
 from .models import Entity

@@ -16,8 +16,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from core.errors import DomainError, ErrorCode
-from memories.embeddings import embed_passages, get_embedder, to_bytes
 from memories.models import Memory
+from memories.retrieval.embeddings import embed_passages, get_embedder, to_bytes
 from tenants.models import Team
 from tenants.services import agent_ensure
 

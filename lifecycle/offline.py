@@ -79,7 +79,7 @@ from django.conf import settings
 from core.errors import DomainError
 from core.text import CJK, jieba_module
 from llm import Usage
-from memories.text import STOP_WORDS, normalise, tokenize
+from memories.retrieval.text import STOP_WORDS, normalise, tokenize
 
 from .schemas import (
     CATEGORIES,
@@ -498,7 +498,7 @@ def similarity_matrix(texts: list[str]) -> np.ndarray:
     """Pairwise similarity in [0, 1]: calibrated embedding score blended with keyword overlap."""
     lexical = _keyword_similarity(texts)
     try:
-        from memories.embeddings import get_named_embedder
+        from memories.retrieval.embeddings import get_named_embedder
 
         # Grouping is a batch job: it may use a slower model that sees topics better than
         # the search model (LIFECYCLE_TOPIC_EMBEDDING_BACKEND, docs/lifecycle.md).

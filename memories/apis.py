@@ -29,7 +29,7 @@ from tenants.apis import principal_of
 from tenants.services import agent_register
 from tenants.usage import KIND_WRITE, usage_record
 
-from . import purge, search, selectors, services
+from . import purge, selectors, services
 from .models import (
     Memory,
     MemoryScope,
@@ -38,6 +38,7 @@ from .models import (
     SharePermission,
     TrashedMemory,
 )
+from .retrieval import search
 from .selectors import DELETE, WRITE, memory_to_dict
 from .services import Actor
 from .working import get_working_store

@@ -10,7 +10,7 @@ from django.core import checks
 
 @checks.register()
 def search_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from .search import FUSIONS
+    from .retrieval.scoring import FUSIONS
 
     errors: list[checks.CheckMessage] = []
     if settings.SEARCH_FUSION not in FUSIONS:

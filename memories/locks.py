@@ -22,8 +22,8 @@ from django.db import transaction
 
 from core.localcache import TTLCache
 
-from .index import scope_key
 from .models import ScopeLock
+from .retrieval.index import scope_key
 
 # Keys known to have a lock row, so a write does not check for it every time. A stale entry (the
 # team was deleted and re-created meanwhile) is handled by scope_lock itself.

@@ -58,8 +58,9 @@ class Memory(models.Model):
     embedding_model = models.CharField(max_length=128, blank=True, default="")
     # sha256 of the normalised content: exact duplicates are found without vectors.
     content_hash = models.CharField(max_length=64, db_index=False)
-    # Search tokens, stamped with the tokenizer version (memories.text.tokens_for_storage): an
-    # index load reads them instead of tokenising every memory again. Empty = compute at load.
+    # Search tokens, stamped with the tokenizer version
+    # (memories.retrieval.text.tokens_for_storage): an index load reads them instead of
+    # tokenising every memory again. Empty = compute at load.
     search_tokens = models.TextField(blank=True, default="", editable=False)
     access_count = models.PositiveIntegerField(default=0)
     last_accessed = models.DateTimeField(null=True, blank=True)

@@ -36,8 +36,8 @@ from django.utils import timezone
 from core.errors import DomainError, ErrorCode, NotFound
 from tenants.models import Agent, ApiKey, Team
 
-from . import index
 from .models import Memory, MemoryRevision, MemoryShare, PurgeRun, PurgeStatus, TrashedMemory
+from .retrieval import index
 from .services import memories_delete
 
 # One confirm moves at most this many memories: the preview lists every item and the token carries

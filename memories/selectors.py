@@ -136,7 +136,7 @@ def memory_revisions(*, team: Team, memory: Memory) -> QuerySet[MemoryRevision]:
 
 def memories_needing_tokens(*, team: Team | None) -> list[int]:
     """Memories whose stored search tokens are missing or from another tokenizer."""
-    from .text import tokens_stamp
+    from .retrieval.text import tokens_stamp
 
     qs = Memory.objects.exclude(search_tokens__startswith=tokens_stamp())
     if team is not None:

@@ -17,12 +17,13 @@ from tenants.models import ApiKey, Team
 from tenants.services import agent_register
 from tenants.usage import KIND_SEARCH, usage_record
 
-from . import index, locks
-from .dedup import conflict_reason
-from .embeddings import embed_passages, get_embedder, to_bytes
+from . import locks
 from .models import Memory, MemoryRevision, MemoryShare, TrashedMemory
-from .search import SearchHit, SearchQuery, attach_entities, memory_search
-from .text import content_hash, tokens_for_storage
+from .retrieval import index
+from .retrieval.dedup import conflict_reason
+from .retrieval.embeddings import embed_passages, get_embedder, to_bytes
+from .retrieval.search import SearchHit, SearchQuery, attach_entities, memory_search
+from .retrieval.text import content_hash, tokens_for_storage
 
 logger = logging.getLogger(__name__)
 

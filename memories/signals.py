@@ -38,7 +38,7 @@ def _delete_agents_personal_memories(sender: type[Agent], instance: Agent, **kwa
 
 def purge_team_outside_db(team_id: str) -> None:
     """After a team's rows are deleted: its working memory and this process's indexes."""
-    from .index import registry
+    from .retrieval.index import registry
     from .working import get_working_store
 
     registry.drop_team(team_id)
@@ -46,8 +46,8 @@ def purge_team_outside_db(team_id: str) -> None:
 
 
 def purge_agent_outside_db(team_id: str, agent_id: str) -> None:
-    from .index import registry, scope_key
     from .models import Memory
+    from .retrieval.index import registry, scope_key
     from .working import get_working_store
 
     registry.drop(scope_key(team_id, Memory.SCOPE_PERSONAL, agent_id))

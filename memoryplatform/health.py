@@ -57,7 +57,7 @@ def check_broker() -> Check:
 
 
 def check_embedding() -> Check:
-    from memories.embeddings import embedding_health
+    from memories.retrieval.embeddings import embedding_health
 
     ok, detail = embedding_health()
     return Check(ok, detail)

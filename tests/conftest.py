@@ -19,7 +19,7 @@ def _clean_cache():
 
     ratelimit._cache_down_until = 0.0
     # Test transactions roll back and ids are reused: an index must not outlive its test.
-    from memories.index import registry
+    from memories.retrieval.index import registry
 
     registry.clear()
     from core.localcache import clear_all

@@ -542,7 +542,7 @@ def test_only_get_on_the_list_and_get_or_post_on_a_memory(lead, corpus):
 
 @pytest.fixture
 def embedder_down(settings):
-    from memories import embeddings
+    from memories.retrieval import embeddings
 
     settings.EMBEDDING_BACKEND = "nope"
     yield

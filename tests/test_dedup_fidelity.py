@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from memories.dedup import conflict_reason
 from memories.models import Memory
+from memories.retrieval.dedup import conflict_reason
 
 from .helpers import ok_data
 

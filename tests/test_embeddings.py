@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from core.errors import DomainError
-from memories import embeddings
-from memories.embeddings import (
+from memories.retrieval import embeddings
+from memories.retrieval.embeddings import (
     Calibration,
     embed_passages,
     embed_query,

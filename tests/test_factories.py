@@ -10,8 +10,8 @@ from django.apps import apps
 from django.utils import timezone
 
 from lifecycle.models import JobRun
-from memories.embeddings import embed_passages, from_bytes, get_embedder
 from memories.models import Memory, TrashedMemory
+from memories.retrieval.embeddings import embed_passages, from_bytes, get_embedder
 from tenants.models import Agent
 from tenants.services import api_key_secrets
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from memories import index
-from memories.embeddings import get_embedder
 from memories.models import IndexChange, Memory
+from memories.retrieval import index
+from memories.retrieval.embeddings import get_embedder
 from memories.services import memory_create
 
 pytestmark = pytest.mark.django_db

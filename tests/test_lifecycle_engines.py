@@ -648,7 +648,7 @@ def test_offline_engine_is_deterministic(offline):
 
 
 def test_offline_engine_groups_by_keywords_when_embeddings_are_down(offline, monkeypatch):
-    from memories import embeddings
+    from memories.retrieval import embeddings
 
     def down(texts):
         raise DomainError("EMBEDDING_UNAVAILABLE", "embedding model unavailable")

@@ -9,10 +9,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from memories import index
-from memories.embeddings import get_embedder
 from memories.models import IndexChange, Memory
-from memories.search import SearchQuery
+from memories.retrieval import index
+from memories.retrieval.embeddings import get_embedder
+from memories.retrieval.search import SearchQuery
 from memories.services import index_changes_prune, memory_create, memory_recall
 
 pytestmark = pytest.mark.django_db

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from memories import index
-from memories import search as search_service
-from memories.embeddings import get_embedder
 from memories.models import Memory
+from memories.retrieval import index
+from memories.retrieval import search as search_service
+from memories.retrieval.embeddings import get_embedder
 from memories.services import memory_create, memory_delete
 
 pytestmark = pytest.mark.django_db

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from memories import index
-from memories.embeddings import get_embedder
 from memories.models import Memory
-from memories.text import tokenize, tokens_for_storage, tokens_from_storage
+from memories.retrieval import index
+from memories.retrieval.embeddings import get_embedder
+from memories.retrieval.text import tokenize, tokens_for_storage, tokens_from_storage
 
 from .test_memories_api import search, write
 

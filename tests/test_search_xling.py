@@ -2,8 +2,9 @@
 
 USE puts a question and its answer lower in raw cosine when they are written in different
 scripts, so the search curve alone cut such answers under the default min_score 0.3. The
-cross-script curves (memories.embeddings.DEFAULT_CROSS_CALIBRATIONS) give a cross-script pair
-the score its same-script twin gets: these tests hold that with sentences written for them.
+cross-script curves (memories.retrieval.embeddings.DEFAULT_CROSS_CALIBRATIONS) give a
+cross-script pair the score its same-script twin gets: these tests hold that with sentences
+written for them.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memories import embeddings, services
-from memories import search as search_service
-from memories.embeddings import Calibration, get_embedder
+from memories import services
 from memories.models import Memory
-from memories.text import is_cjk
+from memories.retrieval import embeddings
+from memories.retrieval import search as search_service
+from memories.retrieval.embeddings import Calibration, get_embedder
+from memories.retrieval.text import is_cjk
 
 from .test_memories_api import search, write
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memories.index import VectorBlocks
+from memories.retrieval.index import VectorBlocks
 
 
 @pytest.fixture(params=["sq8", "fp16"])
@@ -61,7 +61,7 @@ def test_a_fraction_of_the_memory_of_float32(blocks):
 
 def test_sq8_keeps_real_embeddings_close():
     """On real vectors (USE, unit length, small components) sq8 cosines stay within 0.005."""
-    from memories.embeddings import embed_passages, embed_query
+    from memories.retrieval.embeddings import embed_passages, embed_query
 
     texts = [
         f"memory number {i} about {w}" for i, w in enumerate(["tea", "Redis", "回测", "Alice"] * 5)

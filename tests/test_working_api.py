@@ -7,8 +7,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.cache import caches
 
-from memories import working
-
 from .helpers import error_code, ok_data
 
 pytestmark = pytest.mark.django_db
@@ -46,11 +44,11 @@ def test_default_ttl_is_72_hours(api):
 def test_items_expire_on_their_own_ttl(api, monkeypatch):
     api.post("/memories/working", {"agent_id": "a", "content": "short", "ttl": 1})
     api.post("/memories/working", {"agent_id": "a", "content": "long", "ttl": 3600})
-    # Expiry is decided by the store's clock (memories.working._now), on either backend (a Redis
-    # key outlives its items): moved on instead of sleeping. The request signatures keep the
-    # real time, so the clock is not frozen process-wide.
+    # Expiry is decided by the store's clock (memories.working.base._now), on either backend (a
+    # Redis key outlives its items): moved on instead of sleeping. The request signatures keep
+    # the real time, so the clock is not frozen process-wide.
     later = datetime.now(UTC) + timedelta(seconds=1.2)
-    monkeypatch.setattr(working, "_now", lambda: later)
+    monkeypatch.setattr("memories.working.base._now", lambda: later)
     assert [i["content"] for i in ok_data(api.get("/memories/working/a"))] == ["long"]
 
 

@@ -1,9 +1,9 @@
-"""The working-memory store: one suite, run against both backends (memories/working.py).
+"""The working-memory store: one suite, run against both backends (memories/working/).
 
 The Redis backend runs against the real Redis of REDIS_URL (skipped without it, failing instead
 under REQUIRE_SERVICES=1); the database backend runs on whatever database the suite uses. Nothing
-is mocked except, where a test says so, the store's clock (`working._now`), so that expiry and
-identical timestamps can be tested without sleeping.
+is mocked except, where a test says so, the store's clock (`memories.working.base._now`), so
+that expiry and identical timestamps can be tested without sleeping.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """Freezes the store's clock; Redis key TTLs stay real (they only free memory)."""
     c = Clock(datetime(2026, 11, 29, 13, 0, 21, 164516, tzinfo=UTC))
-    monkeypatch.setattr(working, "_now", c)
+    monkeypatch.setattr("memories.working.base._now", c)
     return c
 
 

@@ -1,7 +1,7 @@
 """Prototype: a CC-CEDICT lexical bridge across scripts, on top of the cross-script curves.
 
 Not in the service. Chinese words are glossed with CC-CEDICT (first three senses, Snowball
-stems via memories.text.tokenize): for zh -> en the question's words (each word a set of
+stems via memories.retrieval.text.tokenize): for zh -> en the question's words (each word a set of
 alternative English tokens), for en -> zh the memory's words. lexical = idf-weighted share of
 query words found; score = 1 - (1 - dense_cross)(1 - w * lexical), swept over w. Prints R@1,
 "returned by default" (top 5 and score >= 0.3) and false positives (another paragraph's
@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryplatform.settings.base")
 import django; django.setup()
 import numpy as np
-from memories.embeddings import get_embedder
-from memories.text import tokenize, is_cjk
+from memories.retrieval.embeddings import get_embedder
+from memories.retrieval.text import tokenize, is_cjk
 E = get_embedder()
 # CC-CEDICT: simplified -> english gloss tokens (first 3 senses, no parentheses, no CL:/variant/surname/pinyin lines)
 gloss = {}

@@ -2,7 +2,8 @@
 
 Stores the sentences of each paragraph (one language) as the personal memories of one agent
 through memories.services (default dedup off only to keep the load fast), then asks every
-question in both languages through memories.search.memory_search (which only reads) and counts:
+question in both languages through memories.retrieval.search.memory_search (which only reads)
+and counts:
 
 * R@1, R@5 — rank of the answer sentence in a search with limit 5, min_score 0;
 * returned — the answer sentence is in a default search (limit 5, default min_score 0.3);
@@ -10,8 +11,8 @@ question in both languages through memories.search.memory_search (which only rea
   language): the share of default searches that return anything at all.
 
 --anchors <tsv with en, zh columns> derives the cross-script curves instead (the anchors of
-memories.embeddings.DEFAULT_CROSS_CALIBRATIONS): over all pairs (i != j) of parallel sentences,
-the cross-script cosine cos(q_i, m_j in the other script) is matched by quantile to the
+memories.retrieval.embeddings.DEFAULT_CROSS_CALIBRATIONS): over all pairs (i != j) of parallel
+sentences, the cross-script cosine cos(q_i, m_j in the other script) is matched by quantile to the
 same-script cosine cos(q_i, m_j in the query's script) of the same pair, at each anchor of the
 search curve, so a cross-script pair gets the score its same-script twin would. The anchors in
 the code come from the Tatoeba pairs (xling.tsv), not from the XQuAD questions measured here.
@@ -59,8 +60,9 @@ def main() -> None:
         return
     call_command("migrate", verbosity=0)
 
-    from memories import search, services
-    from memories.embeddings import embed_passages, embed_query
+    from memories import services
+    from memories.retrieval import search
+    from memories.retrieval.embeddings import embed_passages, embed_query
     from memories.models import Memory
     from tenants.models import Team
 
@@ -150,7 +152,7 @@ def anchors(path: str) -> None:
 
     import numpy as np
 
-    from memories.embeddings import DEFAULT_CALIBRATIONS, get_embedder
+    from memories.retrieval.embeddings import DEFAULT_CALIBRATIONS, get_embedder
 
     embedder = get_embedder()
     rows = list(csv.DictReader(open(path, encoding="utf-8"), delimiter="\t"))

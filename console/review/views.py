@@ -18,8 +18,9 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from console import access
 from core.errors import DomainError
-from memories import search, selectors, services
+from memories import selectors, services
 from memories.models import Memory, MemoryRevision
+from memories.retrieval import search
 from memories.services import Actor
 from tenants import selectors as tenant_selectors
 from tenants.models import Team

@@ -28,10 +28,10 @@ from lifecycle.llm import get_engine
 from lifecycle.models import ArchiveReason, JobKind, JobRun, Persona, Scenario, WorkingArchive
 from lifecycle.schemas import Fact
 from llm import Usage
-from memories.dedup import conflict_reason, preference_terms
-from memories.embeddings import embed_passages
 from memories.models import Memory
 from memories.purge import memories_trash
+from memories.retrieval.dedup import conflict_reason, preference_terms
+from memories.retrieval.embeddings import embed_passages
 from memories.selectors import memory_to_dict
 from memories.services import (
     Actor,

@@ -263,7 +263,8 @@ SEARCH_NEIGHBOUR_SECONDS = env.float("SEARCH_NEIGHBOUR_SECONDS", default=3600.0)
 SEARCH_NEIGHBOUR_WEIGHT = env.float("SEARCH_NEIGHBOUR_WEIGHT", default=0.3)
 # Threads for one vector scan (faiss); 1 because gunicorn workers already share the cores.
 SEARCH_THREADS = env.int("SEARCH_THREADS", default=1)
-# How the search index stores vectors: sq8 (1 byte a value) or fp16 (2); memories/index.py.
+# How the search index stores vectors: sq8 (1 byte a value) or fp16 (2);
+# memories/retrieval/index.py.
 INDEX_VECTOR_CODEC = env.str("INDEX_VECTOR_CODEC", default="sq8")
 # Per scope, the dense and the lexical candidates fused (docs/search.md).
 SEARCH_CANDIDATES = env.int("SEARCH_CANDIDATES", default=200)

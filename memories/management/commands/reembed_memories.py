@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memories.embeddings import get_embedder
+from memories.retrieval.embeddings import get_embedder
 from memories.selectors import memories_needing_embedding, memories_needing_tokens
 from memories.services import memories_reembed, memories_store_tokens
 from tenants.models import Team

@@ -2,7 +2,7 @@
 
 What `score` means (docs/search.md):
 
-* `dense` — the embedding backend's calibrated cosine (memories.embeddings): 0.3 is the edge of
+* `dense` — the embedding backend's calibrated cosine (embeddings.py): 0.3 is the edge of
   "related at all", 0.85 of "says the same thing", whatever the model.
 * `lexical` — BM25 of the memory for the query divided by what a document of average length
   containing each query term once would score, clipped to 1. So 1.0 means "contains every query
@@ -23,10 +23,8 @@ stronger. λ = SEARCH_DECAY_WEIGHT (0.1) caps the effect, so a strong match is n
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
@@ -34,11 +32,13 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from memories import selectors
+from memories.models import Memory
 from tenants.models import Team
 
-from . import index, selectors
+from . import index
 from .embeddings import embed_query, from_bytes, get_embedder
-from .models import Memory
+from .scoring import fuse, strength, with_neighbours
 from .text import is_cjk, tokenize
 
 SearchMode = Literal["hybrid", "vector", "keyword"]
@@ -106,39 +106,6 @@ def attach_entities(*, team: Team, hits: list[SearchHit], acting_agent: str | No
         )
     for hit in hits:
         hit.entities = found.get(hit.memory.pk, [])
-
-
-def _weighted(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
-    return w * dense + (1.0 - w) * lexical
-
-
-def _noisy_or(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
-    return 1.0 - (1.0 - dense) * (1.0 - lexical)
-
-
-def _soft_or(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
-    # noisy-OR with the dense evidence discounted by the weight: lexical agreement ranks first, a
-    # purely semantic match still keeps w x its score.
-    return 1.0 - (1.0 - w * dense) * (1.0 - lexical)
-
-
-def _max(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
-    # A memory is as relevant as its best evidence: the blend, or a strong dense match alone.
-    return np.maximum(_weighted(dense, lexical, w), dense)
-
-
-Fusion = Callable[[np.ndarray, np.ndarray, float], np.ndarray]
-# SEARCH_FUSION names one of these (docs/search.md, "Hybrid score"); checked at startup.
-FUSIONS: dict[str, Fusion] = {
-    "noisy_or": _noisy_or,
-    "weighted": _weighted,
-    "soft_or": _soft_or,
-    "max": _max,
-}
-
-
-def fuse(dense: np.ndarray, lexical: np.ndarray, dense_weight: float) -> np.ndarray:
-    return FUSIONS[settings.SEARCH_FUSION](dense, lexical, dense_weight)
 
 
 def _score_candidates(
@@ -246,20 +213,9 @@ def _score_candidates(
         score = np.where(other_script, np.maximum(score, dense), score)
         rank = np.where(other_script, np.maximum(rank, dense), rank)
     if neighbours and len(slots):
-        rank = _with_neighbours(ix, slots, rank)
+        prev, nxt = ix.neighbour_slots(slots)
+        rank = with_neighbours(slots, prev, nxt, rank)
     return slots, score, dense, lexical, rank
-
-
-def _with_neighbours(ix: index.ScopeIndex, slots: np.ndarray, rank: np.ndarray) -> np.ndarray:
-    """rank + SEARCH_NEIGHBOUR_WEIGHT x the better rank of the slot's two neighbours (a neighbour
-    outside the candidates counts 0)."""
-    prev, nxt = ix.neighbour_slots(slots)
-    position = {int(s): i for i, s in enumerate(slots.tolist())}
-    padded = np.append(rank, 0.0)  # index -1 (no neighbour, or not a candidate) reads 0
-    pi = np.fromiter((position.get(int(s), -1) for s in prev), np.int64, len(prev))
-    ni = np.fromiter((position.get(int(s), -1) for s in nxt), np.int64, len(nxt))
-    best = np.maximum(padded[pi], padded[ni])
-    return (rank + settings.SEARCH_NEIGHBOUR_WEIGHT * best).astype(np.float32)
 
 
 def _top_candidates(
@@ -341,22 +297,6 @@ def _shared_candidates(
         if score > 0:
             out.append(Candidate(m.pk, score, dense, lexical))
     return out
-
-
-def strength(memory: Memory, now: datetime) -> float:
-    """1 − λ + λ·R: the Ebbinghaus retention of a memory, weighted so it can only nudge the order."""
-    weight = settings.SEARCH_DECAY_WEIGHT
-    if weight <= 0:
-        return 1.0
-    last = memory.last_accessed or memory.created_at
-    idle_days = max((now - last).total_seconds() / 86400.0, 0.0)
-    stability = (
-        settings.SEARCH_DECAY_DAYS
-        * (1.0 + memory.importance)
-        * (1.0 + math.log1p(memory.access_count))
-    )
-    retention = math.exp(-idle_days / max(stability, 1e-6))
-    return 1.0 - weight + weight * retention
 
 
 def _apply_budgets(

@@ -1,28 +1,4 @@
-"""Working memory: short-lived items per (team, agent), each expiring on its own TTL.
-
-Two backends with identical behaviour, chosen by `get_working_store()`:
-
-* `RedisWorkingStore` (production, `REDIS_URL` set) — keys in the Redis of the default cache;
-* `DatabaseWorkingStore` (embedded mode) — `WorkingMemoryItem` rows.
-
-Behaviour both backends share (tests/test_working_store.py runs one suite against both):
-
-* **Expiry.** `add` stamps an item with the current UTC time; it expires `ttl_seconds` later,
-  independently of every other item. Expired items are never returned, counted or removed-counted.
-  The application clock decides expiry in both backends (Redis keys outlive their item by a short
-  grace period and only free memory), so both backends agree to the microsecond.
-* **Order.** Oldest first by `created_at`; items with identical timestamps keep insertion order.
-* **Cap.** At most `settings.WORKING_MEMORY_MAX_ITEMS_PER_AGENT` (default 1000) live items per
-  agent. When an `add` goes beyond it, the *oldest* live items of that agent are pushed out —
-  but never lost: they are first handed to the `working_memory_evicting` signal (the lifecycle
-  archives them, restorable) and removed only after that returned; if it fails they stay, above
-  the cap, until a later add hands them over. The write itself always succeeds. Expired items
-  never count against the cap (and are not archived: expiring is how working memory ends). A
-  value of 0 or less disables the cap.
-* **Tenancy.** Every key and every row is scoped by team id *and* agent id: team_a's agent "x" and
-  team_b's agent "x" never see, count or clear each other's items.
-* **Failures.** Any Redis error (refused, timeout, ...) raises
-  `DomainError("WORKING_MEMORY_UNAVAILABLE")` (503), never a raw redis exception.
+"""Working memory in Redis (`RedisWorkingStore`, production: `REDIS_URL` set).
 
 Redis layout (`P` = the default cache's KEY_PREFIX, so several deployments can share one Redis;
 the raw connection does not apply it for us):
@@ -46,24 +22,28 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-import re
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Q, QuerySet
 from redis.exceptions import RedisError
 
-from core.dates import iso
 from core.errors import DomainError, ErrorCode
-from core.validators import AGENT_ID_RE, TEAM_ID_RE
 
-from .models import WorkingMemoryItem
+# One clock for both stores, read as base._now() (not imported by name) so that a test
+# freezing it there freezes it here too.
+from . import base
+from .base import (
+    WorkingItem,
+    _check_ids,
+    _hand_over_evicted,
+    _new_item,
+    _unique,
+    max_items_per_agent,
+)
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -71,13 +51,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_ITEMS_PER_AGENT = 1000
 # Redis keys outlive their item by this much: the application clock (the same one the database
 # backend uses, and the one that produced `expires_at`) decides when an item is expired, so a
 # key must never vanish before that moment because of rounding or latency.
 KEY_GRACE_MS = 1000
-# Rows per DELETE in the database purge: bounded transactions on a large table.
-PURGE_BATCH_SIZE = 1000
 # purge_team repeats while agents keep appearing (an add racing the purge re-registers its agent
 # after writing, see RedisWorkingStore.add); a few rounds are plenty, it must not spin forever.
 PURGE_TEAM_ROUNDS = 5
@@ -87,11 +64,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
-def _now() -> datetime:
-    """The clock of both backends (aware UTC); one function so tests can freeze it."""
-    return datetime.now(UTC)
-
-
 def _to_us(dt: datetime) -> int:
     # Integer arithmetic, not timestamp() floats: microseconds must round-trip exactly.
     return (dt - _EPOCH) // _MICROSECOND
@@ -99,132 +71,6 @@ def _to_us(dt: datetime) -> int:
 
 def _from_us(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
-
-
-@dataclass(frozen=True)
-class WorkingItem:
-    id: str  # uuid4 hex
-    agent_id: str
-    content: str
-    created_at: datetime  # aware UTC
-    expires_at: datetime
-
-    def as_dict(self) -> dict[str, str]:
-        return {
-            "id": self.id,
-            "agent_id": self.agent_id,
-            "content": self.content,
-            "created_at": iso(self.created_at.astimezone(UTC)),
-            "expires_at": iso(self.expires_at.astimezone(UTC)),
-        }
-
-
-class WorkingMemoryStore(Protocol):
-    name: str  # "redis" | "database"
-
-    def add(
-        self, *, team_id: str, agent_id: str, content: str, ttl_seconds: int
-    ) -> WorkingItem: ...
-
-    def list(
-        self, *, team_id: str, agent_id: str, limit: int | None = None
-    ) -> builtins.list[WorkingItem]: ...
-
-    def count(self, *, team_id: str, agent_id: str) -> int: ...
-
-    def remove(self, *, team_id: str, agent_id: str, item_ids: builtins.list[str]) -> int: ...
-
-    def clear(self, *, team_id: str, agent_id: str) -> int: ...
-
-    def purge_team(self, *, team_id: str) -> None: ...
-
-    def purge_agent(self, *, team_id: str, agent_id: str) -> None: ...
-
-    def count_team(self, *, team_id: str) -> int: ...
-
-    def ping(self) -> bool: ...
-
-
-def get_working_store() -> WorkingMemoryStore:
-    """The backend for the current settings. Both constructors are trivial (the Redis one looks
-    its connection up per call), so building one per request is cheap and always follows settings
-    that tests change."""
-    if settings.REDIS_URL:
-        return RedisWorkingStore()
-    return DatabaseWorkingStore()
-
-
-# --- shared helpers ------------------------------------------------------------------------------
-
-
-def max_items_per_agent() -> int:
-    return int(getattr(settings, "WORKING_MEMORY_MAX_ITEMS_PER_AGENT", DEFAULT_MAX_ITEMS_PER_AGENT))
-
-
-def _check_ids(team_id: str, agent_id: str | None = None) -> None:
-    # The API validates ids; this guard keeps a bad caller from building ambiguous Redis keys
-    # (the key layout relies on team ids never containing ':' and neither id containing braces)
-    # and gives both backends the same answer to bad input.
-    if not isinstance(team_id, str) or not re.fullmatch(TEAM_ID_RE, team_id):
-        raise ValueError(f"invalid team id {team_id!r}")
-    if agent_id is not None and (
-        not isinstance(agent_id, str) or not re.fullmatch(AGENT_ID_RE, agent_id)
-    ):
-        raise ValueError(f"invalid agent id {agent_id!r}")
-
-
-def _new_item(agent_id: str, content: str, ttl_seconds: int) -> WorkingItem:
-    # bool is an int; a TTL of True seconds is a caller bug, not one second.
-    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or ttl_seconds < 1:
-        raise ValueError(f"ttl_seconds must be a positive integer, got {ttl_seconds!r}")
-    now = _now()
-    return WorkingItem(
-        id=uuid.uuid4().hex,
-        agent_id=agent_id,
-        content=content,
-        created_at=now,
-        expires_at=now + timedelta(seconds=ttl_seconds),
-    )
-
-
-def _unique(values: Iterable[str]) -> builtins.list[str]:
-    return builtins.list(dict.fromkeys(values))
-
-
-def _hand_over_evicted(
-    store: WorkingMemoryStore, team_id: str, agent_id: str, items: builtins.list[WorkingItem]
-) -> bool:
-    """Gives the items the cap pushes out to whoever keeps them (memories.signals); True when
-    they may now be removed. The lifecycle's receiver archives them in its own transaction (a
-    savepoint inside the database backend's add), committed before the caller removes them."""
-    if not items:
-        return True
-    from .signals import working_memory_evicting
-
-    try:
-        with transaction.atomic():
-            receivers = working_memory_evicting.send(
-                sender=type(store), team_id=team_id, agent_id=agent_id, items=items
-            )
-    except Exception:
-        logger.exception(
-            "working memory cap reached for %s/%s: %s item(s) could not be archived; kept",
-            team_id,
-            agent_id,
-            len(items),
-        )
-        return False
-    if not receivers:  # the memories app on its own: nothing keeps them
-        logger.warning(
-            "working memory cap reached for %s/%s: dropped %s oldest item(s)",
-            team_id,
-            agent_id,
-            len(items),
-        )
-    return True
-
-
-# --- Redis backend -------------------------------------------------------------------------------
 
 
 @contextmanager
@@ -446,7 +292,7 @@ class RedisWorkingStore:
         if limit is not None and limit <= 0:
             return []
         keys = self._agent_keys(team_id, agent_id)
-        now_us = _to_us(_now())
+        now_us = _to_us(base._now())
         items: builtins.list[WorkingItem] = []
         stale: builtins.list[str] = []
         with _redis_errors():
@@ -516,14 +362,14 @@ class RedisWorkingStore:
     def count(self, *, team_id: str, agent_id: str) -> int:
         _check_ids(team_id, agent_id)
         with _redis_errors():
-            return self._count_agents(self._conn(), team_id, [agent_id], _to_us(_now()))
+            return self._count_agents(self._conn(), team_id, [agent_id], _to_us(base._now()))
 
     def count_team(self, *, team_id: str) -> int:
         _check_ids(team_id)
         with _redis_errors():
             conn = self._conn()
             agents = sorted(_text(a) for a in conn.smembers(self._team_key(team_id)))
-            return self._count_agents(conn, team_id, agents, _to_us(_now()))
+            return self._count_agents(conn, team_id, agents, _to_us(base._now()))
 
     def remove(self, *, team_id: str, agent_id: str, item_ids: builtins.list[str]) -> int:
         _check_ids(team_id, agent_id)
@@ -531,7 +377,7 @@ class RedisWorkingStore:
         if not ids:
             return 0
         keys = self._agent_keys(team_id, agent_id)
-        now_us = _to_us(_now())
+        now_us = _to_us(base._now())
         with _redis_errors():
             conn = self._conn()
             # Item keys are named by team, agent and id, so another agent's or team's id is
@@ -581,7 +427,9 @@ class RedisWorkingStore:
     def clear(self, *, team_id: str, agent_id: str) -> int:
         _check_ids(team_id, agent_id)
         with _redis_errors():
-            return self._clear(self._conn(), self._agent_keys(team_id, agent_id), _to_us(_now()))
+            return self._clear(
+                self._conn(), self._agent_keys(team_id, agent_id), _to_us(base._now())
+            )
 
     def purge_agent(self, *, team_id: str, agent_id: str) -> None:
         _check_ids(team_id, agent_id)
@@ -591,7 +439,7 @@ class RedisWorkingStore:
             # Unregister first: an add racing this purge registers again after indexing its item
             # (see add), so the agent can never end up with items but unregistered.
             conn.srem(self._team_key(team_id), agent_id)
-            self._clear(conn, keys, _to_us(_now()))
+            self._clear(conn, keys, _to_us(base._now()))
             conn.delete(keys.seq)
 
     def purge_team(self, *, team_id: str) -> None:
@@ -612,161 +460,3 @@ class RedisWorkingStore:
         except Exception as exc:
             logger.warning("working memory: Redis ping failed: %s: %s", type(exc).__name__, exc)
             return False
-
-
-# --- database backend ----------------------------------------------------------------------------
-
-
-def _row_item(row: tuple[Any, ...]) -> WorkingItem:
-    item_id, agent_id, content, created_at, expires_at = row
-    return WorkingItem(
-        id=item_id,
-        agent_id=agent_id,
-        content=content,
-        created_at=created_at.astimezone(UTC),
-        expires_at=expires_at.astimezone(UTC),
-    )
-
-
-_ROW_FIELDS = ("item_id", "agent_id", "content", "created_at", "expires_at")
-# IN lists are chunked so a large remove never hits a backend's parameter limit.
-_IN_CHUNK = 500
-
-
-class DatabaseWorkingStore:
-    """Working memory as `WorkingMemoryItem` rows (embedded mode, no Redis)."""
-
-    name = "database"
-
-    @staticmethod
-    def _rows(team_id: str, agent_id: str) -> QuerySet[WorkingMemoryItem]:
-        return WorkingMemoryItem.objects.filter(team_id=team_id, agent_id=agent_id)
-
-    def add(self, *, team_id: str, agent_id: str, content: str, ttl_seconds: int) -> WorkingItem:
-        _check_ids(team_id, agent_id)
-        item = _new_item(agent_id, content, ttl_seconds)
-        cap = max_items_per_agent()
-        with transaction.atomic():
-            rows = self._rows(team_id, agent_id)
-            # Opportunistic cleanup of this agent (the periodic purge handles idle agents); it
-            # also keeps expired rows from counting against the cap below.
-            rows.filter(expires_at__lte=item.created_at).delete()
-            WorkingMemoryItem.objects.create(
-                team_id=team_id,
-                agent_id=agent_id,
-                item_id=item.id,
-                content=content,
-                created_at=item.created_at,
-                expires_at=item.expires_at,
-            )
-            if cap > 0:
-                # The newest row beyond the cap, if any: it and everything older goes. Cutting
-                # by boundary (not "n oldest") stays right when adds race: each keeps the newest
-                # `cap` rows it can see. (MariaDB cannot DELETE ... IN (subquery with LIMIT).)
-                beyond = builtins.list(
-                    rows.order_by("-created_at", "-id").values_list("created_at", "id")[
-                        cap : cap + 1
-                    ]
-                )
-                if beyond:
-                    at, pk = beyond[0]
-                    overflow = builtins.list(
-                        rows.filter(Q(created_at__lt=at) | Q(created_at=at, id__lte=pk))
-                        .order_by("created_at", "id")
-                        .values_list("id", *_ROW_FIELDS)
-                    )
-                    # Archived in this same transaction, so kept and removed commit together.
-                    if _hand_over_evicted(
-                        self, team_id, agent_id, [_row_item(r[1:]) for r in overflow]
-                    ):
-                        pks = [r[0] for r in overflow]
-                        for start in range(0, len(pks), _IN_CHUNK):
-                            WorkingMemoryItem.objects.filter(
-                                pk__in=pks[start : start + _IN_CHUNK]
-                            ).delete()
-        return item
-
-    def list(
-        self, *, team_id: str, agent_id: str, limit: int | None = None
-    ) -> builtins.list[WorkingItem]:
-        _check_ids(team_id, agent_id)
-        if limit is not None and limit <= 0:
-            return []
-        # The auto id breaks created_at ties: it grows in insertion order.
-        qs = (
-            self._rows(team_id, agent_id)
-            .filter(expires_at__gt=_now())
-            .order_by("created_at", "id")
-            .values_list(*_ROW_FIELDS)
-        )
-        if limit is not None:
-            qs = qs[:limit]
-        return [_row_item(row) for row in qs]
-
-    def count(self, *, team_id: str, agent_id: str) -> int:
-        _check_ids(team_id, agent_id)
-        return int(self._rows(team_id, agent_id).filter(expires_at__gt=_now()).count())
-
-    def count_team(self, *, team_id: str) -> int:
-        _check_ids(team_id)
-        return WorkingMemoryItem.objects.filter(team_id=team_id, expires_at__gt=_now()).count()
-
-    def remove(self, *, team_id: str, agent_id: str, item_ids: builtins.list[str]) -> int:
-        _check_ids(team_id, agent_id)
-        ids = _unique(item_ids)
-        now = _now()
-        removed = 0
-        with transaction.atomic():
-            rows = self._rows(team_id, agent_id)
-            for start in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[start : start + _IN_CHUNK]
-                # Count only live rows (an expired item no longer exists), delete both.
-                removed += rows.filter(item_id__in=chunk, expires_at__gt=now).delete()[0]
-                rows.filter(item_id__in=chunk).delete()
-        return removed
-
-    def clear(self, *, team_id: str, agent_id: str) -> int:
-        _check_ids(team_id, agent_id)
-        with transaction.atomic():
-            rows = self._rows(team_id, agent_id)
-            removed = int(rows.filter(expires_at__gt=_now()).delete()[0])
-            rows.delete()
-        return removed
-
-    def purge_team(self, *, team_id: str) -> None:
-        _check_ids(team_id)
-        WorkingMemoryItem.objects.filter(team_id=team_id).delete()
-
-    def purge_agent(self, *, team_id: str, agent_id: str) -> None:
-        _check_ids(team_id, agent_id)
-        self._rows(team_id, agent_id).delete()
-
-    def ping(self) -> bool:
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1")
-                cursor.fetchone()
-            return True
-        except Exception as exc:
-            logger.warning("working memory: database ping failed: %s: %s", type(exc).__name__, exc)
-            return False
-
-
-def purge_expired_working_items() -> int:
-    """Deletes expired working-memory rows of every team, in batches; returns how many.
-
-    For the periodic task: the database backend only cleans an agent's rows when that agent
-    writes, so idle agents' rows would otherwise stay. (Redis expires its own keys; rows left
-    from an earlier embedded-mode run are cleaned here too.)
-    """
-    now = _now()
-    total = 0
-    while True:
-        batch = builtins.list(
-            WorkingMemoryItem.objects.filter(expires_at__lte=now)
-            .order_by("expires_at")
-            .values_list("pk", flat=True)[:PURGE_BATCH_SIZE]
-        )
-        if not batch:
-            return total
-        total += WorkingMemoryItem.objects.filter(pk__in=batch).delete()[0]

@@ -40,8 +40,9 @@ import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
+from memories.models import IndexChange, Memory
+
 from .embeddings import Embedder, from_bytes
-from .models import IndexChange, Memory
 from .text import is_cjk, tokenize, tokens_from_storage
 
 logger = logging.getLogger(__name__)

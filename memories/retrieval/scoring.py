@@ -1,0 +1,85 @@
+"""The scores of a search, as pure functions of arrays and rows (docs/search.md).
+
+* the fusions of dense and lexical evidence into one score (`FUSIONS`, `SEARCH_FUSION` picks one);
+* conversation neighbours: a share of the better neighbour's rank added to a memory's own;
+* memory strength: the Ebbinghaus retention that nudges the final order.
+
+No database, no index, no embedding model: `search` gathers the arrays and calls these, so each
+can be read and tested on its own. Settings are read at call time (tests change them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import numpy as np
+from django.conf import settings
+
+if TYPE_CHECKING:
+    from memories.models import Memory
+
+
+def _weighted(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
+    return w * dense + (1.0 - w) * lexical
+
+
+def _noisy_or(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
+    return 1.0 - (1.0 - dense) * (1.0 - lexical)
+
+
+def _soft_or(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
+    # noisy-OR with the dense evidence discounted by the weight: lexical agreement ranks first, a
+    # purely semantic match still keeps w x its score.
+    return 1.0 - (1.0 - w * dense) * (1.0 - lexical)
+
+
+def _max(dense: np.ndarray, lexical: np.ndarray, w: float) -> np.ndarray:
+    # A memory is as relevant as its best evidence: the blend, or a strong dense match alone.
+    return np.maximum(_weighted(dense, lexical, w), dense)
+
+
+Fusion = Callable[[np.ndarray, np.ndarray, float], np.ndarray]
+# SEARCH_FUSION names one of these (docs/search.md, "Hybrid score"); checked at startup.
+FUSIONS: dict[str, Fusion] = {
+    "noisy_or": _noisy_or,
+    "weighted": _weighted,
+    "soft_or": _soft_or,
+    "max": _max,
+}
+
+
+def fuse(dense: np.ndarray, lexical: np.ndarray, dense_weight: float) -> np.ndarray:
+    return FUSIONS[settings.SEARCH_FUSION](dense, lexical, dense_weight)
+
+
+def with_neighbours(
+    slots: np.ndarray, prev: np.ndarray, nxt: np.ndarray, rank: np.ndarray
+) -> np.ndarray:
+    """rank + SEARCH_NEIGHBOUR_WEIGHT x the better rank of the slot's two neighbours (a neighbour
+    outside the candidates counts 0). `prev` and `nxt` are the neighbours' slots, -1 for none
+    (`ScopeIndex.neighbour_slots`)."""
+    position = {int(s): i for i, s in enumerate(slots.tolist())}
+    padded = np.append(rank, 0.0)  # index -1 (no neighbour, or not a candidate) reads 0
+    pi = np.fromiter((position.get(int(s), -1) for s in prev), np.int64, len(prev))
+    ni = np.fromiter((position.get(int(s), -1) for s in nxt), np.int64, len(nxt))
+    best = np.maximum(padded[pi], padded[ni])
+    return (rank + settings.SEARCH_NEIGHBOUR_WEIGHT * best).astype(np.float32)
+
+
+def strength(memory: Memory, now: datetime) -> float:
+    """1 − λ + λ·R: the Ebbinghaus retention of a memory, weighted so it can only nudge the order."""
+    weight = settings.SEARCH_DECAY_WEIGHT
+    if weight <= 0:
+        return 1.0
+    last = memory.last_accessed or memory.created_at
+    idle_days = max((now - last).total_seconds() / 86400.0, 0.0)
+    stability = (
+        settings.SEARCH_DECAY_DAYS
+        * (1.0 + memory.importance)
+        * (1.0 + math.log1p(memory.access_count))
+    )
+    retention = math.exp(-idle_days / max(stability, 1e-6))
+    return 1.0 - weight + weight * retention
