@@ -167,6 +167,7 @@ def _score_candidates(
             else np.zeros(len(missing), np.float32),
         ]
     )
+    prev = nxt = np.empty(0, dtype=np.int64)
     if neighbours and len(slots):
         prev, nxt = ix.neighbour_slots(slots)
         near = np.concatenate([prev, nxt])
@@ -175,6 +176,9 @@ def _score_candidates(
             near = near[mask[near]]
         extra = np.setdiff1d(near, slots)
         if len(extra):
+            extra_prev, extra_next = ix.neighbour_slots(extra)
+            prev = np.concatenate([prev, extra_prev])
+            nxt = np.concatenate([nxt, extra_next])
             slots = np.concatenate([slots, extra])
             raw = np.concatenate(
                 [
@@ -213,7 +217,6 @@ def _score_candidates(
         score = np.where(other_script, np.maximum(score, dense), score)
         rank = np.where(other_script, np.maximum(rank, dense), rank)
     if neighbours and len(slots):
-        prev, nxt = ix.neighbour_slots(slots)
         rank = with_neighbours(slots, prev, nxt, rank)
     return slots, score, dense, lexical, rank
 
