@@ -33,7 +33,6 @@ from core.errors import DomainError, ErrorCode
 
 from . import crypto
 from .models import ApiKey, Team
-from .ratelimit import check_rate_limit
 from .selectors import api_key_get_by_key_id
 from .services import api_key_secrets, api_key_touch
 
@@ -202,7 +201,6 @@ class HmacAuthentication(BaseAuthentication):
         if version == 2:
             self._claim_nonce(api_key, nonce)
 
-        check_rate_limit(api_key)
         api_key_touch(api_key=api_key)
         principal = ApiPrincipal(
             team=api_key.team,

@@ -1,12 +1,20 @@
-"""Per-key fixed-window rate limit kept in the cache (shared across processes with Redis)."""
+"""Per-key fixed-window rate limit kept in the cache (shared across processes with Redis).
+
+`ApiKeyRateThrottle` is DRF's throttle hook (REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"]): DRF
+calls it after authentication and permissions, so authenticating a request stays free of side
+effects other than the key's own bookkeeping, and a view can opt out with `throttle_classes`.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from rest_framework.request import Request
+from rest_framework.throttling import BaseThrottle
 
 from core.errors import DomainError, ErrorCode
 
@@ -53,3 +61,16 @@ def check_rate_limit(api_key: ApiKey) -> None:
             f"rate limit of {limit} requests per {window} s exceeded",
             headers={"Retry-After": str(retry_after)},
         )
+
+
+class ApiKeyRateThrottle(BaseThrottle):
+    """Counts each request authenticated by an API key against that key's limit.
+
+    Over the limit it raises RATE_LIMITED itself (429 in the API's envelope, with Retry-After)
+    instead of returning False, so the answer is the same as every other domain error.
+    """
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        if isinstance(request.auth, ApiKey):
+            check_rate_limit(request.auth)
+        return True

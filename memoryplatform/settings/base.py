@@ -216,7 +216,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "core.api.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_THROTTLE_CLASSES": [],
+    "DEFAULT_THROTTLE_CLASSES": ["tenants.ratelimit.ApiKeyRateThrottle"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.api.LenientContentNegotiation",
 }
 
