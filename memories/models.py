@@ -17,6 +17,13 @@ class MemoryScope(models.TextChoices):
     TEAM = "team", "team"
 
 
+class RevisionAction(models.TextChoices):
+    UPDATE = "update", "update"  # content, importance, category, metadata or pin changed
+    REVERT = "revert", "revert"  # back to a revision's "before"
+    SUPERSEDE = "supersede", "supersede"  # replaced by a newer fact (lifecycle)
+    PROMOTE = "promote", "promote"  # a personal memory became a team memory
+
+
 class SharePermission(models.TextChoices):
     READ = "read", "read"
     WRITE = "write", "write"
@@ -107,7 +114,9 @@ class MemoryRevision(models.Model):
 
     memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="revisions")
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    action = models.CharField(max_length=16, default="update")  # update | revert | supersede
+    action = models.CharField(
+        max_length=16, choices=RevisionAction.choices, default=RevisionAction.UPDATE
+    )
     before = models.JSONField(default=dict)
     after = models.JSONField(default=dict)
     api_key = models.ForeignKey(
@@ -123,6 +132,11 @@ class MemoryRevision(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["memory", "-created_at"], name="rev_memory")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(action__in=RevisionAction.values), name="rev_action_valid"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.action} of memory {self.memory_id} by {self.actor}"

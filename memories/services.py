@@ -18,7 +18,7 @@ from tenants.services import agent_register
 from tenants.usage import KIND_SEARCH, usage_record
 
 from . import locks
-from .models import Memory, MemoryRevision, MemoryShare, TrashedMemory
+from .models import Memory, MemoryRevision, MemoryShare, RevisionAction, TrashedMemory
 from .retrieval import index
 from .retrieval.dedup import conflict_reason
 from .retrieval.embeddings import embed_passages, get_embedder, to_bytes
@@ -200,7 +200,7 @@ def memory_update(
     category: str | None = None,
     metadata: dict[str, Any] | None = None,
     pinned: bool | None = None,
-    action: str = "update",
+    action: RevisionAction = RevisionAction.UPDATE,
 ) -> Memory:
     """Changes a memory, re-embedding new content and recording a revision of what changed."""
     vector = None
@@ -406,7 +406,7 @@ def memory_supersede(*, old: Memory, new: Memory, actor: Actor) -> Memory:
         MemoryRevision.objects.create(
             memory=old,
             team_id=old.team_id,
-            action="supersede",
+            action=RevisionAction.SUPERSEDE,
             before={"superseded_by": None},
             after={"superseded_by": new.pk, "by_content": new.content[:500]},
             api_key=actor.api_key,
@@ -449,7 +449,7 @@ def memory_revert(*, memory: Memory, revision: MemoryRevision, actor: Actor) -> 
         return memory_unsupersede(memory=memory, actor=actor)
     if not revision_revertable(revision=revision):
         raise ValidationFailed({"revision": ["this revision has nothing that can be restored"]})
-    return memory_update(memory=memory, actor=actor, action="revert", **fields)
+    return memory_update(memory=memory, actor=actor, action=RevisionAction.REVERT, **fields)
 
 
 def memory_unsupersede(*, memory: Memory, actor: Actor) -> Memory:
@@ -461,7 +461,7 @@ def memory_unsupersede(*, memory: Memory, actor: Actor) -> Memory:
         MemoryRevision.objects.create(
             memory=memory,
             team_id=memory.team_id,
-            action="revert",
+            action=RevisionAction.REVERT,
             before={"superseded_by": memory.superseded_by_id},
             after={"superseded_by": None},
             api_key=actor.api_key,
@@ -508,7 +508,7 @@ def memory_promote(*, memory: Memory, actor: Actor) -> tuple[Memory, DedupHit | 
         MemoryRevision.objects.create(
             memory=memory,
             team_id=memory.team_id,
-            action="promote",
+            action=RevisionAction.PROMOTE,
             before={},
             after={"promoted_to": team_memory.pk},
             api_key=actor.api_key,
