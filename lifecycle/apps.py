@@ -9,11 +9,14 @@ class LifecycleConfig(AppConfig):
     name = "lifecycle"
 
     def ready(self) -> None:
-        from memories.signals import working_memory_written
+        # Registers the Celery tasks, which services.dispatch sends by name.
+        from memories.working.events import working_memory_written
+
+        from . import tasks  # noqa: F401
 
         working_memory_written.connect(_on_working_write, dispatch_uid="lifecycle.pipeline")
 
-        from memories.signals import working_memory_evicting
+        from memories.working.events import working_memory_evicting
 
         from .services.archive import on_working_memory_evicting
 

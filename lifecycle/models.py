@@ -175,7 +175,7 @@ class JobKind(models.TextChoices):
 
 
 # The kinds that may call the LLM: their queued jobs go to the `llm` queue, the others to
-# `maintenance` (lifecycle.tasks.enqueue).
+# `maintenance` (lifecycle.services.dispatch.enqueue).
 LLM_JOB_KINDS = frozenset(
     {
         JobKind.COMPRESS,

@@ -2,25 +2,21 @@
 
 Queues: `llm` for the operations that may call an LLM, `maintenance` for cleanup. Transient
 failures (LLM or Redis unavailable) are retried with backoff and jitter; anything else fails the
-job, which records the error. In embedded mode (no broker) a queued job runs in a background
-thread of the server process — the same code path — so a working-memory write never waits for
-it; tests set LIFECYCLE_INLINE to run it synchronously.
+job, which records the error. Jobs are sent here by `services.dispatch.enqueue` (by task name:
+services never import this module).
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import OperationalError, connection
 
 from core.errors import DomainError, ErrorCode
 
-from .models import LLM_JOB_KINDS, JobRun
+from .models import JobRun
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +25,6 @@ TRANSIENT = {
     ErrorCode.WORKING_MEMORY_UNAVAILABLE,
     ErrorCode.EMBEDDING_UNAVAILABLE,
 }
-_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lifecycle")
 
 
 @shared_task(
@@ -75,37 +70,3 @@ def reclaim_jobs_task() -> int:
     from .services.jobs import jobs_reclaim_expired
 
     return len(jobs_reclaim_expired())
-
-
-# SQLite answers "table is locked" when another connection of the server process writes at the
-# same moment. Trying again is safe: the claim is conditional, so a job that a failed attempt
-# left queued is claimed now, and one it had already claimed is not run a second time.
-_ATTEMPTS = 5
-
-
-def _run_in_thread(job_id: int) -> None:
-    try:
-        for attempt in range(1, _ATTEMPTS + 1):
-            try:
-                run_job_task.apply(args=[job_id])
-                return
-            except OperationalError:
-                if attempt == _ATTEMPTS:
-                    raise
-                time.sleep(0.2 * attempt)
-    except Exception:
-        logger.exception("lifecycle job %s failed in the background", job_id)
-    finally:
-        connection.close()
-
-
-def enqueue(job: JobRun) -> None:
-    """Sends a queued job to its worker (call after commit)."""
-    queue = "llm" if job.kind in LLM_JOB_KINDS else "maintenance"
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        if settings.LIFECYCLE_INLINE:
-            run_job_task.apply(args=[job.pk])
-        else:
-            _executor.submit(_run_in_thread, job.pk)
-        return
-    run_job_task.apply_async(args=[job.pk], queue=queue)

@@ -669,7 +669,7 @@ class WorkingCreateApi(APIView):
             ttl_seconds=data["ttl"],
         )
         usage_record(team=principal.team, agent_id=data["agent_id"], kind=KIND_WRITE)
-        from .signals import working_memory_written
+        from .working.events import working_memory_written
 
         working_memory_written.send(
             sender=WorkingCreateApi, team=principal.team, agent_id=data["agent_id"]

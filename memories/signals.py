@@ -1,31 +1,17 @@
-"""Signals and receivers that keep memories consistent with tenancy changes.
-
-`working_memory_written` lets a higher app (the lifecycle pipeline) react to working-memory
-writes without the memories app importing it (imports flow tenants <- memories <- lifecycle).
-"""
+"""Receivers that keep memories consistent with tenancy changes. The working-memory signals
+other apps listen to are defined in `memories.working.events`."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-import django.dispatch
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
 from tenants.models import Agent
 
 logger = logging.getLogger(__name__)
-
-# Sent after a working-memory item is stored: kwargs team (Team), agent_id (str).
-working_memory_written = django.dispatch.Signal()
-
-# Sent by the working store *before* it removes the items the per-agent cap pushes out: kwargs
-# team_id (str), agent_id (str), items (list of memories.working.WorkingItem, oldest first). A
-# receiver keeps them (the lifecycle archives them, restorable). If a receiver raises, the store
-# keeps the items — working memory stays above its cap until a later write hands them over — so
-# an item is never lost between the two.
-working_memory_evicting = django.dispatch.Signal()
 
 
 @receiver(pre_delete, sender=Agent)

@@ -216,7 +216,7 @@ def test_a_background_claim_refused_by_a_busy_sqlite_is_tried_again(settings):
     the claim ("locked"); the job must not stay queued for ever."""
     from django.db import transaction
 
-    from lifecycle import tasks
+    from lifecycle.services import dispatch
     from tests.factories import TeamFactory
 
     if connection.vendor != "sqlite":
@@ -227,7 +227,7 @@ def test_a_background_claim_refused_by_a_busy_sqlite_is_tried_again(settings):
     )
     with transaction.atomic():
         JobRun.objects.filter(pk=job.pk).update(params={"dry_run": True})  # holds the write lock
-        worker = threading.Thread(target=tasks._run_in_thread, args=[job.pk])
+        worker = threading.Thread(target=dispatch._run_in_thread, args=[job.pk])
         worker.start()
         time.sleep(0.3)  # the thread's first claim meets the held lock
     worker.join(timeout=30)

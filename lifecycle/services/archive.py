@@ -1,7 +1,7 @@
 """The working-memory archive (L0) as the cap's safety net: items the per-agent cap pushes out of
 working memory are archived here instead of vanishing, and can be put back.
 
-The store (memories.working) hands the items over through `memories.signals.working_memory_evicting`
+The store (memories.working) hands the items over through `memories.working.events.working_memory_evicting`
 *before* it removes them, and removes them only if this returned: memories never imports the
 lifecycle (imports flow tenants <- memories <- graph <- lifecycle), the lifecycle registers the
 receiver (lifecycle.apps).
@@ -137,7 +137,7 @@ def archive_restore(
             raise
         WorkingArchive.objects.filter(pk=row.pk).update(restored_item_id=item.id)
         restored.append(Restored(archive_id=row.pk, agent_id=row.agent_id, item_id=item.id))
-    from memories.signals import working_memory_written
+    from memories.working.events import working_memory_written
 
     # As after an API write: the automatic pipeline may now compress the agent.
     for agent_id in sorted({r.agent_id for r in restored}):
@@ -148,5 +148,5 @@ def archive_restore(
 def on_working_memory_evicting(
     sender: Any, team_id: str, agent_id: str, items: list[WorkingItem], **kwargs: Any
 ) -> None:
-    """The receiver of memories.signals.working_memory_evicting (connected in lifecycle.apps)."""
+    """The receiver of memories.working.events.working_memory_evicting (connected in lifecycle.apps)."""
     archive_evicted(team_id=team_id, agent_id=agent_id, items=items)

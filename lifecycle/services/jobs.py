@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from core.errors import DomainError, ErrorCode
 from lifecycle.models import JobRun, JobStatus
+from lifecycle.services.dispatch import enqueue
 from llm import Usage
 from tenants.models import Team
 
@@ -247,7 +248,6 @@ def job_reclaim(*, job_id: int, retry: bool = True) -> Reclaimed | None:
     `retry` is False, or it already was a retry) queues it again once as a new job holding the
     same `active_key`. None when the job is not (or no longer) expired: someone else reclaimed,
     finished or took it over first."""
-    from lifecycle.tasks import enqueue
 
     now = timezone.now()
     with transaction.atomic():

@@ -30,6 +30,7 @@ from memories.working import get_working_store, max_items_per_agent
 from tenants.models import Agent, Team
 
 from . import jobs, operations
+from .dispatch import enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +141,6 @@ def on_working_memory_written(*, team: Team, agent_id: str) -> JobRun | None:
         active_key=f"compress:{team.id}:{agent_id}",
     )
     if job is not None:
-        from lifecycle.tasks import enqueue
-
         transaction.on_commit(lambda: enqueue(job))
     return job
 
@@ -352,8 +351,6 @@ def schedule_cleanups(*, trigger: str = "beat") -> int:
             active_key=f"cleanup:{config.team_id}",
         )
         if job is not None:
-            from lifecycle.tasks import enqueue
-
             transaction.on_commit(partial(enqueue, job))
             queued += 1
     return queued
@@ -389,7 +386,6 @@ def run_later(
         raise ValueError(f"unknown job kind {kind!r}")
     job = jobs.job_create(team=team, kind=kind, trigger=trigger, agent_id=agent_id, params=params)
     assert job is not None  # no active_key, so never refused as a duplicate
-    from lifecycle.tasks import enqueue
 
     transaction.on_commit(partial(enqueue, job))
     return job

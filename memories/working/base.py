@@ -19,6 +19,8 @@ from django.db import transaction
 from core.dates import iso
 from core.validators import AGENT_ID_RE, TEAM_ID_RE
 
+from .events import working_memory_evicting
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_ITEMS_PER_AGENT = 1000
@@ -110,13 +112,11 @@ def _unique(values: Iterable[str]) -> builtins.list[str]:
 def _hand_over_evicted(
     store: WorkingMemoryStore, team_id: str, agent_id: str, items: builtins.list[WorkingItem]
 ) -> bool:
-    """Gives the items the cap pushes out to whoever keeps them (memories.signals); True when
+    """Gives the items the cap pushes out to whoever keeps them (memories.working.events); True when
     they may now be removed. The lifecycle's receiver archives them in its own transaction (a
     savepoint inside the database backend's add), committed before the caller removes them."""
     if not items:
         return True
-    from memories.signals import working_memory_evicting
-
     try:
         with transaction.atomic():
             receivers = working_memory_evicting.send(

@@ -11,8 +11,8 @@ from django.core.management import call_command
 
 from lifecycle.models import JobRun, WorkingArchive
 from lifecycle.services import archive
-from memories.signals import working_memory_evicting
 from memories.working import get_working_store
+from memories.working.events import working_memory_evicting
 
 from ..helpers import ok_data
 
