@@ -10,7 +10,7 @@ EXTRAS ?= dev$(if $(findstring mysql,$(DATABASE_URL)),$(comma)mysql,)
 comma := ,
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: run test lint typecheck bench install migrate worker beat clean
+.PHONY: run dev test lint typecheck bench install migrate demo worker beat clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,10 +25,19 @@ install: $(STAMP)
 migrate: install
 	$(PY) manage.py migrate --noinput
 
-## run: embedded default (SQLite, in-process jobs, offline models) on http://127.0.0.1:8000
-run: migrate
-	$(PY) manage.py bootstrap_demo
+demo: migrate
+	$(PY) manage.py bootstrap_demo --url http://$(HOST):$(PORT)
 	$(PY) manage.py load_demo_data --team demo
+
+## run: embedded default (SQLite, in-process jobs, offline models) on http://127.0.0.1:8000,
+## served by gunicorn (one process, threads: the embedded cache and job thread are per process)
+run: demo
+	DJANGO_SETTINGS_MODULE=memoryplatform.settings.base $(VENV)/bin/gunicorn memoryplatform.wsgi \
+	  --bind $(HOST):$(PORT) --workers 1 --worker-class gthread --threads 8 --timeout 120 \
+	  --access-logfile -
+
+## dev: the same with Django's development server, reloading on code changes
+dev: demo
 	$(PY) manage.py runserver $(HOST):$(PORT)
 
 ## test: the whole suite (SQLite by default; set DATABASE_URL / REDIS_URL for MariaDB + Redis)

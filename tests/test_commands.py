@@ -206,3 +206,27 @@ def test_bootstrap_demo_is_idempotent_and_prints_working_credentials(settings, t
         {"username": creds["admin_username"], "password": creds["admin_password"], "next": "/"},
     )
     assert (r.status_code, r["Location"]) == (302, "/")
+
+
+def test_bootstrap_demo_team_makes_another_demo_team_with_its_own_key(settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    settings.DEBUG = True
+    run("bootstrap_demo")
+    out = run("bootstrap_demo", "--team", "demo2", "--url", "http://127.0.0.1:9123")
+    creds = json.loads((tmp_path / "demo-credentials.json").read_text())
+    # The first team stays the one `make run` prints; each team keeps its own key.
+    assert creds["team_id"] == "demo"
+    assert set(creds["teams"]) == {"demo", "demo2"}
+    other = creds["teams"]["demo2"]
+    assert other["api_key"] != creds["api_key"] and other["secret"] in out
+    assert "http://127.0.0.1:9123/admin/" in out and ":8000" not in out
+    assert "create_api_key --team" in out
+    assert Team.objects.get(id="demo2").memberships.filter(user__username="admin").exists()
+    # The new key works, for its own team only.
+    signed = SignedClient(Client(), other["api_key"], other["secret"])
+    assert signed.get("/teams/demo2").status_code == 200
+    assert signed.get("/teams/demo").status_code in (403, 404)
+    # Printing again changes nothing.
+    again = run("bootstrap_demo", "--team", "demo2")
+    assert other["secret"] in again
+    assert ApiKey.objects.filter(team_id="demo2").count() == 1

@@ -53,6 +53,8 @@ MIDDLEWARE = [
     "core.middleware.RequestIdMiddleware",
     "core.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files (admin, console, API docs) from the app itself, under gunicorn too.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -365,6 +367,13 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(DATA_DIR / "static")))
+if STATIC_ROOT == DATA_DIR / "static":
+    STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns on every start about a missing root
+# WhiteNoise serves static files straight from the apps (Django's finders, read once at start),
+# so neither `make run` under gunicorn nor a production server needs a collectstatic step or a
+# proxy rule; files collected into STATIC_ROOT are served too. Compressed variants and far-future
+# caching need `collectstatic` (docs/deploy.md).
+WHITENOISE_USE_FINDERS = True
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {
