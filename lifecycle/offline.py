@@ -72,6 +72,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 from django.conf import settings
@@ -784,6 +785,59 @@ class OfflineEngine:
         return draft, Usage()
 
 
+@dataclass(frozen=True)
+class _SummaryWords:
+    """The persona summary's wording in one language (str.format templates)."""
+
+    head: str  # {n} memories
+    scenarios: str  # {n} scenarios, appended to the head when there are any
+    prefs: str  # {n} preferences, {e} the first one
+    habits: str  # {n} habits, {e} the first one
+    expertise: str  # followed by the first three, each cut to `expertise_chars`
+    expertise_chars: int
+    expertise_sep: str
+    style: str  # {s} the communication style
+    records: str  # {d} decisions, {p} plans
+    empty: str  # {head}: nothing found
+    lead: str  # {head}, before the parts
+    sep: str
+    end: str
+
+
+_SUMMARY_WORDS = {
+    "zh": _SummaryWords(
+        head="基于 {n} 条记忆",
+        scenarios="和 {n} 个场景",
+        prefs="偏好 {n} 条（如“{e}”）",
+        habits="习惯 {n} 条（如“{e}”）",
+        expertise="擅长：",
+        expertise_chars=20,
+        expertise_sep="，",
+        style="沟通风格：{s}",
+        records="另有 {d} 条决策、{p} 条计划",
+        empty="{head}：尚未发现明确的偏好、习惯或专长。",
+        lead="{head}的画像：",
+        sep="；",
+        end="。",
+    ),
+    "en": _SummaryWords(
+        head="Built from {n} memories",
+        scenarios=" and {n} scenarios",
+        prefs='{n} preference(s), e.g. "{e}"',
+        habits='{n} habit(s), e.g. "{e}"',
+        expertise="expertise: ",
+        expertise_chars=30,
+        expertise_sep="; ",
+        style="communication style: {s}",
+        records="{d} decision(s) and {p} plan(s) on record",
+        empty="{head}: no clear preferences, habits or expertise yet.",
+        lead="{head}: ",
+        sep="; ",
+        end=".",
+    ),
+}
+
+
 def _persona_summary(
     lang: str,
     *,
@@ -796,37 +850,22 @@ def _persona_summary(
     decisions: int,
     plans: int,
 ) -> str:
-    short = lambda s: trim_text(s, 40)  # noqa: E731
-    if lang == "zh":
-        head = f"基于 {n_memories} 条记忆" + (f"和 {n_scenarios} 个场景" if n_scenarios else "")
-        parts = []
-        if prefs:
-            parts.append(f"偏好 {len(prefs)} 条（如“{short(prefs[0])}”）")
-        if habits:
-            parts.append(f"习惯 {len(habits)} 条（如“{short(habits[0])}”）")
-        if expertise:
-            parts.append("擅长：" + "，".join(trim_text(e, 20) for e in expertise[:3]))
-        if style:
-            parts.append(f"沟通风格：{short(style)}")
-        if decisions or plans:
-            parts.append(f"另有 {decisions} 条决策、{plans} 条计划")
-        if not parts:
-            return f"{head}：尚未发现明确的偏好、习惯或专长。"
-        return f"{head}的画像：" + "；".join(parts) + "。"
-    head = f"Built from {n_memories} memories" + (
-        f" and {n_scenarios} scenarios" if n_scenarios else ""
-    )
+    w = _SUMMARY_WORDS["zh" if lang == "zh" else "en"]
+    head = w.head.format(n=n_memories)
+    if n_scenarios:
+        head += w.scenarios.format(n=n_scenarios)
     parts = []
     if prefs:
-        parts.append(f'{len(prefs)} preference(s), e.g. "{short(prefs[0])}"')
+        parts.append(w.prefs.format(n=len(prefs), e=trim_text(prefs[0], 40)))
     if habits:
-        parts.append(f'{len(habits)} habit(s), e.g. "{short(habits[0])}"')
+        parts.append(w.habits.format(n=len(habits), e=trim_text(habits[0], 40)))
     if expertise:
-        parts.append("expertise: " + "; ".join(trim_text(e, 30) for e in expertise[:3]))
+        cut = (trim_text(e, w.expertise_chars) for e in expertise[:3])
+        parts.append(w.expertise + w.expertise_sep.join(cut))
     if style:
-        parts.append(f"communication style: {short(style)}")
+        parts.append(w.style.format(s=trim_text(style, 40)))
     if decisions or plans:
-        parts.append(f"{decisions} decision(s) and {plans} plan(s) on record")
+        parts.append(w.records.format(d=decisions, p=plans))
     if not parts:
-        return f"{head}: no clear preferences, habits or expertise yet."
-    return f"{head}: " + "; ".join(parts) + "."
+        return w.empty.format(head=head)
+    return w.lead.format(head=head) + w.sep.join(parts) + w.end
