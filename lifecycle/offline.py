@@ -72,7 +72,6 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 from django.conf import settings
@@ -785,56 +784,23 @@ class OfflineEngine:
         return draft, Usage()
 
 
-@dataclass(frozen=True)
-class _SummaryWords:
-    """The persona summary's wording in one language (str.format templates)."""
-
-    head: str  # {n} memories
-    scenarios: str  # {n} scenarios, appended to the head when there are any
-    prefs: str  # {n} preferences, {e} the first one
-    habits: str  # {n} habits, {e} the first one
-    expertise: str  # followed by the first three, each cut to `expertise_chars`
-    expertise_chars: int
-    expertise_sep: str
-    style: str  # {s} the communication style
-    records: str  # {d} decisions, {p} plans
-    empty: str  # {head}: nothing found
-    lead: str  # {head}, before the parts
-    sep: str
-    end: str
-
-
-_SUMMARY_WORDS = {
-    "zh": _SummaryWords(
-        head="基于 {n} 条记忆",
-        scenarios="和 {n} 个场景",
-        prefs="偏好 {n} 条（如“{e}”）",
-        habits="习惯 {n} 条（如“{e}”）",
-        expertise="擅长：",
-        expertise_chars=20,
-        expertise_sep="，",
-        style="沟通风格：{s}",
-        records="另有 {d} 条决策、{p} 条计划",
-        empty="{head}：尚未发现明确的偏好、习惯或专长。",
-        lead="{head}的画像：",
-        sep="；",
-        end="。",
+# The persona summary's wording: (Chinese, English) str.format templates. {n} a count, {e} the
+# first item, {s} the communication style, {d}/{p} decisions/plans, {head} the opening phrase.
+_SUMMARY_PHRASES = {
+    "head": ("基于 {n} 条记忆", "Built from {n} memories"),
+    "scenarios": ("和 {n} 个场景", " and {n} scenarios"),
+    "prefs": ("偏好 {n} 条（如“{e}”）", '{n} preference(s), e.g. "{e}"'),
+    "habits": ("习惯 {n} 条（如“{e}”）", '{n} habit(s), e.g. "{e}"'),
+    "expertise": ("擅长：", "expertise: "),
+    "expertise_sep": ("，", "; "),
+    "style": ("沟通风格：{s}", "communication style: {s}"),
+    "records": ("另有 {d} 条决策、{p} 条计划", "{d} decision(s) and {p} plan(s) on record"),
+    "empty": (
+        "{head}：尚未发现明确的偏好、习惯或专长。",
+        "{head}: no clear preferences, habits or expertise yet.",
     ),
-    "en": _SummaryWords(
-        head="Built from {n} memories",
-        scenarios=" and {n} scenarios",
-        prefs='{n} preference(s), e.g. "{e}"',
-        habits='{n} habit(s), e.g. "{e}"',
-        expertise="expertise: ",
-        expertise_chars=30,
-        expertise_sep="; ",
-        style="communication style: {s}",
-        records="{d} decision(s) and {p} plan(s) on record",
-        empty="{head}: no clear preferences, habits or expertise yet.",
-        lead="{head}: ",
-        sep="; ",
-        end=".",
-    ),
+    "lead": ("{head}的画像：", "{head}: "),
+    "end": ("。", "."),
 }
 
 
@@ -850,22 +816,23 @@ def _persona_summary(
     decisions: int,
     plans: int,
 ) -> str:
-    w = _SUMMARY_WORDS["zh" if lang == "zh" else "en"]
-    head = w.head.format(n=n_memories)
+    zh = lang == "zh"
+    w = {key: phrases[0 if zh else 1] for key, phrases in _SUMMARY_PHRASES.items()}
+    head = w["head"].format(n=n_memories)
     if n_scenarios:
-        head += w.scenarios.format(n=n_scenarios)
+        head += w["scenarios"].format(n=n_scenarios)
     parts = []
     if prefs:
-        parts.append(w.prefs.format(n=len(prefs), e=trim_text(prefs[0], 40)))
+        parts.append(w["prefs"].format(n=len(prefs), e=trim_text(prefs[0], 40)))
     if habits:
-        parts.append(w.habits.format(n=len(habits), e=trim_text(habits[0], 40)))
+        parts.append(w["habits"].format(n=len(habits), e=trim_text(habits[0], 40)))
     if expertise:
-        cut = (trim_text(e, w.expertise_chars) for e in expertise[:3])
-        parts.append(w.expertise + w.expertise_sep.join(cut))
+        cut = (trim_text(e, 20 if zh else 30) for e in expertise[:3])
+        parts.append(w["expertise"] + w["expertise_sep"].join(cut))
     if style:
-        parts.append(w.style.format(s=trim_text(style, 40)))
+        parts.append(w["style"].format(s=trim_text(style, 40)))
     if decisions or plans:
-        parts.append(w.records.format(d=decisions, p=plans))
+        parts.append(w["records"].format(d=decisions, p=plans))
     if not parts:
-        return w.empty.format(head=head)
-    return w.lead.format(head=head) + w.sep.join(parts) + w.end
+        return w["empty"].format(head=head)
+    return w["lead"].format(head=head) + _sep(lang).join(parts) + w["end"]
