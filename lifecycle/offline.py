@@ -784,6 +784,26 @@ class OfflineEngine:
         return draft, Usage()
 
 
+# The persona summary's wording: (Chinese, English) str.format templates. {n} a count, {e} the
+# first item, {s} the communication style, {d}/{p} decisions/plans, {head} the opening phrase.
+_SUMMARY_PHRASES = {
+    "head": ("基于 {n} 条记忆", "Built from {n} memories"),
+    "scenarios": ("和 {n} 个场景", " and {n} scenarios"),
+    "prefs": ("偏好 {n} 条（如“{e}”）", '{n} preference(s), e.g. "{e}"'),
+    "habits": ("习惯 {n} 条（如“{e}”）", '{n} habit(s), e.g. "{e}"'),
+    "expertise": ("擅长：", "expertise: "),
+    "expertise_sep": ("，", "; "),
+    "style": ("沟通风格：{s}", "communication style: {s}"),
+    "records": ("另有 {d} 条决策、{p} 条计划", "{d} decision(s) and {p} plan(s) on record"),
+    "empty": (
+        "{head}：尚未发现明确的偏好、习惯或专长。",
+        "{head}: no clear preferences, habits or expertise yet.",
+    ),
+    "lead": ("{head}的画像：", "{head}: "),
+    "end": ("。", "."),
+}
+
+
 def _persona_summary(
     lang: str,
     *,
@@ -796,37 +816,23 @@ def _persona_summary(
     decisions: int,
     plans: int,
 ) -> str:
-    short = lambda s: trim_text(s, 40)  # noqa: E731
-    if lang == "zh":
-        head = f"基于 {n_memories} 条记忆" + (f"和 {n_scenarios} 个场景" if n_scenarios else "")
-        parts = []
-        if prefs:
-            parts.append(f"偏好 {len(prefs)} 条（如“{short(prefs[0])}”）")
-        if habits:
-            parts.append(f"习惯 {len(habits)} 条（如“{short(habits[0])}”）")
-        if expertise:
-            parts.append("擅长：" + "，".join(trim_text(e, 20) for e in expertise[:3]))
-        if style:
-            parts.append(f"沟通风格：{short(style)}")
-        if decisions or plans:
-            parts.append(f"另有 {decisions} 条决策、{plans} 条计划")
-        if not parts:
-            return f"{head}：尚未发现明确的偏好、习惯或专长。"
-        return f"{head}的画像：" + "；".join(parts) + "。"
-    head = f"Built from {n_memories} memories" + (
-        f" and {n_scenarios} scenarios" if n_scenarios else ""
-    )
+    zh = lang == "zh"
+    w = {key: phrases[0 if zh else 1] for key, phrases in _SUMMARY_PHRASES.items()}
+    head = w["head"].format(n=n_memories)
+    if n_scenarios:
+        head += w["scenarios"].format(n=n_scenarios)
     parts = []
     if prefs:
-        parts.append(f'{len(prefs)} preference(s), e.g. "{short(prefs[0])}"')
+        parts.append(w["prefs"].format(n=len(prefs), e=trim_text(prefs[0], 40)))
     if habits:
-        parts.append(f'{len(habits)} habit(s), e.g. "{short(habits[0])}"')
+        parts.append(w["habits"].format(n=len(habits), e=trim_text(habits[0], 40)))
     if expertise:
-        parts.append("expertise: " + "; ".join(trim_text(e, 30) for e in expertise[:3]))
+        cut = (trim_text(e, 20 if zh else 30) for e in expertise[:3])
+        parts.append(w["expertise"] + w["expertise_sep"].join(cut))
     if style:
-        parts.append(f"communication style: {short(style)}")
+        parts.append(w["style"].format(s=trim_text(style, 40)))
     if decisions or plans:
-        parts.append(f"{decisions} decision(s) and {plans} plan(s) on record")
+        parts.append(w["records"].format(d=decisions, p=plans))
     if not parts:
-        return f"{head}: no clear preferences, habits or expertise yet."
-    return f"{head}: " + "; ".join(parts) + "."
+        return w["empty"].format(head=head)
+    return w["lead"].format(head=head) + _sep(lang).join(parts) + w["end"]

@@ -15,9 +15,17 @@ references are dropped; a scenario left with no memory is invalid.
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Annotated, Any, Protocol
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from llm import Usage
 
@@ -127,64 +135,59 @@ def _context(info: ValidationInfo, key: str) -> Any:
     return info.context.get(key) if isinstance(info.context, dict) else None
 
 
+def _stripped(v: Any) -> Any:
+    return v.strip() if isinstance(v, str) else v
+
+
+def _source_indexes(v: Any, info: ValidationInfo) -> list[int]:
+    indexes = _int_list(v)
+    n = _context(info, "n_items")
+    if isinstance(n, int):
+        indexes = [i for i in indexes if 0 <= i < n]
+    return indexes
+
+
+def _known(parse: Callable[[Any], list[Any]], key: str) -> Callable[..., list[Any]]:
+    """A before-validator: the ids `parse` reads, less those not in the context's `key`."""
+
+    def validate(v: Any, info: ValidationInfo) -> list[Any]:
+        ids = parse(v)
+        known = _context(info, key)
+        if known is not None:
+            ids = [i for i in ids if i in known]
+        return ids
+
+    return validate
+
+
+# The field types the models share; the before-validators run before the Field constraints.
+_Content = Annotated[str, BeforeValidator(_stripped)]
+_Importance = Annotated[float, BeforeValidator(_importance)]
+_SourceIndexes = Annotated[list[int], BeforeValidator(_source_indexes)]
+_MemoryIds = Annotated[list[int], BeforeValidator(_known(_int_list, "memory_ids"))]
+_ScenarioIds = Annotated[list[str], BeforeValidator(_known(_str_list, "scenario_ids"))]
+
+
 class Fact(BaseModel):
     """One atomic, self-contained, long-term-valuable fact (an L1 atom)."""
 
-    content: str = Field(min_length=1, max_length=FACT_MAX_CHARS)
-    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    content: _Content = Field(min_length=1, max_length=FACT_MAX_CHARS)
+    importance: _Importance = Field(default=0.5, ge=0.0, le=1.0)
     category: str = "fact"
-    source_indexes: list[int] = Field(default_factory=list)
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _strip(cls, v: Any) -> Any:
-        return v.strip() if isinstance(v, str) else v
-
-    @field_validator("importance", mode="before")
-    @classmethod
-    def _clamp(cls, v: Any) -> float:
-        return _importance(v)
+    source_indexes: _SourceIndexes = Field(default_factory=list)
 
     @field_validator("category", mode="before")
     @classmethod
     def _category(cls, v: Any) -> str:
         return normalise_category(v)
 
-    @field_validator("source_indexes", mode="before")
-    @classmethod
-    def _indexes(cls, v: Any, info: ValidationInfo) -> list[int]:
-        indexes = _int_list(v)
-        n = _context(info, "n_items")
-        if isinstance(n, int):
-            indexes = [i for i in indexes if 0 <= i < n]
-        return indexes
-
 
 class Summary(BaseModel):
     """One compressed long-term memory standing for several working-memory items."""
 
-    content: str = Field(min_length=1)
-    importance: float = Field(default=0.5, ge=0.0, le=1.0)
-    source_indexes: list[int] = Field(default_factory=list)
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _strip(cls, v: Any) -> Any:
-        return v.strip() if isinstance(v, str) else v
-
-    @field_validator("importance", mode="before")
-    @classmethod
-    def _clamp(cls, v: Any) -> float:
-        return _importance(v)
-
-    @field_validator("source_indexes", mode="before")
-    @classmethod
-    def _indexes(cls, v: Any, info: ValidationInfo) -> list[int]:
-        indexes = _int_list(v)
-        n = _context(info, "n_items")
-        if isinstance(n, int):
-            indexes = [i for i in indexes if 0 <= i < n]
-        return indexes
+    content: _Content = Field(min_length=1)
+    importance: _Importance = Field(default=0.5, ge=0.0, le=1.0)
+    source_indexes: _SourceIndexes = Field(default_factory=list)
 
 
 class ScenarioDraft(BaseModel):
@@ -192,7 +195,7 @@ class ScenarioDraft(BaseModel):
 
     name: str = Field(min_length=1, max_length=SCENARIO_NAME_MAX_CHARS)
     summary: str = ""
-    memory_ids: list[int] = Field(min_length=1)
+    memory_ids: _MemoryIds = Field(min_length=1)
 
     @field_validator("name", mode="before")
     @classmethod
@@ -207,15 +210,6 @@ class ScenarioDraft(BaseModel):
             return ""
         return v.strip() if isinstance(v, str) else v
 
-    @field_validator("memory_ids", mode="before")
-    @classmethod
-    def _ids(cls, v: Any, info: ValidationInfo) -> list[int]:
-        ids = _int_list(v)
-        known = _context(info, "memory_ids")
-        if known is not None:
-            ids = [i for i in ids if i in known]
-        return ids
-
 
 class PersonaDraft(BaseModel):
     """The L3 persona, with the memory and scenario ids it was built from."""
@@ -225,8 +219,8 @@ class PersonaDraft(BaseModel):
     expertise: list[str] = Field(default_factory=list)
     communication_style: str = ""
     summary: str = ""
-    memory_ids: list[int] = Field(default_factory=list)
-    scenario_ids: list[str] = Field(default_factory=list)
+    memory_ids: _MemoryIds = Field(default_factory=list)
+    scenario_ids: _ScenarioIds = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -247,24 +241,6 @@ class PersonaDraft(BaseModel):
         if isinstance(v, list | tuple):
             return "; ".join(_str_list(v))
         return v.strip() if isinstance(v, str) else ""
-
-    @field_validator("memory_ids", mode="before")
-    @classmethod
-    def _memory_ids(cls, v: Any, info: ValidationInfo) -> list[int]:
-        ids = _int_list(v)
-        known = _context(info, "memory_ids")
-        if known is not None:
-            ids = [i for i in ids if i in known]
-        return ids
-
-    @field_validator("scenario_ids", mode="before")
-    @classmethod
-    def _scenario_ids(cls, v: Any, info: ValidationInfo) -> list[str]:
-        ids = _str_list(v)
-        known = _context(info, "scenario_ids")
-        if known is not None:
-            ids = [i for i in ids if i in known]
-        return ids
 
 
 class LifecycleEngine(Protocol):

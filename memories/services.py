@@ -181,14 +181,44 @@ def memory_create(
             search_tokens=tokens_for_storage(content),
             pinned=pinned,
         )
-        index.log_changes(
-            team_id=team.id, scope=scope, agent_id=agent_id, memory_ids=[memory.pk], deleted=False
-        )
+        _index_changed(memory, deleted=False)
     return memory, None
 
 
 def _snapshot(memory: Memory) -> dict[str, Any]:
     return {f: getattr(memory, f) for f in REVISED_FIELDS}
+
+
+def _revision(
+    memory: Memory,
+    *,
+    actor: Actor,
+    action: RevisionAction,
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> MemoryRevision:
+    """Adds one entry to the memory's history, signed by `actor`."""
+    return MemoryRevision.objects.create(
+        memory=memory,
+        team_id=memory.team_id,
+        action=action,
+        before=before,
+        after=after,
+        api_key=actor.api_key,
+        user=actor.user,
+        actor=actor.label,
+    )
+
+
+def _index_changed(memory: Memory, *, deleted: bool) -> None:
+    """Logs a change of this one memory for every process's index (inside the write's transaction)."""
+    index.log_changes(
+        team_id=memory.team_id,
+        scope=memory.scope,
+        agent_id=memory.agent_id,
+        memory_ids=[memory.pk],
+        deleted=deleted,
+    )
 
 
 def memory_update(
@@ -228,36 +258,21 @@ def memory_update(
         after = _snapshot(memory)
         changed = {f for f in REVISED_FIELDS if before[f] != after[f]}
         if changed:
-            MemoryRevision.objects.create(
-                memory=memory,
-                team_id=memory.team_id,
+            _revision(
+                memory,
+                actor=actor,
                 action=action,
                 before={f: before[f] for f in changed},
                 after={f: after[f] for f in changed},
-                api_key=actor.api_key,
-                user=actor.user,
-                actor=actor.label,
             )
         if "content" in changed:
-            index.log_changes(
-                team_id=memory.team_id,
-                scope=memory.scope,
-                agent_id=memory.agent_id,
-                memory_ids=[memory.pk],
-                deleted=False,
-            )
+            _index_changed(memory, deleted=False)
     return memory
 
 
 def memory_delete(*, memory: Memory) -> None:
     with transaction.atomic():
-        index.log_changes(
-            team_id=memory.team_id,
-            scope=memory.scope,
-            agent_id=memory.agent_id,
-            memory_ids=[memory.pk],
-            deleted=True,
-        )
+        _index_changed(memory, deleted=True)
         memory.delete()
 
 
@@ -403,23 +418,14 @@ def memory_supersede(*, old: Memory, new: Memory, actor: Actor) -> Memory:
     """Marks `old` as replaced by `new`: kept with its history, left out of default search."""
     with transaction.atomic():
         Memory.objects.filter(pk=old.pk).update(superseded_by=new, updated_at=timezone.now())
-        MemoryRevision.objects.create(
-            memory=old,
-            team_id=old.team_id,
+        _revision(
+            old,
+            actor=actor,
             action=RevisionAction.SUPERSEDE,
             before={"superseded_by": None},
             after={"superseded_by": new.pk, "by_content": new.content[:500]},
-            api_key=actor.api_key,
-            user=actor.user,
-            actor=actor.label,
         )
-        index.log_changes(
-            team_id=old.team_id,
-            scope=old.scope,
-            agent_id=old.agent_id,
-            memory_ids=[old.pk],
-            deleted=False,
-        )
+        _index_changed(old, deleted=False)
     old.superseded_by = new
     return old
 
@@ -458,25 +464,16 @@ def memory_unsupersede(*, memory: Memory, actor: Actor) -> Memory:
         memory = Memory.objects.select_for_update().get(pk=memory.pk)
         if memory.superseded_by_id is None:
             return memory
-        MemoryRevision.objects.create(
-            memory=memory,
-            team_id=memory.team_id,
+        _revision(
+            memory,
+            actor=actor,
             action=RevisionAction.REVERT,
             before={"superseded_by": memory.superseded_by_id},
             after={"superseded_by": None},
-            api_key=actor.api_key,
-            user=actor.user,
-            actor=actor.label,
         )
         memory.superseded_by = None
         memory.save(update_fields=["superseded_by", "updated_at"])
-        index.log_changes(
-            team_id=memory.team_id,
-            scope=memory.scope,
-            agent_id=memory.agent_id,
-            memory_ids=[memory.pk],
-            deleted=False,
-        )
+        _index_changed(memory, deleted=False)
     return memory
 
 
@@ -505,15 +502,12 @@ def memory_promote(*, memory: Memory, actor: Actor) -> tuple[Memory, DedupHit | 
         Memory.objects.filter(pk=team_memory.pk).update(promoted_from=memory)
         team_memory.promoted_from = memory
         # Who promoted what, on the original's history (creation itself has no revision).
-        MemoryRevision.objects.create(
-            memory=memory,
-            team_id=memory.team_id,
+        _revision(
+            memory,
+            actor=actor,
             action=RevisionAction.PROMOTE,
             before={},
             after={"promoted_to": team_memory.pk},
-            api_key=actor.api_key,
-            user=actor.user,
-            actor=actor.label,
         )
     return team_memory, None
 

@@ -9,7 +9,7 @@ filtered by the team, so another team's ids answer 404.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib import messages
 from django.core.paginator import Paginator
@@ -29,6 +29,23 @@ from .forms import OPERATIONS, OPERATIONS_BY_KIND, JobFilterForm, PipelineConfig
 
 JOBS_PER_PAGE = 50
 PERSONAS_PER_PAGE = 30
+
+T = TypeVar("T")
+
+
+def _page(
+    request: HttpRequest, template: str, context: dict[str, Any], *, status: int = 200
+) -> HttpResponse:
+    """console/lifecycle/<template>.html, in the lifecycle area of the navigation."""
+    context = {"area": "lifecycle", **context}
+    return render(request, f"console/lifecycle/{template}.html", context, status=status)
+
+
+def _found(obj: T | None, what: str) -> T:
+    """The object a selector found for this team; 404 when it found none."""
+    if obj is None:
+        raise Http404(f"No such {what}.")
+    return obj
 
 
 def _agent_ids(team: Team) -> list[str]:
@@ -58,7 +75,6 @@ def _index_page(
         config_form = PipelineConfigForm(initial=pipeline.config_dict(config))
     agent_ids = _agent_ids(team)
     context: dict[str, Any] = {
-        "area": "lifecycle",
         "config": config,
         "configured": pipeline.config_is_saved(config),
         "config_form": config_form,
@@ -66,7 +82,7 @@ def _index_page(
         "agent_ids": agent_ids,
         "recent_jobs": selectors.job_list(team=team)[:10],
     }
-    return render(request, "console/lifecycle/index.html", context, status=status)
+    return _page(request, "index", context, status=status)
 
 
 @access.console_view()
@@ -119,14 +135,13 @@ def job_log(request: HttpRequest, team: Team) -> HttpResponse:
     query = request.GET.copy()
     query.pop("page", None)
     context = {
-        "area": "lifecycle",
         "form": form,
         "page": page,
         "query": query.urlencode(),
         # While a job on this page is queued or running, the page reloads itself.
         "refresh_seconds": 3 if any(_active(j) for j in page.object_list) else 0,
     }
-    return render(request, "console/lifecycle/jobs.html", context)
+    return _page(request, "jobs", context)
 
 
 def _active(job: JobRun) -> bool:
@@ -135,16 +150,13 @@ def _active(job: JobRun) -> bool:
 
 @access.console_view()
 def job_detail(request: HttpRequest, team: Team, job_id: int) -> HttpResponse:
-    job = selectors.job_get(team=team, job_id=job_id)
-    if job is None:
-        raise Http404("No such job.")
+    job = _found(selectors.job_get(team=team, job_id=job_id), "job")
     context = {
-        "area": "lifecycle",
         "job": job,
         "outputs": selectors.job_outputs(team=team, job=job),
         "refresh_seconds": 3 if _active(job) else 0,
     }
-    return render(request, "console/lifecycle/job.html", context)
+    return _page(request, "job", context)
 
 
 @access.console_view()
@@ -153,47 +165,42 @@ def persona_list(request: HttpRequest, team: Team) -> HttpResponse:
     personas = selectors.persona_list(team=team, agent_id=agent_id)
     page = Paginator(personas, PERSONAS_PER_PAGE).get_page(request.GET.get("page"))
     context = {
-        "area": "lifecycle",
         "page": page,
         "agent": agent_id,
         "agent_ids": _agent_ids(team),
     }
-    return render(request, "console/lifecycle/personas.html", context)
+    return _page(request, "personas", context)
 
 
 @access.console_view()
 def persona_detail(request: HttpRequest, team: Team, persona_id: str) -> HttpResponse:
-    persona = selectors.persona_get(team=team, persona_id=persona_id)
-    if persona is None:
-        raise Http404("No such persona.")
+    persona = _found(selectors.persona_get(team=team, persona_id=persona_id), "persona")
     context = {
-        "area": "lifecycle",
         "persona": persona,
         "scenarios": selectors.persona_scenarios(team=team, persona=persona),
         "memories": selectors.memories_in_order(team=team, memory_ids=persona.memory_ids),
     }
-    return render(request, "console/lifecycle/persona.html", context)
+    return _page(request, "persona", context)
 
 
 @access.console_view()
 def scenario_detail(request: HttpRequest, team: Team, scenario_id: str) -> HttpResponse:
     persona = None
     if request.GET.get("persona"):
-        persona = selectors.persona_get(team=team, persona_id=request.GET["persona"])
-        if persona is None:
-            raise Http404("No such persona.")
-    scenario = selectors.scenario_view(team=team, scenario_id=scenario_id, persona=persona)
-    if scenario is None:
-        raise Http404("No such scenario.")
+        persona = _found(
+            selectors.persona_get(team=team, persona_id=request.GET["persona"]), "persona"
+        )
+    scenario = _found(
+        selectors.scenario_view(team=team, scenario_id=scenario_id, persona=persona), "scenario"
+    )
     context = {
-        "area": "lifecycle",
         "persona": persona,
         "scenario": scenario,
         "memories": selectors.memories_in_order(
             team=team, memory_ids=scenario.get("memory_ids") or []
         ),
     }
-    return render(request, "console/lifecycle/scenario.html", context)
+    return _page(request, "scenario", context)
 
 
 @access.console_view()
@@ -208,7 +215,6 @@ def memory_sources(request: HttpRequest, team: Team, memory_id: int) -> HttpResp
             team=team, scenario_id=request.GET["scenario"], persona=persona
         )
     context = {
-        "area": "lifecycle",
         "memory": memory,
         "persona": persona,
         "scenario": scenario,
@@ -216,4 +222,4 @@ def memory_sources(request: HttpRequest, team: Team, memory_id: int) -> HttpResp
         "sources": list(selectors.working_sources(team=team, memory=memory)),
         "supersedes": list(memory.supersedes.filter(team=team).order_by("pk")),
     }
-    return render(request, "console/lifecycle/sources.html", context)
+    return _page(request, "sources", context)

@@ -428,32 +428,23 @@ def job_finish(
 ) -> None:
     """Records the outcome, releasing the job's keys; only while this holder still has it (a job
     abandoned or taken over meanwhile keeps the record its new owner writes)."""
-    job.status = JobStatus.FAILED if error else JobStatus.SUCCEEDED
-    job.counts = counts
-    job.error = error[:4000]
-    job.engine = engine
-    job.prompt_tokens = usage.prompt_tokens
-    job.completion_tokens = usage.completion_tokens
-    job.total_tokens = usage.total_tokens
-    job.finished_at = timezone.now()
-    job.active_key = None
-    job.claim_key = None
-    job.lease_expires_at = None
-    recorded = _transition(
-        job.pk,
-        lambda row: _held(row, lease_of(job)),
-        status=job.status,
-        counts=job.counts,
-        error=job.error,
-        engine=job.engine,
-        prompt_tokens=job.prompt_tokens,
-        completion_tokens=job.completion_tokens,
-        total_tokens=job.total_tokens,
-        finished_at=job.finished_at,
-        active_key=None,
-        claim_key=None,
-        lease_expires_at=None,
-    )
+    outcome: dict[str, Any] = {
+        "status": JobStatus.FAILED if error else JobStatus.SUCCEEDED,
+        "counts": counts,
+        "error": error[:4000],
+        "engine": engine,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "finished_at": timezone.now(),
+        "active_key": None,
+        "claim_key": None,
+        "lease_expires_at": None,
+    }
+    # The caller's object shows the outcome even when the row no longer is this holder's.
+    for field, value in outcome.items():
+        setattr(job, field, value)
+    recorded = _transition(job.pk, lambda row: _held(row, lease_of(job)), **outcome)
     if not recorded:
         logger.warning(
             "lifecycle job %s lost its lease before finishing; outcome not recorded (%s)",

@@ -83,26 +83,17 @@ class Command(BaseCommand):
         if Memory.objects.filter(team=team).exists():
             self.stdout.write(f"team {team.id} already has memories: sample data not loaded")
             return
-        for agent, content, importance, category in PERSONAL:
-            memory_create(
-                team=team,
-                scope=Memory.SCOPE_PERSONAL,
-                agent_id=agent,
-                content=content,
-                importance=importance,
-                category=category,
-                metadata={"source": "demo"},
-            )
-        for agent, content, importance, category in TEAM:
-            memory_create(
-                team=team,
-                scope=Memory.SCOPE_TEAM,
-                agent_id=agent,
-                content=content,
-                importance=importance,
-                category=category,
-                metadata={"source": "demo"},
-            )
+        for scope, rows in ((Memory.SCOPE_PERSONAL, PERSONAL), (Memory.SCOPE_TEAM, TEAM)):
+            for agent, content, importance, category in rows:
+                memory_create(
+                    team=team,
+                    scope=scope,
+                    agent_id=agent,
+                    content=content,
+                    importance=importance,
+                    category=category,
+                    metadata={"source": "demo"},
+                )
         now = timezone.now()
         for agent, content, importance, days in IDLE:
             memory, _ = memory_create(
