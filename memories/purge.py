@@ -38,7 +38,7 @@ from tenants.models import Agent, ApiKey, Team
 
 from .models import Memory, MemoryRevision, MemoryShare, PurgeRun, PurgeStatus, TrashedMemory
 from .retrieval import index
-from .services import memories_delete
+from .services import Actor, BulkResult, memories_delete
 
 # One confirm moves at most this many memories: the preview lists every item and the token carries
 # every id, so a bigger set must be narrowed first (by agent, scope or thresholds).
@@ -673,3 +673,18 @@ def trash_empty_expired(*, team: Team | None = None, now: datetime | None = None
         qs = qs.filter(team=team)
     deleted, _ = qs.delete()
     return deleted
+
+
+def memories_bulk_delete(*, team: Team, memory_ids: list[int], actor: Actor) -> BulkResult:
+    """Moves the team's memories among `memory_ids` to the trash (console bulk delete); pinned
+    ones are protected and skipped."""
+    rows = Memory.objects.filter(team=team, pk__in=memory_ids)
+    deletable = list(rows.filter(pinned=False))
+    skipped = rows.filter(pinned=True).count()
+    trashed = memories_trash(
+        team=team,
+        memories=deletable,
+        removed_by="console",
+        reason=f"bulk delete by {actor.label}",
+    )
+    return BulkResult(done=len(trashed), skipped=skipped)

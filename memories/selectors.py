@@ -134,11 +134,10 @@ def memory_revisions(*, team: Team, memory: Memory) -> QuerySet[MemoryRevision]:
     return MemoryRevision.objects.filter(team=team, memory=memory).order_by("-created_at", "-id")
 
 
-def memories_needing_tokens(*, team: Team | None) -> list[int]:
-    """Memories whose stored search tokens are missing or from another tokenizer."""
-    from .retrieval.text import tokens_stamp
-
-    qs = Memory.objects.exclude(search_tokens__startswith=tokens_stamp())
+def memories_needing_tokens(*, team: Team | None, stamp: str) -> list[int]:
+    """Memories whose stored search tokens are missing or from another tokenizer: their tokens
+    do not start with `stamp` (memories.retrieval.text.tokens_stamp())."""
+    qs = Memory.objects.exclude(search_tokens__startswith=stamp)
     if team is not None:
         qs = qs.filter(team=team)
     return list(qs.order_by("id").values_list("id", flat=True))

@@ -518,23 +518,6 @@ class BulkResult:
     skipped: int
 
 
-def memories_bulk_delete(*, team: Team, memory_ids: list[int], actor: Actor) -> BulkResult:
-    """Moves the team's memories among `memory_ids` to the trash (console bulk delete); pinned
-    ones are protected and skipped."""
-    from .purge import memories_trash  # purge builds on this module
-
-    rows = Memory.objects.filter(team=team, pk__in=memory_ids)
-    deletable = list(rows.filter(pinned=False))
-    skipped = rows.filter(pinned=True).count()
-    trashed = memories_trash(
-        team=team,
-        memories=deletable,
-        removed_by="console",
-        reason=f"bulk delete by {actor.label}",
-    )
-    return BulkResult(done=len(trashed), skipped=skipped)
-
-
 def memories_bulk_correct(
     *,
     team: Team,

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from console import access
 from core.errors import DomainError
-from memories import selectors, services
+from memories import purge, selectors, services
 from memories.models import Memory, MemoryRevision
 from memories.retrieval import search
 from memories.services import Actor
@@ -137,7 +137,7 @@ def bulk(request: HttpRequest, team: Team) -> HttpResponse:
     # The services filter the ids by team: another team's id in the selection is never touched.
     ids, action, actor = d["ids"], d["action"], Actor.for_user(request.user)
     if action == "delete":
-        result = services.memories_bulk_delete(team=team, memory_ids=ids, actor=actor)
+        result = purge.memories_bulk_delete(team=team, memory_ids=ids, actor=actor)
         text = f"Deleted {result.done} memories."
         if result.skipped:
             text += f" Skipped {result.skipped} pinned (protected) memories."

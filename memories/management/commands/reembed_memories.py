@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memories.retrieval.embeddings import get_embedder
+from memories.retrieval.text import tokens_stamp
 from memories.selectors import memories_needing_embedding, memories_needing_tokens
 from memories.services import memories_reembed, memories_store_tokens
 from tenants.models import Team
@@ -40,7 +41,7 @@ class Command(BaseCommand):
         if opts["batch_size"] < 1:
             raise CommandError("--batch-size must be >= 1")
         if opts["tokens"]:
-            ids = memories_needing_tokens(team=team)
+            ids = memories_needing_tokens(team=team, stamp=tokens_stamp())
             work, what = memories_store_tokens, "stored the search tokens of"
             self.stdout.write(f"{len(ids)} memories without current search tokens")
         else:
