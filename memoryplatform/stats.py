@@ -22,6 +22,7 @@ def team_stats(*, team: Team) -> dict[str, Any]:
     except Exception:
         working = None  # Redis down: reported through redis_ok
     redis = health.check_redis()
+    backend = "redis" if settings.REDIS_URL else "database"
     embedding = health.check_embedding()
     return {
         "personal_memories": counts.get("personal", 0),
@@ -36,10 +37,12 @@ def team_stats(*, team: Team) -> dict[str, Any]:
         "personas": Persona.objects.filter(team=team).count(),
         "entities": Entity.objects.filter(team=team).count(),
         "relations": Relation.objects.filter(team=team).count(),
-        # In embedded mode working memory lives in the database, so it is as healthy as the API.
-        "redis_ok": redis.ok,
+        # null in embedded mode: there is no Redis to be up or down (working memory, cache and
+        # rate limits live in the database and the process); `working_store` says what is used.
+        "redis_ok": redis.ok if settings.REDIS_URL else None,
         "embedding_ok": embedding.ok,
-        "working_memory_backend": "redis" if settings.REDIS_URL else "database",
+        "working_store": backend,
+        "working_memory_backend": backend,  # the earlier name of `working_store`
         "embedding_model": embedding.detail,
         "llm": f"openai-compatible ({settings.LLM_MODEL})" if settings.LLM_BASE_URL else "offline",
     }

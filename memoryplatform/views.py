@@ -96,9 +96,16 @@ class StatsApi(APIView):
                 "personas": serializers.IntegerField(),
                 "entities": serializers.IntegerField(),
                 "relations": serializers.IntegerField(),
-                "redis_ok": serializers.BooleanField(),
+                "redis_ok": serializers.BooleanField(
+                    allow_null=True, help_text="null in embedded mode (no Redis configured)"
+                ),
                 "embedding_ok": serializers.BooleanField(),
-                "working_memory_backend": serializers.ChoiceField(choices=["redis", "database"]),
+                "working_store": serializers.ChoiceField(
+                    choices=["redis", "database"], help_text="where working memory lives"
+                ),
+                "working_memory_backend": serializers.ChoiceField(
+                    choices=["redis", "database"], help_text="the earlier name of working_store"
+                ),
                 "embedding_model": serializers.CharField(),
                 "llm": serializers.CharField(),
             },

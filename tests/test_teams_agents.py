@@ -220,10 +220,14 @@ class TestStats:
         )
         assert ok_data(other_api.get("/stats"))["agents"] == 2
 
-    def test_stats_report_real_health(self, api):
+    def test_stats_report_real_health(self, api, settings):
         data = ok_data(api.get("/stats"))
         assert data["embedding_ok"] is True
-        assert data["redis_ok"] is True
+        if settings.REDIS_URL:
+            assert (data["redis_ok"], data["working_store"]) == (True, "redis")
+        else:
+            # Embedded mode: no Redis to report on, and working memory is in the database.
+            assert (data["redis_ok"], data["working_store"]) == (None, "database")
 
 
 class TestHealthReady:

@@ -224,6 +224,8 @@ REST_FRAMEWORK = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Memory platform API",
+    # /stats reports the working store under two names (working_store and its earlier name).
+    "ENUM_NAME_OVERRIDES": {"WorkingStoreEnum": ["redis", "database"]},
     "DESCRIPTION": (
         "Persistent memory for AI agents. Every endpoint except `GET /health` and "
         "`GET /health/ready` needs the three HMAC headers `X-API-Key`, `X-Timestamp` and "
