@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views import View
 from django.views.generic import RedirectView
@@ -62,6 +63,10 @@ API_ROUTES: tuple[tuple[str, type[View], str], ...] = (
     ("lifecycle/extract-graph", lifecycle_apis.ExtractGraphApi, "lifecycle-extract-graph"),
 )
 
+admin.site.site_header = "Memory platform admin"
+admin.site.site_title = "Memory platform admin"
+admin.site.index_title = "Teams, members and API keys"
+
 urlpatterns = [
     *(path(route, view.as_view(), name=name) for route, view, name in API_ROUTES),
     # Public, or staff only (404 for anyone else), by API_DOCS_PUBLIC (docs/security.md).
@@ -71,6 +76,8 @@ urlpatterns = [
         views.api_docs_gate(SpectacularSwaggerView.as_view(url_name="schema")),
         name="swagger-ui",
     ),
+    path("", views.landing, name="landing"),
+    path("favicon.ico", RedirectView.as_view(url=static("console/favicon.svg"), permanent=True)),
     path("admin", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
     path("review/", include("console.urls")),

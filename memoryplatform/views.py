@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
@@ -119,6 +120,14 @@ class StatsApi(APIView):
 @csrf_exempt
 def not_found(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
     return api.handler404(request)
+
+
+def landing(request: HttpRequest) -> HttpResponse:
+    """`GET /`: where a person who opens the server's address can go (the console, the admin,
+    the API docs when they are visible to this visitor, health); the admin's "View site" too."""
+    user = getattr(request, "user", None)
+    docs_visible = settings.API_DOCS_PUBLIC or bool(user and user.is_active and user.is_staff)
+    return render(request, "landing.html", {"docs_visible": docs_visible})
 
 
 def api_docs_gate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
