@@ -101,6 +101,21 @@ def test_list_api_keys_never_prints_secrets(issued, other_api):
     assert rows[0]["status"] == "active"
 
 
+def test_list_api_keys_columns_line_up(issued):
+    from tenants.models import Team
+    from tenants.services import api_key_issue
+
+    long_team = Team.objects.create(id="a-team-with-a-rather-long-identifier", name="long")
+    api_key_issue(team=long_team, label="second key")
+    lines = run("list_api_keys").strip().splitlines()
+    assert len(lines) == 3
+    # Every column starts at the same offset on every line, whatever the ids' lengths.
+    header = lines[0]
+    for column in ("team", "agent", "status", "last used", "label"):
+        at = header.index(column)
+        assert all(line[at - 2 : at] == "  " and line[at] != " " for line in lines[1:]), column
+
+
 def test_add_team_member_creates_and_updates(team):
     out = run(
         "add_team_member",

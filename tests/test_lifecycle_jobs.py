@@ -167,6 +167,36 @@ class TestCommands:
         call_command("run_lifecycle", "--team", "team_a", "--op", "auto-run", stdout=out)
         assert "results" in json.loads(out.getvalue())
 
+    def test_run_lifecycle_cleanup_takes_dry_run_and_thresholds(self, api):
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        mid = ok_data(
+            api.post(
+                "/memories/personal",
+                {"agent_id": "a", "content": "old trivia", "importance": 0.3},
+            )
+        )["id"]
+        Memory.objects.filter(pk=mid).update(last_accessed=timezone.now() - timedelta(days=40))
+        args = ["run_lifecycle", "--team", "team_a", "--op", "cleanup"]
+        out = StringIO()
+        # The team's defaults (idle 90 days, importance < 0.2) would not take it; these do.
+        call_command(
+            *args, "--dry-run", "--max-age-days", "30", "--min-importance", "0.5", stdout=out
+        )
+        dry = json.loads(out.getvalue())
+        assert dry["would_clean"] == 1 and [c["id"] for c in dry["candidates"]] == [mid]
+        assert Memory.objects.filter(pk=mid).exists()
+        out = StringIO()
+        call_command(*args, "--max-age-days", "30", "--min-importance", "0.5", stdout=out)
+        assert json.loads(out.getvalue())["cleaned"] == 1
+        assert not Memory.objects.filter(pk=mid).exists()
+        with pytest.raises(CommandError):
+            call_command("run_lifecycle", "--team", "team_a", "--op", "auto-run", "--dry-run")
+        with pytest.raises(CommandError):
+            call_command(*args, "--min-importance", "2")
+
     def test_cleanup_memories_is_a_dry_run_unless_apply(self, api):
         from datetime import timedelta
 

@@ -22,6 +22,12 @@ class Command(BaseCommand):
         parser.add_argument("--team", required=True)
         parser.add_argument("--agent", default="")
         parser.add_argument("--op", required=True, choices=OPS)
+        cleanup = parser.add_argument_group("cleanup (default: the team's pipeline config)")
+        cleanup.add_argument(
+            "--dry-run", action="store_true", help="list what cleanup would remove; remove nothing"
+        )
+        cleanup.add_argument("--max-age-days", type=int, default=None)
+        cleanup.add_argument("--min-importance", type=float, default=None)
 
     def handle(self, *args: Any, **opts: Any) -> None:
         team = Team.objects.filter(id=opts["team"]).first()
@@ -30,6 +36,15 @@ class Command(BaseCommand):
         op, agent = opts["op"], opts["agent"]
         if op in NEEDS_AGENT and not agent:
             raise CommandError(f"--agent is required for {op}")
+        cleanup_options = (opts["dry_run"], opts["max_age_days"], opts["min_importance"])
+        if op != "cleanup" and cleanup_options != (False, None, None):
+            raise CommandError(
+                "--dry-run, --max-age-days and --min-importance are for --op cleanup"
+            )
+        if opts["max_age_days"] is not None and opts["max_age_days"] < 0:
+            raise CommandError("--max-age-days must be >= 0")
+        if opts["min_importance"] is not None and not 0.0 <= opts["min_importance"] <= 1.0:
+            raise CommandError("--min-importance must be within 0..1")
         try:
             if op == "auto-run":
                 result: Any = {"results": pipeline.auto_run(team=team, trigger="command")}
@@ -43,6 +58,12 @@ class Command(BaseCommand):
                     },
                 }
                 params = defaults.get(op, {})
+                if op == "cleanup":
+                    if opts["max_age_days"] is not None:
+                        params["max_age_days"] = opts["max_age_days"]
+                    if opts["min_importance"] is not None:
+                        params["min_importance"] = opts["min_importance"]
+                    params["dry_run"] = opts["dry_run"]
                 result = pipeline.run(
                     team=team, kind=op, trigger="command", agent_id=agent, params=params
                 )

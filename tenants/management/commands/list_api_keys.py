@@ -50,10 +50,23 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no API keys")
             return
-        header = f"{'api_key':<28} {'team':<20} {'agent':<16} {'status':<8} {'last used':<25} label"
-        self.stdout.write(header)
-        for r in rows:
-            self.stdout.write(
-                f"{r['api_key']:<28} {r['team_id']:<20} {r['agent_id'] or '-':<16} {r['status']:<8} "
-                f"{r['last_used_at'] or 'never':<25} {r['label']}"
-            )
+        # Column widths from the data (ids and labels vary in length); times to the minute.
+        table = [["api_key", "team", "agent", "status", "last used", "label"]] + [
+            [
+                r["api_key"],
+                r["team_id"],
+                r["agent_id"] or "-",
+                r["status"],
+                _minute(r["last_used_at"]) or "never",
+                r["label"] or "",
+            ]
+            for r in rows
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        for row in table:
+            cells = [cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=False)]
+            self.stdout.write("  ".join([*cells, row[-1]]).rstrip())
+
+
+def _minute(value: str | None) -> str:
+    return value[:16].replace("T", " ") if value else ""
