@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 
+from console.purge.forms import PurgeCriteriaForm
 from graph.models import Entity
 from lifecycle.models import Persona, WorkingArchive
 from memories.models import Memory
+from memories.working import get_working_store
 from tests.console_helpers import member_client
 
 pytestmark = pytest.mark.django_db
@@ -29,15 +32,34 @@ def test_sample_data_is_loaded_once_and_traceable(team):
     items = {i for m in derived for i in m.metadata["source_items"]}
     assert items and WorkingArchive.objects.filter(team=team).count() >= len(items)
     assert Entity.objects.filter(team=team).exists()
-    # Idle, unimportant memories for the purge preview to find on day one.
+    # Idle, unimportant memories for the purge preview to find on day one, at its defaults.
     lead = member_client(team, "demo_lead")
-    r = lead.get(
-        f"/review/{team.id}/purge/",
-        {"idle_days": 30, "importance_below": 0.3, "scopes": ["personal", "team"], "preview": "1"},
-    )
+    form = PurgeCriteriaForm(team=team)
+    defaults = {name: field.initial for name, field in form.fields.items() if name != "agent"}
+    r = lead.get(f"/review/{team.id}/purge/", {**defaults, "preview": "1"})
     assert r.status_code == 200
-    assert "Parking spot B12" in r.content.decode()
+    for content in ("Parking spot B12", "Old lunch order", "周五下午茶"):
+        assert content in r.content.decode()
+    # Cleanup at the team's defaults (a dry run) takes the two below importance 0.2.
+    dry = StringIO()
+    call_command("run_lifecycle", "--team", team.id, "--op", "cleanup", "--dry-run", stdout=dry)
+    assert json.loads(dry.getvalue())["would_clean"] == 2
+    # Working memory left for the user: extract-facts on it makes facts on day one.
+    assert len(get_working_store().list(team_id=team.id, agent_id="quant")) == 3
+    out_facts = StringIO()
+    call_command(
+        "run_lifecycle",
+        "--team",
+        team.id,
+        "--agent",
+        "quant",
+        "--op",
+        "extract-facts",
+        stdout=out_facts,
+    )
+    assert json.loads(out_facts.getvalue())["count"] >= 1
 
+    count = Memory.objects.filter(team=team).count()
     again = StringIO()
     call_command("load_demo_data", "--team", team.id, stdout=again)
     assert "already has memories" in again.getvalue()

@@ -1,6 +1,8 @@
 """Sample memories for a new user's first look at `make run` (the review console has something
-to show: agents' personal and team memories, some idle ones a purge would take, a persona built
-by the offline lifecycle down to its archived working-memory sources, and a small graph).
+to show: agents' personal and team memories, some idle ones the purge preview and cleanup take at
+their defaults, a persona built by the offline lifecycle down to its archived working-memory
+sources, a small graph, and working memory of another agent left for the user to run
+`extract-facts` / `compress` on).
 
 Idempotent: does nothing when the team already has memories. Everything goes through the same
 services as the API, so what the console shows is what an agent would have produced.
@@ -52,11 +54,13 @@ TEAM = [
     ),
     ("coder", "Deploys to production happen on Tuesdays after the code review.", 0.95, "process"),
 ]
-# Idle and unimportant: what a dry-run purge with idle ≥ 30 days and importance < 0.3 finds.
+# Idle and unimportant: what the console's purge preview finds at its defaults (not accessed for
+# 90 days, importance < 0.3), and cleanup at its defaults (90 days, importance < 0.2) the two
+# below 0.2.
 IDLE = [
-    ("researcher", "Old lunch order for the offsite: two sandwiches and a salad.", 0.1, 75),
-    ("coder", "Parking spot B12 was free last spring.", 0.2, 50),
-    ("quant", "临时记录：周五下午茶订了奶茶", 0.15, 40),
+    ("researcher", "Old lunch order for the offsite: two sandwiches and a salad.", 0.1, 200),
+    ("coder", "Parking spot B12 was free last spring.", 0.2, 150),
+    ("quant", "临时记录：周五下午茶订了奶茶", 0.15, 120),
 ]
 WORKING = {
     "researcher": [
@@ -66,6 +70,16 @@ WORKING = {
         "Redis 缓存命中率从 75% 提升到 92% 后，API 响应时间从 120ms 降到 45ms",
         "下周一需要和团队讨论 Q3 的风控模型升级方案",
         "Alice asked for a weekly summary of the backtest results every Friday.",
+    ],
+}
+
+# Left in working memory, not processed: `POST /lifecycle/extract-facts {"agent_id": "quant"}`
+# (or compress) has something to turn into facts on day one.
+PENDING = {
+    "quant": [
+        "今天把 ETH 永续的止损从 5% 收紧到 3%，因为波动率上升",
+        "The Friday risk review moved to Thursday 4 pm starting next week.",
+        "新策略 v2 在 2024 全年回测夏普 1.8，最大回撤 9%",
     ],
 }
 
@@ -126,6 +140,9 @@ class Command(BaseCommand):
             pipeline.run(
                 team=team, kind="extract-graph", trigger="command", agent_id=agent, params={}
             )
+        for agent, items in PENDING.items():
+            for content in items:
+                store.add(team_id=team.id, agent_id=agent, content=content, ttl_seconds=72 * 3600)
         self.stdout.write(
             self.style.SUCCESS(
                 f"sample data loaded into team {team.id}: "
