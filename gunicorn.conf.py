@@ -18,3 +18,14 @@ these limits, the application's own (in the envelope) apply: MAX_REQUEST_BYTES f
 limit_request_line = 8190
 limit_request_fields = 100
 limit_request_field_size = 8190
+
+
+def child_exit(server: object, worker: object) -> None:
+    """Prometheus multiprocess mode (PROMETHEUS_MULTIPROC_DIR, docs/metrics.md): a worker that
+    exits stops counting in the "live" gauges (indexes loaded) of the next scrape."""
+    import os
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]

@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 
 from core.errors import DomainError, ErrorCode
+from core.metrics import LLM_CALLS, LLM_TOKENS
 
 from .parsing import extract_json
 from .usage import Usage
@@ -75,6 +76,29 @@ class ChatClient:
     def chat_json(self, messages: Messages, *, what: str) -> tuple[Any | None, Usage]:
         """One completion: (the JSON in the answer or None, tokens used). `what` names the task
         in the logs. Raises DomainError("LLM_UNAVAILABLE") when the model cannot answer."""
+        try:
+            response = self._complete(messages, what=what)
+        except DomainError:
+            LLM_CALLS.labels(outcome="error").inc()
+            raise
+        usage = usage_of(response)
+        LLM_CALLS.labels(outcome="ok").inc()
+        LLM_TOKENS.labels(direction="prompt").inc(usage.prompt_tokens)
+        LLM_TOKENS.labels(direction="completion").inc(usage.completion_tokens)
+        choices = getattr(response, "choices", None) or []
+        content = choices[0].message.content if choices else None
+        data = extract_json(content or "")
+        if data is None:
+            logger.warning(
+                "LLM %s: %s answer has no JSON, no items taken (starts with %r)",
+                self.model,
+                what,
+                (content or "")[:200],
+            )
+        return data, usage
+
+    def _complete(self, messages: Messages, *, what: str) -> Any:
+        """The provider's response, or DomainError("LLM_UNAVAILABLE") saying why there is none."""
         import openai
 
         try:
@@ -108,19 +132,7 @@ class ChatClient:
             raise DomainError(
                 ErrorCode.LLM_UNAVAILABLE, f"the LLM failed: {type(exc).__name__}"
             ) from exc
-
-        usage = usage_of(response)
-        choices = getattr(response, "choices", None) or []
-        content = choices[0].message.content if choices else None
-        data = extract_json(content or "")
-        if data is None:
-            logger.warning(
-                "LLM %s: %s answer has no JSON, no items taken (starts with %r)",
-                self.model,
-                what,
-                (content or "")[:200],
-            )
-        return data, usage
+        return response
 
 
 # --- the shared client -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.errors import ValidationFailed
+from core.metrics import SEARCH_LATENCY, WRITE_LATENCY, timed
 from tenants.models import ApiKey, Team
 from tenants.services import agent_register
 from tenants.usage import KIND_SEARCH, usage_record
@@ -131,6 +133,7 @@ def memory_create(
     `agent_id` is the owner of a personal memory, the optional author of a team memory; an
     unknown agent is registered on first write.
     """
+    start = time.perf_counter()
     chash = content_hash(content)
     vector = embed_passages([content])[0]
     embedder = get_embedder()
@@ -159,6 +162,7 @@ def memory_create(
                 related=related,
             )
             if hit is not None:
+                WRITE_LATENCY.labels(outcome="dedup_skipped").observe(time.perf_counter() - start)
                 return hit.memory, hit
             if related:
                 # Near but not provably redundant: stored, and linked so that the lifecycle can
@@ -182,6 +186,7 @@ def memory_create(
             pinned=pinned,
         )
         _index_changed(memory, deleted=False)
+    WRITE_LATENCY.labels(outcome="created").observe(time.perf_counter() - start)
     return memory, None
 
 
@@ -318,7 +323,8 @@ def memory_recall(
     empty query) have no score and are all touched: an explicit fetch is a recall. Counts one
     search for the dashboard and attaches graph entities on request.
     """
-    hits = memory_search(query)
+    with timed(SEARCH_LATENCY, mode=query.mode if query.text else "recent"):
+        hits = memory_search(query)
     floor = max(query.min_score, settings.SEARCH_TOUCH_MIN_SCORE)
     memories_touch(memory_ids=[h.memory.pk for h in hits if h.score is None or h.score >= floor])
     if count_usage:

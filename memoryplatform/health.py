@@ -77,6 +77,30 @@ def readiness() -> dict[str, Check]:
 _FORWARDING_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
 
 
+def may_scrape_metrics(request: Any) -> bool:
+    """Whether this caller may read `GET /metrics`: with `Authorization: Bearer <METRICS_TOKEN>`
+    (when one is set), or from an address in METRICS_ALLOWED_IPS (addresses or networks; default
+    loopback) without proxy headers — a request relayed by a proxy is never "local"."""
+    token = settings.METRICS_TOKEN
+    sent = request.headers.get("Authorization", "")
+    if (
+        token
+        and sent.startswith("Bearer ")
+        and hmac.compare_digest(sent[7:].strip().encode(), token.encode())
+    ):
+        return True
+    meta = request.META
+    if any(meta.get(h) for h in _FORWARDING_HEADERS):
+        return False
+    try:
+        address = ipaddress.ip_address(meta.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(
+        address in ipaddress.ip_network(net, strict=False) for net in settings.METRICS_ALLOWED_IPS
+    )
+
+
 def may_see_details(request: Any) -> bool:
     """Whether /health/ready may show error texts and versions to this (unauthenticated) caller.
 

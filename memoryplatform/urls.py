@@ -77,10 +77,11 @@ urlpatterns = [
         name="swagger-ui",
     ),
     path("", views.landing, name="landing"),
+    path("metrics", views.metrics, name="metrics"),
     path("favicon.ico", RedirectView.as_view(url=static("console/favicon.svg"), permanent=True)),
     path("admin", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
     path("review/", include("console.urls")),
     # Anything else outside the HTML areas is an API 404 in the envelope, whatever DEBUG says.
-    re_path(r"^(?!admin/|static/|review/).*$", views.not_found),
+    re_path(r"^(?!admin/|static/|review/).*$", views.not_found, name="not-found"),
 ]

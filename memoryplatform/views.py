@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import api
+from core import metrics as core_metrics
 from core.errors import ErrorCode
 from core.openapi import api_operation
 from tenants.apis import principal_of
@@ -120,6 +121,15 @@ class StatsApi(APIView):
 @csrf_exempt
 def not_found(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
     return api.handler404(request)
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """`GET /metrics` in Prometheus text format, for METRICS_ALLOWED_IPS or a METRICS_TOKEN
+    bearer; anyone else gets the API's 404, as if there were no such page."""
+    if request.method not in ("GET", "HEAD") or not health.may_scrape_metrics(request):
+        return api.handler404(request)
+    body, content_type = core_metrics.exposition()
+    return HttpResponse(body, content_type=content_type)
 
 
 def landing(request: HttpRequest) -> HttpResponse:

@@ -33,6 +33,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from core.errors import DomainError, ErrorCode
+from core.metrics import JOB_LATENCY, JOBS
 from lifecycle.models import JobRun, JobStatus
 from lifecycle.services.dispatch import enqueue
 from llm import Usage
@@ -269,6 +270,7 @@ def job_reclaim(*, job_id: int, retry: bool = True) -> Reclaimed | None:
             finished_at=now,
             error=f"abandoned: {why}",
         )
+        JOBS.labels(kind=job.kind, status=JobStatus.ABANDONED).inc()
         logger.warning(
             "lifecycle job %s (%s, %s/%s) abandoned: %s",
             job.pk,
@@ -445,7 +447,11 @@ def job_finish(
     for field, value in outcome.items():
         setattr(job, field, value)
     recorded = _transition(job.pk, lambda row: _held(row, lease_of(job)), **outcome)
-    if not recorded:
+    if recorded:
+        JOBS.labels(kind=job.kind, status=outcome["status"]).inc()
+        if job.duration_seconds is not None:
+            JOB_LATENCY.labels(kind=job.kind).observe(job.duration_seconds)
+    else:
         logger.warning(
             "lifecycle job %s lost its lease before finishing; outcome not recorded (%s)",
             job.pk,

@@ -38,6 +38,7 @@ import numpy as np
 from django.conf import settings
 
 from core.errors import DomainError, ErrorCode
+from core.metrics import EMBEDDED_TEXTS, EMBEDDING_LATENCY, timed
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +156,9 @@ class Embedder(ABC):
                 else:
                     missing.append(i)
         if missing:
-            with self._encode_lock:
+            metric_kind = "query" if is_query else "passage"
+            EMBEDDED_TEXTS.labels(kind=metric_kind).inc(len(missing))
+            with self._encode_lock, timed(EMBEDDING_LATENCY, kind=metric_kind):
                 fresh = self._encode([texts[i] for i in missing], is_query=is_query)
             fresh = _normalise_rows(np.asarray(fresh, dtype=np.float32))
             with self._cache_lock:

@@ -40,6 +40,7 @@ import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
+from core.metrics import INDEX_LOADS, INDEX_MEMORIES, INDEX_SCOPES, timed
 from memories.models import IndexChange, Memory
 
 from .embeddings import Embedder, from_bytes
@@ -569,9 +570,13 @@ class IndexRegistry:
         ):
             ix = None  # model switched, log may have been pruned, or too many dead slots
         if ix is None:
-            ix = self._load(key, team_id, scope, agent_id, embedder)
+            with timed(INDEX_LOADS):
+                ix = self._load(key, team_id, scope, agent_id, embedder)
         else:
             self._sync(ix)
+        with self._lock:
+            INDEX_SCOPES.set(len(self._indexes))
+            INDEX_MEMORIES.set(sum(i.alive_count for i in self._indexes.values()))
         return ix
 
     def warm(self, *, team_id: str, scope: str, agent_id: str, embedder: Embedder) -> None:

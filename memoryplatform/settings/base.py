@@ -51,6 +51,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "core.middleware.RequestIdMiddleware",
+    # Prometheus request count and latency per route pattern (core/metrics.py, GET /metrics).
+    "core.metrics.MetricsMiddleware",
     "core.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files (admin, console, API docs) from the app itself, under gunicorn too.
@@ -221,6 +223,11 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["tenants.ratelimit.ApiKeyRateThrottle"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.api.LenientContentNegotiation",
 }
+
+# GET /metrics (Prometheus): from these addresses or networks without proxy headers, or with
+# `Authorization: Bearer <METRICS_TOKEN>`; anyone else gets a 404.
+METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Memory platform API",
