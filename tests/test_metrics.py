@@ -131,3 +131,14 @@ def test_multiprocess_mode_adds_up_every_gunicorn_process(tmp_path):
     )
     assert match is not None, text[:500]
     assert float(match.group(1)) == 6  # 3 through each of the two processes
+
+
+def test_the_grafana_dashboard_queries_only_series_that_exist():
+    from pathlib import Path
+
+    dashboard = (
+        Path(__file__).resolve().parent.parent / "deploy" / "grafana-dashboard.json"
+    ).read_text()
+    used = {re.sub(r"_bucket$", "", m) for m in re.findall(r"memoryplatform_\w+", dashboard)}
+    exposed = {m.name for m in REGISTRY.collect()} | {m.name + "_total" for m in REGISTRY.collect()}
+    assert used and used <= exposed, used - exposed
