@@ -29,10 +29,10 @@ from lifecycle.models import ArchiveReason, JobKind, JobRun, Persona, Scenario, 
 from lifecycle.schemas import Fact
 from llm import Usage
 from memories.models import Memory
+from memories.presenters import memory_body
 from memories.purge import memories_trash
 from memories.retrieval.dedup import conflict_reason, preference_terms
 from memories.retrieval.embeddings import embed_passages
-from memories.selectors import memory_to_dict
 from memories.services import (
     Actor,
     memory_create,
@@ -453,7 +453,7 @@ def cleanup(
                 "would_clean": qs.count(),
                 "candidates": [
                     {
-                        **memory_to_dict(m),
+                        **memory_body(m),
                         "reason": f"importance {m.importance:g} < {min_importance:g} and "
                         f"not accessed for more than {max_age_days} days",
                     }
