@@ -23,6 +23,7 @@ from django.db import transaction
 
 from core.localcache import TTLCache
 from graph.extraction import graph_extract
+from graph.presenters import extraction_body
 from lifecycle.models import JobKind, JobRun, PipelineConfig
 from llm import Usage
 from memories.models import Memory
@@ -251,7 +252,10 @@ def _cleanup(c: JobContext) -> operations.Outcome:
 
 
 def _extract_graph(c: JobContext) -> operations.Outcome:
-    return graph_extract(team=c.team, agent_id=c.agent_id, job_id=c.job_id, **c.params)
+    result, usage, engine = graph_extract(
+        team=c.team, agent_id=c.agent_id, job_id=c.job_id, **c.params
+    )
+    return extraction_body(result), usage, engine
 
 
 def _auto_run(c: JobContext) -> operations.Outcome:
