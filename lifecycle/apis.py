@@ -27,11 +27,12 @@ from memories.selectors import READ, check_memory_access, memory_get
 from tenants.apis import principal_of
 from tenants.services import agent_ensure
 
+from . import presenters
 from .models import JobKind, Persona, Scenario
 from .selectors import working_sources
 from .services import operations, pipeline
 
-# --- output documentation (the dicts are built by lifecycle.services.operations / pipeline) ------
+# --- output documentation (the bodies are rendered by lifecycle.presenters) ----------------------
 
 
 class CompressOutputSerializer(serializers.Serializer):
@@ -182,9 +183,8 @@ def _run(request: Request, kind: JobKind, agent_id: str, params: dict[str, Any])
     team = principal_of(request).team
     if agent_id:
         agent_ensure(team=team, agent_id=agent_id)
-    return Response(
-        pipeline.run(team=team, kind=kind, trigger="api", agent_id=agent_id, params=params)
-    )
+    result = pipeline.run(team=team, kind=kind, trigger="api", agent_id=agent_id, params=params)
+    return Response(presenters.result_body(result))
 
 
 class CompressInputSerializer(serializers.Serializer):
@@ -232,17 +232,13 @@ class CleanupApi(APIView):
         elif principal.agent_id is not None:
             # an agent key may only clean its own memories
             require_team_wide(acting_agent=principal.agent_id)
-        params = {
-            "max_age_days": data["max_age_days"],
-            "min_importance": data["min_importance"],
-            "dry_run": data["dry_run"],
-        }
+        params = {"max_age_days": data["max_age_days"], "min_importance": data["min_importance"]}
         if data["dry_run"]:
-            result, _, _ = operations.cleanup(
+            preview = operations.cleanup_preview(
                 team=principal.team, agent_id=data["agent_id"] or None, **params
             )
-            return Response(result)
-        return _run(request, JobKind.CLEANUP, data["agent_id"], params)
+            return Response(presenters.cleanup_preview_body(preview))
+        return _run(request, JobKind.CLEANUP, data["agent_id"], {**params, "dry_run": False})
 
 
 class ExtractFactsInputSerializer(serializers.Serializer):
@@ -357,7 +353,7 @@ class ScenariosApi(APIView):
         agent_id = _agent(request, key)
         team = principal_of(request).team
         rows = Scenario.objects.filter(team=team, agent_id=agent_id).order_by("-created_at")
-        return Response([operations._scenario_dict(s) for s in rows])
+        return Response([presenters.scenario_body(s) for s in rows])
 
     @api_operation(response=DeletedOutputSerializer, errors=(403, 404), summary="Delete a scenario")
     def delete(self, request: Request, key: str) -> Response:
@@ -408,7 +404,7 @@ class PersonaApi(APIView):
         )
         if persona is None:
             raise NotFound("persona")
-        return Response(operations.persona_dict(persona))
+        return Response(presenters.persona_body(persona))
 
     @api_operation(response=DeletedOutputSerializer, errors=(403, 404), summary="Delete a persona")
     def delete(self, request: Request, key: str) -> Response:
@@ -435,7 +431,8 @@ class AutoConfigInputSerializer(serializers.Serializer):
 class AutoConfigApi(APIView):
     @api_operation(response=AutoConfigOutputSerializer, summary="The team's pipeline configuration")
     def get(self, request: Request) -> Response:
-        return Response(pipeline.config_dict(pipeline.config_get(team=principal_of(request).team)))
+        config = pipeline.config_get(team=principal_of(request).team)
+        return Response(presenters.config_body(config))
 
     @api_operation(
         request=AutoConfigInputSerializer,
@@ -449,7 +446,7 @@ class AutoConfigApi(APIView):
         s = AutoConfigInputSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         config = pipeline.config_update(team=principal.team, **s.validated_data)
-        return Response(pipeline.config_dict(config))
+        return Response(presenters.config_body(config))
 
 
 class AutoRunApi(APIView):
@@ -461,7 +458,8 @@ class AutoRunApi(APIView):
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
         require_team_wide(acting_agent=principal.agent_id)
-        return Response({"results": pipeline.auto_run(team=principal.team, trigger="api")})
+        actions = pipeline.auto_run(team=principal.team, trigger="api")
+        return Response({"results": [presenters.auto_run_action_body(a) for a in actions]})
 
 
 class SourcesApi(APIView):

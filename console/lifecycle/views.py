@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console import access
-from lifecycle import selectors
+from lifecycle import presenters, selectors
 from lifecycle.models import JobRun, JobStatus
 from lifecycle.services import pipeline
 from memories.models import Memory
@@ -55,7 +55,7 @@ def _index_page(
 ) -> HttpResponse:
     config = pipeline.config_get(team=team)
     if config_form is None:
-        config_form = PipelineConfigForm(initial=pipeline.config_dict(config))
+        config_form = PipelineConfigForm(initial=presenters.config_body(config))
     agent_ids = _agent_ids(team)
     context: dict[str, Any] = {
         "area": "lifecycle",
