@@ -189,9 +189,7 @@ def scenario_detail(request: HttpRequest, team: Team, scenario_id: str) -> HttpR
         "area": "lifecycle",
         "persona": persona,
         "scenario": scenario,
-        "memories": selectors.memories_in_order(
-            team=team, memory_ids=scenario.get("memory_ids") or []
-        ),
+        "memories": selectors.memories_in_order(team=team, memory_ids=scenario.memory_ids),
     }
     return render(request, "console/lifecycle/scenario.html", context)
 
