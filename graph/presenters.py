@@ -1,8 +1,8 @@
 """How the graph looks in the API (and the console's graph view): JSON bodies built from the
 models, rows and typed results the selectors, traversal and extraction return.
 
-Key order is part of the contract (the reference client flows compare responses byte for byte),
-so each body is built in the documented order.
+The bodies are the API contract down to the key order (existing clients see the same bytes), so
+each is built field by field in the documented order.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 lifecycle.services (services/results.py).
 
 The same bodies are what a job records: `job_counts` keeps the scalar fields of a result's body
-(JobRun.counts), and a persona's scenario snapshot stores `scenario_body`. Key order is part of
-the contract (the reference client flows compare responses byte for byte).
+(JobRun.counts), and a persona's scenario snapshot stores `scenario_body`. The bodies are
+the API contract down to the key order (existing clients see the same bytes).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """How memories look in the API: the JSON bodies built from models and typed results.
 
 Selectors and services return models and dataclasses; the views (and whatever else answers in
-the API's shape, e.g. a lifecycle cleanup listing its candidates) render them here. The key
-order is part of the contract (responses are compared byte for byte by the reference client
-flows), so each body is built in the documented order.
+the API's shape, e.g. a lifecycle cleanup listing its candidates) render them here. The bodies
+are the API contract down to the key order (existing clients see the same bytes), so each is
+built field by field in the documented order.
 """
 
 from __future__ import annotations
