@@ -11,7 +11,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent, require_agent_filter, require_team_wide
-from core.dates import iso
 from core.errors import NotFound
 from core.openapi import api_operation
 from core.serializers import (
@@ -29,7 +28,7 @@ from tenants.services import agent_ensure
 
 from . import presenters
 from .models import JobKind, Persona, Scenario
-from .selectors import working_sources
+from .selectors import memory_supersedes, working_sources
 from .services import operations, pipeline
 
 # --- output documentation (the bodies are rendered by lifecycle.presenters) ----------------------
@@ -474,22 +473,6 @@ class SourcesApi(APIView):
         principal = principal_of(request)
         memory = memory_get(team=principal.team, memory_id=memory_id)
         check_memory_access(memory=memory, acting_agent=principal.agent_id, action=READ)
-        archived = working_sources(team=principal.team, memory=memory)
-        return Response(
-            {
-                "memory_id": memory.pk,
-                "source": (memory.metadata or {}).get("source"),
-                "job_id": (memory.metadata or {}).get("job_id"),
-                "supersedes": list(memory.supersedes.values_list("pk", flat=True)),
-                "source_items": [
-                    {
-                        "id": a.item_id,
-                        "agent_id": a.agent_id,
-                        "content": a.content,
-                        "created_at": iso(a.item_created_at),
-                        "archived_at": iso(a.archived_at),
-                    }
-                    for a in archived
-                ],
-            }
-        )
+        archived = list(working_sources(team=principal.team, memory=memory))
+        supersedes = memory_supersedes(memory=memory)
+        return Response(presenters.sources_body(memory, supersedes=supersedes, archived=archived))

@@ -13,9 +13,10 @@ from typing import Any
 from core.dates import iso
 from graph.extraction import GraphExtraction
 from graph.presenters import extraction_body
+from memories.models import Memory
 from memories.presenters import memory_body
 
-from .models import Persona, PipelineConfig, Scenario
+from .models import Persona, PipelineConfig, Scenario, WorkingArchive
 from .services.results import (
     AutoRunAction,
     AutoRunSummary,
@@ -67,6 +68,28 @@ def config_body(config: PipelineConfig) -> dict[str, Any]:
         "extract_graph": config.extract_graph,
         # False: the defaults, never saved (pipeline.config_is_saved).
         "configured": not config._state.adding,
+    }
+
+
+def sources_body(
+    memory: Memory, *, supersedes: list[int], archived: list[WorkingArchive]
+) -> dict[str, Any]:
+    """`GET /lifecycle/sources/<id>`: where a derived memory came from."""
+    return {
+        "memory_id": memory.pk,
+        "source": (memory.metadata or {}).get("source"),
+        "job_id": (memory.metadata or {}).get("job_id"),
+        "supersedes": supersedes,
+        "source_items": [
+            {
+                "id": a.item_id,
+                "agent_id": a.agent_id,
+                "content": a.content,
+                "created_at": iso(a.item_created_at),
+                "archived_at": iso(a.archived_at),
+            }
+            for a in archived
+        ],
     }
 
 

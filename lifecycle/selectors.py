@@ -32,6 +32,11 @@ def working_sources(*, team: Team, memory: Memory) -> QuerySet[WorkingArchive]:
     ).order_by("item_created_at", "id")
 
 
+def memory_supersedes(*, memory: Memory) -> list[int]:
+    """The ids of the older memories this one replaced."""
+    return list(memory.supersedes.values_list("pk", flat=True))
+
+
 def job_list(
     *,
     team: Team,
