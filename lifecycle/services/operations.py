@@ -1,7 +1,7 @@
 """Lifecycle operations (docs/lifecycle.md): compress, extract facts, aggregate, persona, cleanup.
 
 Each returns `(result, usage, engine_name)` so `jobs.job_execute` can record it; the result is a
-model or a frozen dataclass of this module (lifecycle.presenters renders it). Never loss:
+model or a frozen dataclass of `results` (lifecycle.presenters renders it). Never loss:
 working-memory items are archived (L0) in the same transaction that writes what was derived
 from them, and removed from the working store only after that transaction committed. If the
 engine or the database fails, working memory is untouched.
@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from lifecycle.llm import get_engine
@@ -152,7 +152,14 @@ def _compress(
         items = [i for i in items if i.id not in leftovers]
     engine = get_engine()
     if not items:
-        nothing = CompressResult(0, 0, 0, target_count, None, [])
+        nothing = CompressResult(
+            compressed=0,
+            remaining=0,
+            total_before=0,
+            target_count=target_count,
+            summary=None,
+            memory_ids=[],
+        )
         return nothing, Usage(), engine.name
     summaries, usage = engine.compress([i.content for i in items], target_count)
     summaries = summaries[:target_count]
@@ -252,7 +259,9 @@ def extract_facts(
     claimed = delete_after and lease is not None
     busy = jobs.claim_acquire(lease=lease, key=key) if claimed and lease is not None else None
     if busy is not None:
-        result = ExtractFactsResult([], 0, 0, analyzed=0, busy_job_id=busy)
+        result = ExtractFactsResult(
+            facts=[], duplicates=0, superseded=0, analyzed=0, busy_job_id=busy
+        )
         return result, Usage(), get_engine().name
     try:
         return _extract_facts(
@@ -276,7 +285,8 @@ def _extract_facts(
     items = store.list(team_id=team.id, agent_id=agent_id, limit=max_memories)
     engine = get_engine()
     if not items:
-        return ExtractFactsResult([], 0, 0, analyzed=None), Usage(), engine.name
+        nothing = ExtractFactsResult(facts=[], duplicates=0, superseded=0, analyzed=None)
+        return nothing, Usage(), engine.name
     facts, usage = engine.extract_facts([i.content for i in items])
     embed_passages([f.content for f in facts])
     stored: list[Memory] = []
@@ -296,7 +306,9 @@ def _extract_facts(
         _archive(team, agent_id, items, job_id)
     if delete_after:
         store.remove(team_id=team.id, agent_id=agent_id, item_ids=[i.id for i in items])
-    result = ExtractFactsResult(stored, duplicates, superseded, analyzed=len(items))
+    result = ExtractFactsResult(
+        facts=stored, duplicates=duplicates, superseded=superseded, analyzed=len(items)
+    )
     return result, usage, engine.name
 
 
@@ -383,7 +395,8 @@ def _cleanup_queryset(
     return qs
 
 
-def _cleanup_scope(team: Team, agent_id: str | None) -> Any:
+def _cleanup_scope(team: Team, agent_id: str | None) -> QuerySet[Memory]:
+    """The memories a cleanup looks at (what `remaining` counts)."""
     qs = Memory.objects.filter(team=team)
     if agent_id:
         qs = qs.filter(scope=Memory.SCOPE_PERSONAL, agent_id=agent_id)
@@ -401,8 +414,8 @@ def cleanup_preview(
     qs = _cleanup_queryset(team, max_age_days, min_importance, agent_id)
     candidates = [
         CleanupCandidate(
-            m,
-            f"importance {m.importance:g} < {min_importance:g} and "
+            memory=m,
+            reason=f"importance {m.importance:g} < {min_importance:g} and "
             f"not accessed for more than {max_age_days} days",
         )
         for m in qs.order_by("importance", "id")[:1000]
@@ -429,6 +442,7 @@ def cleanup(
     Forgotten memories go to the trash (restorable for TRASH_RETENTION_DAYS); `trashed` lists
     their ids. `removed_by` says which path ran it (auto-run passes "auto"); without it, it
     follows the job's trigger: api -> "cleanup", beat -> "beat", command -> "command".
+    `dry_run` forgets nothing and returns `cleanup_preview`.
     """
     if dry_run:
         preview = cleanup_preview(
@@ -459,4 +473,5 @@ def cleanup(
             removed_by=removed_by,
             reason=reason,
         )
-    return CleanupResult(len(trashed), scope_qs.count(), trashed), Usage(), "rules"
+    result = CleanupResult(cleaned=len(trashed), remaining=scope_qs.count(), trashed=trashed)
+    return result, Usage(), "rules"
