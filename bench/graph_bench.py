@@ -205,6 +205,7 @@ def main() -> None:
         results["http"] = rows
 
         # The service alone, in this process: traversal + rendering, no HTTP, no auth.
+        from graph.presenters import subgraph_body
         from graph.selectors import entities_get
         from graph.traversal import graph_subgraph
         from tenants.models import Team
@@ -213,7 +214,7 @@ def main() -> None:
 
         def service() -> Any:
             seeds = entities_get(team=team, entity_ids=[rng.choice(ids)])
-            return graph_subgraph(team=team, seeds=seeds, max_depth=2).as_dict()
+            return subgraph_body(graph_subgraph(team=team, seeds=seeds, max_depth=2))
 
         ms, _ = timed(service, args.queries)
         results["service_depth2"] = summarise(ms)

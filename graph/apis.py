@@ -23,9 +23,8 @@ from core.serializers import (
 from core.validators import AGENT_ID
 from tenants.apis import principal_of
 
-from . import selectors, services, traversal
+from . import presenters, selectors, services, traversal
 from .models import ENTITY_TYPES, RELATION_TYPES
-from .selectors import entity_to_dict, relation_to_dict
 
 MAX_SEEDS = 100
 MAX_QUERY_CHARS = 1000
@@ -52,7 +51,7 @@ def _validate_name(value: str) -> None:
 
 
 class EntityOutputSerializer(serializers.Serializer):
-    """Documentation of the entity object (rendered by selectors.entity_to_dict)."""
+    """Documentation of the entity object (rendered by presenters.entity_body)."""
 
     id = serializers.UUIDField()
     team_id = serializers.CharField()
@@ -204,7 +203,7 @@ class EntityListCreateApi(APIView):
         if len(q) > MAX_QUERY_CHARS:
             raise ValidationFailed({"q": [f"At most {MAX_QUERY_CHARS} characters."]}, "q: too long")
         page, page_size = _paging(request)
-        result = selectors.entity_list(
+        entities = selectors.entity_list(
             team=principal.team,
             acting_agent=principal.agent_id,
             agent_id=agent_id,
@@ -213,7 +212,7 @@ class EntityListCreateApi(APIView):
             page=page,
             page_size=page_size,
         )
-        return Response(result.as_dict())
+        return Response(presenters.page_body(entities, presenters.scored_entity_body))
 
     @api_operation(
         request=EntityCreateInputSerializer,
@@ -238,7 +237,7 @@ class EntityListCreateApi(APIView):
             description=data.get("description") or "",
             properties=data.get("properties") or {},
         )
-        return Response(entity_to_dict(entity), status=201 if created else 200)
+        return Response(presenters.entity_body(entity), status=201 if created else 200)
 
 
 class EntityDetailApi(APIView):
@@ -261,7 +260,8 @@ class EntityDetailApi(APIView):
         )
         services.entities_touch(entity_ids=[entity.pk])
         entity.refresh_from_db(fields=["access_count", "last_accessed_at"])
-        return Response(selectors.entity_detail(entity=entity, acting_agent=principal.agent_id))
+        detail = selectors.entity_detail(entity=entity, acting_agent=principal.agent_id)
+        return Response(presenters.entity_detail_body(detail))
 
     @api_operation(
         request=EntityUpdateInputSerializer,
@@ -283,7 +283,7 @@ class EntityDetailApi(APIView):
             description=data.get("description"),
             properties=data.get("properties"),
         )
-        return Response(entity_to_dict(entity))
+        return Response(presenters.entity_body(entity))
 
     @api_operation(
         errors=(403, 404),
@@ -347,7 +347,7 @@ class RelationListCreateApi(APIView):
             )
         relation_type = _choice_param(request, "relation_type", RELATION_TYPES)
         page, page_size = _paging(request)
-        result = selectors.relation_list(
+        relations = selectors.relation_list(
             team=principal.team,
             acting_agent=principal.agent_id,
             entity=entity,
@@ -355,7 +355,7 @@ class RelationListCreateApi(APIView):
             page=page,
             page_size=page_size,
         )
-        return Response(result.as_dict())
+        return Response(presenters.page_body(relations, presenters.relation_body))
 
     @api_operation(
         request=RelationCreateInputSerializer,
@@ -388,7 +388,7 @@ class RelationListCreateApi(APIView):
             description=data.get("description") or "",
             properties=data.get("properties") or {},
         )
-        return Response(relation_to_dict(relation), status=201 if created else 200)
+        return Response(presenters.relation_body(relation), status=201 if created else 200)
 
 
 class RelationDetailApi(APIView):
@@ -473,4 +473,4 @@ class GraphApi(APIView):
             )
         # Rendering the graph is a recall of its entities (as search is of memories).
         graph.mark_accessed(services.entities_touch(entity_ids=graph.entity_ids))
-        return Response(graph.as_dict())
+        return Response(presenters.subgraph_body(graph))

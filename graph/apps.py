@@ -12,8 +12,8 @@ class GraphConfig(AppConfig):
         from tenants.models import Agent
         from tenants.services import register_team_purge_hook
 
+        from . import presenters, signals
         from . import search as graph_search
-        from . import selectors, signals
 
         pre_delete.connect(
             signals.delete_agents_entities, sender=Agent, dispatch_uid="graph.agent_purge"
@@ -23,7 +23,7 @@ class GraphConfig(AppConfig):
         # Search's `include_entities` asks the graph through a hook, so memories never imports
         # graph (imports flow tenants <- memories <- graph <- lifecycle). Called directly: a
         # renamed hook must fail at start-up, not silently drop the entities from search.
-        search.register_entities_provider(selectors.entities_for_memories)
+        search.register_entities_provider(presenters.memory_entities_body)
         # A purged memory's graph links go to the review console's trash and come back with it.
         from memories.purge import register_trash_extension
 

@@ -36,10 +36,9 @@ from memories.retrieval.embeddings import embed_passages
 from tenants.models import Team
 
 from . import services
-from .models import ENTITY_TYPES, RELATION_TYPES, Entity
+from .models import ENTITY_TYPES, RELATION_TYPES, Entity, Relation
 from .offline import SELF_EN, SELF_ZH, GraphDraft, extract_offline, is_chinese
 from .resolution import SELF_KEY, Known, Resolver, normalise_name
-from .selectors import entity_to_dict, relation_to_dict
 
 logger = logging.getLogger(__name__)
 
@@ -336,10 +335,21 @@ def extract_with_llm(
 # --- resolution and writes ---------------------------------------------------------------------
 
 
-@dataclass
-class _Written:
+@dataclass(frozen=True)
+class ExtractedEntity:
     entity: Entity
-    created: bool
+    created: bool  # False: merged into an entity that existed
+
+
+@dataclass(frozen=True)
+class GraphExtraction:
+    """What an extraction wrote (rendered by presenters.extraction_body)."""
+
+    entities: list[ExtractedEntity]  # each entity once, in the order first written
+    relations: list[Relation]  # the relations of this run, created or found
+    relations_created: int
+    memories: int  # memories read
+    job_id: int | None = None
 
 
 def _resolver(team: Team, agent_id: str) -> Resolver:
@@ -367,7 +377,7 @@ def _memories(team: Team, agent_id: str, max_memories: int) -> list[Memory]:
 
 def graph_extract(
     *, team: Team, agent_id: str, max_memories: int = 20, job_id: int | None = None
-) -> tuple[dict[str, Any], Usage, str]:
+) -> tuple[GraphExtraction, Usage, str]:
     """Extracts the graph of the agent's newest memories (the team's when `agent_id` is "").
 
     Entities are written in the agent's scope (team-wide for team memories). Returns
@@ -381,22 +391,23 @@ def graph_extract(
         engine_name = client.name
     else:
         draft, usage, engine_name = extract_offline(pairs), Usage(), "offline"
-    result = _write(team, agent_id, draft, {m.pk: m for m in memories})
-    result["memories"] = len(memories)
-    if job_id is not None:
-        result["job_id"] = job_id
+    entities, relations, relations_created = _write(
+        team, agent_id, draft, {m.pk: m for m in memories}
+    )
+    result = GraphExtraction(entities, relations, relations_created, len(memories), job_id)
     return result, usage, engine_name
 
 
 def _write(
     team: Team, agent_id: str, draft: GraphDraft, memories: dict[int, Memory]
-) -> dict[str, Any]:
+) -> tuple[list[ExtractedEntity], list[Relation], int]:
+    """The entities written (each once), the relations and how many of those were new."""
     # Fill the embedder's cache before any write (merges and creates embed again, cache hits).
     texts = [services.embedding_text(d.name, d.description) for d in draft.entities]
     if texts:
         embed_passages(texts)
     resolver = _resolver(team, agent_id)
-    written: dict[int, _Written] = {}
+    written: dict[int, ExtractedEntity] = {}
     # Typed proposals first, so a guess in this run joins what a rule or the model typed.
     order = sorted(range(len(draft.entities)), key=lambda i: not draft.entities[i].confident)
     for i in order:
@@ -439,7 +450,7 @@ def _write(
             created = False
         for mid in mids[1:]:
             services.entity_mention(entity=entity, memory=memories[mid])
-        written[i] = _Written(entity, created)
+        written[i] = ExtractedEntity(entity, created)
     relations = []
     created_relations = 0
     for r in draft.relations:
@@ -456,15 +467,7 @@ def _write(
         created_relations += int(created)
         relations.append(relation)
     entities = {w.entity.pk: w for w in written.values()}
-    return {
-        "entities": [{**entity_to_dict(w.entity), "created": w.created} for w in entities.values()],
-        "relations": [relation_to_dict(r) for r in relations],
-        "entity_count": len(entities),
-        "relation_count": len(relations),
-        "entities_created": sum(w.created for w in entities.values()),
-        "entities_merged": sum(not w.created for w in entities.values()),
-        "relations_created": created_relations,
-    }
+    return list(entities.values()), relations, created_relations
 
 
 def draft_summary(draft: GraphDraft) -> str:

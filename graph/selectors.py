@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, cast
 
 from django.db.models import Q, QuerySet
 
-from core.dates import iso
 from core.errors import Forbidden, NotFound
 from tenants.models import Team
 
 from .models import Entity, EntityMention, Relation
+
+if TYPE_CHECKING:
+    from memories.models import Memory
+
+T = TypeVar("T")
 
 
 def parse_uuid(value: str) -> uuid.UUID | None:
@@ -45,33 +50,28 @@ ENTITY_ROW_FIELDS = (
 )
 
 
-def entity_row_to_dict(row: dict[str, Any], *, score: float | None = None) -> dict[str, Any]:
-    """An entity read with `.values(*ENTITY_ROW_FIELDS)` (traversal: no model instances)."""
-    data: dict[str, Any] = {
-        "id": str(row["id"]),
-        "team_id": row["team_id"],
-        "agent_id": row["agent_id"] or None,
-        "name": row["name"],
-        "entity_type": row["entity_type"],
-        "description": row["description"] or None,
-        "properties": row["properties"],
-        "source_memory_id": row["source_memory_id"],
-        "access_count": row["access_count"],
-        "last_accessed_at": iso(row["last_accessed_at"]),
-        "created_at": iso(row["created_at"]),
-        "updated_at": iso(row["updated_at"]),
-    }
-    if score is not None:
-        data["score"] = round(float(score), 4)
-    return data
+class EntityRow(TypedDict):
+    """An entity as plain values (`.values(*ENTITY_ROW_FIELDS)`): the traversal reads thousands
+    of them, and building model instances was a third of its time (docs/graph.md)."""
+
+    id: str  # canonical dashed form, str(uuid)
+    team_id: str
+    agent_id: str
+    name: str
+    entity_type: str
+    description: str
+    properties: dict[str, Any]
+    source_memory_id: int | None
+    access_count: int
+    last_accessed_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
 
 
-def entity_row(e: Entity) -> dict[str, Any]:
-    return {f: getattr(e, f) for f in ENTITY_ROW_FIELDS}
-
-
-def entity_to_dict(e: Entity, *, score: float | None = None) -> dict[str, Any]:
-    return entity_row_to_dict(entity_row(e), score=score)
+def entity_row(e: Entity) -> EntityRow:
+    row = cast(EntityRow, {f: getattr(e, f) for f in ENTITY_ROW_FIELDS})
+    row["id"] = str(e.pk)
+    return row
 
 
 RELATION_ROW_FIELDS = (
@@ -88,24 +88,27 @@ RELATION_ROW_FIELDS = (
 )
 
 
-def relation_row_to_dict(row: dict[str, Any]) -> dict[str, Any]:
-    """A relation read with `.values(*RELATION_ROW_FIELDS)` (traversal: no model instances)."""
-    return {
-        "id": str(row["id"]),
-        "team_id": row["team_id"],
-        "source_entity_id": str(row["source_id"]),
-        "target_entity_id": str(row["target_id"]),
-        "relation_type": row["relation_type"],
-        "description": row["description"] or None,
-        "properties": row["properties"],
-        "source_memory_id": row["source_memory_id"],
-        "created_at": iso(row["created_at"]),
-        "updated_at": iso(row["updated_at"]),
-    }
+class RelationRow(TypedDict):
+    """A relation as plain values (`.values(*RELATION_ROW_FIELDS)`), like EntityRow."""
+
+    id: str  # the three ids in canonical dashed form, str(uuid)
+    team_id: str
+    source_id: str
+    target_id: str
+    relation_type: str
+    description: str
+    properties: dict[str, Any]
+    source_memory_id: int | None
+    created_at: datetime
+    updated_at: datetime
 
 
-def relation_to_dict(r: Relation) -> dict[str, Any]:
-    return relation_row_to_dict({f: getattr(r, f) for f in RELATION_ROW_FIELDS})
+def relation_row(r: Relation) -> RelationRow:
+    row = cast(RelationRow, {f: getattr(r, f) for f in RELATION_ROW_FIELDS})
+    row["id"] = str(r.pk)
+    row["source_id"] = str(r.source_id)
+    row["target_id"] = str(r.target_id)
+    return row
 
 
 def visible_q(acting_agent: str | None, prefix: str = "") -> Q:
@@ -190,20 +193,20 @@ def entities_visible(
     return qs
 
 
-@dataclass
-class Page:
-    items: list[dict[str, Any]]
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a list, and the size of the whole list."""
+
+    items: list[T]
     total: int
     page: int
     page_size: int
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "items": self.items,
-            "total": self.total,
-            "page": self.page,
-            "page_size": self.page_size,
-        }
+
+@dataclass(frozen=True)
+class ScoredEntity:
+    entity: Entity
+    score: float | None = None  # the search score; None in a plain (newest first) list
 
 
 def entity_list(
@@ -215,7 +218,7 @@ def entity_list(
     q: str = "",
     page: int = 1,
     page_size: int = 20,
-) -> Page:
+) -> Page[ScoredEntity]:
     """Entities newest first; with `q`, the matches best first (each with its `score`)."""
     qs = entities_visible(
         team=team, acting_agent=acting_agent, agent_id=agent_id, entity_type=entity_type
@@ -224,7 +227,7 @@ def entity_list(
     if not q.strip():
         total = qs.count()
         rows = list(qs.order_by("-created_at", "id")[start : start + page_size])
-        return Page([entity_to_dict(e) for e in rows], total, page, page_size)
+        return Page([ScoredEntity(e) for e in rows], total, page, page_size)
     from .search import rank_entities
 
     ranked = rank_entities(
@@ -234,7 +237,7 @@ def entity_list(
     # By primary key, the team checked per row (see entities_get).
     by_id = Entity.objects.defer("embedding").in_bulk([pk for pk, _ in picked])
     items = [
-        entity_to_dict(by_id[pk], score=score)
+        ScoredEntity(by_id[pk], score)
         for pk, score in picked
         if pk in by_id and by_id[pk].team_id == team.id
     ]
@@ -249,7 +252,7 @@ def relation_list(
     relation_type: str | None = None,
     page: int = 1,
     page_size: int = 20,
-) -> Page:
+) -> Page[Relation]:
     if entity is not None:
         # The entity is the team's (selectors.entity_get): see entity_detail on the team filter.
         qs = _visible_ends(
@@ -262,7 +265,7 @@ def relation_list(
     total = qs.count()
     start = (page - 1) * page_size
     rows = list(qs.order_by("-created_at", "id")[start : start + page_size])
-    return Page([relation_to_dict(r) for r in rows], total, page, page_size)
+    return Page(rows, total, page, page_size)
 
 
 def _visible_ends(qs: QuerySet[Relation], acting_agent: str | None) -> QuerySet[Relation]:
@@ -275,24 +278,26 @@ def relations_visible(*, team: Team, acting_agent: str | None) -> QuerySet[Relat
     return _visible_ends(Relation.objects.filter(team=team), acting_agent)
 
 
-def entity_detail(*, entity: Entity, acting_agent: str | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EntityDetail:
+    entity: Entity
+    outgoing: list[Relation]
+    incoming: list[Relation]
+
+
+def entity_detail(*, entity: Entity, acting_agent: str | None) -> EntityDetail:
     """The entity with all its outgoing and incoming (visible) relations, unpaged."""
     # The entity is the team's, so its relations are; filtering on the entity alone lets the
     # database use the source/target indexes rather than the team's whole relation index.
     qs = _visible_ends(Relation.objects.all(), acting_agent).order_by("created_at", "id")
-    outgoing = [relation_to_dict(r) for r in qs.filter(source=entity)]
-    incoming = [relation_to_dict(r) for r in qs.filter(target=entity)]
-    return {
-        "entity": entity_to_dict(entity),
-        "outgoing_relations": outgoing,
-        "incoming_relations": incoming,
-    }
+    return EntityDetail(entity, list(qs.filter(source=entity)), list(qs.filter(target=entity)))
 
 
 def entities_for_memories(
     *, team: Team, memory_ids: list[int], acting_agent: str | None = None
-) -> dict[int, list[dict[str, Any]]]:
-    """The entities read from each of these memories (extraction mentions and source links).
+) -> dict[int, list[Entity]]:
+    """The entities read from each of these memories (extraction mentions and source links),
+    by name.
 
     One query whatever the number of memories; memory ids of another team find nothing.
     """
@@ -304,17 +309,9 @@ def entities_for_memories(
         .select_related("entity")
         .order_by("memory_id", "entity__name", "entity_id")
     )
-    out: dict[int, list[dict[str, Any]]] = {}
+    out: dict[int, list[Entity]] = {}
     for m in mentions:
-        e = m.entity
-        out.setdefault(m.memory_id, []).append(
-            {
-                "id": str(e.pk),
-                "name": e.name,
-                "entity_type": e.entity_type,
-                "description": e.description or None,
-            }
-        )
+        out.setdefault(m.memory_id, []).append(m.entity)
     return out
 
 
@@ -337,36 +334,34 @@ SOURCE_MEMORIES_LIMIT = 50
 SOURCE_SNIPPET_CHARS = 400
 
 
+@dataclass(frozen=True)
+class EntityConsoleDetail:
+    detail: EntityDetail
+    ends: dict[str, Entity]  # the other end of each relation, by id (the team's only)
+    source_memories: list[Memory]  # newest first, at most SOURCE_MEMORIES_LIMIT
+    source_memories_total: int
+
+
 def entity_console_detail(
     *, team: Team, entity: Entity, acting_agent: str | None = None
-) -> dict[str, Any]:
-    """`entity_detail` plus what a reviewer needs to follow it: the name and type of the other
-    end of each relation, and the memories the entity was read from (newest first, at most
-    SOURCE_MEMORIES_LIMIT, content cut to SOURCE_SNIPPET_CHARS). Five queries whatever the
-    number of relations and mentions.
+) -> EntityConsoleDetail:
+    """`entity_detail` plus what a reviewer needs to follow it: the other end of each relation,
+    and the memories the entity was read from (newest first, at most SOURCE_MEMORIES_LIMIT; the
+    presenter cuts their content to SOURCE_SNIPPET_CHARS). Five queries whatever the number of
+    relations and mentions.
     """
     from memories.models import Memory
 
     detail = entity_detail(entity=entity, acting_agent=acting_agent)
-    me = str(entity.pk)
-    relations = detail["outgoing_relations"] + detail["incoming_relations"]
+    me = entity.pk
     others = {
-        r["target_entity_id"] if r["source_entity_id"] == me else r["source_entity_id"]
-        for r in relations
+        r.target_id if r.source_id == me else r.source_id
+        for r in [*detail.outgoing, *detail.incoming]
     }
     # By primary key, the team checked per row (see entities_get).
     ends = Entity.objects.only("id", "team_id", "name", "entity_type", "agent_id").in_bulk(
-        [parse_uuid(i) for i in others]
+        list(others)
     )
-    names = {str(pk): e for pk, e in ends.items() if e.team_id == team.id}
-    for r in relations:
-        other_id = r["target_entity_id"] if r["source_entity_id"] == me else r["source_entity_id"]
-        other = names.get(other_id)
-        r["other"] = {
-            "id": other_id,
-            "name": other.name if other else None,
-            "entity_type": other.entity_type if other else None,
-        }
     memory_ids = set(
         EntityMention.objects.filter(entity=entity).values_list("memory_id", flat=True)
     )
@@ -375,21 +370,13 @@ def entity_console_detail(
     rows = (
         Memory.objects.filter(team=team, pk__in=memory_ids)
         .order_by("-created_at", "-id")
-        .values("id", "scope", "agent_id", "content", "category", "created_at")[
+        .only("id", "team_id", "scope", "agent_id", "content", "category", "created_at")[
             :SOURCE_MEMORIES_LIMIT
         ]
     )
-    detail["source_memories"] = [
-        {
-            "id": m["id"],
-            "scope": m["scope"],
-            "agent_id": m["agent_id"] or None,
-            "category": m["category"],
-            "content": m["content"][:SOURCE_SNIPPET_CHARS],
-            "truncated": len(m["content"]) > SOURCE_SNIPPET_CHARS,
-            "created_at": iso(m["created_at"]),
-        }
-        for m in rows
-    ]
-    detail["source_memories_total"] = len(memory_ids)
-    return detail
+    return EntityConsoleDetail(
+        detail=detail,
+        ends={str(pk): e for pk, e in ends.items() if e.team_id == team.id},
+        source_memories=list(rows),
+        source_memories_total=len(memory_ids),
+    )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import CharField, Q, QuerySet
 from django.db.models.functions import Cast
@@ -34,10 +34,10 @@ from .models import Entity, Relation
 from .selectors import (
     ENTITY_ROW_FIELDS,
     RELATION_ROW_FIELDS,
+    EntityRow,
+    RelationRow,
     entities_visible,
     entity_row,
-    entity_row_to_dict,
-    relation_row_to_dict,
     visible_q,
 )
 
@@ -55,8 +55,10 @@ Row = dict[str, Any]
 
 @dataclass
 class Subgraph:
-    entities: list[Row]  # .values(*ENTITY_ROW_FIELDS) rows
-    relations: list[Row]  # rendered (selectors.relation_row_to_dict)
+    """Plain rows, not models (rendered by presenters.subgraph_body); ids are canonical strings."""
+
+    entities: list[EntityRow]
+    relations: list[RelationRow]  # oldest first
     truncated: bool
 
     @property
@@ -69,18 +71,15 @@ class Subgraph:
             e["access_count"] += 1
             e["last_accessed_at"] = when
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "entities": [entity_row_to_dict(e) for e in self.entities],
-            "relations": self.relations,
-            "truncated": self.truncated,
-        }
 
-
-def _entity_rows(qs: QuerySet[Entity], limit: int | None = None) -> list[Row]:
+def _entity_rows(qs: QuerySet[Entity], limit: int | None = None) -> list[EntityRow]:
     # Plain rows, not model instances, and never the vector: a 500-node answer is mostly
     # conversion work (measured: a third of the time went to building models).
-    return _rows(qs, ENTITY_ROW_FIELDS, limit)
+    return cast(list[EntityRow], _rows(qs, ENTITY_ROW_FIELDS, limit))
+
+
+def _relation_rows(qs: QuerySet[Relation], limit: int | None = None) -> list[RelationRow]:
+    return cast(list[RelationRow], _rows(qs, RELATION_ROW_FIELDS, limit))
 
 
 # Ids inside the traversal are strings in the canonical dashed form (str(uuid)), read as text
@@ -124,7 +123,7 @@ def _rows(qs: QuerySet[Any], fields: tuple[str, ...], limit: int | None = None) 
 
 def _finish_edges(
     team: Team, pairs: dict[str, Pair], nodes: set[str], max_edges: int
-) -> tuple[list[dict[str, Any]], bool]:
+) -> tuple[list[RelationRow], bool]:
     """The relations between two nodes (the first `max_edges` found, and whether that cut
     any), oldest first: one query by primary key."""
     inside = [pk for pk, source, target in pairs.values() if source in nodes and target in nodes]
@@ -133,11 +132,11 @@ def _finish_edges(
     cut = len(inside) > max_edges
     rows = [
         r
-        for r in _rows(Relation.objects.filter(pk__in=inside[:max_edges]), RELATION_ROW_FIELDS)
+        for r in _relation_rows(Relation.objects.filter(pk__in=inside[:max_edges]))
         if r["team_id"] == team.id
     ]
     rows.sort(key=lambda r: (r["created_at"], r["id"]))
-    return [relation_row_to_dict(r) for r in rows], cut
+    return rows, cut
 
 
 def graph_whole(
@@ -157,7 +156,7 @@ def graph_whole(
         # The relations among the chosen nodes: their outgoing relations (source index), the
         # targets checked here.
         scan_limit = max_nodes + max_edges
-        ids = [e["id"] for e in nodes]
+        ids: list[Any] = [e["id"] for e in nodes]  # canonical id strings; the lookup accepts them
         found = _pairs(Relation.objects.filter(source_id__in=ids), scan_limit + 1)
         relations, cut = _finish_edges(team, {p[0]: p for p in found}, set(ids), max_edges)
         cut = cut or len(found) > scan_limit
@@ -169,8 +168,8 @@ def graph_whole(
         )
         if agent_id:
             rel_qs = rel_qs.filter(source__agent_id=agent_id, target__agent_id=agent_id)
-        rows = _rows(rel_qs.order_by("created_at", "id"), RELATION_ROW_FIELDS, max_edges + 1)
-        relations = [relation_row_to_dict(r) for r in rows[:max_edges]]
+        rows = _relation_rows(rel_qs.order_by("created_at", "id"), max_edges + 1)
+        relations = rows[:max_edges]
         cut = len(rows) > max_edges
     return Subgraph(nodes, relations, truncated or cut)
 
@@ -190,9 +189,9 @@ def graph_subgraph(
     The seeds are entities of `team` the caller may see (selectors.entities_get). Hops only go
     through entities the caller may see and, with `agent_id`, through that agent's entities.
     """
-    nodes: dict[str, Row] = {}
+    nodes: dict[str, EntityRow] = {}
     for seed in seeds:
-        nodes.setdefault(str(seed.pk), {**entity_row(seed), "id": str(seed.pk)})
+        nodes.setdefault(str(seed.pk), entity_row(seed))
     truncated = len(nodes) > max_nodes
     if truncated:
         nodes = dict(list(nodes.items())[:max_nodes])

@@ -11,7 +11,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent, require_agent_filter, require_team_wide
-from core.dates import iso
 from core.errors import NotFound
 from core.openapi import api_operation
 from core.serializers import (
@@ -27,11 +26,12 @@ from memories.selectors import READ, check_memory_access, memory_get
 from tenants.apis import principal_of
 from tenants.services import agent_ensure
 
+from . import presenters
 from .models import JobKind, Persona, Scenario
-from .selectors import working_sources
+from .selectors import memory_supersedes, working_sources
 from .services import operations, pipeline
 
-# --- output documentation (the dicts are built by lifecycle.services.operations / pipeline) ------
+# --- output documentation (the bodies are rendered by lifecycle.presenters) ----------------------
 
 
 class CompressOutputSerializer(serializers.Serializer):
@@ -182,9 +182,8 @@ def _run(request: Request, kind: JobKind, agent_id: str, params: dict[str, Any])
     team = principal_of(request).team
     if agent_id:
         agent_ensure(team=team, agent_id=agent_id)
-    return Response(
-        pipeline.run(team=team, kind=kind, trigger="api", agent_id=agent_id, params=params)
-    )
+    result = pipeline.run(team=team, kind=kind, trigger="api", agent_id=agent_id, params=params)
+    return Response(presenters.result_body(result))
 
 
 class CompressInputSerializer(serializers.Serializer):
@@ -232,17 +231,13 @@ class CleanupApi(APIView):
         elif principal.agent_id is not None:
             # an agent key may only clean its own memories
             require_team_wide(acting_agent=principal.agent_id)
-        params = {
-            "max_age_days": data["max_age_days"],
-            "min_importance": data["min_importance"],
-            "dry_run": data["dry_run"],
-        }
+        params = {"max_age_days": data["max_age_days"], "min_importance": data["min_importance"]}
         if data["dry_run"]:
-            result, _, _ = operations.cleanup(
+            preview = operations.cleanup_preview(
                 team=principal.team, agent_id=data["agent_id"] or None, **params
             )
-            return Response(result)
-        return _run(request, JobKind.CLEANUP, data["agent_id"], params)
+            return Response(presenters.cleanup_preview_body(preview))
+        return _run(request, JobKind.CLEANUP, data["agent_id"], {**params, "dry_run": False})
 
 
 class ExtractFactsInputSerializer(serializers.Serializer):
@@ -357,7 +352,7 @@ class ScenariosApi(APIView):
         agent_id = _agent(request, key)
         team = principal_of(request).team
         rows = Scenario.objects.filter(team=team, agent_id=agent_id).order_by("-created_at")
-        return Response([operations._scenario_dict(s) for s in rows])
+        return Response([presenters.scenario_body(s) for s in rows])
 
     @api_operation(response=DeletedOutputSerializer, errors=(403, 404), summary="Delete a scenario")
     def delete(self, request: Request, key: str) -> Response:
@@ -408,7 +403,7 @@ class PersonaApi(APIView):
         )
         if persona is None:
             raise NotFound("persona")
-        return Response(operations.persona_dict(persona))
+        return Response(presenters.persona_body(persona))
 
     @api_operation(response=DeletedOutputSerializer, errors=(403, 404), summary="Delete a persona")
     def delete(self, request: Request, key: str) -> Response:
@@ -435,7 +430,8 @@ class AutoConfigInputSerializer(serializers.Serializer):
 class AutoConfigApi(APIView):
     @api_operation(response=AutoConfigOutputSerializer, summary="The team's pipeline configuration")
     def get(self, request: Request) -> Response:
-        return Response(pipeline.config_dict(pipeline.config_get(team=principal_of(request).team)))
+        config = pipeline.config_get(team=principal_of(request).team)
+        return Response(presenters.config_body(config))
 
     @api_operation(
         request=AutoConfigInputSerializer,
@@ -449,7 +445,7 @@ class AutoConfigApi(APIView):
         s = AutoConfigInputSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         config = pipeline.config_update(team=principal.team, **s.validated_data)
-        return Response(pipeline.config_dict(config))
+        return Response(presenters.config_body(config))
 
 
 class AutoRunApi(APIView):
@@ -461,7 +457,8 @@ class AutoRunApi(APIView):
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
         require_team_wide(acting_agent=principal.agent_id)
-        return Response({"results": pipeline.auto_run(team=principal.team, trigger="api")})
+        actions = pipeline.auto_run(team=principal.team, trigger="api")
+        return Response({"results": [presenters.auto_run_action_body(a) for a in actions]})
 
 
 class SourcesApi(APIView):
@@ -476,22 +473,6 @@ class SourcesApi(APIView):
         principal = principal_of(request)
         memory = memory_get(team=principal.team, memory_id=memory_id)
         check_memory_access(memory=memory, acting_agent=principal.agent_id, action=READ)
-        archived = working_sources(team=principal.team, memory=memory)
-        return Response(
-            {
-                "memory_id": memory.pk,
-                "source": (memory.metadata or {}).get("source"),
-                "job_id": (memory.metadata or {}).get("job_id"),
-                "supersedes": list(memory.supersedes.values_list("pk", flat=True)),
-                "source_items": [
-                    {
-                        "id": a.item_id,
-                        "agent_id": a.agent_id,
-                        "content": a.content,
-                        "created_at": iso(a.item_created_at),
-                        "archived_at": iso(a.archived_at),
-                    }
-                    for a in archived
-                ],
-            }
-        )
+        archived = list(working_sources(team=principal.team, memory=memory))
+        supersedes = memory_supersedes(memory=memory)
+        return Response(presenters.sources_body(memory, supersedes=supersedes, archived=archived))

@@ -3,6 +3,7 @@ id is simply not found."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import QuerySet
@@ -29,6 +30,11 @@ def working_sources(*, team: Team, memory: Memory) -> QuerySet[WorkingArchive]:
     return WorkingArchive.objects.filter(
         team=team, item_id__in=memory_source_item_ids(memory=memory)
     ).order_by("item_created_at", "id")
+
+
+def memory_supersedes(*, memory: Memory) -> list[int]:
+    """The ids of the older memories this one replaced."""
+    return list(memory.supersedes.values_list("pk", flat=True))
 
 
 def job_list(
@@ -59,7 +65,15 @@ def job_get(*, team: Team, job_id: int) -> JobRun | None:
     return JobRun.objects.filter(team=team, pk=job_id).first()
 
 
-def job_outputs(*, team: Team, job: JobRun) -> dict[str, Any]:
+@dataclass(frozen=True)
+class JobOutputs:
+    memories: list[Memory]  # the first 200 written, by id
+    scenarios: list[Scenario]
+    personas: list[Persona]
+    archived: int  # working items archived
+
+
+def job_outputs(*, team: Team, job: JobRun) -> JobOutputs:
     """What a job left behind: memories it wrote, scenarios, personas, archived working items.
 
     JobRun keeps only counts; the outputs carry the job id, so they are found from it.
@@ -69,12 +83,12 @@ def job_outputs(*, team: Team, job: JobRun) -> dict[str, Any]:
     memories = Memory.objects.filter(
         team=team, created_at__gte=job.created_at, metadata__job_id=job.pk
     )
-    return {
-        "memories": list(memories.order_by("id")[:200]),
-        "scenarios": list(Scenario.objects.filter(team=team, job=job).order_by("created_at")),
-        "personas": list(Persona.objects.filter(team=team, job=job).order_by("created_at")),
-        "archived": WorkingArchive.objects.filter(team=team, job=job).count(),
-    }
+    return JobOutputs(
+        memories=list(memories.order_by("id")[:200]),
+        scenarios=list(Scenario.objects.filter(team=team, job=job).order_by("created_at")),
+        personas=list(Persona.objects.filter(team=team, job=job).order_by("created_at")),
+        archived=WorkingArchive.objects.filter(team=team, job=job).count(),
+    )
 
 
 def job_agent_ids(*, team: Team) -> list[str]:
@@ -97,40 +111,63 @@ def persona_get(*, team: Team, persona_id: str) -> Persona | None:
     return Persona.objects.filter(team=team, pk=persona_id).first()
 
 
-def persona_scenarios(*, team: Team, persona: Persona) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ScenarioSeen:
+    """A scenario as a persona saw it (its snapshot), or as stored."""
+
+    id: str
+    name: str
+    summary: str
+    memory_ids: list[Any]
+    agent_id: str
+    live: bool  # still stored (scenarios are regenerated over time)
+    from_snapshot: bool
+
+
+def persona_scenarios(*, team: Team, persona: Persona) -> list[ScenarioSeen]:
     """The scenarios a persona was built from, as it saw them (its snapshot), each marked with
-    whether that scenario still exists (scenarios are regenerated over time)."""
+    whether that scenario still exists."""
     snapshot = [s for s in persona.scenarios_snapshot or [] if isinstance(s, dict) and s.get("id")]
     live = set(
         Scenario.objects.filter(team=team, pk__in=[s["id"] for s in snapshot]).values_list(
             "pk", flat=True
         )
     )
-    return [{**s, "live": s["id"] in live} for s in snapshot]
+    return [
+        ScenarioSeen(
+            id=str(s["id"]),
+            name=str(s.get("name", "")),
+            summary=str(s.get("summary", "")),
+            memory_ids=list(s.get("memory_ids") or []),
+            agent_id=persona.agent_id,
+            live=s["id"] in live,
+            from_snapshot=True,
+        )
+        for s in snapshot
+    ]
 
 
 def scenario_view(
     *, team: Team, scenario_id: str, persona: Persona | None = None
-) -> dict[str, Any] | None:
+) -> ScenarioSeen | None:
     """A scenario as a persona saw it (its snapshot) when `persona` is given and holds it, else
     the stored scenario of the team; None when neither exists."""
     if persona is not None:
-        for s in persona_scenarios(team=team, persona=persona):
-            if s["id"] == scenario_id:
-                return {**s, "agent_id": persona.agent_id, "from_snapshot": True}
+        for seen in persona_scenarios(team=team, persona=persona):
+            if seen.id == scenario_id:
+                return seen
     scenario = Scenario.objects.filter(team=team, pk=scenario_id).first()
     if scenario is None:
         return None
-    return {
-        "id": scenario.id,
-        "name": scenario.name,
-        "summary": scenario.summary,
-        "memory_ids": scenario.memory_ids,
-        "created_at": scenario.created_at,
-        "agent_id": scenario.agent_id,
-        "live": True,
-        "from_snapshot": False,
-    }
+    return ScenarioSeen(
+        id=scenario.id,
+        name=scenario.name,
+        summary=scenario.summary,
+        memory_ids=list(scenario.memory_ids or []),
+        agent_id=scenario.agent_id,
+        live=True,
+        from_snapshot=False,
+    )
 
 
 def memories_in_order(*, team: Team, memory_ids: list[Any]) -> list[tuple[int, Memory | None]]:

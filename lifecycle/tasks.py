@@ -39,10 +39,13 @@ def run_job_task(self: Any, job_id: int) -> dict[str, Any] | None:
     """A queued job, run by a worker: `pipeline.run_queued` plus the retries of transient
     failures. Kept under this name (and the task name "lifecycle.run_job"): queued broker
     messages name it, so renaming it would strand the jobs already in the queue."""
+    from .presenters import result_body
     from .services.pipeline import run_queued
 
     try:
-        return run_queued(job_id=job_id)
+        result = run_queued(job_id=job_id)
+        # The task's own result (the result backend's JSON): the body the API would answer.
+        return None if result is None else result_body(result)
     except DomainError as exc:
         if exc.code in TRANSIENT and self.request.retries < self.max_retries:
             from .services.jobs import job_requeue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -13,7 +12,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent
-from core.dates import iso
 from core.errors import ValidationFailed
 from core.openapi import api_operation
 from core.serializers import (
@@ -29,17 +27,15 @@ from tenants.apis import principal_of
 from tenants.services import agent_register
 from tenants.usage import KIND_WRITE, usage_record
 
-from . import purge, selectors, services
+from . import presenters, purge, selectors, services
 from .models import (
     Memory,
     MemoryScope,
-    MemoryShare,
     RemovedBy,
     SharePermission,
-    TrashedMemory,
 )
 from .retrieval import search
-from .selectors import DELETE, WRITE, memory_to_dict
+from .selectors import DELETE, WRITE
 from .services import Actor
 from .working import get_working_store
 
@@ -74,7 +70,7 @@ class MemoryFieldsSerializer(serializers.Serializer):
 
 
 class MemoryOutputSerializer(MemoryFieldsSerializer):
-    """Documentation of the memory object (rendered by selectors.memory_to_dict)."""
+    """Documentation of the memory object (rendered by presenters.memory_body)."""
 
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
@@ -231,7 +227,7 @@ def _create(request: Request, scope: str, s: serializers.Serializer) -> Response
         pinned=data["pinned"],
     )
     usage_record(team=principal.team, agent_id=agent_id, kind=KIND_WRITE)
-    body = memory_to_dict(memory)
+    body = presenters.memory_body(memory)
     if hit is not None:
         body.update(dedup_skipped=True, dedup_score=round(hit.score, 4))
         return Response(body, status=200)
@@ -265,14 +261,7 @@ def _search(request: Request, scope: str, s: serializers.Serializer) -> Response
         acting_agent=principal.agent_id,
         include_entities=data["include_entities"],
     )
-    return Response([_hit_to_dict(hit) for hit in hits])
-
-
-def _hit_to_dict(hit: search.SearchHit) -> dict[str, Any]:
-    body = memory_to_dict(hit.memory, score=hit.score, content=hit.content)
-    if hit.entities is not None:
-        body["entities"] = hit.entities
-    return body
+    return Response([presenters.search_hit_body(hit) for hit in hits])
 
 
 def _recent(request: Request, scope: str, agent_id: str) -> Response:
@@ -287,7 +276,7 @@ def _recent(request: Request, scope: str, agent_id: str) -> Response:
         query=search.SearchQuery(team=principal.team, scope=scope, agent_id=agent_id, limit=limit),
         count_usage=False,
     )
-    return Response([_hit_to_dict(hit) for hit in hits])
+    return Response([presenters.search_hit_body(hit) for hit in hits])
 
 
 def _check_agent_id(agent_id: str) -> None:
@@ -306,7 +295,7 @@ def _update(request: Request, scope: str, memory_id: int) -> Response:
     memory = services.memory_update(
         memory=memory, actor=Actor.for_key(principal.api_key), **s.validated_data
     )
-    return Response(memory_to_dict(memory))
+    return Response(presenters.memory_body(memory))
 
 
 def _delete(request: Request, scope: str, memory_id: int) -> Response:
@@ -422,7 +411,7 @@ class PersonalShareApi(APIView):
             agent_ids=s.validated_data["agent_ids"],
             permission=s.validated_data["permission"],
         )
-        return Response(_shares_of(memory))
+        return Response(presenters.shares_body(memory, selectors.memory_shares(memory=memory)))
 
     @api_operation(
         response=SharesOutputSerializer,
@@ -436,7 +425,7 @@ class PersonalShareApi(APIView):
         s.is_valid(raise_exception=True)
         memory = _owned_personal_memory(request, memory_id)
         services.memory_unshare(memory=memory, agent_ids=s.validated_data.get("agent_ids"))
-        return Response(_shares_of(memory))
+        return Response(presenters.shares_body(memory, selectors.memory_shares(memory=memory)))
 
 
 def _owned_personal_memory(request: Request, memory_id: int) -> Memory:
@@ -447,14 +436,6 @@ def _owned_personal_memory(request: Request, memory_id: int) -> Memory:
     )
     selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=DELETE)
     return memory
-
-
-def _shares_of(memory: Memory) -> dict[str, Any]:
-    shares = MemoryShare.objects.filter(memory=memory).order_by("agent_id")
-    return {
-        "memory_id": memory.pk,
-        "shares": [{"agent_id": s.agent_id, "permission": s.permission} for s in shares],
-    }
 
 
 class TeamCreateApi(APIView):
@@ -531,27 +512,6 @@ class TrashPageSerializer(serializers.Serializer):
     page_size = serializers.IntegerField()
 
 
-def _trashed_to_dict(item: TrashedMemory) -> dict[str, Any]:
-    snap = item.snapshot or {}
-    created = snap.get("created_at")
-    return {
-        "id": item.memory_id,
-        "team_id": item.team_id,
-        "agent_id": item.agent_id or None,
-        "scope": item.scope,
-        "content": item.content,
-        "importance": snap.get("importance", 0.0),
-        "category": snap.get("category", ""),
-        "metadata": snap.get("metadata") or {},
-        "pinned": bool(snap.get("pinned", False)),
-        "created_at": iso(datetime.fromisoformat(created)) if created else None,
-        "removed_at": iso(item.purged_at),
-        "removed_by": item.removed_by,
-        "reason": item.reason,
-        "expires_at": iso(item.expires_at),
-    }
-
-
 class TrashListApi(APIView):
     @api_operation(
         parameters=[
@@ -583,7 +543,7 @@ class TrashListApi(APIView):
         start = (page - 1) * page_size
         return Response(
             {
-                "items": [_trashed_to_dict(i) for i in qs[start : start + page_size]],
+                "items": [presenters.trashed_body(i) for i in qs[start : start + page_size]],
                 "total": qs.count(),
                 "page": page,
                 "page_size": page_size,
@@ -619,7 +579,7 @@ class TrashRestoreApi(APIView):
             team=principal.team, memory_id=memory_id, acting_agent=principal.agent_id
         )
         memory = selectors.memory_get(team=principal.team, memory_id=memory_id)
-        return Response(memory_to_dict(memory))
+        return Response(presenters.memory_body(memory))
 
 
 # --- working memory ---------------------------------------------------------------------------
@@ -674,7 +634,7 @@ class WorkingCreateApi(APIView):
         working_memory_written.send(
             sender=WorkingCreateApi, team=principal.team, agent_id=data["agent_id"]
         )
-        return Response(item.as_dict(), status=201)
+        return Response(presenters.working_item_body(item), status=201)
 
 
 class WorkingAgentApi(APIView):
@@ -692,7 +652,7 @@ class WorkingAgentApi(APIView):
         )
         limit = WORKING_LIMIT.parse(request.query_params)
         items = get_working_store().list(team_id=principal.team.id, agent_id=agent_id, limit=limit)
-        return Response([i.as_dict() for i in items])
+        return Response([presenters.working_item_body(i) for i in items])
 
     @api_operation(
         response=WorkingClearedSerializer,

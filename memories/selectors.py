@@ -7,7 +7,6 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
-from core.dates import iso
 from core.errors import Forbidden, NotFound
 from tenants.models import Agent, Team
 
@@ -16,31 +15,6 @@ from .models import Memory, MemoryRevision, MemoryShare
 READ = "read"
 WRITE = "write"
 DELETE = "delete"
-
-
-def memory_to_dict(
-    m: Memory, *, score: float | None = None, content: str | None = None
-) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "id": m.pk,
-        "team_id": m.team_id,
-        "agent_id": m.agent_id or None,
-        "scope": m.scope,
-        "content": m.content if content is None else content,
-        "importance": m.importance,
-        "category": m.category,
-        "metadata": m.metadata,
-        "pinned": m.pinned,
-        "created_at": iso(m.created_at),
-        "updated_at": iso(m.updated_at),
-        "last_accessed": iso(m.last_accessed),
-        "access_count": m.access_count,
-    }
-    if m.superseded_by_id is not None:
-        data["superseded_by"] = m.superseded_by_id
-    if score is not None:
-        data["score"] = round(float(score), 4)
-    return data
 
 
 def memory_get(*, team: Team, memory_id: int, scope: str | None = None) -> Memory:
@@ -122,6 +96,11 @@ def memory_counts(*, team: Team) -> dict[str, int]:
     """Long-term memories per scope for the team."""
     rows = Memory.objects.filter(team=team).values("scope").annotate(n=Count("id"))
     return {r["scope"]: r["n"] for r in rows}
+
+
+def memory_shares(*, memory: Memory) -> list[MemoryShare]:
+    """Who a personal memory is shared with, by agent id."""
+    return list(MemoryShare.objects.filter(memory=memory).order_by("agent_id"))
 
 
 def shared_memory_ids(*, team: Team, agent_id: str) -> list[int]:

@@ -85,7 +85,7 @@ def test_working_memory_writes_trigger_one_compress_on_a_real_worker(tmp_path, r
 def test_research_log_on_a_worker_backed_deployment_with_the_fake_llm(tmp_path, redis_required):
     """The research-log lifecycle with the original client against gunicorn + a Celery worker + Redis, the LLM
     being the fake OpenAI-compatible server; every derived memory traced through the API."""
-    from .seed_client import MemoryClient as SeedClient
+    from .reference_client import MemoryClient as ReferenceClient
 
     broker = _redis_db(settings.REDIS_URL, 14)
     subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
@@ -146,7 +146,7 @@ def test_research_log_on_a_worker_backed_deployment_with_the_fake_llm(tmp_path, 
             "LLM_API_KEY": "sk-test",
         }
         with live_stack(tmp_path, servers=1, extra_env=env) as stack:
-            client = SeedClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+            client = ReferenceClient(stack.api_key, stack.secret, base_url=stack.urls[0])
             for item in [
                 "今天决定把量化策略的回测周期从 3 个月改为 6 个月，因为短期数据噪声太大",
                 "发现 DeepSeek V4 在代码生成任务上比 MiMo 快约 40%，但中文理解稍弱",

@@ -16,7 +16,7 @@ import requests
 from memoryplatform.client import MemoryAPIError, MemoryClient
 from tenants.services import api_key_issue, team_upsert
 
-from .seed_client import MemoryClient as SeedMemoryClient
+from .reference_client import MemoryClient as ReferenceMemoryClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +48,7 @@ def test_original_client_first_request(live_server, keys):
 
 
 def test_cross_team_isolation_with_the_original_client(live_server, keys):
-    client = SeedMemoryClient(
+    client = ReferenceMemoryClient(
         keys["codex_team"].key_id, keys["codex_team"].secret, base_url=live_server.url
     )
     assert client.post("/teams", {"team_id": "codex_team", "name": "Codex 团队"}).status_code == 200
@@ -65,8 +65,12 @@ def test_cross_team_isolation_with_the_original_client(live_server, keys):
 
 
 def test_original_client_stats_per_team(live_server, keys):
-    a = SeedMemoryClient(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url)
-    b = SeedMemoryClient(keys["team_b"].key_id, keys["team_b"].secret, base_url=live_server.url)
+    a = ReferenceMemoryClient(
+        keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url
+    )
+    b = ReferenceMemoryClient(
+        keys["team_b"].key_id, keys["team_b"].secret, base_url=live_server.url
+    )
     a.post("/agents", {"agent_id": "agent_1", "name": "Agent 1"})
     b.post("/agents", {"agent_id": "agent_1", "name": "Agent B1"})
     b.post("/agents", {"agent_id": "agent_2", "name": "Agent B2"})

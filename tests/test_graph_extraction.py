@@ -9,6 +9,7 @@ import pytest
 
 from graph.models import Entity, EntityMention, Relation
 from graph.offline import extract_offline
+from graph.presenters import memory_entities_body
 from graph.resolution import normalise_name
 from graph.selectors import entities_for_memories
 from lifecycle.models import JobRun
@@ -388,10 +389,11 @@ class TestLinksAndLifecycle:
         )
         extract(api)
         found = entities_for_memories(team=team, memory_ids=[m1, m2, m3])
-        assert {e["name"] for e in found[m1]} == {"Alice", "Google"}
-        assert {e["name"] for e in found[m2]} == {"Alice", "Rust"}
+        assert {e.name for e in found[m1]} == {"Alice", "Google"}
+        assert {e.name for e in found[m2]} == {"Alice", "Rust"}
         assert m3 not in found
-        assert set(found[m1][0]) == {"id", "name", "entity_type", "description"}
+        bodies = memory_entities_body(team=team, memory_ids=[m1])
+        assert set(bodies[m1][0]) == {"id", "name", "entity_type", "description"}
         assert entities_for_memories(team=other_team, memory_ids=[m1, m2]) == {}
         assert entities_for_memories(team=team, memory_ids=[m1], acting_agent="coder") == {}
 

@@ -11,7 +11,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from lifecycle import presenters
 from lifecycle.models import JobRun, JobStatus
+from lifecycle.results import CompressResult, JobSkipped
 from lifecycle.services import jobs, pipeline
 from memories.models import Memory
 from memories.working import get_working_store
@@ -75,7 +77,7 @@ def test_run_queued_records_the_outcome_and_frees_the_key(team):
         active_key="compress:team_a:a",
     )
     result = pipeline.run_queued(job_id=job.pk)
-    assert result["compressed"] == 1
+    assert isinstance(result, CompressResult) and result.compressed == 1
     job.refresh_from_db()
     assert (job.status, job.active_key, job.counts["compressed"], job.engine) == (
         "succeeded",
@@ -95,7 +97,7 @@ def test_a_late_auto_job_with_nothing_left_is_skipped(team):
         params={"target_count": 1},
         active_key="compress:team_a:a",
     )
-    assert pipeline.run_queued(job_id=job.pk) == {"skipped": True}
+    assert pipeline.run_queued(job_id=job.pk) == JobSkipped()
     job.refresh_from_db()
     assert job.status == "succeeded" and job.counts == {"skipped": 1}
 
@@ -263,3 +265,10 @@ def test_a_background_claim_refused_by_a_busy_sqlite_is_tried_again(settings):
     worker.join(timeout=30)
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED, job.error
+
+
+def test_the_config_body_shows_every_config_field_in_order(team):
+    # The presenter lists the fields explicitly (the API's order); a new config field must be
+    # added there too.
+    body = presenters.config_body(pipeline.config_get(team=team))
+    assert list(body) == ["team_id", *pipeline.CONFIG_FIELDS, "configured"]

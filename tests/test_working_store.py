@@ -23,6 +23,7 @@ from rest_framework import serializers
 from core.errors import DomainError
 from memories import working
 from memories.models import WorkingMemoryItem
+from memories.presenters import working_item_body
 from memories.working import (
     DatabaseWorkingStore,
     RedisWorkingStore,
@@ -293,7 +294,7 @@ def test_chinese_content_round_trips_byte_exact(store):
     [listed] = store.list(team_id=A, agent_id="x")
     assert listed.content.encode("utf-8") == CHINESE.encode("utf-8")
     assert item.content == CHINESE
-    assert listed.as_dict()["content"] == CHINESE
+    assert working_item_body(listed)["content"] == CHINESE
 
 
 def test_bad_ids_and_ttls_are_refused(store):
@@ -315,20 +316,20 @@ def test_ping(store):
 # --- the item ------------------------------------------------------------------------------------
 
 
-def test_as_dict_renders_like_drf():
+def test_item_body_renders_like_drf():
     field = serializers.DateTimeField()
     created = datetime(2026, 11, 29, 13, 0, 21, 164516, tzinfo=UTC)
     whole_second = datetime(2026, 12, 2, 13, 0, 21, tzinfo=UTC)
     item = WorkingItem("ab" * 16, "x", "c", created, whole_second)
-    assert item.as_dict() == {
+    assert working_item_body(item) == {
         "id": "ab" * 16,
         "agent_id": "x",
         "content": "c",
         "created_at": "2026-11-29T13:00:21.164516Z",
         "expires_at": "2026-12-02T13:00:21Z",
     }
-    assert item.as_dict()["created_at"] == field.to_representation(created)
-    assert item.as_dict()["expires_at"] == field.to_representation(whole_second)
+    assert working_item_body(item)["created_at"] == field.to_representation(created)
+    assert working_item_body(item)["expires_at"] == field.to_representation(whole_second)
 
 
 # --- choosing the backend ------------------------------------------------------------------------

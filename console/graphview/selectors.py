@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from graph import presenters as graph_presenters
 from graph import selectors as graph_selectors
 from graph import traversal
 from graph.models import Entity
@@ -50,10 +51,10 @@ def console_graph(*, team: Team, query: GraphQuery) -> dict[str, Any]:
         )
         matches = [
             {
-                "id": e["id"],
-                "name": e["name"],
-                "entity_type": e["entity_type"],
-                "score": e.get("score"),
+                "id": str(e.entity.pk),
+                "name": e.entity.name,
+                "entity_type": e.entity.entity_type,
+                "score": None if e.score is None else round(float(e.score), 4),
             }
             for e in page.items
         ]
@@ -80,7 +81,7 @@ def console_graph(*, team: Team, query: GraphQuery) -> dict[str, Any]:
             max_nodes=query.max_nodes,
             max_edges=query.max_edges,
         )
-    body = graph.as_dict()
+    body = graph_presenters.subgraph_body(graph)
     body.update(
         {
             "centre": centre,
@@ -97,6 +98,7 @@ def console_entity(*, team: Team, entity_id: str, agent: str = "") -> dict[str, 
     memories it was read from. NotFound for another team's id, Forbidden as in console_graph."""
     acting_agent = agent or None
     entity = graph_selectors.entity_get(team=team, entity_id=entity_id, acting_agent=acting_agent)
-    return graph_selectors.entity_console_detail(
+    detail = graph_selectors.entity_console_detail(
         team=team, entity=entity, acting_agent=acting_agent
     )
+    return graph_presenters.entity_console_body(detail)

@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console import access
-from lifecycle import selectors
+from lifecycle import presenters, selectors
 from lifecycle.models import JobRun, JobStatus
 from lifecycle.services import pipeline
 from memories.models import Memory
@@ -72,7 +72,7 @@ def _index_page(
 ) -> HttpResponse:
     config = pipeline.config_get(team=team)
     if config_form is None:
-        config_form = PipelineConfigForm(initial=pipeline.config_dict(config))
+        config_form = PipelineConfigForm(initial=presenters.config_body(config))
     agent_ids = _agent_ids(team)
     context: dict[str, Any] = {
         "config": config,
@@ -196,9 +196,7 @@ def scenario_detail(request: HttpRequest, team: Team, scenario_id: str) -> HttpR
     context = {
         "persona": persona,
         "scenario": scenario,
-        "memories": selectors.memories_in_order(
-            team=team, memory_ids=scenario.get("memory_ids") or []
-        ),
+        "memories": selectors.memories_in_order(team=team, memory_ids=scenario.memory_ids),
     }
     return _page(request, "scenario", context)
 

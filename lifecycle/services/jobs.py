@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -38,6 +38,8 @@ from lifecycle.models import JobRun, JobStatus
 from lifecycle.services.dispatch import enqueue
 from llm import Usage
 from tenants.models import Team
+
+R = TypeVar("R")  # what a job's operation returns
 
 logger = logging.getLogger(__name__)
 
@@ -470,11 +472,15 @@ def job_requeue(*, job_id: int, delay_seconds: float) -> bool:
 
 
 def job_execute(
-    *, job: JobRun, operation: Callable[[], tuple[dict[str, Any], Usage, str]]
-) -> dict[str, Any]:
-    """Runs a claimed (or started) job's operation under its lease, recording its outcome;
-    re-raises failures for the caller. Which operation a job kind runs is the pipeline's
-    business (`pipeline.job_run`); this is only the lease and the record around it."""
+    *,
+    job: JobRun,
+    operation: Callable[[], tuple[R, Usage, str]],
+    counts: Callable[[R], dict[str, Any]],
+) -> R:
+    """Runs a claimed (or started) job's operation under its lease, recording its outcome
+    (`counts(result)`, lifecycle.presenters.job_counts); re-raises failures for the caller.
+    Which operation a job kind runs is the pipeline's business (`pipeline.job_run`); this is
+    only the lease and the record around it."""
     try:
         with lease_kept(lease_of(job)):
             result, usage, engine = operation()
@@ -487,6 +493,5 @@ def job_execute(
             job=job, counts={}, usage=Usage(), engine="", error=f"{type(exc).__name__}: {exc}"
         )
         raise
-    counts = {k: v for k, v in result.items() if isinstance(v, int | float | bool) or v is None}
-    job_finish(job=job, counts=counts, usage=usage, engine=engine)
+    job_finish(job=job, counts=counts(result), usage=usage, engine=engine)
     return result

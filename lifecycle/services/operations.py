@@ -1,6 +1,7 @@
 """Lifecycle operations (docs/lifecycle.md): compress, extract facts, aggregate, persona, cleanup.
 
-Each returns `(result, usage, engine_name)` so `jobs.job_execute` can record it. Never loss:
+Each returns `(result, usage, engine_name)` so `jobs.job_execute` can record it; the result is a
+model or a frozen dataclass of `results` (lifecycle.presenters renders it). Never loss:
 working-memory items are archived (L0) in the same transaction that writes what was derived
 from them, and removed from the working store only after that transaction committed. If the
 engine or the database fails, working memory is untouched.
@@ -21,7 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from lifecycle.llm import get_engine
@@ -32,7 +33,6 @@ from memories.models import Memory
 from memories.purge import memories_trash
 from memories.retrieval.dedup import conflict_reason, preference_terms
 from memories.retrieval.embeddings import embed_passages
-from memories.selectors import memory_to_dict
 from memories.services import (
     Actor,
     memory_create,
@@ -42,11 +42,19 @@ from memories.services import (
 from memories.working import WorkingItem, get_working_store
 from tenants.models import Team
 
+from ..presenters import scenario_body
+from ..results import (
+    CleanupCandidate,
+    CleanupPreview,
+    CleanupResult,
+    CompressResult,
+    ExtractFactsResult,
+    ScenesResult,
+)
 from . import jobs
 
 logger = logging.getLogger(__name__)
 
-Outcome = tuple[dict[str, Any], Usage, str]
 SYSTEM = Actor(label="lifecycle")
 # A fact this close to an older one, that differs from it in a number, date, negation or
 # preference (or only adds detail), is an update of it: the older one is superseded, not lost.
@@ -106,20 +114,20 @@ def compress(
     target_count: int = 5,
     job_id: int | None = None,
     lease: jobs.Lease | None = None,
-) -> Outcome:
+) -> tuple[CompressResult, Usage, str]:
     key = working_claim_key(team, agent_id)
     busy = jobs.claim_acquire(lease=lease, key=key) if lease is not None else None
     if busy is not None:
         count = get_working_store().count(team_id=team.id, agent_id=agent_id)
-        result: dict[str, Any] = {
-            "compressed": 0,
-            "remaining": count,
-            "total_before": count,
-            "target_count": target_count,
-            "summary": None,
-            "memory_ids": [],
-            "busy_job_id": busy,  # the job consuming these items now
-        }
+        result = CompressResult(
+            compressed=0,
+            remaining=count,
+            total_before=count,
+            target_count=target_count,
+            summary=None,
+            memory_ids=[],
+            busy_job_id=busy,  # the job consuming these items now
+        )
         return result, Usage(), get_engine().name
     try:
         return _compress(team, agent_id, target_count, job_id, lease, key)
@@ -135,7 +143,7 @@ def _compress(
     job_id: int | None,
     lease: jobs.Lease | None,
     key: str,
-) -> Outcome:
+) -> tuple[CompressResult, Usage, str]:
     store = get_working_store()
     items = store.list(team_id=team.id, agent_id=agent_id)
     leftovers = _already_compressed(team, agent_id, items)
@@ -143,16 +151,16 @@ def _compress(
         store.remove(team_id=team.id, agent_id=agent_id, item_ids=sorted(leftovers))
         items = [i for i in items if i.id not in leftovers]
     engine = get_engine()
-    result: dict[str, Any] = {
-        "compressed": 0,
-        "remaining": 0,
-        "total_before": len(items),
-        "target_count": target_count,
-        "summary": None,
-        "memory_ids": [],
-    }
     if not items:
-        return result, Usage(), engine.name
+        nothing = CompressResult(
+            compressed=0,
+            remaining=0,
+            total_before=0,
+            target_count=target_count,
+            summary=None,
+            memory_ids=[],
+        )
+        return nothing, Usage(), engine.name
     summaries, usage = engine.compress([i.content for i in items], target_count)
     summaries = summaries[:target_count]
     embed_passages([s.content for s in summaries])  # outside the transaction (fills the cache)
@@ -177,9 +185,11 @@ def _compress(
         _archive(team, agent_id, items, job_id)
     # Committed: only now may the working items go.
     store.remove(team_id=team.id, agent_id=agent_id, item_ids=[i.id for i in items])
-    result.update(
+    result = CompressResult(
         compressed=len(items),
         remaining=store.count(team_id=team.id, agent_id=agent_id),
+        total_before=len(items),
+        target_count=target_count,
         summary="\n".join(s.content for s in summaries) or None,
         memory_ids=written,
     )
@@ -243,14 +253,16 @@ def extract_facts(
     delete_after: bool = False,
     job_id: int | None = None,
     lease: jobs.Lease | None = None,
-) -> Outcome:
+) -> tuple[ExtractFactsResult, Usage, str]:
     # Only a deleting extraction consumes working memory; a reading one may overlap anything.
     key = working_claim_key(team, agent_id)
     claimed = delete_after and lease is not None
     busy = jobs.claim_acquire(lease=lease, key=key) if claimed and lease is not None else None
     if busy is not None:
-        result: dict[str, Any] = {"facts": [], "count": 0, "duplicates": 0, "superseded": 0}
-        return {**result, "analyzed": 0, "busy_job_id": busy}, Usage(), get_engine().name
+        result = ExtractFactsResult(
+            facts=[], duplicates=0, superseded=0, analyzed=0, busy_job_id=busy
+        )
+        return result, Usage(), get_engine().name
     try:
         return _extract_facts(
             team, agent_id, max_memories, delete_after, job_id, lease if claimed else None, key
@@ -268,15 +280,16 @@ def _extract_facts(
     job_id: int | None,
     lease: jobs.Lease | None,
     key: str,
-) -> Outcome:
+) -> tuple[ExtractFactsResult, Usage, str]:
     store = get_working_store()
     items = store.list(team_id=team.id, agent_id=agent_id, limit=max_memories)
     engine = get_engine()
     if not items:
-        return {"facts": [], "count": 0, "duplicates": 0, "superseded": 0}, Usage(), engine.name
+        nothing = ExtractFactsResult(facts=[], duplicates=0, superseded=0, analyzed=None)
+        return nothing, Usage(), engine.name
     facts, usage = engine.extract_facts([i.content for i in items])
     embed_passages([f.content for f in facts])
-    stored: list[dict[str, Any]] = []
+    stored: list[Memory] = []
     duplicates = superseded = 0
     with transaction.atomic():
         if lease is not None:
@@ -289,42 +302,19 @@ def _extract_facts(
                 duplicates += 1
                 continue
             superseded += outcome == "superseded"
-            stored.append(
-                {
-                    "id": memory.pk,
-                    "content": memory.content,
-                    "importance": memory.importance,
-                    "category": memory.category,
-                }
-            )
+            stored.append(memory)
         _archive(team, agent_id, items, job_id)
     if delete_after:
         store.remove(team_id=team.id, agent_id=agent_id, item_ids=[i.id for i in items])
-    result = {
-        "facts": stored,
-        "count": len(stored),
-        "duplicates": duplicates,
-        "superseded": superseded,
-        "analyzed": len(items),
-    }
+    result = ExtractFactsResult(
+        facts=stored, duplicates=duplicates, superseded=superseded, analyzed=len(items)
+    )
     return result, usage, engine.name
-
-
-def _scenario_dict(s: Scenario) -> dict[str, Any]:
-    from core.dates import iso
-
-    return {
-        "id": s.id,
-        "name": s.name,
-        "summary": s.summary,
-        "memory_ids": s.memory_ids,
-        "created_at": iso(s.created_at),
-    }
 
 
 def aggregate_scenes(
     *, team: Team, agent_id: str, max_memories: int = 50, job_id: int | None = None
-) -> Outcome:
+) -> tuple[ScenesResult, Usage, str]:
     """Groups the agent's personal and the team's memories into scenarios (replacing the agent's
     previous scenarios; personas keep a snapshot of the ones they were built from)."""
     memories = list(
@@ -336,7 +326,7 @@ def aggregate_scenes(
     )
     engine = get_engine()
     if not memories:
-        return {"scenarios": [], "count": 0}, Usage(), engine.name
+        return ScenesResult([]), Usage(), engine.name
     drafts, usage = engine.aggregate([(m.pk, m.content) for m in reversed(memories)])
     with transaction.atomic():
         Scenario.objects.filter(team=team, agent_id=agent_id).delete()
@@ -351,30 +341,12 @@ def aggregate_scenes(
             )
             for d in drafts
         ]
-    scenarios = [_scenario_dict(s) for s in created]
-    return {"scenarios": scenarios, "count": len(scenarios)}, usage, engine.name
-
-
-def persona_dict(p: Persona) -> dict[str, Any]:
-    from core.dates import iso
-
-    return {
-        "id": p.id,
-        "agent_id": p.agent_id,
-        "preferences": p.preferences,
-        "habits": p.habits,
-        "expertise": p.expertise,
-        "communication_style": p.communication_style,
-        "summary": p.summary,
-        "memory_ids": p.memory_ids,
-        "scenario_ids": p.scenario_ids,
-        "created_at": iso(p.created_at),
-    }
+    return ScenesResult(created), usage, engine.name
 
 
 def generate_persona(
     *, team: Team, agent_id: str, max_items: int = 30, job_id: int | None = None
-) -> Outcome:
+) -> tuple[Persona, Usage, str]:
     memories = list(
         Memory.objects.filter(
             team=team, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id, superseded_by__isnull=True
@@ -399,10 +371,11 @@ def generate_persona(
         summary=draft.summary,
         memory_ids=draft.memory_ids,
         scenario_ids=draft.scenario_ids,
-        scenarios_snapshot=[_scenario_dict(used[sid]) for sid in draft.scenario_ids if sid in used],
+        # The scenarios as the API shows them: the snapshot keeps that shape (a JSON column).
+        scenarios_snapshot=[scenario_body(used[sid]) for sid in draft.scenario_ids if sid in used],
         job_id=job_id,
     )
-    return {"persona": persona_dict(persona)}, usage, engine.name
+    return persona, usage, engine.name
 
 
 # Who removed a memory (TrashedMemory.removed_by), by the trigger of the cleanup job.
@@ -422,6 +395,38 @@ def _cleanup_queryset(
     return qs
 
 
+def _cleanup_scope(team: Team, agent_id: str | None) -> QuerySet[Memory]:
+    """The memories a cleanup looks at (what `remaining` counts)."""
+    qs = Memory.objects.filter(team=team)
+    if agent_id:
+        qs = qs.filter(scope=Memory.SCOPE_PERSONAL, agent_id=agent_id)
+    return qs
+
+
+def cleanup_preview(
+    *,
+    team: Team,
+    max_age_days: int = 90,
+    min_importance: float = 0.2,
+    agent_id: str | None = None,
+) -> CleanupPreview:
+    """What `cleanup` would forget (reads only): the first 1000, least important first."""
+    qs = _cleanup_queryset(team, max_age_days, min_importance, agent_id)
+    candidates = [
+        CleanupCandidate(
+            memory=m,
+            reason=f"importance {m.importance:g} < {min_importance:g} and "
+            f"not accessed for more than {max_age_days} days",
+        )
+        for m in qs.order_by("importance", "id")[:1000]
+    ]
+    return CleanupPreview(
+        remaining=_cleanup_scope(team, agent_id).count(),
+        would_clean=qs.count(),
+        candidates=candidates,
+    )
+
+
 def cleanup(
     *,
     team: Team,
@@ -431,38 +436,24 @@ def cleanup(
     dry_run: bool = False,
     job_id: int | None = None,
     removed_by: str | None = None,
-) -> Outcome:
+) -> tuple[CleanupResult | CleanupPreview, Usage, str]:
     """Forgets memories that are both unimportant and idle; pinned ones never.
 
     Forgotten memories go to the trash (restorable for TRASH_RETENTION_DAYS); `trashed` lists
     their ids. `removed_by` says which path ran it (auto-run passes "auto"); without it, it
     follows the job's trigger: api -> "cleanup", beat -> "beat", command -> "command".
+    `dry_run` forgets nothing and returns `cleanup_preview`.
     """
-    qs = _cleanup_queryset(team, max_age_days, min_importance, agent_id)
-    scope_qs = Memory.objects.filter(team=team)
-    if agent_id:
-        scope_qs = scope_qs.filter(scope=Memory.SCOPE_PERSONAL, agent_id=agent_id)
     if dry_run:
-        candidates = list(qs.order_by("importance", "id")[:1000])
-        total = scope_qs.count()
-        return (
-            {
-                "cleaned": 0,
-                "remaining": total,
-                "dry_run": True,
-                "would_clean": qs.count(),
-                "candidates": [
-                    {
-                        **memory_to_dict(m),
-                        "reason": f"importance {m.importance:g} < {min_importance:g} and "
-                        f"not accessed for more than {max_age_days} days",
-                    }
-                    for m in candidates
-                ],
-            },
-            Usage(),
-            "rules",
+        preview = cleanup_preview(
+            team=team,
+            max_age_days=max_age_days,
+            min_importance=min_importance,
+            agent_id=agent_id,
         )
+        return preview, Usage(), "rules"
+    qs = _cleanup_queryset(team, max_age_days, min_importance, agent_id)
+    scope_qs = _cleanup_scope(team, agent_id)
     if removed_by is None:
         trigger = None
         if job_id is not None:
@@ -482,8 +473,5 @@ def cleanup(
             removed_by=removed_by,
             reason=reason,
         )
-    return (
-        {"cleaned": len(trashed), "remaining": scope_qs.count(), "trashed": trashed},
-        Usage(),
-        "rules",
-    )
+    result = CleanupResult(cleaned=len(trashed), remaining=scope_qs.count(), trashed=trashed)
+    return result, Usage(), "rules"

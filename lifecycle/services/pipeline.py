@@ -29,6 +29,8 @@ from memories.models import Memory
 from memories.working import get_working_store, max_items_per_agent
 from tenants.models import Agent, Team
 
+from ..presenters import job_counts
+from ..results import AutoRunAction, AutoRunSummary, JobResult, JobSkipped
 from . import jobs, operations
 from .dispatch import enqueue
 
@@ -75,14 +77,6 @@ def config_get_cached(*, team: Team) -> PipelineConfig:
 
 def config_is_saved(config: PipelineConfig) -> bool:
     return not config._state.adding
-
-
-def config_dict(config: PipelineConfig) -> dict[str, Any]:
-    return {
-        "team_id": config.team_id,
-        **{f: getattr(config, f) for f in CONFIG_FIELDS},
-        "configured": config_is_saved(config),
-    }
 
 
 def config_update(*, team: Team, **fields: Any) -> PipelineConfig:
@@ -145,10 +139,10 @@ def on_working_memory_written(*, team: Team, agent_id: str) -> JobRun | None:
     return job
 
 
-def auto_run(*, team: Team, trigger: str = "api") -> list[dict[str, Any]]:
+def auto_run(*, team: Team, trigger: str = "api") -> list[AutoRunAction]:
     """Runs now, for the team, every action its config calls for; one result entry per action."""
     config = config_get(team=team)
-    results: list[dict[str, Any]] = []
+    results: list[AutoRunAction] = []
     if not config.enabled:
         return results
     store = get_working_store()
@@ -165,7 +159,7 @@ def auto_run(*, team: Team, trigger: str = "api") -> list[dict[str, Any]]:
             agent_id=agent_id,
             params={"target_count": config.compress_target_count},
         )
-        results.append({"action": "compress", "agent_id": agent_id, **result})
+        results.append(AutoRunAction("compress", agent_id, result))
     if config.cleanup_idle_days > 0:
         result = run(
             team=team,
@@ -179,7 +173,7 @@ def auto_run(*, team: Team, trigger: str = "api") -> list[dict[str, Any]]:
                 "removed_by": "auto",
             },
         )
-        results.append({"action": "cleanup", **result})
+        results.append(AutoRunAction("cleanup", None, result))
     return results
 
 
@@ -216,44 +210,45 @@ class JobContext:
     lease: jobs.Lease | None
 
 
-JobHandler = Callable[[JobContext], operations.Outcome]
+Outcome = tuple[JobResult, Usage, str]  # (result, usage, engine name)
+JobHandler = Callable[[JobContext], Outcome]
 
 
-def _compress(c: JobContext) -> operations.Outcome:
+def _compress(c: JobContext) -> Outcome:
     return operations.compress(
         team=c.team, agent_id=c.agent_id, job_id=c.job_id, lease=c.lease, **c.params
     )
 
 
-def _extract_facts(c: JobContext) -> operations.Outcome:
+def _extract_facts(c: JobContext) -> Outcome:
     outcome = operations.extract_facts(
         team=c.team, agent_id=c.agent_id, job_id=c.job_id, lease=c.lease, **c.params
     )
-    _maybe_extract_graph(team=c.team, agent_id=c.agent_id, facts=outcome[0].get("count", 0))
+    _maybe_extract_graph(team=c.team, agent_id=c.agent_id, facts=len(outcome[0].facts))
     return outcome
 
 
-def _aggregate_scenes(c: JobContext) -> operations.Outcome:
+def _aggregate_scenes(c: JobContext) -> Outcome:
     return operations.aggregate_scenes(
         team=c.team, agent_id=c.agent_id, job_id=c.job_id, **c.params
     )
 
 
-def _generate_persona(c: JobContext) -> operations.Outcome:
+def _generate_persona(c: JobContext) -> Outcome:
     return operations.generate_persona(
         team=c.team, agent_id=c.agent_id, job_id=c.job_id, **c.params
     )
 
 
-def _cleanup(c: JobContext) -> operations.Outcome:
+def _cleanup(c: JobContext) -> Outcome:
     return operations.cleanup(team=c.team, agent_id=c.agent_id or None, job_id=c.job_id, **c.params)
 
 
-def _extract_graph(c: JobContext) -> operations.Outcome:
+def _extract_graph(c: JobContext) -> Outcome:
     return graph_extract(team=c.team, agent_id=c.agent_id, job_id=c.job_id, **c.params)
 
 
-def _auto_run(c: JobContext) -> operations.Outcome:
+def _auto_run(c: JobContext) -> Outcome:
     return _auto_run_outcome(team=c.team, job_id=c.job_id)
 
 
@@ -277,7 +272,7 @@ def dispatch(
     params: dict[str, Any],
     job_id: int | None,
     lease: jobs.Lease | None = None,
-) -> operations.Outcome:
+) -> Outcome:
     """Calls the operation of `kind` (`HANDLERS`) with its parameters."""
     handler = HANDLERS.get(kind)
     if handler is None:
@@ -290,11 +285,12 @@ def dispatch(
 # --- running jobs ------------------------------------------------------------------------------
 
 
-def job_run(*, job: JobRun) -> dict[str, Any]:
+def job_run(*, job: JobRun) -> JobResult:
     """Runs a claimed or started job's operation under its lease and records the outcome (the
     one way any job runs); re-raises the operation's failure for the caller."""
     return jobs.job_execute(
         job=job,
+        counts=job_counts,
         operation=partial(
             dispatch,
             team=job.team,
@@ -307,15 +303,13 @@ def job_run(*, job: JobRun) -> dict[str, Any]:
     )
 
 
-def run(
-    *, team: Team, kind: str, trigger: str, agent_id: str, params: dict[str, Any]
-) -> dict[str, Any]:
+def run(*, team: Team, kind: str, trigger: str, agent_id: str, params: dict[str, Any]) -> JobResult:
     """Runs an operation now in this process, recorded as a job (leased like a queued one)."""
     job = jobs.job_start(team=team, kind=kind, trigger=trigger, agent_id=agent_id, params=params)
     return job_run(job=job)
 
 
-def run_queued(*, job_id: int) -> dict[str, Any] | None:
+def run_queued(*, job_id: int) -> JobResult | JobSkipped | None:
     """Runs a queued job if this caller wins the claim; None when someone else has it (or it is gone)."""
     job = jobs.job_claim(job_id=job_id)
     if job is None:
@@ -330,7 +324,7 @@ def run_queued(*, job_id: int) -> dict[str, Any] | None:
             or get_working_store().count(team_id=job.team_id, agent_id=job.agent_id) < threshold
         ):
             jobs.job_finish(job=job, counts={"skipped": 1}, usage=Usage(), engine="")
-            return {"skipped": True}
+            return JobSkipped()
     return job_run(job=job)
 
 
@@ -359,7 +353,7 @@ def schedule_cleanups(*, trigger: str = "beat") -> int:
 # --- Queued runs (the review console's "run now") ---------------------------------------------
 
 
-def _auto_run_outcome(*, team: Team, job_id: int | None) -> operations.Outcome:
+def _auto_run_outcome(*, team: Team, job_id: int | None) -> Outcome:
     """The whole pipeline as one recorded job: each action it runs is its own job, with the
     same trigger as this one, and records its own counts and tokens."""
     trigger = "auto"
@@ -368,12 +362,12 @@ def _auto_run_outcome(*, team: Team, job_id: int | None) -> operations.Outcome:
             JobRun.objects.filter(pk=job_id).values_list("trigger", flat=True).first() or trigger
         )
     results = auto_run(team=team, trigger=trigger)
-    counts = {
-        "actions": len(results),
-        "compress_runs": sum(1 for r in results if r.get("action") == "compress"),
-        "cleanup_runs": sum(1 for r in results if r.get("action") == "cleanup"),
-    }
-    return counts, Usage(), "pipeline"
+    summary = AutoRunSummary(
+        actions=len(results),
+        compress_runs=sum(1 for r in results if r.action == "compress"),
+        cleanup_runs=sum(1 for r in results if r.action == "cleanup"),
+    )
+    return summary, Usage(), "pipeline"
 
 
 def run_later(

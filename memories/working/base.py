@@ -16,7 +16,6 @@ from typing import Protocol
 from django.conf import settings
 from django.db import transaction
 
-from core.dates import iso
 from core.validators import AGENT_ID_RE, TEAM_ID_RE
 
 from .events import working_memory_evicting
@@ -38,15 +37,6 @@ class WorkingItem:
     content: str
     created_at: datetime  # aware UTC
     expires_at: datetime
-
-    def as_dict(self) -> dict[str, str]:
-        return {
-            "id": self.id,
-            "agent_id": self.agent_id,
-            "content": self.content,
-            "created_at": iso(self.created_at.astimezone(UTC)),
-            "expires_at": iso(self.expires_at.astimezone(UTC)),
-        }
 
 
 class WorkingMemoryStore(Protocol):

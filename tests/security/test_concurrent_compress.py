@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from core.errors import DomainError
 from lifecycle.models import JobRun, WorkingArchive
+from lifecycle.results import CompressResult
 from lifecycle.services import jobs, pipeline
 from memories.models import Memory
 from memories.working import get_working_store
@@ -41,7 +42,7 @@ def _fill(team, n: int = ITEMS, agent: str = "a") -> list[str]:
     ]
 
 
-def _compress(team, agent: str = "a") -> dict:
+def _compress(team, agent: str = "a") -> CompressResult:
     return pipeline.run(
         team=team, kind="compress", trigger="api", agent_id=agent, params={"target_count": 2}
     )
@@ -54,10 +55,10 @@ class TestClaim:
         holder = jobs.job_start(team=team, kind="compress", trigger="api", agent_id="a", params={})
         assert jobs.claim_acquire(lease=jobs.lease_of(holder), key="working:team_a:a") is None
         busy = _compress(team)
-        assert (busy["compressed"], busy["busy_job_id"], busy["remaining"]) == (0, holder.pk, ITEMS)
+        assert (busy.compressed, busy.busy_job_id, busy.remaining) == (0, holder.pk, ITEMS)
         assert not WorkingArchive.objects.exists() and not Memory.objects.exists()
         jobs.claim_release(lease=jobs.lease_of(holder), key="working:team_a:a")
-        assert _compress(team)["compressed"] == ITEMS
+        assert _compress(team).compressed == ITEMS
         assert WorkingArchive.objects.count() == ITEMS
 
     def test_a_claim_whose_job_died_is_taken_over(self, team, django_capture_on_commit_callbacks):
@@ -69,7 +70,7 @@ class TestClaim:
         )
         with django_capture_on_commit_callbacks(execute=True):
             result = _compress(team)
-        assert result["compressed"] == ITEMS and "busy_job_id" not in result
+        assert result.compressed == ITEMS and result.busy_job_id is None
         dead.refresh_from_db()
         assert (dead.status, dead.claim_key) == ("abandoned", None)
 
@@ -84,7 +85,7 @@ class TestClaim:
             agent_id="a",
             params={"max_memories": 20, "delete_after": True},
         )
-        assert (result["count"], result["busy_job_id"]) == (0, holder.pk)
+        assert (len(result.facts), result.busy_job_id) == (0, holder.pk)
         assert get_working_store().count(team_id=team.id, agent_id="a") == 3
 
     def test_items_a_crashed_compress_committed_are_removed_not_summarised_again(self, team):
@@ -105,7 +106,7 @@ class TestClaim:
                 job=crashed,
             )
         result = _compress(team)
-        assert (result["compressed"], result["remaining"]) == (3, 0)
+        assert (result.compressed, result.remaining) == (3, 0)
         sources = {i for m in Memory.objects.filter(team=team) for i in m.metadata["source_items"]}
         assert sources <= set(ids[2:])
         archived = WorkingArchive.objects.values_list("item_id", flat=True)

@@ -18,6 +18,8 @@ from django.utils import timezone
 
 from core.errors import DomainError
 from lifecycle.models import JobRun, WorkingArchive
+from lifecycle.presenters import job_counts
+from lifecycle.results import CleanupResult
 from lifecycle.services import jobs, pipeline
 from lifecycle.tasks import reclaim_jobs_task
 from llm import Usage
@@ -112,7 +114,7 @@ class TestLease:
         result = pipeline.run_queued(job_id=job.pk)
         assert result is None  # already claimed: run_queued claims for itself
         out = pipeline.job_run(job=second)
-        assert out["compressed"] == 2
+        assert out.compressed == 2
         job.refresh_from_db()
         assert (job.status, job.active_key, job.claim_key) == ("succeeded", None, None)
 
@@ -274,9 +276,9 @@ class TestConcurrency:
 
             wait_until(renewed_past_first_deadline, seconds=10, what="lease renewals")
             seen["reclaimed"] = jobs.jobs_reclaim_expired()
-            return {"cleaned": 0}, Usage(), "rules"
+            return CleanupResult(0, 0, []), Usage(), "rules"
 
-        jobs.job_execute(job=job, operation=long_operation)
+        jobs.job_execute(job=job, operation=long_operation, counts=job_counts)
         assert seen["reclaimed"] == []
         job.refresh_from_db()
         assert job.status == "succeeded" and job.lease_expires_at is None

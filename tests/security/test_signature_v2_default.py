@@ -27,7 +27,7 @@ from tenants.models import Team
 from tenants.services import api_key_issue
 from tests.factories import MembershipFactory, UserFactory
 from tests.helpers import SignedClient, error_code, ok_data
-from tests.seed_client import MemoryClient
+from tests.reference_client import MemoryClient
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -159,12 +159,13 @@ def test_why_v1_is_risky_a_get_signature_deletes_the_team():
 
 @pytest.mark.django_db(transaction=True)
 def test_in_the_embedded_default_a_new_team_works_with_the_original_client(live_server):
-    client = create_api_key("seed_team")
-    assert Team.objects.get(id="seed_team").require_signature_v2 is False
-    seed = MemoryClient(client.key_id, client.secret, base_url=live_server.url)
-    assert seed.post("/teams", {"team_id": "seed_team", "name": "Seed"}).json()["ok"] is True
-    assert seed.post("/agents", {"agent_id": "bot", "name": "Bot"}).json()["ok"] is True
-    assert seed.get("/stats").json()["ok"] is True
+    client = create_api_key("reference_team")
+    assert Team.objects.get(id="reference_team").require_signature_v2 is False
+    reference = MemoryClient(client.key_id, client.secret, base_url=live_server.url)
+    body = {"team_id": "reference_team", "name": "Reference"}
+    assert reference.post("/teams", body).json()["ok"] is True
+    assert reference.post("/agents", {"agent_id": "bot", "name": "Bot"}).json()["ok"] is True
+    assert reference.get("/stats").json()["ok"] is True
 
 
 @pytest.mark.django_db

@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from lifecycle.results import CleanupResult
 from lifecycle.services import operations, pipeline
 from tenants.models import Team
 
@@ -34,16 +35,17 @@ class Command(BaseCommand):
             raise CommandError("--max-age-days must be >= 0 and --min-importance within 0..1")
         params = {"max_age_days": opts["max_age_days"], "min_importance": opts["min_importance"]}
         if not opts["apply"]:
-            result, _, _ = operations.cleanup(
-                team=team, agent_id=opts["agent"] or None, dry_run=True, **params
+            preview = operations.cleanup_preview(
+                team=team, agent_id=opts["agent"] or None, **params
             )
-            for c in result["candidates"]:
+            for c in preview.candidates:
+                m = c.memory
                 self.stdout.write(
-                    f"#{c['id']} [{c['scope']}/{c['agent_id'] or '-'}] {c['content'][:70]!r} — {c['reason']}"
+                    f"#{m.pk} [{m.scope}/{m.agent_id or '-'}] {m.content[:70]!r} — {c.reason}"
                 )
             self.stdout.write(
-                f"dry run: {result['would_clean']} memories would be deleted, "
-                f"{result['remaining']} in scope. Add --apply to delete them."
+                f"dry run: {preview.would_clean} memories would be deleted, "
+                f"{preview.remaining} in scope. Add --apply to delete them."
             )
             return
         result = pipeline.run(
@@ -53,8 +55,9 @@ class Command(BaseCommand):
             agent_id=opts["agent"],
             params={**params, "dry_run": False},
         )
+        assert isinstance(result, CleanupResult)
         self.stdout.write(
-            f"deleted {result['cleaned']} memories; {result['remaining']} remain. They are in the "
+            f"deleted {result.cleaned} memories; {result.remaining} remain. They are in the "
             f"trash, restorable for {settings.TRASH_RETENTION_DAYS} days "
             "(GET /memories/trash, POST /memories/trash/<id>/restore)."
         )

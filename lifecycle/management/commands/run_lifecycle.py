@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.errors import DomainError
+from lifecycle import presenters
 from lifecycle.services import pipeline
 from tenants.models import Team
 
@@ -47,7 +48,8 @@ class Command(BaseCommand):
             raise CommandError("--min-importance must be within 0..1")
         try:
             if op == "auto-run":
-                result: Any = {"results": pipeline.auto_run(team=team, trigger="command")}
+                actions = pipeline.auto_run(team=team, trigger="command")
+                body: Any = {"results": [presenters.auto_run_action_body(a) for a in actions]}
             else:
                 config = pipeline.config_get(team=team)
                 defaults: dict[str, dict[str, Any]] = {
@@ -67,6 +69,7 @@ class Command(BaseCommand):
                 result = pipeline.run(
                     team=team, kind=op, trigger="command", agent_id=agent, params=params
                 )
+                body = presenters.result_body(result)
         except DomainError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from exc
-        self.stdout.write(json.dumps(result, ensure_ascii=False, indent=2, default=str))
+        self.stdout.write(json.dumps(body, ensure_ascii=False, indent=2, default=str))

@@ -1,4 +1,6 @@
-"""The original API's integration examples, run with its own MemoryClient against a live server."""
+"""The reference client flows that must keep working unchanged: the original API's integration
+examples, run with its own MemoryClient (tests/reference_client.py, kept verbatim) against a live
+server."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from django.conf import settings
 
 from tenants.services import api_key_issue, team_upsert
 
-from .seed_client import MemoryClient
+from .reference_client import MemoryClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

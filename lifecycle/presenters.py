@@ -1,0 +1,189 @@
+"""How the lifecycle looks in the API: JSON bodies built from the models and the typed results of
+lifecycle.services (lifecycle/results.py).
+
+The same bodies are what a job records: `job_counts` keeps the scalar fields of a result's body
+(JobRun.counts), and a persona's scenario snapshot stores `scenario_body`. The bodies are
+the API contract down to the key order (existing clients see the same bytes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.dates import iso
+from graph.extraction import GraphExtraction
+from graph.presenters import extraction_body
+from memories.models import Memory
+from memories.presenters import memory_body
+
+from .models import Persona, PipelineConfig, Scenario, WorkingArchive
+from .results import (
+    AutoRunAction,
+    AutoRunSummary,
+    CleanupPreview,
+    CleanupResult,
+    CompressResult,
+    ExtractFactsResult,
+    JobResult,
+    JobSkipped,
+    ScenesResult,
+)
+
+
+def scenario_body(s: Scenario) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "name": s.name,
+        "summary": s.summary,
+        "memory_ids": s.memory_ids,
+        "created_at": iso(s.created_at),
+    }
+
+
+def persona_body(p: Persona) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "agent_id": p.agent_id,
+        "preferences": p.preferences,
+        "habits": p.habits,
+        "expertise": p.expertise,
+        "communication_style": p.communication_style,
+        "summary": p.summary,
+        "memory_ids": p.memory_ids,
+        "scenario_ids": p.scenario_ids,
+        "created_at": iso(p.created_at),
+    }
+
+
+def config_body(config: PipelineConfig) -> dict[str, Any]:
+    return {
+        "team_id": config.team_id,
+        "compress_every_n": config.compress_every_n,
+        "compress_target_count": config.compress_target_count,
+        "cleanup_idle_days": config.cleanup_idle_days,
+        "cleanup_min_importance": config.cleanup_min_importance,
+        "enabled": config.enabled,
+        "warmup_max_memories": config.warmup_max_memories,
+        "warmup_compress_every_n": config.warmup_compress_every_n,
+        "extract_graph": config.extract_graph,
+        # False: the defaults, never saved (pipeline.config_is_saved).
+        "configured": not config._state.adding,
+    }
+
+
+def sources_body(
+    memory: Memory, *, supersedes: list[int], archived: list[WorkingArchive]
+) -> dict[str, Any]:
+    """`GET /lifecycle/sources/<id>`: where a derived memory came from."""
+    return {
+        "memory_id": memory.pk,
+        "source": (memory.metadata or {}).get("source"),
+        "job_id": (memory.metadata or {}).get("job_id"),
+        "supersedes": supersedes,
+        "source_items": [
+            {
+                "id": a.item_id,
+                "agent_id": a.agent_id,
+                "content": a.content,
+                "created_at": iso(a.item_created_at),
+                "archived_at": iso(a.archived_at),
+            }
+            for a in archived
+        ],
+    }
+
+
+def compress_body(r: CompressResult) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "compressed": r.compressed,
+        "remaining": r.remaining,
+        "total_before": r.total_before,
+        "target_count": r.target_count,
+        "summary": r.summary,
+        "memory_ids": r.memory_ids,
+    }
+    if r.busy_job_id is not None:
+        body["busy_job_id"] = r.busy_job_id
+    return body
+
+
+def extract_facts_body(r: ExtractFactsResult) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "facts": [
+            {"id": m.pk, "content": m.content, "importance": m.importance, "category": m.category}
+            for m in r.facts
+        ],
+        "count": len(r.facts),
+        "duplicates": r.duplicates,
+        "superseded": r.superseded,
+    }
+    if r.analyzed is not None:
+        body["analyzed"] = r.analyzed
+    if r.busy_job_id is not None:
+        body["busy_job_id"] = r.busy_job_id
+    return body
+
+
+def scenes_body(r: ScenesResult) -> dict[str, Any]:
+    return {"scenarios": [scenario_body(s) for s in r.scenarios], "count": len(r.scenarios)}
+
+
+def cleanup_body(r: CleanupResult) -> dict[str, Any]:
+    return {"cleaned": r.cleaned, "remaining": r.remaining, "trashed": r.trashed}
+
+
+def cleanup_preview_body(r: CleanupPreview) -> dict[str, Any]:
+    return {
+        "cleaned": 0,
+        "remaining": r.remaining,
+        "dry_run": True,
+        "would_clean": r.would_clean,
+        "candidates": [{**memory_body(c.memory), "reason": c.reason} for c in r.candidates],
+    }
+
+
+def auto_run_summary_body(r: AutoRunSummary) -> dict[str, Any]:
+    return {
+        "actions": r.actions,
+        "compress_runs": r.compress_runs,
+        "cleanup_runs": r.cleanup_runs,
+    }
+
+
+def auto_run_action_body(a: AutoRunAction) -> dict[str, Any]:
+    head: dict[str, Any] = {"action": a.action}
+    if a.agent_id is not None:
+        head["agent_id"] = a.agent_id
+    return {**head, **result_body(a.result)}
+
+
+def result_body(result: JobResult | JobSkipped) -> dict[str, Any]:
+    """A job's result as the API answers it (POST /lifecycle/<operation>), by its type."""
+    if isinstance(result, CompressResult):
+        return compress_body(result)
+    if isinstance(result, ExtractFactsResult):
+        return extract_facts_body(result)
+    if isinstance(result, ScenesResult):
+        return scenes_body(result)
+    if isinstance(result, Persona):
+        return {"persona": persona_body(result)}
+    if isinstance(result, CleanupResult):
+        return cleanup_body(result)
+    if isinstance(result, CleanupPreview):
+        return cleanup_preview_body(result)
+    if isinstance(result, GraphExtraction):
+        return extraction_body(result)
+    if isinstance(result, AutoRunSummary):
+        return auto_run_summary_body(result)
+    if isinstance(result, JobSkipped):
+        return {"skipped": True}
+    raise TypeError(f"no body for {type(result).__name__}")
+
+
+def job_counts(result: JobResult) -> dict[str, Any]:
+    """What JobRun.counts records of a result: the scalar fields of its API body."""
+    return {
+        k: v
+        for k, v in result_body(result).items()
+        if isinstance(v, int | float | bool) or v is None
+    }

@@ -1,0 +1,97 @@
+"""What the lifecycle operations and the pipeline return: models or these frozen dataclasses.
+
+lifecycle.presenters renders them for the API (and for what a job records); nothing here knows
+the JSON shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from graph.extraction import GraphExtraction
+from lifecycle.models import Persona, Scenario
+from memories.models import Memory
+
+
+@dataclass(frozen=True)
+class CompressResult:
+    compressed: int  # working items consumed
+    remaining: int  # working items left afterwards
+    total_before: int
+    target_count: int
+    summary: str | None  # the summaries, one a line; None when nothing was written
+    memory_ids: list[int]  # the memories written
+    busy_job_id: int | None = None  # another job was consuming the items: nothing was done
+
+
+@dataclass(frozen=True)
+class ExtractFactsResult:
+    facts: list[Memory]  # the facts written (duplicates are not)
+    duplicates: int
+    superseded: int  # older memories this run replaced
+    analyzed: int | None  # working items read; None when there were none
+    busy_job_id: int | None = None  # as in CompressResult
+
+
+@dataclass(frozen=True)
+class ScenesResult:
+    scenarios: list[Scenario]
+
+
+@dataclass(frozen=True)
+class CleanupCandidate:
+    memory: Memory
+    reason: str
+
+
+@dataclass(frozen=True)
+class CleanupPreview:
+    """A dry-run cleanup: what it would forget (at most 1000 candidates listed)."""
+
+    remaining: int  # memories in scope
+    would_clean: int
+    candidates: list[CleanupCandidate]
+
+
+@dataclass(frozen=True)
+class CleanupResult:
+    cleaned: int
+    remaining: int
+    trashed: list[int]  # the ids moved to the trash
+
+
+@dataclass(frozen=True)
+class AutoRunAction:
+    """One action of an auto-run: a compress of one agent, or the team's cleanup."""
+
+    action: str  # "compress" | "cleanup"
+    agent_id: str | None  # the compressed agent; None for the cleanup
+    result: JobResult
+
+
+@dataclass(frozen=True)
+class AutoRunSummary:
+    """An auto-run recorded as one job: each action is its own job with its own record."""
+
+    actions: int
+    compress_runs: int
+    cleanup_runs: int
+
+
+@dataclass(frozen=True)
+class JobSkipped:
+    """A queued automatic compress that found nothing left to do when it ran."""
+
+
+# What a job's operation returns (pipeline.HANDLERS), by kind.
+JobResult: TypeAlias = (
+    CompressResult
+    | ExtractFactsResult
+    | ScenesResult
+    | Persona
+    | CleanupResult
+    | CleanupPreview
+    | GraphExtraction
+    | AutoRunSummary
+)

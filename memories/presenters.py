@@ -1,0 +1,92 @@
+"""How memories look in the API: the JSON bodies built from models and typed results.
+
+Selectors and services return models and dataclasses; the views (and whatever else answers in
+the API's shape, e.g. a lifecycle cleanup listing its candidates) render them here. The bodies
+are the API contract down to the key order (existing clients see the same bytes), so each is
+built field by field in the documented order.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from core.dates import iso
+
+from .models import Memory, MemoryShare, TrashedMemory
+from .retrieval.search import SearchHit
+from .working import WorkingItem
+
+
+def memory_body(
+    memory: Memory, *, score: float | None = None, content: str | None = None
+) -> dict[str, Any]:
+    """The memory object (`MemoryOutputSerializer`); `content` replaces the stored text (a search
+    hit cut to its character budget), `score` is added for search hits only."""
+    m = memory
+    data: dict[str, Any] = {
+        "id": m.pk,
+        "team_id": m.team_id,
+        "agent_id": m.agent_id or None,
+        "scope": m.scope,
+        "content": m.content if content is None else content,
+        "importance": m.importance,
+        "category": m.category,
+        "metadata": m.metadata,
+        "pinned": m.pinned,
+        "created_at": iso(m.created_at),
+        "updated_at": iso(m.updated_at),
+        "last_accessed": iso(m.last_accessed),
+        "access_count": m.access_count,
+    }
+    if m.superseded_by_id is not None:
+        data["superseded_by"] = m.superseded_by_id
+    if score is not None:
+        data["score"] = round(float(score), 4)
+    return data
+
+
+def search_hit_body(hit: SearchHit) -> dict[str, Any]:
+    body = memory_body(hit.memory, score=hit.score, content=hit.content)
+    if hit.entities is not None:
+        body["entities"] = hit.entities
+    return body
+
+
+def shares_body(memory: Memory, shares: list[MemoryShare]) -> dict[str, Any]:
+    return {
+        "memory_id": memory.pk,
+        "shares": [{"agent_id": s.agent_id, "permission": s.permission} for s in shares],
+    }
+
+
+def trashed_body(item: TrashedMemory) -> dict[str, Any]:
+    """A trashed memory: its snapshot's fields plus when, by whom and why it was removed."""
+    snap = item.snapshot or {}
+    created = snap.get("created_at")
+    return {
+        "id": item.memory_id,
+        "team_id": item.team_id,
+        "agent_id": item.agent_id or None,
+        "scope": item.scope,
+        "content": item.content,
+        "importance": snap.get("importance", 0.0),
+        "category": snap.get("category", ""),
+        "metadata": snap.get("metadata") or {},
+        "pinned": bool(snap.get("pinned", False)),
+        "created_at": iso(datetime.fromisoformat(created)) if created else None,
+        "removed_at": iso(item.purged_at),
+        "removed_by": item.removed_by,
+        "reason": item.reason,
+        "expires_at": iso(item.expires_at),
+    }
+
+
+def working_item_body(item: WorkingItem) -> dict[str, str]:
+    return {
+        "id": item.id,
+        "agent_id": item.agent_id,
+        "content": item.content,
+        "created_at": iso(item.created_at.astimezone(UTC)),
+        "expires_at": iso(item.expires_at.astimezone(UTC)),
+    }
