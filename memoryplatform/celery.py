@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
+from celery.signals import task_postrun, task_prerun
+
+from core.middleware import request_id_var
 
 # A fallback for `celery -A memoryplatform` when nothing chose the settings. This module runs on
 # every import of the package, before memoryplatform.wsgi: the flag lets wsgi.py apply its own
@@ -34,3 +38,26 @@ app.conf.beat_schedule = {
     # Purged memories past TRASH_RETENTION_DAYS (console purge trash, memories.purge).
     "empty-expired-trash": {"task": "memories.empty_expired_trash", "schedule": crontab(minute=41)},
 }
+
+
+# The request id of the API call that queued a job is on every log line the job writes (sent as a
+# message header by lifecycle.services.dispatch; the task's own id otherwise, e.g. beat's).
+_request_tokens: dict[str, Any] = {}
+
+
+@task_prerun.connect
+def _bind_request_id(task_id: str, task: Any, **kwargs: Any) -> None:
+    request = task.request
+    rid = getattr(request, "request_id", None) or (request.headers or {}).get("request_id")
+    if not rid:
+        # Run eagerly inside a request (embedded mode): keep that request's id.
+        current = request_id_var.get()
+        rid = current if current != "-" else task_id
+    _request_tokens[task_id] = request_id_var.set(rid)
+
+
+@task_postrun.connect
+def _unbind_request_id(task_id: str, **kwargs: Any) -> None:
+    token = _request_tokens.pop(task_id, None)
+    if token is not None:
+        request_id_var.reset(token)

@@ -152,9 +152,12 @@ def live_stack(
             _drop_mysql(mysql_name)
 
 
-def start_worker(stack: Stack, **env: str) -> subprocess.Popen[bytes]:
+def start_worker(
+    stack: Stack, *, log: Path | None = None, loglevel: str = "warning", **env: str
+) -> subprocess.Popen[bytes]:
     """A Celery worker (solo pool: the job runs in this very process, so killing it kills the
-    job) on the stack's broker."""
+    job) on the stack's broker; its output goes to `log` when given."""
+    out = log.open("wb") if log is not None else None
     return subprocess.Popen(
         [
             sys.executable,
@@ -167,11 +170,13 @@ def start_worker(stack: Stack, **env: str) -> subprocess.Popen[bytes]:
             "celery,llm,maintenance",
             "--pool=solo",
             "--concurrency=1",
-            "--loglevel=warning",
+            f"--loglevel={loglevel}",
             "--without-heartbeat",
             "--without-gossip",
             "--without-mingle",
         ],
         cwd=ROOT,
         env={**stack.env, **env},
+        stdout=out,
+        stderr=subprocess.STDOUT if out is not None else None,
     )

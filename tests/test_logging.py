@@ -45,8 +45,21 @@ def test_json_log_lines_carry_the_request_id():
 def test_text_is_the_default_and_an_unknown_format_is_refused():
     out = _shell("import logging; logging.getLogger('probe').warning('plain')")
     assert "WARNING probe [-] plain" in out.stderr
-    bad = _shell("print(1)", LOG_FORMAT="xml")
-    assert "LOG_FORMAT must be text or json" in bad.stdout + bad.stderr
+    import os
+
+    bad = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
+            "LOG_FORMAT": "xml",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0 and "LOG_FORMAT must be text or json" in bad.stderr
 
 
 @pytest.mark.django_db(transaction=True)
@@ -60,7 +73,9 @@ def test_a_job_logs_under_the_request_id_that_queued_it(tmp_path: Path, redis_re
         worker = start_worker(stack, log=log, loglevel="info", LOG_FORMAT="json")
         try:
             client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
-            client.set_pipeline_config(compress_every_n=2, compress_target_count=1)
+            client.set_pipeline_config(
+                compress_every_n=2, compress_target_count=1, warmup_max_memories=0
+            )
             client.write_working("coder", "第一条：重构 compress 方法")
             client.session.headers["X-Request-ID"] = "trace-job-0123456789"
             client.write_working("coder", "第二条：同步更新文档")  # the write that queues it

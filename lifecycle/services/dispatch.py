@@ -8,6 +8,7 @@ so that services do not import the task module that imports them.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,8 @@ from celery import current_app
 from celery.app.task import Task
 from django.conf import settings
 from django.db import OperationalError, connection
+
+from core.middleware import request_id_var
 
 from ..models import LLM_JOB_KINDS, JobRun
 
@@ -58,6 +61,10 @@ def enqueue(job: JobRun) -> None:
         if settings.LIFECYCLE_INLINE:
             _run_job_task().apply(args=[job.pk])
         else:
-            _executor.submit(_run_in_thread, job.pk)
+            # A copy of this context: the job's log lines keep the request id that queued it.
+            _executor.submit(contextvars.copy_context().run, _run_in_thread, job.pk)
         return
-    _run_job_task().apply_async(args=[job.pk], queue=queue)
+    # The worker puts the request id back in its context (memoryplatform.celery).
+    _run_job_task().apply_async(
+        args=[job.pk], queue=queue, headers={"request_id": request_id_var.get()}
+    )

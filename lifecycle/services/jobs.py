@@ -453,6 +453,15 @@ def job_finish(
         JOBS.labels(kind=job.kind, status=outcome["status"]).inc()
         if job.duration_seconds is not None:
             JOB_LATENCY.labels(kind=job.kind).observe(job.duration_seconds)
+        logger.info(
+            "lifecycle job %s (%s, %s/%s) %s in %.2f s",
+            job.pk,
+            job.kind,
+            job.team_id,
+            job.agent_id or "-",
+            outcome["status"],
+            job.duration_seconds or 0.0,
+        )
     else:
         logger.warning(
             "lifecycle job %s lost its lease before finishing; outcome not recorded (%s)",

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -151,6 +152,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=600)
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=540)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# The worker logs through LOGGING below (same format, request ids) instead of its own handler.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = "UTC"
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 # Lifecycle jobs pick their queue per kind when sent (llm or maintenance); these go by name.
@@ -385,19 +388,30 @@ if STATIC_ROOT == DATA_DIR / "static":
 WHITENOISE_USE_FINDERS = True
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+# "text" (one readable line) or "json" (one JSON object per line, for log shippers), both with the
+# request id: an API request's, carried on to the jobs it queues (Celery and in-process alike).
+LOG_FORMAT = env.str("LOG_FORMAT", default="text")
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured("LOG_FORMAT must be text or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"request_id": {"()": "core.middleware.RequestIdLogFilter"}},
     "formatters": {
-        "default": {
+        "text": {
             "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
+        },
+        # python-json-logger: every record as one JSON object with these fields (and any extra).
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(request_id)s %(process)d %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
         },
     },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "formatter": "default",
+            "formatter": LOG_FORMAT,
             "filters": ["request_id"],
         },
     },

@@ -51,14 +51,14 @@ class Command(BaseCommand):
             self.stdout.write("no API keys")
             return
         # Column widths from the data (ids and labels vary in length); times to the minute.
-        table = [["api_key", "team", "agent", "status", "last used", "label"]] + [
+        table: list[list[str]] = [["api_key", "team", "agent", "status", "last used", "label"]] + [
             [
-                r["api_key"],
-                r["team_id"],
-                r["agent_id"] or "-",
-                r["status"],
+                str(r["api_key"]),
+                str(r["team_id"]),
+                str(r["agent_id"] or "-"),
+                str(r["status"]),
                 _minute(r["last_used_at"]) or "never",
-                r["label"] or "",
+                str(r["label"] or ""),
             ]
             for r in rows
         ]
