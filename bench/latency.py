@@ -145,7 +145,7 @@ def seed(
     _django_setup()
     from django.db import connection
 
-    from memories.models import Memory
+    from memories.models import Memory, MemoryScope
     from memories.retrieval.embeddings import get_embedder, to_bytes
     from memories.retrieval.text import content_hash, tokens_for_storage
     from tenants.models import Team
@@ -169,7 +169,7 @@ def seed(
         batch.append(
             Memory(
                 team=team,
-                scope=Memory.SCOPE_PERSONAL,
+                scope=MemoryScope.PERSONAL,
                 agent_id=AGENT,
                 content=item.text,
                 importance=item.importance,

@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
 from llm import ChatClient, Usage, chat_messages, cut, data_block, get_client, short_error
-from memories.models import Memory
+from memories.models import Memory, MemoryScope
 from memories.retrieval.embeddings import embed_passages
 from tenants.models import Team
 
@@ -369,9 +369,9 @@ def _resolver(team: Team, agent_id: str) -> Resolver:
 def _memories(team: Team, agent_id: str, max_memories: int) -> list[Memory]:
     qs = Memory.objects.filter(team=team, superseded_by__isnull=True)
     if agent_id:
-        qs = qs.filter(scope=Memory.SCOPE_PERSONAL, agent_id=agent_id)
+        qs = qs.filter(scope=MemoryScope.PERSONAL, agent_id=agent_id)
     else:
-        qs = qs.filter(scope=Memory.SCOPE_TEAM)
+        qs = qs.filter(scope=MemoryScope.TEAM)
     return list(qs.order_by("-created_at", "-id")[:max_memories])
 
 

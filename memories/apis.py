@@ -203,7 +203,7 @@ def _create(request: Request, scope: str, s: serializers.Serializer) -> Response
     s.is_valid(raise_exception=True)
     data = s.validated_data
     agent_id = data.get("agent_id", "")
-    if scope == Memory.SCOPE_PERSONAL:
+    if scope == MemoryScope.PERSONAL:
         require_agent(
             AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
         )
@@ -239,7 +239,7 @@ def _search(request: Request, scope: str, s: serializers.Serializer) -> Response
     s.is_valid(raise_exception=True)
     data = s.validated_data
     agent_id = data.get("agent_id", "")
-    if scope == Memory.SCOPE_PERSONAL:
+    if scope == MemoryScope.PERSONAL:
         require_agent(
             AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
         )
@@ -266,7 +266,7 @@ def _search(request: Request, scope: str, s: serializers.Serializer) -> Response
 
 def _recent(request: Request, scope: str, agent_id: str) -> Response:
     principal = principal_of(request)
-    if scope == Memory.SCOPE_PERSONAL:
+    if scope == MemoryScope.PERSONAL:
         _check_agent_id(agent_id)
         require_agent(
             AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
@@ -347,7 +347,7 @@ class PersonalCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         return _create(
-            request, Memory.SCOPE_PERSONAL, PersonalCreateInputSerializer(data=request.data)
+            request, MemoryScope.PERSONAL, PersonalCreateInputSerializer(data=request.data)
         )
 
 
@@ -360,7 +360,7 @@ class PersonalSearchApi(APIView):
     )
     def post(self, request: Request) -> Response:
         return _search(
-            request, Memory.SCOPE_PERSONAL, PersonalSearchInputSerializer(data=request.data)
+            request, MemoryScope.PERSONAL, PersonalSearchInputSerializer(data=request.data)
         )
 
 
@@ -372,7 +372,7 @@ class PersonalRecentApi(APIView):
         summary="Newest personal memories",
     )
     def get(self, request: Request, agent_id: str) -> Response:
-        return _recent(request, Memory.SCOPE_PERSONAL, agent_id)
+        return _recent(request, MemoryScope.PERSONAL, agent_id)
 
 
 class PersonalDetailApi(APIView):
@@ -383,7 +383,7 @@ class PersonalDetailApi(APIView):
         summary="Update a personal memory (content change re-embeds)",
     )
     def put(self, request: Request, memory_id: int) -> Response:
-        return _update(request, Memory.SCOPE_PERSONAL, memory_id)
+        return _update(request, MemoryScope.PERSONAL, memory_id)
 
     @api_operation(
         parameters=[PURGE_PARAM],
@@ -392,7 +392,7 @@ class PersonalDetailApi(APIView):
         description=DELETE_DESCRIPTION,
     )
     def delete(self, request: Request, memory_id: int) -> Response:
-        return _delete(request, Memory.SCOPE_PERSONAL, memory_id)
+        return _delete(request, MemoryScope.PERSONAL, memory_id)
 
 
 class PersonalShareApi(APIView):
@@ -432,7 +432,7 @@ def _owned_personal_memory(request: Request, memory_id: int) -> Memory:
     """A personal memory the caller may share: only its owner (or a team-wide key) decides."""
     principal = principal_of(request)
     memory = selectors.memory_get(
-        team=principal.team, memory_id=memory_id, scope=Memory.SCOPE_PERSONAL
+        team=principal.team, memory_id=memory_id, scope=MemoryScope.PERSONAL
     )
     selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=DELETE)
     return memory
@@ -447,7 +447,7 @@ class TeamCreateApi(APIView):
         summary="Write a team memory (201; a duplicate: 200 + dedup_skipped)",
     )
     def post(self, request: Request) -> Response:
-        return _create(request, Memory.SCOPE_TEAM, TeamCreateInputSerializer(data=request.data))
+        return _create(request, MemoryScope.TEAM, TeamCreateInputSerializer(data=request.data))
 
 
 class TeamSearchApi(APIView):
@@ -457,7 +457,7 @@ class TeamSearchApi(APIView):
         summary="Hybrid search of the team's memories",
     )
     def post(self, request: Request) -> Response:
-        return _search(request, Memory.SCOPE_TEAM, TeamSearchInputSerializer(data=request.data))
+        return _search(request, MemoryScope.TEAM, TeamSearchInputSerializer(data=request.data))
 
 
 class TeamRecentApi(APIView):
@@ -467,7 +467,7 @@ class TeamRecentApi(APIView):
         summary="Newest team memories",
     )
     def get(self, request: Request) -> Response:
-        return _recent(request, Memory.SCOPE_TEAM, "")
+        return _recent(request, MemoryScope.TEAM, "")
 
 
 class TeamDetailApi(APIView):
@@ -478,7 +478,7 @@ class TeamDetailApi(APIView):
         summary="Update a team memory",
     )
     def put(self, request: Request, memory_id: int) -> Response:
-        return _update(request, Memory.SCOPE_TEAM, memory_id)
+        return _update(request, MemoryScope.TEAM, memory_id)
 
     @api_operation(
         parameters=[PURGE_PARAM],
@@ -487,7 +487,7 @@ class TeamDetailApi(APIView):
         description=DELETE_DESCRIPTION,
     )
     def delete(self, request: Request, memory_id: int) -> Response:
-        return _delete(request, Memory.SCOPE_TEAM, memory_id)
+        return _delete(request, MemoryScope.TEAM, memory_id)
 
 
 # --- trash ------------------------------------------------------------------------------------

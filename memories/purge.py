@@ -36,7 +36,15 @@ from django.utils import timezone
 from core.errors import DomainError, ErrorCode, NotFound
 from tenants.models import Agent, ApiKey, Team
 
-from .models import Memory, MemoryRevision, MemoryShare, PurgeRun, PurgeStatus, TrashedMemory
+from .models import (
+    Memory,
+    MemoryRevision,
+    MemoryScope,
+    MemoryShare,
+    PurgeRun,
+    PurgeStatus,
+    TrashedMemory,
+)
 from .retrieval import index
 from .services import Actor, BulkResult, memories_delete
 
@@ -79,7 +87,7 @@ class PurgeCriteria:
 
     idle_days: int
     importance_below: float
-    scopes: tuple[str, ...] = (Memory.SCOPE_PERSONAL, Memory.SCOPE_TEAM)
+    scopes: tuple[str, ...] = (MemoryScope.PERSONAL, MemoryScope.TEAM)
     agent_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -485,7 +493,7 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
         result.problems.append(f"#{mid}: the id is taken by another memory; left in the trash.")
         return
     if (
-        item.scope == Memory.SCOPE_PERSONAL
+        item.scope == MemoryScope.PERSONAL
         and not Agent.objects.filter(team=team, agent_id=item.agent_id).exists()
     ):
         result.problems.append(
@@ -498,7 +506,7 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
         content_hash=snap["content_hash"],
         superseded_by__isnull=True,
     )
-    if item.scope == Memory.SCOPE_PERSONAL:
+    if item.scope == MemoryScope.PERSONAL:
         same = same.filter(agent_id=item.agent_id)
     duplicate = same.values_list("pk", flat=True).first()
     if duplicate is not None:
@@ -622,7 +630,7 @@ def trash_visible(
     qs = TrashedMemory.objects.filter(team=team, expires_at__gt=now or timezone.now())
     if acting_agent is not None:
         qs = qs.filter(
-            Q(scope=Memory.SCOPE_TEAM) | Q(scope=Memory.SCOPE_PERSONAL, agent_id=acting_agent)
+            Q(scope=MemoryScope.TEAM) | Q(scope=MemoryScope.PERSONAL, agent_id=acting_agent)
         )
     if agent_id:
         qs = qs.filter(agent_id=agent_id)

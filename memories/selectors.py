@@ -10,7 +10,7 @@ from django.db.models import Count, Q, QuerySet
 from core.errors import Forbidden, NotFound
 from tenants.models import Agent, Team
 
-from .models import Memory, MemoryRevision, MemoryShare
+from .models import Memory, MemoryRevision, MemoryScope, MemoryShare
 
 READ = "read"
 WRITE = "write"
@@ -40,7 +40,7 @@ def share_permission(*, memory: Memory, agent_id: str) -> str | None:
 
 def check_memory_access(*, memory: Memory, acting_agent: str | None, action: str) -> None:
     """Agent-scoped keys: `acting_agent` is the agent the key is bound to (None = team-wide key)."""
-    if acting_agent is None or memory.scope == Memory.SCOPE_TEAM:
+    if acting_agent is None or memory.scope == MemoryScope.TEAM:
         return
     if memory.agent_id == acting_agent:
         return
@@ -76,7 +76,7 @@ def memory_recent(
 ) -> list[Memory]:
     """The scope's newest live memories first (what an empty search query returns)."""
     qs = Memory.objects.filter(team=team, scope=scope, superseded_by__isnull=True)
-    if scope == Memory.SCOPE_PERSONAL:
+    if scope == MemoryScope.PERSONAL:
         qs = qs.filter(agent_id=agent_id)
     if filters:
         qs = qs.filter(memory_filters_q(filters))
@@ -86,7 +86,7 @@ def memory_recent(
 def personal_owners(*, team: Team) -> list[str]:
     """Agents of the team that own personal memories."""
     return list(
-        Memory.objects.filter(team=team, scope=Memory.SCOPE_PERSONAL)
+        Memory.objects.filter(team=team, scope=MemoryScope.PERSONAL)
         .values_list("agent_id", flat=True)
         .distinct()
     )

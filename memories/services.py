@@ -20,7 +20,7 @@ from tenants.services import agent_register
 from tenants.usage import KIND_SEARCH, usage_record
 
 from . import locks
-from .models import Memory, MemoryRevision, MemoryShare, RevisionAction, TrashedMemory
+from .models import Memory, MemoryRevision, MemoryScope, MemoryShare, RevisionAction, TrashedMemory
 from .retrieval import index
 from .retrieval.dedup import conflict_reason
 from .retrieval.embeddings import embed_passages, get_embedder, to_bytes
@@ -99,7 +99,7 @@ def _find_duplicate(
     same_scope = Memory.objects.filter(
         team=team, scope=scope, content_hash=chash, superseded_by__isnull=True
     )
-    if scope == Memory.SCOPE_PERSONAL:
+    if scope == MemoryScope.PERSONAL:
         same_scope = same_scope.filter(agent_id=agent_id)
     exact = same_scope.order_by("id").first()
     if exact is not None:
@@ -364,12 +364,12 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
     Final: nothing goes to the trash, and what the agent's personal memories left there goes too.
     """
     ids = list(
-        Memory.objects.filter(
-            team=team, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id
-        ).values_list("pk", flat=True)
+        Memory.objects.filter(team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id).values_list(
+            "pk", flat=True
+        )
     )
     MemoryShare.objects.filter(team=team, agent_id=agent_id).delete()
-    TrashedMemory.objects.filter(team=team, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id).delete()
+    TrashedMemory.objects.filter(team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id).delete()
     return memories_delete(team=team, memory_ids=ids)
 
 
@@ -490,13 +490,13 @@ def memory_promote(*, memory: Memory, actor: Actor) -> tuple[Memory, DedupHit | 
     already holds a memory saying the same thing, that one is returned with the hit and nothing
     is written (the caller says so instead of silently keeping two copies).
     """
-    if memory.scope != Memory.SCOPE_PERSONAL:
+    if memory.scope != MemoryScope.PERSONAL:
         raise ValidationFailed({"memory": ["only a personal memory can be promoted"]})
     embed_passages([memory.content])  # outside the transaction (fills the cache)
     with transaction.atomic():
         team_memory, hit = memory_create(
             team=memory.team,
-            scope=Memory.SCOPE_TEAM,
+            scope=MemoryScope.TEAM,
             agent_id=memory.agent_id,
             content=memory.content,
             importance=memory.importance,
@@ -553,7 +553,7 @@ def memories_bulk_share(
     """
     done = skipped = 0
     for memory in Memory.objects.filter(team=team, pk__in=memory_ids).order_by("id"):
-        if memory.scope != Memory.SCOPE_PERSONAL:
+        if memory.scope != MemoryScope.PERSONAL:
             skipped += 1
             continue
         grantees = [a for a in agent_ids if a != memory.agent_id]

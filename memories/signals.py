@@ -11,6 +11,8 @@ from django.dispatch import receiver
 
 from tenants.models import Agent
 
+from .models import MemoryScope
+
 logger = logging.getLogger(__name__)
 
 
@@ -32,9 +34,8 @@ def purge_team_outside_db(team_id: str) -> None:
 
 
 def purge_agent_outside_db(team_id: str, agent_id: str) -> None:
-    from .models import Memory
     from .retrieval.index import registry, scope_key
     from .working import get_working_store
 
-    registry.drop(scope_key(team_id, Memory.SCOPE_PERSONAL, agent_id))
+    registry.drop(scope_key(team_id, MemoryScope.PERSONAL, agent_id))
     get_working_store().purge_agent(team_id=team_id, agent_id=agent_id)

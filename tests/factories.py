@@ -23,6 +23,7 @@ from memories.models import (
     IndexChange,
     Memory,
     MemoryRevision,
+    MemoryScope,
     MemoryShare,
     PurgeRun,
     PurgeStatus,
@@ -142,7 +143,7 @@ class MemoryFactory(factory.django.DjangoModelFactory):
         model = Memory
 
     team = factory.SubFactory(TeamFactory)
-    scope = Memory.SCOPE_PERSONAL
+    scope = MemoryScope.PERSONAL
     agent_id = "researcher"
     content = factory.Sequence(lambda n: f"Memory number {n} of the factory")
     importance = 0.5
@@ -262,7 +263,7 @@ class TrashedMemoryFactory(factory.django.DjangoModelFactory):
         model = TrashedMemory
 
     team = factory.SubFactory(TeamFactory)
-    scope = Memory.SCOPE_PERSONAL
+    scope = MemoryScope.PERSONAL
     agent_id = "researcher"
     content = factory.Sequence(lambda n: f"Trashed memory number {n} of the factory")
     removed_by = "api"

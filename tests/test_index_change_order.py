@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from memories.models import IndexChange, Memory
+from memories.models import IndexChange, Memory, MemoryScope
 from memories.retrieval import index
 from memories.retrieval.embeddings import get_embedder
 from memories.services import memory_create
@@ -14,15 +14,13 @@ pytestmark = pytest.mark.django_db
 
 
 def _write(team, content: str) -> Memory:
-    memory, _ = memory_create(
-        team=team, scope=Memory.SCOPE_PERSONAL, agent_id="a1", content=content
-    )
+    memory, _ = memory_create(team=team, scope=MemoryScope.PERSONAL, agent_id="a1", content=content)
     return memory
 
 
 def _index(team) -> index.ScopeIndex:
     return index.registry.get(
-        team_id=team.id, scope=Memory.SCOPE_PERSONAL, agent_id="a1", embedder=get_embedder()
+        team_id=team.id, scope=MemoryScope.PERSONAL, agent_id="a1", embedder=get_embedder()
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from memories.models import Memory
+from memories.models import Memory, MemoryScope
 from memories.retrieval import index
 from memories.retrieval import search as search_service
 from memories.retrieval.embeddings import get_embedder
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 def _write(team, content: str, agent_id: str = "a1") -> Memory:
     memory, _ = memory_create(
         team=team,
-        scope=Memory.SCOPE_PERSONAL,
+        scope=MemoryScope.PERSONAL,
         agent_id=agent_id,
         content=content,
         enable_dedup=False,
@@ -29,14 +29,14 @@ def _write(team, content: str, agent_id: str = "a1") -> Memory:
 
 def _index(team, agent_id: str = "a1") -> index.ScopeIndex:
     return index.registry.get(
-        team_id=team.id, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id, embedder=get_embedder()
+        team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id, embedder=get_embedder()
     )
 
 
 def _search(team, query: str, **kw):
     hits = search_service.memory_search(
         search_service.SearchQuery(
-            team=team, scope=Memory.SCOPE_PERSONAL, agent_id="a1", text=query, **kw
+            team=team, scope=MemoryScope.PERSONAL, agent_id="a1", text=query, **kw
         )
     )
     return [{"id": h.memory.pk, "score": h.score, "content": h.content} for h in hits]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from memories import services
-from memories.models import Memory
+from memories.models import MemoryScope
 from memories.retrieval import embeddings
 from memories.retrieval import search as search_service
 from memories.retrieval.embeddings import Calibration, get_embedder
@@ -125,7 +125,7 @@ def test_a_shared_memory_in_the_other_script_is_found_by_default(team):
     """Memories shared by another agent are scored from their rows: the same curve applies."""
     memory, _ = services.memory_create(
         team=team,
-        scope=Memory.SCOPE_PERSONAL,
+        scope=MemoryScope.PERSONAL,
         agent_id="researcher",
         content="The user runs 5 km every morning before work.",
     )
@@ -133,7 +133,7 @@ def test_a_shared_memory_in_the_other_script_is_found_by_default(team):
     found = search_service.memory_search(
         search_service.SearchQuery(
             team=team,
-            scope=Memory.SCOPE_PERSONAL,
+            scope=MemoryScope.PERSONAL,
             agent_id="coder",
             text="用户每天早上做什么运动？",
             include_shared=True,

@@ -18,14 +18,14 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from lifecycle.models import JobRun, JobStatus
-from memories.models import Memory
+from memories.models import Memory, MemoryScope
 from tenants.models import Team, UsageDay
 
 NO_SOURCE = "(no source)"
 OTHER_SOURCES = "(other)"
 MAX_SOURCES = 6  # the most frequent sources are drawn, the rest summed as OTHER_SOURCES
 TOP_AGENTS = 10
-SCOPES = (Memory.SCOPE_PERSONAL, Memory.SCOPE_TEAM)
+SCOPES = (MemoryScope.PERSONAL, MemoryScope.TEAM)
 
 
 @dataclass

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from memories.models import Memory, MemoryScope
+from memories.models import MemoryScope
 from memories.purge import PurgeCriteria
 from tenants import selectors as tenant_selectors
 from tenants.models import Team
@@ -23,7 +23,7 @@ class PurgeCriteriaForm(forms.Form):
     scopes = forms.MultipleChoiceField(
         choices=MemoryScope.choices,
         widget=forms.CheckboxSelectMultiple,
-        initial=[Memory.SCOPE_PERSONAL, Memory.SCOPE_TEAM],
+        initial=[MemoryScope.PERSONAL, MemoryScope.TEAM],
         label="Scopes",
     )
 

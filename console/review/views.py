@@ -19,7 +19,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 from console import access
 from core.errors import DomainError
 from memories import purge, selectors, services
-from memories.models import Memory, MemoryRevision
+from memories.models import Memory, MemoryRevision, MemoryScope
 from memories.retrieval import search
 from memories.services import Actor
 from tenants import selectors as tenant_selectors
@@ -288,7 +288,7 @@ def _message(exc: DomainError) -> str:
 @require_POST
 def share(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
     memory = get_object_or_404(Memory, team=team, pk=memory_id)
-    if memory.scope != Memory.SCOPE_PERSONAL:
+    if memory.scope != MemoryScope.PERSONAL:
         messages.error(request, "Only a personal memory is shared; every agent sees team memories.")
         return redirect("console:memory-detail", team_id=team.id, memory_id=memory.pk)
     # Choices: this team's agents, never the owner (the form rejects anything else).

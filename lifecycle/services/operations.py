@@ -29,7 +29,7 @@ from lifecycle.llm import get_engine
 from lifecycle.models import ArchiveReason, JobKind, JobRun, Persona, Scenario, WorkingArchive
 from lifecycle.schemas import Fact
 from llm import Usage
-from memories.models import Memory
+from memories.models import Memory, MemoryScope
 from memories.purge import memories_trash
 from memories.retrieval.dedup import conflict_reason, preference_terms
 from memories.retrieval.embeddings import embed_passages
@@ -171,7 +171,7 @@ def _compress(
         for s in summaries:
             memory, _ = memory_create(
                 team=team,
-                scope=Memory.SCOPE_PERSONAL,
+                scope=MemoryScope.PERSONAL,
                 agent_id=agent_id,
                 content=s.content,
                 importance=s.importance,
@@ -203,7 +203,7 @@ def _store_fact(
     vector = embed_passages([fact.content])[0]
     similar = memory_find_similar(
         team=team,
-        scope=Memory.SCOPE_PERSONAL,
+        scope=MemoryScope.PERSONAL,
         agent_id=agent_id,
         vector=vector,
         min_score=SUPERSEDE_MIN_SCORE,
@@ -223,7 +223,7 @@ def _store_fact(
         if updates:
             new, _ = memory_create(
                 team=team,
-                scope=Memory.SCOPE_PERSONAL,
+                scope=MemoryScope.PERSONAL,
                 agent_id=agent_id,
                 content=fact.content,
                 importance=fact.importance,
@@ -235,7 +235,7 @@ def _store_fact(
             return "superseded", new
     new, hit = memory_create(
         team=team,
-        scope=Memory.SCOPE_PERSONAL,
+        scope=MemoryScope.PERSONAL,
         agent_id=agent_id,
         content=fact.content,
         importance=fact.importance,
@@ -319,7 +319,7 @@ def aggregate_scenes(
     previous scenarios; personas keep a snapshot of the ones they were built from)."""
     memories = list(
         Memory.objects.filter(
-            Q(scope=Memory.SCOPE_PERSONAL, agent_id=agent_id) | Q(scope=Memory.SCOPE_TEAM),
+            Q(scope=MemoryScope.PERSONAL, agent_id=agent_id) | Q(scope=MemoryScope.TEAM),
             team=team,
             superseded_by__isnull=True,
         ).order_by("-created_at", "-id")[:max_memories]
@@ -349,7 +349,7 @@ def generate_persona(
 ) -> tuple[Persona, Usage, str]:
     memories = list(
         Memory.objects.filter(
-            team=team, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id, superseded_by__isnull=True
+            team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id, superseded_by__isnull=True
         ).order_by("-importance", "-created_at")[:max_items]
     )
     scenarios = list(
@@ -391,7 +391,7 @@ def _cleanup_queryset(
         Q(last_accessed__lt=cutoff) | Q(last_accessed__isnull=True, created_at__lt=cutoff)
     )
     if agent_id:
-        qs = qs.filter(scope=Memory.SCOPE_PERSONAL, agent_id=agent_id)
+        qs = qs.filter(scope=MemoryScope.PERSONAL, agent_id=agent_id)
     return qs
 
 
@@ -399,7 +399,7 @@ def _cleanup_scope(team: Team, agent_id: str | None) -> QuerySet[Memory]:
     """The memories a cleanup looks at (what `remaining` counts)."""
     qs = Memory.objects.filter(team=team)
     if agent_id:
-        qs = qs.filter(scope=Memory.SCOPE_PERSONAL, agent_id=agent_id)
+        qs = qs.filter(scope=MemoryScope.PERSONAL, agent_id=agent_id)
     return qs
 
 

@@ -25,7 +25,7 @@ from core.localcache import TTLCache
 from graph.extraction import graph_extract
 from lifecycle.models import JobKind, JobRun, PipelineConfig
 from llm import Usage
-from memories.models import Memory
+from memories.models import Memory, MemoryScope
 from memories.working import get_working_store, max_items_per_agent
 from tenants.models import Agent, Team
 
@@ -103,7 +103,7 @@ def compress_threshold(*, config: PipelineConfig, team: Team, agent_id: str) -> 
     threshold = config.compress_every_n
     if config.warmup_max_memories > 0 and config.warmup_compress_every_n > 0:
         personal = Memory.objects.filter(
-            team=team, scope=Memory.SCOPE_PERSONAL, agent_id=agent_id, superseded_by__isnull=True
+            team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id, superseded_by__isnull=True
         ).count()
         if personal < config.warmup_max_memories:
             threshold = config.warmup_compress_every_n

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from lifecycle.services import pipeline
-from memories.models import Memory
+from memories.models import Memory, MemoryScope
 from memories.services import memory_create
 from memories.working import get_working_store
 from tenants.models import Team
@@ -97,7 +97,7 @@ class Command(BaseCommand):
         if Memory.objects.filter(team=team).exists():
             self.stdout.write(f"team {team.id} already has memories: sample data not loaded")
             return
-        for scope, rows in ((Memory.SCOPE_PERSONAL, PERSONAL), (Memory.SCOPE_TEAM, TEAM)):
+        for scope, rows in ((MemoryScope.PERSONAL, PERSONAL), (MemoryScope.TEAM, TEAM)):
             for agent, content, importance, category in rows:
                 memory_create(
                     team=team,
@@ -112,7 +112,7 @@ class Command(BaseCommand):
         for agent, content, importance, days in IDLE:
             memory, _ = memory_create(
                 team=team,
-                scope=Memory.SCOPE_PERSONAL,
+                scope=MemoryScope.PERSONAL,
                 agent_id=agent,
                 content=content,
                 importance=importance,
