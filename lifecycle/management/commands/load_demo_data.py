@@ -16,6 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from core.progress import Progress
 from lifecycle.services import pipeline
 from memories.models import Memory, MemoryScope
 from memories.services import memory_create
@@ -97,8 +98,12 @@ class Command(BaseCommand):
         if Memory.objects.filter(team=team).exists():
             self.stdout.write(f"team {team.id} already has memories: sample data not loaded")
             return
+        # Sample memories, then the lifecycle runs (the slow part: embeddings, topics, graph).
+        steps = len(PERSONAL) + len(TEAM) + len(IDLE) + 4 * len(WORKING) + 2
+        progress = Progress(steps, label="demo data", stream=self.stderr)
         for scope, rows in ((MemoryScope.PERSONAL, PERSONAL), (MemoryScope.TEAM, TEAM)):
             for agent, content, importance, category in rows:
+                progress.advance()
                 memory_create(
                     team=team,
                     scope=scope,
@@ -110,6 +115,7 @@ class Command(BaseCommand):
                 )
         now = timezone.now()
         for agent, content, importance, days in IDLE:
+            progress.advance()
             memory, _ = memory_create(
                 team=team,
                 scope=MemoryScope.PERSONAL,
@@ -136,13 +142,16 @@ class Command(BaseCommand):
                 ("extract-graph", {}),
             ):
                 pipeline.run(team=team, kind=kind, trigger="command", agent_id=agent, params=params)
+                progress.advance()
         for agent in ("quant", "coder"):
+            progress.advance()
             pipeline.run(
                 team=team, kind="extract-graph", trigger="command", agent_id=agent, params={}
             )
         for agent, items in PENDING.items():
             for content in items:
                 store.add(team_id=team.id, agent_id=agent, content=content, ttl_seconds=72 * 3600)
+        progress.close()
         self.stdout.write(
             self.style.SUCCESS(
                 f"sample data loaded into team {team.id}: "

@@ -4,12 +4,11 @@ so that index loads read them instead of tokenising."""
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.progress import Progress
 from memories.retrieval.embeddings import get_embedder
 from memories.retrieval.text import tokens_stamp
 from memories.selectors import memories_needing_embedding, memories_needing_tokens
@@ -53,18 +52,9 @@ class Command(BaseCommand):
             self.stdout.write(f"{len(ids)} memories to embed with {embedder.model_name}")
         total = len(ids)
         done = 0
-        started = time.monotonic()
-        for start in range(0, total, opts["batch_size"]):
-            done += work(memory_ids=ids[start : start + opts["batch_size"]])
-            self._progress(done, total, started)
-        if total:
-            sys.stderr.write("\n")
+        with Progress(total, label=what.split(" ")[0], stream=self.stderr) as progress:
+            for start in range(0, total, opts["batch_size"]):
+                batch = ids[start : start + opts["batch_size"]]
+                done += work(memory_ids=batch)
+                progress.advance(len(batch))
         self.stdout.write(self.style.SUCCESS(f"{what} {done} memories"))
-
-    @staticmethod
-    def _progress(done: int, total: int, started: float) -> None:
-        width = 30
-        filled = int(width * done / total) if total else width
-        rate = done / max(time.monotonic() - started, 1e-6)
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  {rate:.0f}/s")
-        sys.stderr.flush()
