@@ -111,7 +111,10 @@ def _build(source: Path) -> Glossary:
     # Only the words search's tokenizer can cut out (its dictionary) and single characters (the
     # reading of unknown words): the rest of the dictionary could never be looked up, and all of
     # it would keep ~45 MB in every worker instead of ~12.
-    vocabulary = {word for word, freq in search_tokenizer().FREQ.items() if freq}
+    tokenizer = search_tokenizer()
+    # A jieba Tokenizer, or the jieba module itself (SEARCH_JIEBA_MIN_FREQ 0: the full dictionary).
+    table = tokenizer.dt.FREQ if hasattr(tokenizer, "dt") else tokenizer.FREQ
+    vocabulary = {word for word, freq in table.items() if freq}
     forward: dict[str, set[str]] = {}
     with gzip.open(source, "rt", encoding="utf-8") as fh:
         for line in fh:
@@ -168,7 +171,8 @@ def _write_cache(path: Path, glossary: Glossary) -> Path:
     for target in (path, Path(tempfile.gettempdir()) / path.name):
         # Atomic: another process may be writing the same file. A read-only DATA_DIR: the
         # temporary directory will do.
-        tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
+        # The process and the thread: forked workers share their main thread's ident.
+        tmp = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             tmp.write_text(text, encoding="utf-8")
             tmp.replace(target)
