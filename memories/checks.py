@@ -27,4 +27,8 @@ def search_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
                 id="memories.E002",
             )
         )
+    if not 0 <= settings.SEARCH_XLING_LEXICAL_WEIGHT <= 1:
+        errors.append(
+            checks.Error("SEARCH_XLING_LEXICAL_WEIGHT must be within 0..1", id="memories.E003")
+        )
     return errors

@@ -201,3 +201,115 @@ def test_the_cross_script_override_applies_to_any_backend(settings, reset_embedd
         assert embedder.cross_score(0.5, query_cjk=True) == pytest.approx(embedder.score(0.5))
         settings.EMBEDDING_CROSS_CALIBRATION = "0:0,1:1"
         assert get_embedder().cross_score(0.5, query_cjk=True) == pytest.approx(0.5)
+
+
+# --- the dictionary bridge (memories.retrieval.gloss; docs/search.md, "Cross-script scores") ---
+# Pairs whose dense score alone stays under the default min_score: only the words the two
+# sentences share through CC-CEDICT bring them back.
+BALCONY_ZH = "用户在阳台上种西红柿和辣椒"
+NEIGHBOUR_EN = "The neighbour keeps a parrot that wakes the user at dawn."
+
+
+def test_the_bridge_returns_a_chinese_memory_the_embedding_alone_misses(api, settings):
+    write(api, BALCONY_ZH)
+    write(api, "每周五下午三点开团队周会，讨论迭代进度")
+    write(api, "服务器的日志保留三十天，超过后自动归档到对象存储")
+    query = "What does the user grow on the balcony?"
+    assert _dense(query, BALCONY_ZH) < 0.3
+    found = search(api, query, limit=5)
+    assert [m["content"] for m in found][:1] == [BALCONY_ZH], found
+    assert found[0]["score"] >= 0.3
+    settings.SEARCH_XLING_LEXICAL_WEIGHT = 0  # off: the embedding alone
+    assert BALCONY_ZH not in [m["content"] for m in search(api, query, limit=5)]
+
+
+def test_the_bridge_returns_an_english_memory_the_embedding_alone_misses(api, settings):
+    write(api, NEIGHBOUR_EN)
+    write(api, "The user runs 5 km every morning before work.")
+    write(api, "Database migrations are written with Alembic and reviewed by the DBA.")
+    query = "用户的邻居养了什么宠物？"
+    assert _dense(query, NEIGHBOUR_EN) < 0.3
+    found = search(api, query, limit=5)
+    assert [m["content"] for m in found][:1] == [NEIGHBOUR_EN], found
+    settings.SEARCH_XLING_LEXICAL_WEIGHT = 0
+    assert NEIGHBOUR_EN not in [m["content"] for m in search(api, query, limit=5)]
+
+
+def test_the_bridge_keeps_unrelated_questions_empty(api):
+    write(api, BALCONY_ZH)
+    write(api, "用户喜欢喝无糖的冰美式咖啡")
+    write(api, NEIGHBOUR_EN)
+    write(api, "Database migrations are written with Alembic and reviewed by the DBA.")
+    assert search(api, "How often must passwords be rotated?") == []
+    assert search(api, "Which train does the user take to the office?") == []
+    assert search(api, "用户的女儿几岁了？") == []
+    assert search(api, "发票要寄到哪个地址？") == []
+
+
+def test_the_bridge_only_joins_cross_script_pairs():
+    from memories.retrieval.scoring import bridge
+
+    dense = np.array([0.2, 0.2, 0.0])
+    lexical = np.array([0.0, 1.0, 0.5])
+    assert bridge(dense, lexical, 0.5) == pytest.approx([0.2, 0.6, 0.25])
+    assert bridge(dense, lexical, 0.0) == pytest.approx(dense)
+
+
+def test_the_weight_is_checked(settings):
+    from memories.checks import search_settings
+
+    settings.SEARCH_XLING_LEXICAL_WEIGHT = 1.5
+    assert [e.id for e in search_settings()] == ["memories.E003"]
+    settings.SEARCH_XLING_LEXICAL_WEIGHT = 0
+    assert search_settings() == []
+
+
+@pytest.fixture
+def fresh_glossary(settings, tmp_path):
+    from memories.retrieval import gloss
+
+    settings.DATA_DIR = tmp_path
+    gloss.reset()
+    yield gloss
+    gloss.reset()  # the next test loads the shared cache again
+
+
+def test_the_dictionary_loads_offline_and_its_cache_is_rebuilt(fresh_glossary, monkeypatch):
+    """Built from the installed package without the network, cached under DATA_DIR; a missing
+    or corrupt cache is rebuilt, a valid one is read."""
+    import json
+    import socket
+
+    gloss = fresh_glossary
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the dictionary must not need the network")
+
+    monkeypatch.setattr(socket, "socket", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    path = gloss.cache_path()
+    assert not path.exists()
+    built = gloss.glossary()
+    assert {"allerg", "allergi"} <= built.english("过敏")
+    assert "过敏" in built.chinese("allerg")
+    assert path.exists()
+    assert gloss.glossary() is built  # once per process
+
+    gloss.reset()
+    assert gloss.glossary().forward == built.forward  # read back from the cache
+
+    path.write_text('{"forward": {"过敏": "broken"', encoding="utf-8")
+    gloss.reset()
+    assert gloss.glossary().english("过敏") == built.english("过敏")
+    assert json.loads(path.read_text(encoding="utf-8"))["forward"]["过敏"] == built.forward["过敏"]
+
+
+def test_the_console_review_search_crosses_scripts_too(team):
+    """The console's search is the API's (memory_review_search runs memory_search per scope)."""
+    memory, _ = services.memory_create(
+        team=team, scope=Memory.SCOPE_PERSONAL, agent_id="assistant", content=BALCONY_ZH
+    )
+    found = search_service.memory_review_search(
+        team=team, query="What does the user grow on the balcony?"
+    )
+    assert [mid for mid, _ in found] == [memory.pk]

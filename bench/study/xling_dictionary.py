@@ -1,6 +1,6 @@
 """Prototype: a CC-CEDICT lexical bridge across scripts, on top of the cross-script curves.
 
-Not in the service. Chinese words are glossed with CC-CEDICT (first three senses, Snowball
+Superseded by the service's bridge (memories/retrieval/gloss.py, docs/search.md). Chinese words are glossed with CC-CEDICT (first three senses, Snowball
 stems via memories.retrieval.text.tokenize): for zh -> en the question's words (each word a set of
 alternative English tokens), for en -> zh the memory's words. lexical = idf-weighted share of
 query words found; score = 1 - (1 - dense_cross)(1 - w * lexical), swept over w. Prints R@1,

@@ -448,6 +448,15 @@ class ScopeIndex:
         """Raw cosines of given slots (e.g. lexical candidates the dense top-k missed)."""
         return self.vectors.at(query_vec, slots)
 
+    def term_mask(self, terms: Iterable[str]) -> np.ndarray:
+        """(n,) bool: the slots holding any of `terms` (alive or not)."""
+        mask = np.zeros(self.n, dtype=bool)
+        for tid in map(self.term_id.get, terms):
+            if tid is not None:
+                p = self.postings[tid]
+                mask[p.slots[: p.n]] = True
+        return mask
+
     def bm25_normalised(self, tokens: Iterable[str]) -> tuple[np.ndarray, float]:
         """BM25 of every slot, and the reference score used to normalise it.
 

@@ -55,6 +55,14 @@ def fuse(dense: np.ndarray, lexical: np.ndarray, dense_weight: float) -> np.ndar
     return FUSIONS[settings.SEARCH_FUSION](dense, lexical, dense_weight)
 
 
+def bridge(dense: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:
+    """A cross-script pair's score: its calibrated dense score joined, as a noisy OR, by the
+    dictionary's word evidence discounted by SEARCH_XLING_LEXICAL_WEIGHT (docs/search.md,
+    "Cross-script scores"). A glossed word match is weaker evidence than the same word written
+    in the memory, so it cannot count in full."""
+    return 1.0 - (1.0 - dense) * (1.0 - weight * lexical)
+
+
 def with_neighbours(
     slots: np.ndarray, prev: np.ndarray, nxt: np.ndarray, rank: np.ndarray
 ) -> np.ndarray:

@@ -23,6 +23,7 @@ stronger. λ = SEARCH_DECAY_WEIGHT (0.1) caps the effect, so a strong match is n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,9 +37,9 @@ from memories import selectors
 from memories.models import Memory
 from tenants.models import Team
 
-from . import index
+from . import gloss, index
 from .embeddings import embed_query, from_bytes, get_embedder
-from .scoring import fuse, strength, with_neighbours
+from .scoring import bridge, fuse, strength, with_neighbours
 from .text import is_cjk, tokenize
 
 SearchMode = Literal["hybrid", "vector", "keyword"]
@@ -108,6 +109,24 @@ def attach_entities(*, team: Team, hits: list[SearchHit], acting_agent: str | No
         hit.entities = found.get(hit.memory.pk, [])
 
 
+def _bridge_all(ix: index.ScopeIndex, qtokens: tuple[str, ...], target: np.ndarray) -> np.ndarray:
+    """Cross-script lexical score of every slot, 0 outside `target` (the live memories in the
+    other script): the idf-weighted share of the query's words a memory holds through the
+    dictionary (gloss.alternatives; docs/search.md, "Cross-script scores"). The idf is over the
+    target memories, so a word most of them hold counts little."""
+    out = np.zeros(ix.n, dtype=np.float32)
+    n_target = int(target.sum())
+    if n_target == 0:
+        return out
+    total = 0.0
+    for terms in gloss.alternatives(qtokens):
+        held = ix.term_mask(terms) & target
+        weight = math.log(1.0 + n_target / (1.0 + int(held.sum())))
+        total += weight
+        out[held] += weight
+    return out / total if total > 0 else out
+
+
 def _score_candidates(
     ix: index.ScopeIndex,
     qvec: np.ndarray | None,
@@ -157,6 +176,16 @@ def _score_candidates(
             if len(hits) > k:
                 hits = hits[np.argpartition(-context_all[hits], k - 1)[:k]]
             lexical_slots = hits.astype(np.int64)
+    # Across scripts BM25 sees nothing: the dictionary bridge scores the other script's memories
+    # and, like BM25, brings its best k as candidates.
+    xling_weight = settings.SEARCH_XLING_LEXICAL_WEIGHT if mode == "hybrid" and use_dense else 0.0
+    bridge_all: np.ndarray | None = None
+    if xling_weight > 0 and qtokens:
+        bridge_all = _bridge_all(ix, qtokens, live & (ix.cjk[:n] != query_cjk))
+        hits = np.flatnonzero(bridge_all > 0)
+        if len(hits) > k:
+            hits = hits[np.argpartition(-bridge_all[hits], k - 1)[:k]]
+        lexical_slots = np.union1d(lexical_slots, hits.astype(np.int64))
     missing = np.setdiff1d(lexical_slots, dense_slots, assume_unique=True)
     slots = np.concatenate([dense_slots, missing])
     raw = np.concatenate(
@@ -213,9 +242,14 @@ def _score_candidates(
     rank = fuse(dense, context, dense_weight)
     if use_dense:
         # Cross-script: BM25 cannot see the memory, so the embedding's full score stands
-        # instead of its discounted share.
-        score = np.where(other_script, np.maximum(score, dense), score)
-        rank = np.where(other_script, np.maximum(rank, dense), rank)
+        # instead of its discounted share, joined by the dictionary's word evidence.
+        across = (
+            dense
+            if bridge_all is None
+            else bridge(dense, bridge_all[slots], xling_weight).astype(np.float32)
+        )
+        score = np.where(other_script, np.maximum(score, across), score)
+        rank = np.where(other_script, np.maximum(rank, across), rank)
     if neighbours and len(slots):
         rank = with_neighbours(slots, prev, nxt, rank)
     return slots, score, dense, lexical, rank
@@ -296,7 +330,15 @@ def _shared_candidates(
             else float(fuse(np.array([dense]), np.array([lexical]), dense_weight)[0])
         )
         if mode == "hybrid" and is_cjk(m.content) != query_cjk:
-            score = max(score, dense)  # cross-script, as in _score_candidates
+            # Cross-script, as in _score_candidates (a plain share of the query's words here).
+            across = dense
+            weight = settings.SEARCH_XLING_LEXICAL_WEIGHT
+            if weight > 0 and qtokens and qvec is not None:
+                words = gloss.alternatives(qtokens)
+                held = set(tokenize(m.content))
+                share = sum(1 for terms in words if terms & held) / len(words) if words else 0.0
+                across = float(bridge(np.array([dense]), np.array([share]), weight)[0])
+            score = max(score, across)
         if score > 0:
             out.append(Candidate(m.pk, score, dense, lexical))
     return out

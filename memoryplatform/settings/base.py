@@ -287,6 +287,9 @@ SEARCH_BM25_K1 = env.float("SEARCH_BM25_K1", default=0.9)
 SEARCH_BM25_B = env.float("SEARCH_BM25_B", default=0.4)
 # Chinese words for search: jieba's dictionary without words rarer than this (0 = all of it).
 SEARCH_JIEBA_MIN_FREQ = env.int("SEARCH_JIEBA_MIN_FREQ", default=20)
+# Cross-script search (docs/search.md): weight of the CC-CEDICT word bridge joined to the dense
+# score of a memory in the other script than the query (0 turns it off).
+SEARCH_XLING_LEXICAL_WEIGHT = env.float("SEARCH_XLING_LEXICAL_WEIGHT", default=0.5)
 SEARCH_DECAY_WEIGHT = env.float("SEARCH_DECAY_WEIGHT", default=0.1)
 SEARCH_DECAY_DAYS = env.float("SEARCH_DECAY_DAYS", default=30.0)
 # A search result counts as recalled (access_count + 1, last_accessed = now) only when its score is
