@@ -47,10 +47,6 @@ class RemovedBy(models.TextChoices):
 
 
 class Memory(models.Model):
-    # Aliases of MemoryScope kept for the retrieval modules (search, index) that still read them.
-    SCOPE_PERSONAL = MemoryScope.PERSONAL
-    SCOPE_TEAM = MemoryScope.TEAM
-
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memories")
     scope = models.CharField(max_length=8, choices=MemoryScope.choices)
     # Owner of a personal memory; optional author of a team memory. A plain id, not a foreign

@@ -307,7 +307,7 @@ def test_the_dictionary_loads_offline_and_its_cache_is_rebuilt(fresh_glossary, m
 def test_the_console_review_search_crosses_scripts_too(team):
     """The console's search is the API's (memory_review_search runs memory_search per scope)."""
     memory, _ = services.memory_create(
-        team=team, scope=Memory.SCOPE_PERSONAL, agent_id="assistant", content=BALCONY_ZH
+        team=team, scope=MemoryScope.PERSONAL, agent_id="assistant", content=BALCONY_ZH
     )
     found = search_service.memory_review_search(
         team=team, query="What does the user grow on the balcony?"

@@ -63,7 +63,7 @@ def main() -> None:
     from memories import services
     from memories.retrieval import search
     from memories.retrieval.embeddings import embed_passages, embed_query
-    from memories.models import Memory
+    from memories.models import Memory, MemoryScope
     from tenants.models import Team
 
     paragraphs = json.load(open(args.data, encoding="utf-8"))
@@ -77,7 +77,7 @@ def main() -> None:
                 for sentence in para["sentences"][lang]:
                     services.memory_create(
                         team=team,
-                        scope=Memory.SCOPE_PERSONAL,
+                        scope=MemoryScope.PERSONAL,
                         agent_id=f"p{p}_{lang}",
                         content=sentence,
                         enable_dedup=False,
@@ -92,7 +92,7 @@ def main() -> None:
         hits = search.memory_search(
             search.SearchQuery(
                 team=team,
-                scope=Memory.SCOPE_PERSONAL,
+                scope=MemoryScope.PERSONAL,
                 agent_id=agent,
                 text=query,
                 limit=5,

@@ -41,7 +41,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from core.metrics import INDEX_LOADS, INDEX_MEMORIES, INDEX_SCOPES, timed
-from memories.models import IndexChange, Memory
+from memories.models import IndexChange, Memory, MemoryScope
 
 from .embeddings import Embedder, from_bytes
 from .text import is_cjk, tokenize, tokens_from_storage
@@ -54,7 +54,7 @@ NEIGHBOUR_WALK = 8
 
 def scope_key(team_id: str, scope: str, agent_id: str = "") -> str:
     # Team ids and agent ids never contain "|" (their validators), so keys cannot collide.
-    return f"{team_id}|{scope}|{agent_id if scope == Memory.SCOPE_PERSONAL else ''}"
+    return f"{team_id}|{scope}|{agent_id if scope == MemoryScope.PERSONAL else ''}"
 
 
 @dataclass
@@ -624,7 +624,7 @@ class IndexRegistry:
         )
         ix.last_change_id = max(ix.applied_changes, default=ix.change_floor)
         qs = Memory.objects.filter(team_id=team_id, scope=scope, superseded_by__isnull=True)
-        if scope == Memory.SCOPE_PERSONAL:
+        if scope == MemoryScope.PERSONAL:
             qs = qs.filter(agent_id=agent_id)
         rows = qs.order_by("id").values_list(
             "id", "content", "embedding", "embedding_model", "search_tokens", "created_at"

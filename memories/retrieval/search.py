@@ -34,7 +34,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from memories import selectors
-from memories.models import Memory
+from memories.models import Memory, MemoryScope
 from tenants.models import Team
 
 from . import gloss, index
@@ -376,15 +376,15 @@ def memory_search(query: SearchQuery) -> list[SearchHit]:
     query_cjk = is_cjk(query.text)
     dense_weight = settings.SEARCH_DENSE_WEIGHT
     want = max(query.limit * 3, 30)
-    scopes = [(scope, agent_id if scope == Memory.SCOPE_PERSONAL else "")]
-    if query.include_team and scope == Memory.SCOPE_PERSONAL:
-        scopes.append((Memory.SCOPE_TEAM, ""))
+    scopes = [(scope, agent_id if scope == MemoryScope.PERSONAL else "")]
+    if query.include_team and scope == MemoryScope.PERSONAL:
+        scopes.append((MemoryScope.TEAM, ""))
     candidates: list[Candidate] = []
     for sc, ag in scopes:
         allowed = None
         if filters:
             base = Memory.objects.filter(team=team, scope=sc, superseded_by__isnull=True)
-            if sc == Memory.SCOPE_PERSONAL:
+            if sc == MemoryScope.PERSONAL:
                 base = base.filter(agent_id=ag)
             allowed = set(
                 base.filter(selectors.memory_filters_q(filters)).values_list("id", flat=True)
@@ -394,7 +394,7 @@ def memory_search(query: SearchQuery) -> list[SearchHit]:
             _top_candidates(ix, qvec, qtokens, mode, want, allowed, dense_weight, query_cjk)
         )
     shared: set[int] = set()
-    if query.include_shared and scope == Memory.SCOPE_PERSONAL:
+    if query.include_shared and scope == MemoryScope.PERSONAL:
         shared_candidates = _shared_candidates(
             team, agent_id, qvec, qtokens, mode, dense_weight, filters, query_cjk
         )
@@ -419,7 +419,7 @@ def memory_search(query: SearchQuery) -> list[SearchHit]:
         if m.team_id == team.id
         and m.superseded_by_id is None
         and (
-            (m.scope, m.agent_id if m.scope == Memory.SCOPE_PERSONAL else "") in allowed_scopes
+            (m.scope, m.agent_id if m.scope == MemoryScope.PERSONAL else "") in allowed_scopes
             or mid in shared
         )
     }
@@ -468,12 +468,12 @@ def memory_review_search(
     purges), so this only reads.
     """
     scopes: list[tuple[str, str]] = []
-    if scope in ("", Memory.SCOPE_TEAM):
+    if scope in ("", MemoryScope.TEAM):
         # A team memory's agent_id is its author: with an agent asked for, only theirs are kept.
-        scopes.append((Memory.SCOPE_TEAM, ""))
-    if scope in ("", Memory.SCOPE_PERSONAL):
+        scopes.append((MemoryScope.TEAM, ""))
+    if scope in ("", MemoryScope.PERSONAL):
         owners = [agent_id] if agent_id else selectors.personal_owners(team=team)
-        scopes.extend((Memory.SCOPE_PERSONAL, a) for a in sorted(owners))
+        scopes.extend((MemoryScope.PERSONAL, a) for a in sorted(owners))
     scored: dict[int, float] = {}
     for sc, ag in scopes:
         for hit in memory_search(
@@ -481,7 +481,7 @@ def memory_review_search(
                 team=team, scope=sc, agent_id=ag, text=query, limit=limit, min_score=min_score
             )
         ):
-            if sc == Memory.SCOPE_TEAM and agent_id and hit.memory.agent_id != agent_id:
+            if sc == MemoryScope.TEAM and agent_id and hit.memory.agent_id != agent_id:
                 continue
             score = float(hit.score or 0.0)
             scored[hit.memory.pk] = max(scored.get(hit.memory.pk, 0.0), score)
