@@ -7,6 +7,7 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from agentmcp.views import mcp_endpoint
 from graph import apis as graph_apis
 from lifecycle import apis as lifecycle_apis
 from memories import apis as memory_apis
@@ -137,6 +138,7 @@ urlpatterns = [
         views.api_docs_gate(SpectacularSwaggerView.as_view(url_name="schema")),
         name="swagger-ui",
     ),
+    path("mcp", mcp_endpoint, name="mcp"),
     path("admin", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
     path("review/", include("console.urls")),

@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "lifecycle",
     "graph",
     "console",
+    "agentmcp",
 ]
 
 MIDDLEWARE = [
