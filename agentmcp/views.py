@@ -14,22 +14,42 @@ uses the request's database connection and transaction handling like every other
 
 from __future__ import annotations
 
+import json
 from collections.abc import MutableMapping
 from typing import Any
 
 import anyio
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from core.errors import DomainError
+from core import jsonlimits
+from core.errors import DomainError, ErrorCode
 from tenants.authentication import McpPrincipal, bearer_token, mcp_token_authenticate
 from tenants.ratelimit import check_rate_limit
 
 from .server import credential, mcp
 
 Message = MutableMapping[str, Any]
+
+# A tool's arguments sit two levels below the JSON-RPC message (`params.arguments`): they may
+# nest as deep as a REST body (MAX_JSON_DEPTH), no deeper.
+ENVELOPE_LEVELS = 2
+
+
+def _check_depth(body: bytes) -> None:
+    """The REST API's nesting limit (core.jsonlimits), before the SDK parses the body: deep
+    nesting would otherwise exhaust a recursion limit somewhere (the parser, a serializer)."""
+    limit = settings.MAX_JSON_DEPTH + ENVELOPE_LEVELS
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        raise jsonlimits.too_deep(limit) from None
+    except ValueError:
+        return  # not JSON: the SDK answers with a JSON-RPC parse error
+    jsonlimits.check_depth(body, value, limit)
 
 
 def _refusal(err: DomainError) -> HttpResponse:
@@ -113,6 +133,15 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     try:
         principal = mcp_token_authenticate(bearer_token(request.headers.get("Authorization", "")))
         check_rate_limit(principal.mcp_token)
+        if request.method != "POST":
+            # Stateless: no SSE stream to open with GET (the SDK would hold this worker waiting
+            # on one forever), no session to end with DELETE. The spec's answer is 405.
+            raise DomainError(
+                ErrorCode.METHOD_NOT_ALLOWED,
+                "this MCP endpoint is stateless: POST one JSON-RPC message per request",
+                headers={"Allow": "POST"},
+            )
+        _check_depth(request.body)
     except DomainError as err:
         return _refusal(err)
     status, headers, body = async_to_sync(_serve)(_scope(request), request.body, principal)

@@ -209,6 +209,13 @@ def test_no_token_bad_token_and_revoked_token_are_401_before_mcp(mcp_url, team_a
         return httpx2.post(mcp_url, json=body, headers=h)
 
     assert post(f"Bearer {token.token}").status_code == 200
+    for method in ("GET", "DELETE"):
+        # No SSE stream to hold a worker open, no session to end.
+        refused = httpx2.request(
+            method, mcp_url, headers=dict(headers, Authorization=f"Bearer {token.token}"), timeout=5
+        )
+        assert refused.status_code == 405 and refused.headers["Allow"] == "POST"
+    assert httpx2.get(mcp_url, headers=headers, timeout=5).status_code == 401
     missing = post(None)
     assert missing.status_code == 401
     assert missing.json()["code"] == "MISSING_AUTH"
@@ -227,6 +234,28 @@ def test_no_token_bad_token_and_revoked_token_are_401_before_mcp(mcp_url, team_a
     with pytest.raises(ExceptionGroup) as refused:
         run(go())
     assert refused.group_contains(MCPError, match="error response")
+
+
+def test_deep_json_is_refused_like_a_rest_body(mcp_url, team_a, settings):
+    token = McpTokenFactory(team=team_a).token
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+
+    def add(metadata: Any) -> httpx2.Response:
+        arguments = {"content": "deep", "agent_id": "a1", "metadata": metadata}
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "memory_add", "arguments": arguments},
+        }
+        return httpx2.post(mcp_url, json=body, headers=headers)
+
+    nested: Any = 1
+    for _ in range(settings.MAX_JSON_DEPTH - 1):
+        nested = {"k": nested}
+    assert add(nested).status_code == 200  # as deep as a REST body may be
+    refused = add({"k": nested})
+    assert refused.status_code == 400 and refused.json()["code"] == "VALIDATION_ERROR"
 
 
 def test_rate_limit_counts_each_request(mcp_url, team_a):
