@@ -67,3 +67,9 @@ def mcp_token_get_by_token_id(*, token_id: str) -> McpToken | None:
 def mcp_token_list(*, team: Team | None = None) -> QuerySet[McpToken]:
     qs = McpToken.objects.select_related("team", "agent").order_by("team_id", "-created_at")
     return qs.filter(team=team) if team is not None else qs
+
+
+def mcp_token_get(*, team: Team, token_id: str) -> McpToken | None:
+    """One of the team's MCP tokens by its public id; another team's is simply not found."""
+    token_id = token_id.removeprefix("mcp_")
+    return McpToken.objects.select_related("agent").filter(team=team, token_id=token_id).first()
