@@ -140,6 +140,34 @@ def test_chinese_round_trip(mcp_url, agent_token):
     assert Memory.objects.filter(team_id="mcp_a").count() == 1
 
 
+def test_concurrent_requests_each_get_their_own_answer(mcp_url, team_a, agent_token):
+    """Requests served at once (threads of the live server, each with its own event loop) do
+    not mix principals. (Reads only: the test database is an in-memory SQLite shared between
+    the server's threads, which refuses concurrent writes.)"""
+    other = McpTokenFactory(team=team_a, agent=AgentFactory(team=team_a, agent_id="a2")).token
+
+    async def add(token: str, content: str) -> int:
+        async with session(mcp_url, token) as c:
+            return ok(await c.call_tool("memory_add", {"content": content}))["id"]
+
+    async def reads(token: str, ids: list[int]) -> list[str]:
+        async with session(mcp_url, token) as c:
+            results = await asyncio.gather(
+                *[c.call_tool("memory_get", {"memory_id": i}) for i in ids * 4]
+            )
+            return [
+                r.structured_content.get("content") or r.structured_content["code"] for r in results
+            ]
+
+    async def go():
+        ids = [await add(agent_token, "a1 likes teal"), await add(other, "a2 likes amber")]
+        return await asyncio.gather(reads(agent_token, ids), reads(other, ids))
+
+    first, second = run(go())
+    assert first == ["a1 likes teal", "FORBIDDEN"] * 4
+    assert second == ["FORBIDDEN", "a2 likes amber"] * 4
+
+
 def test_teams_are_isolated(mcp_url, agent_token):
     """Team B sees nothing of team A: get, update, forget, history answer NOT_FOUND exactly as
     for an id that does not exist, and search finds nothing."""
