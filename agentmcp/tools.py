@@ -250,10 +250,13 @@ def memory_history(principal: McpPrincipal, *, memory_id: int) -> dict[str, Any]
 # --- working memory -----------------------------------------------------------------------------
 
 
-def _working_store_add(principal: McpPrincipal, agent: str, contents: list[str], ttl: int | None):
+def _working_store_add(
+    principal: McpPrincipal, agent: str, contents: list[str], ttl: int | None
+) -> list[dict[str, str]]:
     """POST /memories/working for each content, then one write signal (the lifecycle decides
     whether to compress on the count, so one signal after the batch is enough)."""
-    items = []
+    items: list[dict[str, str]] = []
+    # All validated before the first is stored: a bad message stores none of the batch.
     data_list = [
         _valid(WorkingCreateInputSerializer(data=_given(agent_id=agent, content=c, ttl=ttl)))
         for c in contents

@@ -81,7 +81,7 @@ def _scope(request: HttpRequest) -> dict[str, Any]:
         "query_string": request.META.get("QUERY_STRING", "").encode("latin-1"),
         "headers": headers,
         "client": (request.META.get("REMOTE_ADDR", ""), 0),
-        "server": (request.get_host(), int(request.get_port() or 0)),
+        "server": (request.META.get("SERVER_NAME", ""), int(request.META.get("SERVER_PORT") or 0)),
         "state": {},
     }
 
