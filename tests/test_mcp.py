@@ -473,3 +473,21 @@ def test_stdio(tmp_path):
         stdin=subprocess.DEVNULL,
     )
     assert bad.returncode != 0 and "unknown, revoked or expired" in bad.stderr
+
+
+def test_an_ingest_batch_with_one_bad_message_stores_none(mcp_url, agent_token, settings):
+    too_long = "x" * (settings.MEMORY_MAX_CONTENT_CHARS + 1)
+
+    async def go():
+        async with session(mcp_url, agent_token) as c:
+            refused = data(
+                await c.call_tool(
+                    "ingest_messages",
+                    {"messages": [{"role": "user", "content": "fine"}, {"content": too_long}]},
+                )
+            )
+            return refused, ok(await c.call_tool("working_list", {}))
+
+    refused, listed = run(go())
+    assert refused["code"] == "VALIDATION_ERROR" and "content" in refused["details"]
+    assert listed["items"] == []
