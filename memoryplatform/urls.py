@@ -9,6 +9,7 @@ from django.views import View
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from agentmcp.views import mcp_endpoint
 from graph import apis as graph_apis
 from lifecycle import apis as lifecycle_apis
 from memories import apis as memory_apis
@@ -79,6 +80,7 @@ urlpatterns = [
     path("", views.landing, name="landing"),
     path("metrics", views.metrics, name="metrics"),
     path("favicon.ico", RedirectView.as_view(url=static("console/favicon.svg"), permanent=True)),
+    path("mcp", mcp_endpoint, name="mcp"),
     path("admin", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
     path("review/", include("console.urls")),

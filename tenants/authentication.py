@@ -32,9 +32,9 @@ from rest_framework.request import Request
 from core.errors import DomainError, ErrorCode
 
 from . import crypto
-from .models import ApiKey, Team
-from .selectors import api_key_get_by_key_id
-from .services import api_key_secrets, api_key_touch
+from .models import ApiKey, McpToken, Team
+from .selectors import api_key_get_by_key_id, mcp_token_get_by_hash
+from .services import api_key_secrets, api_key_touch, mcp_token_hash, mcp_token_touch
 
 logger = logging.getLogger(__name__)
 
@@ -233,3 +233,48 @@ class IsTeamAuthenticated(BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return isinstance(request.auth, ApiKey)
+
+
+# --- MCP bearer tokens (the agentmcp endpoint) ------------------------------------------------
+
+_BEARER_RE = re.compile(r"^Bearer[ \t]+(\S{1,512})[ \t]*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class McpPrincipal:
+    """Who is calling the MCP endpoint: the token's team and, for an agent token, its agent."""
+
+    team: Team
+    mcp_token: McpToken
+    agent_id: str | None
+
+    @property
+    def label(self) -> str:
+        """How revisions and trash reasons name the caller (as `key <id>` for API keys)."""
+        return f"mcp token {self.mcp_token}"
+
+
+def mcp_token_authenticate(raw: str) -> McpPrincipal:
+    """The principal of a raw token; MISSING_AUTH without one, INVALID_API_KEY for an unknown,
+    revoked or expired one (one message for all three: no oracle)."""
+    if not raw:
+        raise _fail(ErrorCode.MISSING_AUTH, "missing bearer token")
+    token = mcp_token_get_by_hash(token_hash=mcp_token_hash(raw))
+    if token is None or not token.is_active:
+        raise _fail(ErrorCode.INVALID_API_KEY, "unknown, revoked or expired MCP token")
+    mcp_token_touch(mcp_token=token)
+    return McpPrincipal(
+        team=token.team,
+        mcp_token=token,
+        agent_id=token.agent.agent_id if token.agent is not None else None,
+    )
+
+
+def bearer_token(authorization: str) -> str:
+    """The token of an `Authorization: Bearer <token>` header value ("" when there is none)."""
+    if not authorization.strip():
+        return ""
+    match = _BEARER_RE.match(authorization.strip())
+    if match is None:
+        raise _fail(ErrorCode.MISSING_AUTH, "Authorization must be `Bearer <token>`")
+    return match.group(1)

@@ -115,6 +115,51 @@ class ApiKey(models.Model):
         return "active"
 
 
+class McpToken(models.Model):
+    """A bearer token for the MCP endpoint (agentmcp): one team and, optionally, one agent.
+
+    Unlike an API key the server never needs the raw token back (nothing is signed with it),
+    so only its SHA-256 is kept: the token is 32 random bytes, which a fast hash protects as
+    well as a slow one. `token_id` is the public part printed in the token itself
+    (`mcp_<token_id>_<secret>`), to recognise and revoke it.
+    """
+
+    token_id = models.CharField(max_length=32, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="mcp_tokens")
+    # Agent-scoped tokens: null = a team-wide token (as ApiKey.agent).
+    agent = models.ForeignKey(
+        Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="mcp_tokens"
+    )
+    label = models.CharField(max_length=200, blank=True, default="")
+    # Requests per window for this token; null = the API_RATE_LIMIT setting, 0 = unlimited.
+    rate_limit = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["team_id", "-created_at"]
+        verbose_name = "MCP token"
+
+    def __str__(self) -> str:
+        return f"mcp_{self.token_id}"
+
+    @property
+    def is_active(self) -> bool:
+        now = timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    @property
+    def status(self) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return "expired"
+        return "active"
+
+
 class TeamRole(models.TextChoices):
     LEAD = "lead", "Lead"
     VIEWER = "viewer", "Viewer"

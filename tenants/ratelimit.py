@@ -18,7 +18,7 @@ from rest_framework.throttling import BaseThrottle
 
 from core.errors import DomainError, ErrorCode
 
-from .models import ApiKey
+from .models import ApiKey, McpToken
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +28,9 @@ _cache_down_until = 0.0
 _CACHE_RETRY_SECONDS = 5.0
 
 
-def check_rate_limit(api_key: ApiKey) -> None:
-    """Counts one request for the key; raises RATE_LIMITED (429 + Retry-After) over the limit."""
+def check_rate_limit(api_key: ApiKey | McpToken) -> None:
+    """Counts one request for the key (or MCP token); raises RATE_LIMITED (429 + Retry-After)
+    over the limit."""
     global _cache_down_until
     limit = api_key.rate_limit if api_key.rate_limit is not None else settings.API_RATE_LIMIT
     if not limit:
@@ -39,7 +40,9 @@ def check_rate_limit(api_key: ApiKey) -> None:
         return
     window = settings.API_RATE_LIMIT_WINDOW_SECONDS
     bucket = int(now // window)
-    key = f"rl:{api_key.pk}:{bucket}"
+    # MCP tokens count apart from keys: their primary keys come from another table.
+    kind = "mcp:" if isinstance(api_key, McpToken) else ""
+    key = f"rl:{kind}{api_key.pk}:{bucket}"
     try:
         # add() is atomic and sets the expiry once; incr() is atomic in Redis and LocMem.
         cache.add(key, 0, timeout=window + 1)

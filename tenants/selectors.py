@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 
 from core.errors import CrossTeamForbidden, NotFound
 
-from .models import Agent, ApiKey, Team, TeamMembership
+from .models import Agent, ApiKey, McpToken, Team, TeamMembership
 
 
 def team_check_same(*, team: Team, team_id: str) -> Team:
@@ -52,3 +52,24 @@ def team_ids_for_user(
 def api_key_get(*, team: Team, key_id: str) -> ApiKey | None:
     """One of the team's keys by its public id; another team's key is simply not found."""
     return ApiKey.objects.select_related("agent").filter(team=team, key_id=key_id).first()
+
+
+def mcp_token_get_by_hash(*, token_hash: str) -> McpToken | None:
+    return McpToken.objects.select_related("team", "agent").filter(token_hash=token_hash).first()
+
+
+def mcp_token_get_by_token_id(*, token_id: str) -> McpToken | None:
+    """By the public id, with or without its `mcp_` prefix."""
+    token_id = token_id.removeprefix("mcp_").split("_", 1)[0]
+    return McpToken.objects.select_related("team", "agent").filter(token_id=token_id).first()
+
+
+def mcp_token_list(*, team: Team | None = None) -> QuerySet[McpToken]:
+    qs = McpToken.objects.select_related("team", "agent").order_by("team_id", "-created_at")
+    return qs.filter(team=team) if team is not None else qs
+
+
+def mcp_token_get(*, team: Team, token_id: str) -> McpToken | None:
+    """One of the team's MCP tokens by its public id; another team's is simply not found."""
+    token_id = token_id.removeprefix("mcp_")
+    return McpToken.objects.select_related("agent").filter(team=team, token_id=token_id).first()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from core.errors import NotFound
 from core.localcache import TTLCache
 
 from . import crypto
-from .models import Agent, ApiKey, Team, TeamMembership, TeamRole
+from .models import Agent, ApiKey, McpToken, Team, TeamMembership, TeamRole
 
 logger = logging.getLogger(__name__)
 
@@ -235,6 +236,72 @@ def api_key_secrets(*, api_key: ApiKey) -> list[str]:
     ):
         found.append(crypto.decrypt(api_key.previous_secret_encrypted))
     return found
+
+
+# --- MCP tokens -----------------------------------------------------------------------------
+
+MCP_TOKEN_PREFIX = "mcp_"
+
+
+def mcp_token_hash(raw: str) -> str:
+    """What is stored of a token and what a presented one is looked up by."""
+    return hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest()
+
+
+@dataclass(frozen=True)
+class IssuedMcpToken:
+    """What an operator sees exactly once: the raw bearer token."""
+
+    mcp_token: McpToken
+    token: str
+
+
+def mcp_token_issue(
+    *,
+    team: Team,
+    agent: Agent | None = None,
+    label: str = "",
+    expires_at: datetime | None = None,
+    rate_limit: int | None = None,
+) -> IssuedMcpToken:
+    if agent is not None and agent.team_id != team.id:
+        raise ValueError("an agent-scoped token must belong to the agent's team")
+    token_id = secrets.token_hex(6)
+    # 32 random bytes: brute force is out of reach, so a plain SHA-256 is enough to store.
+    raw = f"{MCP_TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
+    token = McpToken.objects.create(
+        token_id=token_id,
+        token_hash=mcp_token_hash(raw),
+        team=team,
+        agent=agent,
+        label=label,
+        expires_at=expires_at,
+        rate_limit=rate_limit,
+    )
+    logger.info("issued MCP token %s for team %s", token, team.id)
+    return IssuedMcpToken(mcp_token=token, token=raw)
+
+
+def mcp_token_revoke(*, mcp_token: McpToken) -> McpToken:
+    if mcp_token.revoked_at is None:
+        mcp_token.revoked_at = timezone.now()
+        mcp_token.save(update_fields=["revoked_at"])
+        logger.info("revoked MCP token %s", mcp_token)
+    return mcp_token
+
+
+def mcp_token_touch(*, mcp_token: McpToken) -> None:
+    """Records use at most once per resolution window, as api_key_touch."""
+    now = timezone.now()
+    resolution = timedelta(seconds=settings.API_KEY_LAST_USED_RESOLUTION_SECONDS)
+    if mcp_token.last_used_at is not None and now - mcp_token.last_used_at < resolution:
+        return
+    from django.db.models import Q
+
+    McpToken.objects.filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - resolution), pk=mcp_token.pk
+    ).update(last_used_at=now)
+    mcp_token.last_used_at = now
 
 
 # --- Memberships ----------------------------------------------------------------------------

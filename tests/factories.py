@@ -34,8 +34,8 @@ from memories.models import (
 )
 from memories.purge import memories_trash
 from memories.services import memory_create, memory_share
-from tenants.models import Agent, ApiKey, Team, TeamMembership, TeamRole, UsageDay
-from tenants.services import api_key_issue
+from tenants.models import Agent, ApiKey, McpToken, Team, TeamMembership, TeamRole, UsageDay
+from tenants.services import api_key_issue, mcp_token_issue
 
 
 class TeamFactory(factory.django.DjangoModelFactory):
@@ -133,6 +133,26 @@ class ApiKeyFactory(factory.django.DjangoModelFactory):
         api_key = _update_after(issued.api_key, kwargs)
         api_key.secret = issued.secret
         return api_key
+
+
+class McpTokenFactory(factory.django.DjangoModelFactory):
+    """An MCP token issued by `mcp_token_issue`; the raw token is on `.token` (shown once)."""
+
+    class Meta:
+        model = McpToken
+
+    team = factory.SubFactory(TeamFactory)
+    agent = None
+    label = "tests"
+
+    @classmethod
+    def _create(cls, model_class: type[McpToken], *args: Any, **kwargs: Any) -> McpToken:
+        issued = mcp_token_issue(
+            **_pop(kwargs, ("team", "agent", "label", "expires_at", "rate_limit"))
+        )
+        token = _update_after(issued.mcp_token, kwargs)
+        token.token = issued.token
+        return token
 
 
 class MemoryFactory(factory.django.DjangoModelFactory):

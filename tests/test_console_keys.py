@@ -196,3 +196,46 @@ def test_the_key_list_does_not_query_per_key(team, lead):
     for _ in range(10):
         api_key_issue(team=team, agent=agent, label="more")
     assert queries() == few
+
+
+class TestMcpTokens:
+    """The page's MCP token section (docs/mcp.md): issue (shown once, no-store), revoke."""
+
+    def test_issue_shows_the_token_once_and_it_opens_mcp(self, team, lead):
+        from tenants.authentication import mcp_token_authenticate
+        from tenants.models import McpToken
+
+        AgentFactory(team=team, agent_id="bot")
+        response = lead.post(
+            keys_url(team.id, "mcp/issue/"), {"mcp-label": "cursor", "mcp-agent": "bot"}
+        )
+        assert response.status_code == 200, response.content.decode()[:1000]
+        issued = response.context["issued"]
+        body = response.content.decode()
+        assert issued.token in body and "no-store" in response["Cache-Control"]
+        assert '"url": "http://testserver/mcp"' in body
+        stored = McpToken.objects.get(team=team)
+        assert (stored.label, stored.agent.agent_id) == ("cursor", "bot")
+        assert issued.token not in stored.token_hash
+        assert mcp_token_authenticate(issued.token).agent_id == "bot"
+        listing = lead.get(keys_url(team.id)).content.decode()
+        assert str(stored) in listing and issued.token not in listing
+
+    def test_revoke_asks_first_and_viewers_and_other_teams_cannot(
+        self, team, other_team, lead, viewer
+    ):
+        from tenants.services import mcp_token_issue
+
+        mine = mcp_token_issue(team=team).mcp_token
+        theirs = mcp_token_issue(team=other_team).mcp_token
+        url = keys_url(team.id, f"mcp/{mine.token_id}/revoke/")
+        assert viewer.post(url, {}).status_code == 403
+        assert viewer.post(keys_url(team.id, "mcp/issue/"), {}).status_code == 403
+        assert lead.post(keys_url(team.id, f"mcp/{theirs.token_id}/revoke/")).status_code == 404
+        assert "Revoke this token" in lead.get(url).content.decode()
+        mine.refresh_from_db()
+        assert mine.revoked_at is None  # GET changes nothing
+        assert lead.post(url).status_code == 302
+        mine.refresh_from_db()
+        theirs.refresh_from_db()
+        assert mine.status == "revoked" and theirs.status == "active"

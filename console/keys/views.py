@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from console import access
 from tenants import selectors, services
-from tenants.models import ApiKey, Team
+from tenants.models import ApiKey, McpToken, Team
 
 from .forms import IssueKeyForm, RotateKeyForm
 
@@ -29,12 +29,18 @@ def _key_or_404(team: Team, key_id: str) -> ApiKey:
 
 
 def _list_page(
-    request: HttpRequest, team: Team, form: IssueKeyForm | None = None, status: int = 200
+    request: HttpRequest,
+    team: Team,
+    form: IssueKeyForm | None = None,
+    status: int = 200,
+    mcp_form: IssueKeyForm | None = None,
 ) -> HttpResponse:
     context = {
         "area": "keys",
         "keys": selectors.api_key_list(team=team),
         "form": form or IssueKeyForm(team=team),
+        "mcp_tokens": selectors.mcp_token_list(team=team),
+        "mcp_form": mcp_form or IssueKeyForm(team=team, prefix="mcp"),
     }
     return render(request, "console/keys/index.html", context, status=status)
 
@@ -102,3 +108,49 @@ def revoke(request: HttpRequest, team: Team, key_id: str) -> HttpResponse:
         messages.success(request, f"Key {api_key.key_id} revoked: it no longer authenticates.")
         return redirect("console:keys", team_id=team.id)
     return render(request, "console/keys/revoke.html", {"area": "keys", "key": api_key})
+
+
+# --- MCP tokens (docs/mcp.md): the same fields as a key; no rotation (issue a new one) ---------
+
+
+def _token_or_404(team: Team, token_id: str) -> McpToken:
+    token = selectors.mcp_token_get(team=team, token_id=token_id)
+    if token is None:
+        raise Http404("No such token.")
+    return token
+
+
+@never_cache
+@require_POST
+@access.console_view(lead=True)
+def mcp_issue(request: HttpRequest, team: Team) -> HttpResponse:
+    form = IssueKeyForm(request.POST, team=team, prefix="mcp")
+    if not form.is_valid():
+        return _list_page(request, team, mcp_form=form, status=400)
+    issued = services.mcp_token_issue(
+        team=team,
+        agent=form.cleaned_data.get("agent"),
+        label=form.cleaned_data.get("label") or "",
+        expires_at=form.expires_at(),
+        rate_limit=form.cleaned_data.get("rate_limit"),
+    )
+    response = render(
+        request,
+        "console/keys/mcp_secret.html",
+        {"area": "keys", "issued": issued, "mcp_url": request.build_absolute_uri("/mcp")},
+    )
+    # The page carries the token: no browser or proxy may keep it (see the module docstring).
+    response["Cache-Control"] = "no-store"
+    response["Pragma"] = "no-cache"
+    return response
+
+
+@access.console_view(lead=True)
+def mcp_revoke(request: HttpRequest, team: Team, token_id: str) -> HttpResponse:
+    """GET: the confirmation page; POST: revoke at once."""
+    token = _token_or_404(team, token_id)
+    if request.method == "POST":
+        services.mcp_token_revoke(mcp_token=token)
+        messages.success(request, f"Token {token} revoked: it no longer authenticates.")
+        return redirect("console:keys", team_id=team.id)
+    return render(request, "console/keys/mcp_revoke.html", {"area": "keys", "token": token})

@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "lifecycle",
     "graph",
     "console",
+    "agentmcp",
 ]
 
 MIDDLEWARE = [
@@ -425,5 +426,7 @@ LOGGING = {
         "jieba": {"level": "WARNING"},
         # faiss logs at INFO which of its CPU builds it loaded, twice per process.
         "faiss.loader": {"level": "WARNING"},
+        # The MCP SDK logs every stateless request's session manager start and stop at INFO.
+        "mcp": {"level": "WARNING"},
     },
 }

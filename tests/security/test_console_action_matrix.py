@@ -32,8 +32,8 @@ from lifecycle.models import JobRun, Persona, Scenario
 from memories import purge
 from memories.models import Memory, MemoryRevision, PurgeRun, TrashedMemory
 from memories.services import Actor, memory_create, memory_share, memory_update
-from tenants.models import ApiKey, Team
-from tenants.services import agent_ensure, api_key_issue
+from tenants.models import ApiKey, McpToken, Team
+from tenants.services import agent_ensure, api_key_issue, mcp_token_issue
 from tests.factories import TeamFactory
 from tests.security._roles import role_matrix_users
 
@@ -70,6 +70,7 @@ class Objects:
     trashed: TrashedMemory
     run: PurgeRun
     key: ApiKey
+    mcp: McpToken
     job: JobRun
     persona: Persona
     scenario: Scenario
@@ -122,6 +123,7 @@ def _objects(team: Team, owner: AbstractBaseUser) -> Objects:
         trashed=TrashedMemory.objects.get(team=team, purge_run=outcome.run),
         run=outcome.run,
         key=api_key_issue(team=team, label="console").api_key,
+        mcp=mcp_token_issue(team=team, label="console").mcp_token,
         job=JobRun.objects.create(team=team, kind="cleanup", trigger="api", agent_id="owner"),
         persona=Persona.objects.create(team=team, agent_id="owner", summary="a persona"),
         scenario=Scenario.objects.create(
@@ -138,6 +140,7 @@ def _path_values(o: Objects) -> dict[str, Any]:
         "memory_id": o.memory.pk,
         "revision_id": o.revision.pk,
         "key_id": o.key.key_id,
+        "token_id": o.mcp.token_id,
         "item_id": o.trashed.pk,
         "run_id": o.run.pk,
         "kind": "cleanup",
@@ -219,6 +222,8 @@ WRITES: dict[str, Payload] = {
     "keys-issue": lambda o: {"label": "from the matrix"},
     "keys-rotate": lambda o: {"grace_hours": "0"},
     "keys-revoke": lambda o: {},
+    "keys-mcp-issue": lambda o: {"mcp-label": "from the matrix"},
+    "keys-mcp-revoke": lambda o: {},
 }
 # Pages that only read: a POST to them must change nothing, whoever sends it.
 READS = {

@@ -1,0 +1,40 @@
+"""Serve MCP over stdio for a local agent (Claude Desktop, Cursor, …): `manage.py mcp_stdio`.
+
+The token comes from the environment (MEMORY_MCP_TOKEN), never from the command line (which
+other users of the machine can read). It is checked once at start, so a wrong token fails fast
+with a message on stderr, and again on every tool call (revocation, expiry, rate limit).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anyio
+from django.core.management.base import BaseCommand, CommandError
+
+from agentmcp.server import StdioToken, credential, mcp
+from core.errors import DomainError
+from tenants.authentication import mcp_token_authenticate
+
+TOKEN_ENV = "MEMORY_MCP_TOKEN"
+
+
+class Command(BaseCommand):
+    help = f"Serve the MCP tools over stdin/stdout with the token in ${TOKEN_ENV}."
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        raw = os.environ.get(TOKEN_ENV, "").strip()
+        if not raw:
+            raise CommandError(f"set {TOKEN_ENV} to a token from `manage.py create_mcp_token`")
+        try:
+            principal = mcp_token_authenticate(raw)
+        except DomainError as err:
+            raise CommandError(f"{TOKEN_ENV}: {err.message}") from None
+        # stdout is the protocol channel: anything else goes to stderr.
+        self.stderr.write(
+            f"MCP over stdio for team {principal.team.id}"
+            + (f", agent {principal.agent_id}" if principal.agent_id else "")
+        )
+        with credential(StdioToken(raw)):
+            anyio.run(mcp.run_stdio_async)

@@ -1,0 +1,367 @@
+"""What each MCP tool does, for one principal (docs/mcp.md).
+
+Thin, like a REST view: validate with the REST endpoint's own input serializer (same limits, same
+messages), check access with the same policy (`core.access`, `check_memory_access`), call the
+same service or selector, render with the same function. Synchronous (the Django ORM);
+`agentmcp.server` runs them off the event loop. Errors are the services' `DomainError`s (and
+DRF validation errors), which `agentmcp.server` turns into MCP tool errors carrying the code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q
+from rest_framework import serializers
+
+from core.access import AgentResource, require_agent
+from core.dates import iso
+from core.errors import NotFound, ValidationFailed
+from graph import presenters as graph_presenters
+from graph import services as graph_services
+from graph import traversal
+from graph.resolution import normalise_name
+from graph.selectors import entities_visible, entity_get, parse_uuid
+from lifecycle.presenters import persona_body
+from lifecycle.selectors import persona_list
+from memories import purge
+from memories import selectors as memory_selectors
+from memories import services as memory_services
+from memories.apis import (
+    PersonalCreateInputSerializer,
+    PersonalSearchInputSerializer,
+    TeamCreateInputSerializer,
+    TeamSearchInputSerializer,
+    UpdateInputSerializer,
+    WorkingCreateInputSerializer,
+)
+from memories.models import Memory, MemoryRevision, MemoryScope, RemovedBy
+from memories.presenters import memory_body, search_hit_body, working_item_body
+from memories.retrieval.search import SearchHit, SearchQuery
+from memories.selectors import DELETE, READ, WRITE
+from memories.services import Actor
+from memories.working import get_working_store
+from memories.working.events import working_memory_written
+from tenants.authentication import McpPrincipal
+from tenants.services import agent_register
+from tenants.usage import KIND_WRITE, usage_record
+
+HISTORY_LIMIT = 100
+# Seeds a name may resolve to (one name, several entity types or agents).
+MAX_NAME_SEEDS = 10
+MAX_INGEST_MESSAGES = 100
+
+
+def _valid(serializer: serializers.Serializer) -> dict[str, Any]:
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The arguments the caller gave: an omitted optional one is left to the serializer."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def acting_agent_for(principal: McpPrincipal, agent_id: str | None, *, required: bool) -> str:
+    """The agent a call acts for. An agent token acts for its own agent (naming another one is
+    FORBIDDEN, as with an agent-scoped API key); a team-wide token names one in `agent_id`."""
+    if principal.agent_id is not None:
+        if agent_id:
+            require_agent(
+                AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
+            )
+        return principal.agent_id
+    if required and not agent_id:
+        raise ValidationFailed(
+            {"agent_id": ["Required with a team-wide token."]},
+            "agent_id: required with a team-wide token",
+        )
+    return agent_id or ""
+
+
+def _memory(principal: McpPrincipal, memory_id: int, action: str) -> Memory:
+    """A memory of the token's team the token may `action`: another team's id is NOT_FOUND like
+    a missing one; another agent's unshared personal memory is FORBIDDEN (as over REST)."""
+    memory = memory_selectors.memory_get(team=principal.team, memory_id=memory_id)
+    memory_selectors.check_memory_access(
+        memory=memory, acting_agent=principal.agent_id, action=action
+    )
+    return memory
+
+
+def _hit(hit: SearchHit) -> dict[str, Any]:
+    return search_hit_body(hit)
+
+
+# --- long-term memories -------------------------------------------------------------------------
+
+
+def memory_add(
+    principal: McpPrincipal,
+    *,
+    content: str,
+    scope: str = MemoryScope.PERSONAL,
+    importance: float | None = None,
+    category: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    agent_id: str | None = None,
+) -> dict[str, Any]:
+    """POST /memories/personal or /memories/team."""
+    personal = scope == MemoryScope.PERSONAL
+    agent = acting_agent_for(principal, agent_id, required=personal)
+    fields = _given(content=content, importance=importance, category=category, metadata=metadata)
+    serializer = PersonalCreateInputSerializer if personal else TeamCreateInputSerializer
+    data = _valid(serializer(data={**fields, "agent_id": agent}))
+    memory, hit = memory_services.memory_create(
+        team=principal.team,
+        scope=scope,
+        agent_id=agent,
+        content=data["content"],
+        importance=data["importance"],
+        category=data["category"],
+        metadata=data["metadata"],
+        enable_dedup=data["enable_dedup"],
+        dedup_threshold=data["dedup_threshold"],
+        pinned=data["pinned"],
+    )
+    usage_record(team=principal.team, agent_id=agent, kind=KIND_WRITE)
+    body = memory_body(memory)
+    if hit is not None:
+        body.update(dedup_skipped=True, dedup_score=round(hit.score, 4))
+    return body
+
+
+def memory_search(
+    principal: McpPrincipal,
+    *,
+    query: str,
+    limit: int | None = None,
+    min_score: float | None = None,
+    include_team: bool = False,
+    include_shared: bool = False,
+    filters: dict[str, Any] | None = None,
+    agent_id: str | None = None,
+) -> dict[str, Any]:
+    """POST /memories/personal/search for the acting agent (its personal memories, plus the
+    team's with include_team); a team-wide token naming no agent searches the team memories
+    (POST /memories/team/search)."""
+    agent = acting_agent_for(principal, agent_id, required=False)
+    fields = _given(query=query, limit=limit, min_score=min_score, filters=filters)
+    if agent:
+        scope = MemoryScope.PERSONAL
+        data = _valid(
+            PersonalSearchInputSerializer(
+                data={
+                    **fields,
+                    "agent_id": agent,
+                    "include_team": include_team,
+                    "include_shared": include_shared,
+                }
+            )
+        )
+    else:
+        scope = MemoryScope.TEAM
+        data = _valid(TeamSearchInputSerializer(data=fields))
+    hits = memory_services.memory_recall(
+        query=SearchQuery(
+            team=principal.team,
+            scope=scope,
+            agent_id=agent,
+            text=data["query"],
+            limit=data["limit"],
+            min_score=data["min_score"],
+            max_chars_per_memory=data["max_chars_per_memory"],
+            max_total_chars=data["max_total_chars"],
+            mode=data["mode"],
+            filters=data["filters"],
+            include_shared=data.get("include_shared", False),
+            include_team=data.get("include_team", False),
+        ),
+        acting_agent=principal.agent_id,
+    )
+    return {"memories": [_hit(h) for h in hits]}
+
+
+def memory_get(principal: McpPrincipal, *, memory_id: int) -> dict[str, Any]:
+    return memory_body(_memory(principal, memory_id, READ))
+
+
+def memory_update(
+    principal: McpPrincipal,
+    *,
+    memory_id: int,
+    content: str | None = None,
+    importance: float | None = None,
+    category: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    pinned: bool | None = None,
+) -> dict[str, Any]:
+    """PUT /memories/{scope}/{id}: a revision records what changed and by which token."""
+    data = _valid(
+        UpdateInputSerializer(
+            data=_given(
+                content=content,
+                importance=importance,
+                category=category,
+                metadata=metadata,
+                pinned=pinned,
+            )
+        )
+    )
+    memory = _memory(principal, memory_id, WRITE)
+    memory = memory_services.memory_update(
+        memory=memory, actor=Actor(label=principal.label), **data
+    )
+    return memory_body(memory)
+
+
+def memory_forget(principal: McpPrincipal, *, memory_id: int) -> dict[str, Any]:
+    """DELETE /memories/{scope}/{id} without purge: to the trash, restorable over REST."""
+    memory = _memory(principal, memory_id, DELETE)
+    purge.memories_trash(
+        team=principal.team,
+        memories=[memory],
+        removed_by=RemovedBy.API,
+        reason=f"forgotten through MCP by {principal.label}",
+    )
+    return {"forgotten": memory_id, "trash": True}
+
+
+def _revision(r: MemoryRevision) -> dict[str, Any]:
+    return {
+        "id": r.pk,
+        "action": r.action,
+        "before": r.before,
+        "after": r.after,
+        "actor": r.actor,
+        "created_at": iso(r.created_at),
+    }
+
+
+def memory_history(principal: McpPrincipal, *, memory_id: int) -> dict[str, Any]:
+    """The memory as it is now and its revisions, newest first (what changed, before/after, by
+    whom). A memory replaced by a newer one carries `superseded_by`."""
+    memory = _memory(principal, memory_id, READ)
+    revisions = memory_selectors.memory_revisions(team=principal.team, memory=memory)
+    return {
+        "memory": memory_body(memory),
+        "revisions": [_revision(r) for r in revisions[:HISTORY_LIMIT]],
+    }
+
+
+# --- working memory -----------------------------------------------------------------------------
+
+
+def _working_store_add(
+    principal: McpPrincipal, agent: str, contents: list[str], ttl: int | None
+) -> list[dict[str, str]]:
+    """POST /memories/working for each content, then one write signal (the lifecycle decides
+    whether to compress on the count, so one signal after the batch is enough)."""
+    items: list[dict[str, str]] = []
+    # All validated before the first is stored: a bad message stores none of the batch.
+    data_list = [
+        _valid(WorkingCreateInputSerializer(data=_given(agent_id=agent, content=c, ttl=ttl)))
+        for c in contents
+    ]
+    agent_register(team=principal.team, agent_id=agent)
+    store = get_working_store()
+    for data in data_list:
+        items.append(
+            working_item_body(
+                store.add(
+                    team_id=principal.team.id,
+                    agent_id=agent,
+                    content=data["content"],
+                    ttl_seconds=data["ttl"],
+                )
+            )
+        )
+        usage_record(team=principal.team, agent_id=agent, kind=KIND_WRITE)
+    working_memory_written.send(sender=McpPrincipal, team=principal.team, agent_id=agent)
+    return items
+
+
+def working_add(
+    principal: McpPrincipal, *, content: str, agent_id: str | None = None, ttl: int | None = None
+) -> dict[str, Any]:
+    agent = acting_agent_for(principal, agent_id, required=True)
+    return _working_store_add(principal, agent, [content], ttl)[0]
+
+
+def working_list(
+    principal: McpPrincipal, *, agent_id: str | None = None, limit: int = 50
+) -> dict[str, Any]:
+    """GET /memories/working/{agent_id}: oldest first."""
+    agent = acting_agent_for(principal, agent_id, required=True)
+    items = get_working_store().list(team_id=principal.team.id, agent_id=agent, limit=limit)
+    return {"items": [working_item_body(i) for i in items]}
+
+
+def ingest_messages(
+    principal: McpPrincipal,
+    *,
+    messages: list[dict[str, str]],
+    agent_id: str | None = None,
+    ttl: int | None = None,
+) -> dict[str, Any]:
+    """Stores each message as one working-memory item, `"<role>: <content>"` (or the content
+    alone without a role), in order. Nothing is extracted here: the lifecycle compresses working
+    memory into long-term memories as for any working-memory write (automatically once the
+    team's threshold is reached, or by POST /lifecycle/compress)."""
+    agent = acting_agent_for(principal, agent_id, required=True)
+    if not messages:
+        raise ValidationFailed({"messages": ["Give at least one message."]}, "messages: empty")
+    if len(messages) > MAX_INGEST_MESSAGES:
+        raise ValidationFailed(
+            {"messages": [f"At most {MAX_INGEST_MESSAGES} messages per call."]},
+            "messages: too many",
+        )
+    contents = []
+    for m in messages:
+        role = (m.get("role") or "").strip()
+        contents.append(f"{role}: {m.get('content', '')}" if role else m.get("content", ""))
+    items = _working_store_add(principal, agent, contents, ttl)
+    return {"stored": len(items), "items": items}
+
+
+# --- persona and graph --------------------------------------------------------------------------
+
+
+def persona_get(principal: McpPrincipal, *, agent_id: str | None = None) -> dict[str, Any]:
+    """GET /lifecycle/persona/{agent_id}: the latest persona the lifecycle generated."""
+    agent = acting_agent_for(principal, agent_id, required=True)
+    persona = persona_list(team=principal.team, agent_id=agent).first()
+    if persona is None:
+        raise NotFound("persona")
+    return persona_body(persona)
+
+
+def graph_neighbors(
+    principal: McpPrincipal, *, entity: str, depth: int = 1, max_nodes: int = 100
+) -> dict[str, Any]:
+    """GET /graph?entity_ids=…&max_depth=…: the entities within `depth` hops and their
+    relations. `entity` is an entity id, or a name (matched as the graph resolves names: case,
+    width and version suffixes ignored; every visible entity of that name is a seed)."""
+    team, acting = principal.team, principal.agent_id
+    if parse_uuid(entity) is not None:
+        seeds = [entity_get(team=team, entity_id=entity, acting_agent=acting)]
+    else:
+        key = normalise_name(entity)
+        seeds = list(
+            entities_visible(team=team, acting_agent=acting)
+            .filter(Q(normalized_name=key) | Q(name__iexact=entity.strip()))
+            .defer("embedding")
+            .order_by("-access_count", "created_at")[:MAX_NAME_SEEDS]
+        )
+        if not seeds:
+            raise NotFound("entity")
+    graph = traversal.graph_subgraph(
+        team=team,
+        seeds=seeds,
+        max_depth=depth,
+        acting_agent=acting,
+        max_nodes=max_nodes,
+        max_edges=traversal.DEFAULT_MAX_EDGES,
+    )
+    graph.mark_accessed(graph_services.entities_touch(entity_ids=graph.entity_ids))
+    return {"seeds": [str(s.pk) for s in seeds], **graph_presenters.subgraph_body(graph)}

@@ -1,0 +1,493 @@
+"""The MCP server (docs/mcp.md), driven by the official SDK's own client: over streamable HTTP
+against a live server (pytest-django live_server: the WSGI stack with every middleware), and
+over stdio against `manage.py mcp_stdio` in a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from django.core.management import call_command
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from memories.models import Memory, TrashedMemory
+from tenants.services import mcp_token_revoke
+
+from .factories import AgentFactory, EntityFactory, McpTokenFactory, RelationFactory, TeamFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parent.parent
+
+TOOLS = {
+    "memory_add": ["content"],
+    "memory_search": ["query"],
+    "memory_get": ["memory_id"],
+    "memory_update": ["memory_id"],
+    "memory_forget": ["memory_id"],
+    "memory_history": ["memory_id"],
+    "working_add": ["content"],
+    "working_list": [],
+    "ingest_messages": ["messages"],
+    "persona_get": [],
+    "graph_neighbors": ["entity"],
+}
+
+
+@asynccontextmanager
+async def session(url: str, token: str, mode: str = "auto") -> AsyncIterator[Client]:
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+    ):
+        yield client
+
+
+def data(result: Any) -> dict[str, Any]:
+    """A tool result's JSON (the text block every client shows the model)."""
+    return json.loads(result.content[0].text)
+
+
+def ok(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content == data(result)
+    return data(result)
+
+
+def error_code(result: Any) -> str:
+    assert result.is_error
+    body = data(result)
+    assert body["ok"] is False
+    return body["code"]
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def mcp_url(live_server) -> str:
+    return f"{live_server.url}/mcp"
+
+
+@pytest.fixture
+def team_a():
+    return TeamFactory(id="mcp_a")
+
+
+@pytest.fixture
+def agent_token(team_a):
+    return McpTokenFactory(team=team_a, agent=AgentFactory(team=team_a, agent_id="a1")).token
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_tool_list(mcp_url, agent_token, mode):
+    """Names and required arguments are the contract agents are written against. Both the
+    2026 per-request protocol (auto) and the initialize handshake (legacy) are served."""
+
+    async def go():
+        async with session(mcp_url, agent_token, mode) as c:
+            return (await c.list_tools()).tools
+
+    tools = run(go())
+    assert {t.name: sorted(t.input_schema.get("required", [])) for t in tools} == TOOLS
+    add = next(t for t in tools if t.name == "memory_add")
+    assert add.input_schema["properties"]["scope"]["enum"] == ["personal", "team"]
+    neighbors = next(t for t in tools if t.name == "graph_neighbors")
+    depth = neighbors.input_schema["properties"]["depth"]
+    assert (depth["minimum"], depth["maximum"]) == (1, 3)
+    hints = {t.name: t.annotations for t in tools}
+    assert hints["memory_search"].read_only_hint is True
+    assert hints["memory_forget"].destructive_hint is True
+
+
+def test_chinese_round_trip(mcp_url, agent_token):
+    async def go():
+        async with session(mcp_url, agent_token) as c:
+            added = ok(
+                await c.call_tool(
+                    "memory_add",
+                    {"content": "我最喜欢的编程语言是 Rust，周末常去香山爬山", "category": "偏好"},
+                )
+            )
+            again = ok(
+                await c.call_tool(
+                    "memory_add", {"content": "我最喜欢的编程语言是 Rust，周末常去香山爬山"}
+                )
+            )
+            found = ok(await c.call_tool("memory_search", {"query": "我喜欢什么编程语言？"}))
+            got = ok(await c.call_tool("memory_get", {"memory_id": added["id"]}))
+            return added, again, found, got
+
+    added, again, found, got = run(go())
+    assert added["agent_id"] == "a1" and added["scope"] == "personal"
+    assert added["category"] == "偏好"
+    assert again["dedup_skipped"] is True and again["id"] == added["id"]
+    assert found["memories"][0]["id"] == added["id"]
+    assert found["memories"][0]["content"] == "我最喜欢的编程语言是 Rust，周末常去香山爬山"
+    assert got["content"] == added["content"]
+    assert Memory.objects.filter(team_id="mcp_a").count() == 1
+
+
+def test_concurrent_requests_each_get_their_own_answer(mcp_url, team_a, agent_token):
+    """Requests served at once (threads of the live server, each with its own event loop) do
+    not mix principals. (Reads only: the test database is an in-memory SQLite shared between
+    the server's threads, which refuses concurrent writes.)"""
+    other = McpTokenFactory(team=team_a, agent=AgentFactory(team=team_a, agent_id="a2")).token
+
+    async def add(token: str, content: str) -> int:
+        async with session(mcp_url, token) as c:
+            return ok(await c.call_tool("memory_add", {"content": content}))["id"]
+
+    async def reads(token: str, ids: list[int]) -> list[str]:
+        async with session(mcp_url, token) as c:
+            results = await asyncio.gather(
+                *[c.call_tool("memory_get", {"memory_id": i}) for i in ids * 4]
+            )
+            return [
+                r.structured_content.get("content") or r.structured_content["code"] for r in results
+            ]
+
+    async def go():
+        ids = [await add(agent_token, "a1 likes teal"), await add(other, "a2 likes amber")]
+        return await asyncio.gather(reads(agent_token, ids), reads(other, ids))
+
+    first, second = run(go())
+    assert first == ["a1 likes teal", "FORBIDDEN"] * 4
+    assert second == ["FORBIDDEN", "a2 likes amber"] * 4
+
+
+def test_teams_are_isolated(mcp_url, agent_token):
+    """Team B sees nothing of team A: get, update, forget, history answer NOT_FOUND exactly as
+    for an id that does not exist, and search finds nothing."""
+    token_b = McpTokenFactory(team=TeamFactory(id="mcp_b")).token
+
+    async def go():
+        async with session(mcp_url, agent_token) as a:
+            mid = ok(await a.call_tool("memory_add", {"content": "The vault code is 4711"}))["id"]
+        async with session(mcp_url, token_b) as b:
+            codes = [
+                error_code(await b.call_tool(name, args))
+                for name, args in [
+                    ("memory_get", {"memory_id": mid}),
+                    ("memory_get", {"memory_id": mid + 1000}),
+                    ("memory_update", {"memory_id": mid, "content": "x"}),
+                    ("memory_forget", {"memory_id": mid}),
+                    ("memory_history", {"memory_id": mid}),
+                ]
+            ]
+            found = ok(
+                await b.call_tool(
+                    "memory_search", {"query": "vault code", "agent_id": "a1", "min_score": 0}
+                )
+            )
+            team_found = ok(
+                await b.call_tool("memory_search", {"query": "vault code", "min_score": 0})
+            )
+        return mid, codes, found, team_found
+
+    mid, codes, found, team_found = run(go())
+    assert codes == ["NOT_FOUND"] * 5
+    assert found["memories"] == [] and team_found["memories"] == []
+    assert Memory.objects.get(pk=mid).content == "The vault code is 4711"
+
+
+def test_an_agent_token_cannot_use_another_agents_memory(mcp_url, team_a, agent_token):
+    other = McpTokenFactory(team=team_a, agent=AgentFactory(team=team_a, agent_id="a2")).token
+
+    async def go():
+        async with session(mcp_url, agent_token) as a1:
+            mid = ok(await a1.call_tool("memory_add", {"content": "a1 likes green tea"}))["id"]
+        async with session(mcp_url, other) as a2:
+            return mid, [
+                error_code(await a2.call_tool(name, args))
+                for name, args in [
+                    ("memory_get", {"memory_id": mid}),
+                    ("memory_update", {"memory_id": mid, "importance": 0.1}),
+                    ("memory_forget", {"memory_id": mid}),
+                    ("memory_add", {"content": "x", "agent_id": "a1"}),
+                    ("memory_search", {"query": "tea", "agent_id": "a1"}),
+                    ("working_list", {"agent_id": "a1"}),
+                ]
+            ]
+
+    mid, codes = run(go())
+    assert codes == ["FORBIDDEN"] * 6
+    assert Memory.objects.get(pk=mid).importance == 0.5
+
+
+def test_no_token_bad_token_and_revoked_token_are_401_before_mcp(mcp_url, team_a):
+    token = McpTokenFactory(team=team_a)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    def post(auth: str | None) -> httpx2.Response:
+        h = dict(headers, **({"Authorization": auth} if auth is not None else {}))
+        return httpx2.post(mcp_url, json=body, headers=h)
+
+    assert post(f"Bearer {token.token}").status_code == 200
+    for method in ("GET", "DELETE"):
+        # No SSE stream to hold a worker open, no session to end.
+        refused = httpx2.request(
+            method, mcp_url, headers=dict(headers, Authorization=f"Bearer {token.token}"), timeout=5
+        )
+        assert refused.status_code == 405 and refused.headers["Allow"] == "POST"
+    assert httpx2.get(mcp_url, headers=headers, timeout=5).status_code == 401
+    missing = post(None)
+    assert missing.status_code == 401
+    assert missing.json()["code"] == "MISSING_AUTH"
+    assert missing.headers["WWW-Authenticate"].startswith("Bearer")
+    assert post("Basic abc").json()["code"] == "MISSING_AUTH"
+    assert post(f"Bearer {token.token}x").json()["code"] == "INVALID_API_KEY"
+    mcp_token_revoke(mcp_token=token)
+    revoked = post(f"Bearer {token.token}")
+    assert revoked.status_code == 401 and revoked.json()["code"] == "INVALID_API_KEY"
+
+    async def go():
+        async with session(mcp_url, token.token) as c:
+            await c.list_tools()
+
+    # The SDK's client gives up on the 401 (inside its task groups).
+    with pytest.raises(ExceptionGroup) as refused:
+        run(go())
+    assert refused.group_contains(MCPError, match="error response")
+
+
+def test_deep_json_is_refused_like_a_rest_body(mcp_url, team_a, settings):
+    token = McpTokenFactory(team=team_a).token
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+
+    def add(metadata: Any) -> httpx2.Response:
+        arguments = {"content": "deep", "agent_id": "a1", "metadata": metadata}
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "memory_add", "arguments": arguments},
+        }
+        return httpx2.post(mcp_url, json=body, headers=headers)
+
+    nested: Any = 1
+    for _ in range(settings.MAX_JSON_DEPTH - 1):
+        nested = {"k": nested}
+    assert add(nested).status_code == 200  # as deep as a REST body may be
+    refused = add({"k": nested})
+    assert refused.status_code == 400 and refused.json()["code"] == "VALIDATION_ERROR"
+
+
+def test_rate_limit_counts_each_request(mcp_url, team_a):
+    token = McpTokenFactory(team=team_a, rate_limit=2).token
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+    answers = [httpx2.post(mcp_url, json=body, headers=headers) for _ in range(3)]
+    assert [r.status_code for r in answers] == [200, 200, 429]
+    assert answers[2].json()["code"] == "RATE_LIMITED" and answers[2].headers["Retry-After"]
+
+
+def test_the_other_tools_with_a_team_wide_token(mcp_url, team_a):
+    """Update, history, forget (to the trash), working memory, ingest, persona and graph, each
+    over the same service as its REST endpoint; errors carry the REST codes."""
+    token = McpTokenFactory(team=team_a).token
+    alice = EntityFactory(team=team_a, name="Alice", entity_type="person")
+    acme = EntityFactory(team=team_a, name="Acme", entity_type="organization")
+    berlin = EntityFactory(team=team_a, name="Berlin", entity_type="location")
+    RelationFactory(source=alice, target=acme, relation_type="works_at")
+    RelationFactory(source=acme, target=berlin, relation_type="located_in")
+
+    async def go():
+        out: dict[str, Any] = {}
+        async with session(mcp_url, token) as c:
+            out["needs_agent"] = error_code(await c.call_tool("memory_add", {"content": "x"}))
+            out["bad"] = data(
+                await c.call_tool("memory_add", {"content": "x", "importance": 2, "agent_id": "b"})
+            )
+            out["empty"] = data(
+                await c.call_tool("memory_add", {"content": "  ", "agent_id": "bob"})
+            )
+            team_mem = ok(
+                await c.call_tool("memory_add", {"content": "Standup is at 9:30", "scope": "team"})
+            )
+            out["team_mem"] = team_mem
+            mid = ok(
+                await c.call_tool("memory_add", {"content": "Bob prefers vim", "agent_id": "bob"})
+            )["id"]
+            out["updated"] = ok(
+                await c.call_tool(
+                    "memory_update", {"memory_id": mid, "content": "Bob prefers neovim"}
+                )
+            )
+            out["no_change"] = error_code(await c.call_tool("memory_update", {"memory_id": mid}))
+            out["history"] = ok(await c.call_tool("memory_history", {"memory_id": mid}))
+            out["team_search"] = ok(await c.call_tool("memory_search", {"query": "standup"}))
+            out["forgot"] = ok(await c.call_tool("memory_forget", {"memory_id": mid}))
+            out["gone"] = error_code(await c.call_tool("memory_get", {"memory_id": mid}))
+            out["working"] = ok(
+                await c.call_tool(
+                    "working_add", {"content": "user is in Berlin", "agent_id": "bob"}
+                )
+            )
+            out["ingested"] = ok(
+                await c.call_tool(
+                    "ingest_messages",
+                    {
+                        "agent_id": "bob",
+                        "messages": [
+                            {"role": "user", "content": "我下周去上海出差"},
+                            {"role": "assistant", "content": "好的，已记下"},
+                        ],
+                    },
+                )
+            )
+            out["listed"] = ok(await c.call_tool("working_list", {"agent_id": "bob"}))
+            out["persona"] = error_code(await c.call_tool("persona_get", {"agent_id": "bob"}))
+            out["by_name"] = ok(await c.call_tool("graph_neighbors", {"entity": "alice"}))
+            out["deep"] = ok(
+                await c.call_tool("graph_neighbors", {"entity": str(alice.pk), "depth": 2})
+            )
+            out["no_entity"] = error_code(await c.call_tool("graph_neighbors", {"entity": "Zed"}))
+            out["too_deep"] = data(
+                await c.call_tool("graph_neighbors", {"entity": "Alice", "depth": 4})
+            )
+            out["unknown"] = error_code(await c.call_tool("memory_frobnicate", {}))
+        return mid, out
+
+    mid, out = run(go())
+    assert out["needs_agent"] == "VALIDATION_ERROR"
+    assert out["bad"]["code"] == "VALIDATION_ERROR" and "importance" in out["bad"]["details"]
+    assert out["empty"]["code"] == "VALIDATION_ERROR" and "content" in out["empty"]["details"]
+    assert out["team_mem"]["scope"] == "team" and out["team_mem"]["agent_id"] is None
+    assert out["updated"]["content"] == "Bob prefers neovim"
+    assert out["no_change"] == "VALIDATION_ERROR"
+    (rev,) = out["history"]["revisions"]
+    assert rev["before"] == {"content": "Bob prefers vim"}
+    assert rev["after"] == {"content": "Bob prefers neovim"}
+    assert rev["actor"].startswith("mcp token mcp_")
+    assert [m["id"] for m in out["team_search"]["memories"]] == [out["team_mem"]["id"]]
+    assert out["forgot"] == {"forgotten": mid, "trash": True}
+    assert out["gone"] == "NOT_FOUND"
+    trashed = TrashedMemory.objects.get(memory_id=mid)
+    assert trashed.removed_by == "api" and "mcp token" in trashed.reason
+    assert out["working"]["content"] == "user is in Berlin"
+    assert out["ingested"]["stored"] == 2
+    assert [i["content"] for i in out["listed"]["items"]] == [
+        "user is in Berlin",
+        "user: 我下周去上海出差",
+        "assistant: 好的，已记下",
+    ]
+    assert out["persona"] == "NOT_FOUND"
+    assert out["by_name"]["seeds"] == [str(alice.pk)]
+    assert {e["name"] for e in out["by_name"]["entities"]} == {"Alice", "Acme"}
+    assert {e["name"] for e in out["deep"]["entities"]} == {"Alice", "Acme", "Berlin"}
+    assert len(out["deep"]["relations"]) == 2
+    assert out["no_entity"] == "NOT_FOUND"
+    assert out["too_deep"]["code"] == "VALIDATION_ERROR" and "depth" in out["too_deep"]["details"]
+    assert out["unknown"] == "NOT_FOUND"
+
+
+def test_token_commands(team_a, capsys):
+    call_command("create_mcp_token", "--team", "mcp_cmd", "--agent", "a9", "--json")
+    issued = json.loads(capsys.readouterr().out)
+    assert issued["team_id"] == "mcp_cmd" and issued["agent_id"] == "a9"
+    assert issued["token"].startswith(issued["token_id"] + "_")
+    from tenants.models import McpToken
+
+    stored = McpToken.objects.get(team_id="mcp_cmd")
+    assert issued["token"] not in stored.token_hash and len(stored.token_hash) == 64
+    call_command("list_mcp_tokens", "--team", "mcp_cmd")
+    assert f"{issued['token_id']}\tmcp_cmd\ta9\tactive" in capsys.readouterr().out
+    call_command("revoke_mcp_token", issued["token_id"])
+    stored.refresh_from_db()
+    assert stored.status == "revoked"
+
+
+def test_stdio(tmp_path):
+    """`manage.py mcp_stdio` spawned by the SDK's stdio client, on a file SQLite database (the
+    subprocess cannot see the test run's database)."""
+    env = {
+        **os.environ,
+        "DATA_DIR": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+        "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
+        "PYTHONPATH": str(ROOT),
+    }
+    env.pop("REDIS_URL", None)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+
+    def issue(*args: str) -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, "manage.py", "create_mcp_token", "--json", *args],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    token = issue("--team", "stdio_team", "--agent", "s1")
+
+    async def go():
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["manage.py", "mcp_stdio"],
+            cwd=str(ROOT),
+            env={**env, "MEMORY_MCP_TOKEN": token["token"]},
+        )
+        async with Client(params) as c:
+            names = {t.name for t in (await c.list_tools()).tools}
+            added = ok(await c.call_tool("memory_add", {"content": "用户住在杭州西湖边"}))
+            found = ok(await c.call_tool("memory_search", {"query": "用户住在哪里"}))
+            subprocess.run(
+                [sys.executable, "manage.py", "revoke_mcp_token", token["token_id"]],
+                cwd=ROOT,
+                env=env,
+                check=True,
+                capture_output=True,
+            )
+            revoked = error_code(await c.call_tool("memory_get", {"memory_id": added["id"]}))
+        return names, added, found, revoked
+
+    names, added, found, revoked = run(go())
+    assert names == set(TOOLS)
+    assert added["agent_id"] == "s1"
+    assert found["memories"][0]["id"] == added["id"]
+    assert revoked == "INVALID_API_KEY"
+
+    bad = subprocess.run(
+        [sys.executable, "manage.py", "mcp_stdio"],
+        cwd=ROOT,
+        env={**env, "MEMORY_MCP_TOKEN": "mcp_nope_nope"},
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert bad.returncode != 0 and "unknown, revoked or expired" in bad.stderr
+
+
+def test_an_ingest_batch_with_one_bad_message_stores_none(mcp_url, agent_token, settings):
+    too_long = "x" * (settings.MEMORY_MAX_CONTENT_CHARS + 1)
+
+    async def go():
+        async with session(mcp_url, agent_token) as c:
+            refused = data(
+                await c.call_tool(
+                    "ingest_messages",
+                    {"messages": [{"role": "user", "content": "fine"}, {"content": too_long}]},
+                )
+            )
+            return refused, ok(await c.call_tool("working_list", {}))
+
+    refused, listed = run(go())
+    assert refused["code"] == "VALIDATION_ERROR" and "content" in refused["details"]
+    assert listed["items"] == []
