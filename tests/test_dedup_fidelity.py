@@ -159,7 +159,38 @@ class TestWordNet:
         assert conflict_reason(new, old) is not None
 
 
+# Rewordings the clause rules read as the same roles; and the ones that move a fact.
+REWORDED = [
+    ("The engineer is quickly fixing the build.", "The engineer is fixing the build quickly."),
+    (
+        "The bug is being fixed by the intern in the lab.",
+        "The intern is fixing the bug in the lab.",
+    ),
+    ("The user is wearing a shirt dyed blue.", "The user is wearing a blue shirt."),
+    ("The user sits on a bench made of stone.", "The user sits on a stone bench."),
+    ("The user bought a rod for fishing.", "The user bought a fishing rod."),
+    ("The user has a cat, which is black and white.", "The user has a black and white cat."),
+    ("Some engineers are reviewing the patch.", "Engineers are reviewing the patch."),
+]
+REWORDED_STORED = [
+    (
+        "The user is carefully reading and quickly writing.",
+        "The user is quickly reading and carefully writing.",
+    ),
+    ("Some dogs bark at night.", "Dogs bark at night."),
+    ("The user waits for the bus.", "The bus waits for the user."),
+]
+
+
 class TestConflictReason:
+    @pytest.mark.parametrize("old,new", REWORDED)
+    def test_a_rewording_has_none(self, old, new):
+        assert conflict_reason(new, old) is None
+
+    @pytest.mark.parametrize("old,new", REWORDED_STORED)
+    def test_a_rewording_that_moves_a_fact_has_a_reason(self, old, new):
+        assert conflict_reason(new, old) is not None
+
     @pytest.mark.parametrize("old,new", STORED_NEAR + STORED_OTHER)
     def test_a_new_statement_has_a_reason(self, old, new):
         assert conflict_reason(new, old) is not None

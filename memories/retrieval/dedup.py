@@ -644,7 +644,9 @@ _EN_SAME_FORM_PARTICIPLES = frozenset(
 
 
 _EN_PROGRESSIVE = re.compile(r"\b(?:is|are|was|were)(?: being)? [a-z]+ing\b")
-_EN_SOME = re.compile(r"\bsome (?!of\b|one\b|body\b|thing\b|where\b|time\b)(?=[a-z])")
+_EN_SOME = re.compile(
+    r"\b(?:some|(?:a|the) group of|a few) (?!of\b|one\b|body\b|thing\b|where\b|time\b)(?=[a-z])"
+)
 
 
 def _zh_words(run: str) -> list[str]:
@@ -677,8 +679,9 @@ def _en_word(word: str) -> str:
     return _EN_SYNONYMS.get(stem, stem)
 
 
-def clauses(text: str) -> list[list[str]]:
-    """The text as clauses of compared words: stems/jieba words, fillers dropped, NOT markers."""
+def clauses(text: str, *, manner: bool = True) -> list[list[str]]:
+    """The text as clauses of compared words: stems/jieba words, fillers dropped, NOT markers.
+    `manner=False`: without its manner adverbs ("carefully", _manner_adverbs)."""
     norm = unicodedata.normalize("NFKC", text).lower().replace("n't", "nt").replace("’", "'")
     norm = _EN_RELATIVE_ADJS.sub(_relative_adjs, norm)
     norm = _EN_RELATIVE_ADJ.sub(r"\2 \1", norm)
@@ -690,8 +693,9 @@ def clauses(text: str) -> list[list[str]]:
     norm = _EN_FOR_COMPOUND.sub(_for_compound, norm)
     norm = _EN_OF_COMPOUND.sub(r"\2 \1", norm)
     if _EN_PROGRESSIVE.search(norm):
-        # "Some men are sawing" / "Men are sawing": in an event that is going on, a bare
-        # plural already means "some" (not so in a general statement: "dogs bark").
+        # "Some men are sawing" / "Men are sawing" / "A group of men is sawing": in an event
+        # that is going on, a bare plural already means "some" (not so in a general statement:
+        # "dogs bark").
         norm = _EN_SOME.sub("", norm)
     for word in _ZH_CLAUSE_WORDS:
         norm = norm.replace(word, "，")
@@ -702,6 +706,8 @@ def clauses(text: str) -> list[list[str]]:
         for run in re.findall(r"[\u3400-\u9fff]+|[a-z0-9']+(?:[.%][0-9]+)*%?", part):
             if re.match(r"[\u3400-\u9fff]", run):
                 words.extend(w for w in _zh_words(run) if w not in _ZH_FILLER)
+            elif not manner and _is_manner_adverb(run):
+                continue
             elif run.strip("'") and run not in _EN_FILLER:
                 if prev in _EN_BE and (
                     run.endswith("ed") or run in _EN_PARTICIPLES or run in _EN_SAME_FORM_PARTICIPLES
@@ -848,6 +854,36 @@ def unstated_reason(new: str, old: str, *, swaps: tuple[Swap, ...] = ()) -> str 
         return "adds " + ", ".join(missing[:3])
     if _qualifiers(new, new_flat) != _qualifiers(old, old_flat):
         return "qualifier differs"
+    reason = _roles_reason(new_clauses, old_clauses)
+    if reason and len(new_clauses) == len(old_clauses) == 1:
+        # One clause on each side with the same one manner adverb: where it stands does not
+        # change what it says ("is quickly running" / "is running quickly", "is strongly
+        # whisked by" / "is strongly whisking"). With two verbs it could move between them.
+        adverbs = _manner_adverbs(new)
+        if len(adverbs) == 1 and adverbs == _manner_adverbs(old):
+            plain_new = [_swapped(c, swaps) for c in clauses(new, manner=False)]
+            if not _roles_reason(plain_new, clauses(old, manner=False)):
+                return None
+    return reason
+
+
+def _is_manner_adverb(word: str) -> bool:
+    from . import wordnet
+
+    return (
+        word.endswith("ly")
+        and word not in _EN_QUALIFIERS
+        and word not in _TEMPORAL
+        and word in wordnet.base_forms(word, "r")
+    )
+
+
+def _manner_adverbs(text: str) -> list[str]:
+    return sorted(_en_word(w) for w in _words(text) if _is_manner_adverb(w))
+
+
+def _roles_reason(new_clauses: list[list[str]], old_clauses: list[list[str]]) -> str | None:
+    """Each new clause is found in the old ones with the same roles (see unstated_reason)."""
     for part in new_clauses:
         others = [_plain(c) for c in new_clauses if c is not part]
         if _clause_found(_plain(part), [_plain(c) for c in old_clauses], others):
