@@ -95,6 +95,9 @@ SYNONYM_SWAPS = [
     ("The user bought a big house last year.", "The user bought a large house last year."),
     ("The user keeps the car in the garage.", "The user keeps the automobile in the garage."),
     ("The kid is playing in the garden.", "The child is playing in the garden."),
+    # Two words that are one WordNet lemma, either side.
+    ("The young lady is reading a book.", "The girl is reading a book."),
+    ("The user wears dark glasses at work.", "The user wears sunglasses at work."),
 ]
 # The new word is more general than the old one: it says less, so it is stated by the old text.
 MORE_GENERAL = [
