@@ -8,15 +8,18 @@ similar enough **and** the old memory already says everything it says: the same 
 negations, preferences and qualifiers, every content word of it (Snowball stems and a few
 synonyms for English, jieba words for Chinese), and each of its clauses as a run of an old clause
 in the same order (who does what to whom; active ↔ passive allowed). What passes: the same words
-re-punctuated, with clauses or adverbials moved, with filler removed, or in the passive voice.
+re-punctuated, with clauses or adverbials moved, with filler removed, or in the passive voice,
+and English words swapped for ones WordNet says the old word states (a synonym in a frequent
+sense of both; a more general word where saying less is implied: wordnet.py, _word_swaps).
 Anything else is written (and linked to the near memory, services.memory_create): a rewording
-that changes words is written even when the embedding finds it equivalent. When in doubt, the
-write is kept. Measured on public NLI pairs: docs/search.md, "Dedup safety".
+that changes words otherwise is written even when the embedding finds it equivalent. When in
+doubt, the write is kept. Measured on public NLI pairs: docs/search.md, "Dedup safety".
 """
 
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 import unicodedata
 from collections import Counter
@@ -520,6 +523,7 @@ _ZH_NEG_CHARS = "不没无非未别勿莫"
 _CLAUSE_BREAK = re.compile(r"[,;:!?。，；：！？\n]|\.(?=\s|$)|\s(?:and|but|while|whereas)\s")
 _ZH_CLAUSE_WORDS = ("但是", "但", "而且", "并且", "然而", "可是")
 _PASSIVE = {"by", "被", "PASSIVE"}
+_EN_PARTICLES = frozenset(["up", "down", "on", "off", "out", "away", "over", "back"])
 _EN_BE = frozenset(["is", "are", "was", "were", "be", "been", "being"])
 _EN_PARTICIPLES = frozenset(
     form for form in _EN_IRREGULAR if form.endswith(("n", "t", "d", "g", "k", "ck"))
@@ -532,8 +536,116 @@ _EN_OF_COMPOUND = re.compile(
     r"|none|each|any|one|both|many|much|full)\b)([a-z]+) of (?:a |an |the )?([a-z]+)\b"
 )
 # "a guitar which is electric" → "electric guitar", "the boy, who is young," → "young boy".
+# "a blue colored jacket" → "blue jacket", "a ball colored in red" → "red ball".
+# "a shirt dyed purple", "a ball colored in red" → "purple shirt", "red ball"; then "a blue
+# colored jacket", "a yellow dyed shirt" → "blue jacket", "yellow shirt".
+_EN_COLORED_IN = re.compile(r"\b([a-z]+),? (?:colou?red|dyed)(?: in)? ([a-z]+)\b")
+_EN_COLORED = re.compile(r"\b([a-z]+) (?:colou?red|dyed)\b(?! (?:in|by|with)\b)")
+# "the black and white dog", "black, pink and white uniforms" → "black white dog", "black pink
+# white uniforms" (adjectives before a noun: one description, not two clauses).
+_EN_ADJ_LIST = re.compile(r"\b((?:[a-z]+, )*[a-z]+),? and ([a-z]+) ([a-z]+)\b")
+# "a ball, which is green and big," → "green big ball".
+_EN_RELATIVE_ADJS = re.compile(
+    r"\b([a-z]+),? (?:which|that|who) (?:is|are) ((?:[a-z]+, )*[a-z]+,? and [a-z]+)"
+    r"(?=\s*(?:[,.;!?]|$|\s(?:is|are)\s))"
+)
+
+
+def _adjectives(words: list[str]) -> bool:
+    from . import wordnet
+
+    return all(
+        w not in _EN_FILLER and w not in _EN_QUALIFIERS and wordnet.base_forms(w, "a")
+        for w in words
+    )
+
+
+def _colored_in(match: re.Match[str]) -> str:
+    if not _adjectives([match.group(2)]):
+        return match.group(0)
+    return f"{match.group(2)} {match.group(1)}"
+
+
+def _adj_list(match: re.Match[str]) -> str:
+    from . import wordnet
+
+    adjs = [*match.group(1).split(", "), match.group(2)]
+    noun = match.group(3)
+    if not _adjectives(adjs) or not wordnet.base_forms(noun, "n") or _adjectives([noun]):
+        return match.group(0)
+    return " ".join([*adjs, noun])
+
+
+def _relative_adjs(match: re.Match[str]) -> str:
+    adjs = re.split(r",? and |, ", match.group(2))
+    if not _adjectives(adjs):
+        return match.group(0)
+    return " ".join([*adjs, match.group(1)])
+
+
+# "a dog of large size" → "large dog", "a boy of young age" → "young boy".
+_EN_OF_QUALITY = re.compile(r"\b([a-z]+) of ([a-z]+) (?:size|age|height|colou?r|shape)\b")
+# "a bridge made of rope" → "rope bridge" (before the "of" compound below).
+_EN_MADE_OF = re.compile(r"\b([a-z]+) made (?:of|from|out of) ([a-z]+)\b")
+# "a rod for fishing", "a pen for cattle", "a park built for skating" → "fishing rod", "cattle
+# pen", "skating park": a noun (after a determiner, maybe one adjective) for what it is for; not
+# a verb ("the user waits for the bus", "the team voted for Alice").
+_EN_FOR_PARTICIPLE = r"(?:made|used|built|bred|suited|designed|meant)\b"
+_EN_FOR_COMPOUND = re.compile(
+    r"\b((?:a|an|the|some|his|her|their|its|my|our|your|two|three|four|five|several|many)"
+    rf"(?: (?!{_EN_FOR_PARTICIPLE})[a-z]+)?) (?!{_EN_FOR_PARTICIPLE})([a-z]+)"
+    rf" (?:{_EN_FOR_PARTICIPLE} )?for (?:the )?([a-z]+)\b"
+)
+
+
+def _for_compound(match: re.Match[str]) -> str:
+    from . import wordnet
+
+    det, head, use = match.group(1), match.group(2), match.group(3)
+    if (
+        head in _EN_FILLER
+        or head in _EN_QUALIFIERS
+        or head.endswith(("ing", "ed"))
+        or not wordnet.base_forms(head, "n")
+        or (head.endswith("s") and wordnet.base_forms(head, "v"))
+        or not (use.endswith("ing") or wordnet.base_forms(use, "n"))
+    ):
+        return match.group(0)
+    return f"{det} {use} {head}"
+
+
 _EN_RELATIVE_ADJ = re.compile(
     r"\b([a-z]+),? (?:which|that|who) (?:is|are) ([a-z]+)(?=\s*(?:[,.;!?]|$|\s(?:and|is|are)\s))"
+)
+
+
+# Participles spelled like the verb: "is being cut / put / read / spread by".
+_EN_SAME_FORM_PARTICIPLES = frozenset(
+    [
+        "cut",
+        "put",
+        "read",
+        "spread",
+        "hit",
+        "set",
+        "shut",
+        "split",
+        "cast",
+        "beat",
+        "burst",
+        "hurt",
+        "knit",
+        "shed",
+        "slit",
+        "thrust",
+        "upset",
+    ]
+)
+
+
+_EN_PROGRESSIVE = re.compile(r"\b(?:is|are|was|were)(?: being)? [a-z]+ing\b")
+_EN_SOME = re.compile(
+    r"\b(?:some|(?:a|the) group of|a few) (?!of\b|one\b|body\b|thing\b|where\b|time\b)(?=[a-z])"
 )
 
 
@@ -567,11 +679,24 @@ def _en_word(word: str) -> str:
     return _EN_SYNONYMS.get(stem, stem)
 
 
-def clauses(text: str) -> list[list[str]]:
-    """The text as clauses of compared words: stems/jieba words, fillers dropped, NOT markers."""
+def clauses(text: str, *, manner: bool = True) -> list[list[str]]:
+    """The text as clauses of compared words: stems/jieba words, fillers dropped, NOT markers.
+    `manner=False`: without its manner adverbs ("carefully", _manner_adverbs)."""
     norm = unicodedata.normalize("NFKC", text).lower().replace("n't", "nt").replace("’", "'")
+    norm = _EN_RELATIVE_ADJS.sub(_relative_adjs, norm)
     norm = _EN_RELATIVE_ADJ.sub(r"\2 \1", norm)
+    norm = _EN_COLORED_IN.sub(_colored_in, norm)
+    norm = _EN_COLORED.sub(r"\1", norm)
+    norm = _EN_ADJ_LIST.sub(_adj_list, norm)
+    norm = _EN_OF_QUALITY.sub(r"\2 \1", norm)
+    norm = _EN_MADE_OF.sub(r"\2 \1", norm)
+    norm = _EN_FOR_COMPOUND.sub(_for_compound, norm)
     norm = _EN_OF_COMPOUND.sub(r"\2 \1", norm)
+    if _EN_PROGRESSIVE.search(norm):
+        # "Some men are sawing" / "Men are sawing" / "A group of men is sawing": in an event
+        # that is going on, a bare plural already means "some" (not so in a general statement:
+        # "dogs bark").
+        norm = _EN_SOME.sub("", norm)
     for word in _ZH_CLAUSE_WORDS:
         norm = norm.replace(word, "，")
     out: list[list[str]] = []
@@ -581,8 +706,12 @@ def clauses(text: str) -> list[list[str]]:
         for run in re.findall(r"[\u3400-\u9fff]+|[a-z0-9']+(?:[.%][0-9]+)*%?", part):
             if re.match(r"[\u3400-\u9fff]", run):
                 words.extend(w for w in _zh_words(run) if w not in _ZH_FILLER)
+            elif not manner and _is_manner_adverb(run):
+                continue
             elif run.strip("'") and run not in _EN_FILLER:
-                if prev in _EN_BE and (run.endswith("ed") or run in _EN_PARTICIPLES):
+                if prev in _EN_BE and (
+                    run.endswith("ed") or run in _EN_PARTICIPLES or run in _EN_SAME_FORM_PARTICIPLES
+                ):
                     words.append("PASSIVE")  # "is being cut (by …)": roles are swapped
                 words.append(_en_word(run.strip("'")))
             if not run.endswith("ly"):  # "is carelessly held": the adverb sits in between
@@ -648,8 +777,11 @@ def _active(clause: list[str]) -> list[str]:
         at = clause.index("PASSIVE")
         if "by" in clause[at + 2 :]:
             by = clause.index("by", at + 2)
-            verb = clause[at + 1]
-            return [*clause[by + 1 :], verb, *clause[:at], *clause[at + 2 : by]]
+            verb = clause[at + 1 : at + 2]
+            if at + 2 < by and clause[at + 2] in _EN_PARTICLES:
+                verb = clause[at + 1 : at + 3]  # "is being put on by": a phrasal verb
+            rest = clause[at + 1 + len(verb) : by]
+            return [*clause[by + 1 :], *verb, *clause[:at], *rest]
         return _plain(clause)
     if "被" in clause:
         at = clause.index("被")
@@ -657,6 +789,30 @@ def _active(clause: list[str]) -> list[str]:
             # "Y 被 X v …": agent X, verb v, patient Y.
             return [clause[at + 1], *clause[at + 2 :], *clause[:at]]
     return clause
+
+
+def _active_readings(clause: list[str]) -> list[list[str]]:
+    """Every active order of a passive clause: with and without a particle, with the words after
+    "by" split into the agent and an adverbial; an agentless passive as "someone" doing it."""
+    if "PASSIVE" not in clause:
+        return [clause]
+    at = clause.index("PASSIVE")
+    if at + 1 >= len(clause):
+        return [_plain(clause)]
+    verbs = [clause[at + 1 : at + 2]]
+    by = clause.index("by", at + 2) if "by" in clause[at + 2 :] else len(clause)
+    if at + 2 < by and clause[at + 2] in _EN_PARTICLES:
+        verbs.append(clause[at + 1 : at + 3])
+    out: list[list[str]] = []
+    for verb in verbs:
+        rest = clause[at + 1 + len(verb) : by]
+        if by == len(clause):
+            out.append(["someon", *verb, *clause[:at], *rest])
+            continue
+        tail = clause[by + 1 :]
+        for k in range(len(tail), 0, -1):
+            out.append([*tail[:k], *verb, *clause[:at], *rest, *tail[k:]])
+    return out
 
 
 def _plain(clause: list[str]) -> list[str]:
@@ -682,9 +838,15 @@ def _clause_found(
     return False
 
 
-def unstated_reason(new: str, old: str) -> str | None:
-    """Why `new` says something `old` does not (a word, a qualifier, a role, a clause); or None."""
+Swap = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+def unstated_reason(new: str, old: str, *, swaps: tuple[Swap, ...] = ()) -> str | None:
+    """Why `new` says something `old` does not (a word, a qualifier, a role, a clause); or None.
+    `swaps`: runs of compared words of `new` to read as runs of `old` (WordNet, _word_swaps)."""
     new_clauses, old_clauses = clauses(new), clauses(old)
+    if swaps:
+        new_clauses = [_swapped(c, swaps) for c in new_clauses]
     new_flat = [w for c in new_clauses for w in c]
     old_flat = [w for c in old_clauses for w in c]
     missing = sorted(set(new_flat) - set(old_flat) - _PASSIVE)
@@ -692,6 +854,36 @@ def unstated_reason(new: str, old: str) -> str | None:
         return "adds " + ", ".join(missing[:3])
     if _qualifiers(new, new_flat) != _qualifiers(old, old_flat):
         return "qualifier differs"
+    reason = _roles_reason(new_clauses, old_clauses)
+    if reason and len(new_clauses) == len(old_clauses) == 1:
+        # One clause on each side with the same one manner adverb: where it stands does not
+        # change what it says ("is quickly running" / "is running quickly", "is strongly
+        # whisked by" / "is strongly whisking"). With two verbs it could move between them.
+        adverbs = _manner_adverbs(new)
+        if len(adverbs) == 1 and adverbs == _manner_adverbs(old):
+            plain_new = [_swapped(c, swaps) for c in clauses(new, manner=False)]
+            if not _roles_reason(plain_new, clauses(old, manner=False)):
+                return None
+    return reason
+
+
+def _is_manner_adverb(word: str) -> bool:
+    from . import wordnet
+
+    return (
+        word.endswith("ly")
+        and word not in _EN_QUALIFIERS
+        and word not in _TEMPORAL
+        and word in wordnet.base_forms(word, "r")
+    )
+
+
+def _manner_adverbs(text: str) -> list[str]:
+    return sorted(_en_word(w) for w in _words(text) if _is_manner_adverb(w))
+
+
+def _roles_reason(new_clauses: list[list[str]], old_clauses: list[list[str]]) -> str | None:
+    """Each new clause is found in the old ones with the same roles (see unstated_reason)."""
     for part in new_clauses:
         others = [_plain(c) for c in new_clauses if c is not part]
         if _clause_found(_plain(part), [_plain(c) for c in old_clauses], others):
@@ -699,6 +891,16 @@ def unstated_reason(new: str, old: str) -> str | None:
         # Active ↔ passive voice states the same roles in another order.
         active_old = [_active(c) for c in old_clauses]
         if _clause_found(_active(part), active_old):
+            continue
+        # The same inside one clause, where the passive's agent may be followed by an adverbial
+        # ("is dunked by a man at the game" = "a man dunks … at the game") and "on"/"out" may
+        # be a preposition, not a particle ("is poured on the tomatoes by the man").
+        readings = [r for c in old_clauses for r in _active_readings(c)]
+        if any(
+            _in_order(mine, theirs, anchored=False, moved=[])
+            for mine in _active_readings(part)
+            for theirs in readings
+        ):
             continue
         return "roles or clauses differ: " + " ".join(part[:6])
     return None
@@ -719,6 +921,13 @@ def conflict_reason(new: str, old: str) -> str | None:
     new_words = {w for c in clauses(new) for w in c} - _PASSIVE
     old_words = {w for c in clauses(old) for w in c} - _PASSIVE
     added, removed = new_words - old_words, old_words - new_words
+    if added:
+        # A word swapped for one WordNet says the old word states (a synonym in a frequent
+        # sense of both; a more general word where that cannot widen the claim): read the new
+        # word as the old one, then every other rule applies as usual.
+        for swaps in _word_swaps(new, old, added=added, old_words=old_words, removed=removed):
+            if unstated_reason(new, old, swaps=swaps) is None:
+                return None
     if added and not removed:
         return "adds detail"
     if added and (min(len(added), len(removed)) <= 2 or _same_frame(old, new)):
@@ -738,3 +947,199 @@ def _same_frame(old: str, new: str) -> bool:
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     kept = sum(block.size for block in matcher.get_matching_blocks())
     return kept >= 0.4 * max(len(a), len(b))
+
+
+# --- WordNet word swaps -------------------------------------------------------------------------
+# Which WordNet relations prove "the old word states the new one" (measured: docs/search.md,
+# "Dedup safety"). Synonyms only within the most frequent senses of both words: "cut" and "chop"
+# share no frequent sense, "bike" and "bicycle" do; all senses would merge "cracking" with
+# "breaking" (of a voice) and far worse.
+_WN_SENSES = 3
+# A more general word ("walking" after "pacing", "person" after "man") says less, which is only
+# safe where saying less is implied: not under a negation, a universal or downward quantifier, a
+# preference ("avoids dogs" does not state "avoids animals"), a modal or a question.
+# The old (specific) word in one of its first senses, up to 3 steps ("pacing" -> walk, "guitar"
+# -> stringed instrument -> musical instrument); the new word in any of its senses, as long as
+# no frequent sense of the two is a sibling of the other (wordnet.contrasted: "girl"/"woman").
+_WN_HYPERNYM_DEPTH = 3
+_WN_GENERAL_SENSES: int | None = None
+_WN_CONTRAST_SENSES = 3
+_EN_DOWNWARD = frozenset(
+    [
+        "all",
+        "every",
+        "each",
+        "any",
+        "few",
+        "only",
+        "no",
+        "none",
+        "nobody",
+        "nothing",
+        "never",
+        "neither",
+        "nor",
+        "without",
+        "if",
+        "unless",
+        "less",
+        "fewer",
+        "at",  # "at most"
+        "most",
+        "except",
+        "instead",
+        "than",
+        "whether",
+    ]
+)
+_WN_MAX_CANDIDATES = 8
+
+
+def _surface_seq(text: str) -> list[tuple[str, str]]:
+    """English words of the text in order, (as written, as compared), fillers kept as ("", "")."""
+    norm = unicodedata.normalize("NFKC", text).lower().replace("n't", "nt").replace("’", "'")
+    out: list[tuple[str, str]] = []
+    for word in re.findall(r"[a-z']+|[^a-z'\s]+", norm):
+        word = word.strip("'")
+        if not word or not word.isalpha() or word in _EN_FILLER:
+            out.append(("", ""))
+        else:
+            out.append((word, _en_word(word)))
+    return out
+
+
+def _surfaces(seq: list[tuple[str, str]]) -> dict[str, set[str]]:
+    """English compared word -> the words of the text compared as it ("chopping" -> chop)."""
+    out: dict[str, set[str]] = {}
+    for word, compared in seq:
+        if word:
+            out.setdefault(compared, set()).add(word)
+    return out
+
+
+def _collocations(seq: list[tuple[str, str]]) -> list[tuple[str, tuple[str, str]]]:
+    """Two adjacent words that are one WordNet lemma ("young lady", "table tennis")."""
+    from . import wordnet
+
+    out: list[tuple[str, tuple[str, str]]] = []
+    for (w1, c1), (w2, c2) in itertools.pairwise(seq):
+        if w1 and w2 and _swappable(w1) and _swappable(w2) and wordnet.known(f"{w1}_{w2}"):
+            out.append((f"{w1}_{w2}", (c1, c2)))
+    return out
+
+
+def _swapped(clause: list[str], swaps: tuple[Swap, ...]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(clause):
+        for src, dst in swaps:
+            if tuple(clause[i : i + len(src)]) == src:
+                out.extend(dst)
+                i += len(src)
+                break
+        else:
+            out.append(clause[i])
+            i += 1
+    return out
+
+
+def _monotone(text: str) -> bool:
+    """Saying less is implied here: no negation, downward quantifier, preference, modal, question."""
+    words = set(_words(text))
+    return (
+        negation_count(text) == 0
+        and not words & _EN_DOWNWARD
+        and not words & _EN_QUALIFIERS
+        and not preference_terms(text)
+        and "?" not in unicodedata.normalize("NFKC", text)
+    )
+
+
+def _swappable(word: str) -> bool:
+    return (
+        word.isalpha()
+        and word.isascii()
+        and word not in _EN_QUALIFIERS
+        and word not in _EN_NEGATIONS
+        and word not in _EN_PREFERENCE
+        and word not in _TEMPORAL
+        and word not in _EN_DOWNWARD
+        and word not in _EN_FILLER
+    )
+
+
+def _plural(word: str) -> bool:
+    """A plural noun ("shrimps"): a swap must not change how many ("a prawn" / "shrimps")."""
+    from . import wordnet
+
+    forms = wordnet.base_forms(word, "n")
+    return bool(forms) and word not in forms
+
+
+def _word_swaps(
+    new: str, old: str, *, added: set[str], old_words: set[str], removed: set[str]
+) -> list[tuple[Swap, ...]]:
+    """Ways to read every added word of `new` as words of `old` that state it (WordNet): one
+    word for one ("slicing" -> cutting), for two that are one lemma ("girl" -> young lady), or
+    two that are one lemma for one ("dark glasses" -> sunglasses)."""
+    if not all(w.isascii() for w in added) or "NOT" in added:
+        return []  # Chinese and numbers: no WordNet
+    new_seq, old_seq = _surface_seq(new), _surface_seq(old)
+    new_forms, old_forms = _surfaces(new_seq), _surfaces(old_seq)
+    general = _monotone(new) and _monotone(old)
+    # The old words (and word pairs) a new word may stand for: the dropped ones first.
+    targets: list[tuple[list[str], tuple[str, ...]]] = [
+        ([w for w in old_forms.get(r, ()) if _swappable(w)], (r,))
+        for r in [*sorted(removed), *sorted(old_words - removed)]
+        if r != "NOT"
+    ]
+    targets += [([lemma], pair) for lemma, pair in _collocations(old_seq)]
+    targets = [(surf, run) for surf, run in targets if surf]
+
+    choices: list[list[Swap]] = []
+    pending = set(added)
+    for lemma, pair in _collocations(new_seq):
+        if not pending & set(pair):
+            continue
+        via: list[Swap] = [
+            (pair, run) for surf, run in targets if _states([lemma], surf, general=general)
+        ]
+        if via:
+            choices.append(via)
+            pending -= set(pair)
+    for a in sorted(pending):
+        surf_a = [w for w in new_forms.get(a, ()) if _swappable(w)]
+        found: list[Swap] = [
+            ((a,), run) for surf, run in targets if _states(surf_a, surf, general=general)
+        ]
+        if not found:
+            return []
+        choices.append(found)
+    out: list[tuple[Swap, ...]] = []
+    for combo in itertools.product(*choices):
+        out.append(tuple(combo))
+        if len(out) >= _WN_MAX_CANDIDATES:
+            break
+    return out
+
+
+def _states(new_words: list[str], old_words: list[str], *, general: bool) -> bool:
+    """WordNet says one of `old_words` states one of `new_words` (see _WN_SENSES)."""
+    from . import wordnet
+
+    pairs = [(x, y) for x in new_words for y in old_words if _plural(x) == _plural(y)]
+    related = any(wordnet.synonyms(x, y, first=_WN_SENSES) for x, y in pairs) or (
+        general
+        and any(
+            wordnet.more_general(
+                x,
+                y,
+                first_general=_WN_GENERAL_SENSES,
+                first_specific=_WN_SENSES,
+                depth=_WN_HYPERNYM_DEPTH,
+            )
+            and not wordnet.contrasted(x, y, first=_WN_CONTRAST_SENSES)
+            for x, y in pairs
+        )
+    )
+    return related and not any(wordnet.antonyms(x, y) for x, y in pairs)
