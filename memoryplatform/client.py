@@ -1,10 +1,15 @@
-"""Python client for the memory platform API. Needs only `requests`, not Django.
+"""Python clients for the memory platform API. `MemoryClient` needs only `requests`, not Django;
+`AsyncMemoryClient` (the same methods, awaited) needs `httpx` (or its fork `httpx2`).
 
     from memoryplatform.client import MemoryClient, MemoryAPIError
     client = MemoryClient(api_key, secret, base_url="http://127.0.0.1:8000")
     client.write_memory("assistant", "用户偏好简洁回复", importance=0.8)
     for m in client.search("assistant", "沟通偏好"):
         print(m["score"], m["content"])
+
+    async with AsyncMemoryClient(api_key, secret, base_url="http://127.0.0.1:8000") as client:
+        await client.write_memory("assistant", "用户偏好简洁回复", importance=0.8)
+        hits = await client.search("assistant", "沟通偏好")
 
 Every method returns the envelope's `data` and raises `MemoryAPIError` (with `.code`,
 `.status` and `.details`) when the server answers `ok: false`. Bodies are serialised once with
@@ -24,7 +29,7 @@ from urllib.parse import quote, urlencode
 
 import requests
 
-__all__ = ["MemoryAPIError", "MemoryClient", "sign"]
+__all__ = ["AsyncMemoryClient", "MemoryAPIError", "MemoryClient", "sign"]
 
 
 def sign(secret: str, timestamp: int | str, body: bytes = b"") -> str:
@@ -60,26 +65,14 @@ class MemoryAPIError(Exception):
         self.request_id = request_id
 
 
-class MemoryClient:
-    def __init__(
-        self,
-        api_key: str,
-        secret: str,
-        base_url: str = "http://127.0.0.1:8000",
-        *,
-        timeout: float = 30.0,
-        signature_version: int = 1,
-        session: requests.Session | None = None,
-    ) -> None:
-        self.api_key = api_key
-        self.secret = secret
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
-        self.signature_version = signature_version
-        # One keep-alive session: no TCP handshake per call.
-        self.session = session or requests.Session()
+class _Endpoints:
+    """Every endpoint, once, for both clients: each method returns what `request` returns — the
+    envelope's data for `MemoryClient`, an awaitable of it for `AsyncMemoryClient`."""
 
-    # --- transport ----------------------------------------------------------------------------
+    api_key: str
+    secret: str
+    base_url: str
+    signature_version: int
 
     def request(
         self,
@@ -88,6 +81,20 @@ class MemoryClient:
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
     ) -> Any:
+        raise NotImplementedError
+
+    def _fetch_unsigned(self, path: str) -> Any:
+        raise NotImplementedError
+
+    def _prepare(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        params: dict[str, Any] | None,
+    ) -> tuple[str, str, bytes, dict[str, str]]:
+        """(method, url, the exact body bytes, headers): the body is serialised once and those
+        bytes are both signed and sent."""
         method = method.upper()
         query = urlencode({k: v for k, v in (params or {}).items() if v is not None}, doseq=True)
         full_path = path + (f"?{query}" if query else "")
@@ -111,34 +118,22 @@ class MemoryClient:
             headers["X-Signature"] = sign(self.secret, ts, raw)
         if raw:
             headers["Content-Type"] = "application/json"
-        response = self.session.request(
-            method,
-            self.base_url + full_path,
-            data=raw or None,
-            headers=headers,
-            timeout=self.timeout,
-        )
-        return self._unwrap(response)
+        return method, self.base_url + full_path, raw, headers
 
     @staticmethod
-    def _unwrap(response: requests.Response) -> Any:
-        rid = response.headers.get("X-Request-ID")
+    def _unwrap(status: int, headers: Any, text: str) -> Any:
+        rid = headers.get("X-Request-ID")
         try:
-            payload = response.json()
+            payload = json.loads(text)
         except ValueError:
             raise MemoryAPIError(
-                response.status_code,
-                "BAD_RESPONSE",
-                f"not a JSON answer: {response.text[:200]!r}",
-                request_id=rid,
+                status, "BAD_RESPONSE", f"not a JSON answer: {text[:200]!r}", request_id=rid
             ) from None
         if not isinstance(payload, dict) or "ok" not in payload:
-            raise MemoryAPIError(
-                response.status_code, "BAD_RESPONSE", "answer without envelope", request_id=rid
-            )
+            raise MemoryAPIError(status, "BAD_RESPONSE", "answer without envelope", request_id=rid)
         if not payload["ok"]:
             raise MemoryAPIError(
-                response.status_code,
+                status,
                 str(payload.get("code", "UNKNOWN")),
                 str(payload.get("error", "")),
                 payload.get("details"),
@@ -161,7 +156,7 @@ class MemoryClient:
     # --- system and tenancy ------------------------------------------------------------------
 
     def health(self) -> Any:
-        return self._unwrap(self.session.get(self.base_url + "/health", timeout=self.timeout))
+        return self._fetch_unsigned("/health")
 
     def get_stats(self) -> Any:
         return self.get("/stats")
@@ -350,3 +345,106 @@ class MemoryClient:
 
     def auto_run(self) -> Any:
         return self.post("/lifecycle/auto-run", {})
+
+
+class MemoryClient(_Endpoints):
+    """The blocking client (requests, one keep-alive session)."""
+
+    def __init__(
+        self,
+        api_key: str,
+        secret: str,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        timeout: float = 30.0,
+        signature_version: int = 1,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.api_key = api_key
+        self.secret = secret
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.signature_version = signature_version
+        # One keep-alive session: no TCP handshake per call.
+        self.session = session or requests.Session()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        method, url, raw, headers = self._prepare(method, path, body, params)
+        response = self.session.request(
+            method, url, data=raw or None, headers=headers, timeout=self.timeout
+        )
+        return self._unwrap(response.status_code, response.headers, response.text)
+
+    def _fetch_unsigned(self, path: str) -> Any:
+        response = self.session.get(self.base_url + path, timeout=self.timeout)
+        return self._unwrap(response.status_code, response.headers, response.text)
+
+
+class AsyncMemoryClient(_Endpoints):
+    """The same methods as `MemoryClient`, awaited (httpx, one keep-alive connection pool):
+
+    async with AsyncMemoryClient(key, secret, base_url=url) as client:
+        hits = await client.search("assistant", "沟通偏好")
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        secret: str,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        timeout: float = 30.0,
+        signature_version: int = 1,
+        client: Any = None,
+    ) -> None:
+        self.api_key = api_key
+        self.secret = secret
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.signature_version = signature_version
+        self.client = client or _httpx().AsyncClient(timeout=timeout)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        method, url, raw, headers = self._prepare(method, path, body, params)
+        response = await self.client.request(
+            method, url, content=raw or None, headers=headers, timeout=self.timeout
+        )
+        return self._unwrap(response.status_code, response.headers, response.text)
+
+    async def _fetch_unsigned(self, path: str) -> Any:
+        response = await self.client.get(self.base_url + path, timeout=self.timeout)
+        return self._unwrap(response.status_code, response.headers, response.text)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def __aenter__(self) -> AsyncMemoryClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _httpx() -> Any:
+    """httpx, or its maintained fork httpx2 (what the OpenAI SDK installs); imported only by the
+    async client, so the blocking one still needs nothing but requests."""
+    try:
+        import httpx2
+
+        return httpx2
+    except ImportError:
+        import httpx
+
+        return httpx

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -9,11 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 
-from memoryplatform.client import MemoryAPIError, MemoryClient
+from memoryplatform.client import AsyncMemoryClient, MemoryAPIError, MemoryClient
 from tenants.services import api_key_issue, team_upsert
 
 from .reference_client import MemoryClient as ReferenceMemoryClient
@@ -29,6 +31,38 @@ def keys(live_server):
         team, _ = team_upsert(team_id=team_id, name=team_id)
         out[team_id] = api_key_issue(team=team)
     return out
+
+
+class _Blocking:
+    """An AsyncMemoryClient driven from a sync test: each awaited call runs to completion on one
+    event loop (the one its connection pool belongs to)."""
+
+    def __init__(self, client: AsyncMemoryClient, loop: asyncio.AbstractEventLoop) -> None:
+        self._client, self._loop = client, loop
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+        return lambda *args, **kwargs: self._loop.run_until_complete(method(*args, **kwargs))
+
+
+@pytest.fixture(params=["sync", "async"])
+def new_client(request):
+    """Builds our client of each kind: the same tests run against MemoryClient and
+    AsyncMemoryClient."""
+    loop = asyncio.new_event_loop()
+    made: list[AsyncMemoryClient] = []
+
+    def make(api_key: str, secret: str, **kwargs: Any) -> Any:
+        if request.param == "sync":
+            return MemoryClient(api_key, secret, **kwargs)
+        client = AsyncMemoryClient(api_key, secret, **kwargs)
+        made.append(client)
+        return _Blocking(client, loop)
+
+    yield make
+    for client in made:
+        loop.run_until_complete(client.aclose())
+    loop.close()
 
 
 def test_original_client_first_request(live_server, keys):
@@ -78,8 +112,8 @@ def test_original_client_stats_per_team(live_server, keys):
     assert b.get_stats().json()["data"]["agents"] == 2
 
 
-def test_our_client_round_trip_and_typed_errors(live_server, keys):
-    client = MemoryClient(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url)
+def test_our_client_round_trip_and_typed_errors(live_server, keys, new_client):
+    client = new_client(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url)
     assert client.health() == {"status": "ok"}
     team = client.upsert_team("team_a", "团队 A", description="中文描述", config={"lang": "zh"})
     assert (team["name"], team["config"]) == ("团队 A", {"lang": "zh"})
@@ -97,14 +131,14 @@ def test_our_client_round_trip_and_typed_errors(live_server, keys):
         client.get_agent("team_a", "ghost")
     assert exc.value.code == "NOT_FOUND" and exc.value.request_id
     assert client.delete_agent("team_a", "researcher") is None
-    bad = MemoryClient(keys["team_a"].key_id, "wrong", base_url=live_server.url)
+    bad = new_client(keys["team_a"].key_id, "wrong", base_url=live_server.url)
     with pytest.raises(MemoryAPIError) as exc:
         bad.get_stats()
     assert exc.value.code == "INVALID_SIGNATURE"
 
 
-def test_our_client_signs_v2(live_server, keys):
-    client = MemoryClient(
+def test_our_client_signs_v2(live_server, keys, new_client):
+    client = new_client(
         keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url, signature_version=2
     )
     assert client.get_stats()["agents"] == 0
@@ -113,8 +147,8 @@ def test_our_client_signs_v2(live_server, keys):
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_our_client_trash_round_trip(live_server, keys, version):
-    client = MemoryClient(
+def test_our_client_trash_round_trip(live_server, keys, version, new_client):
+    client = new_client(
         keys["team_a"].key_id,
         keys["team_a"].secret,
         base_url=live_server.url,
@@ -168,3 +202,25 @@ def test_curl_style_request_with_utf8_body(live_server, keys):
     )
     assert r.status_code == 201
     assert r.json()["data"]["name"] == "机器人"
+
+
+def test_the_async_client_runs_calls_concurrently(live_server, keys):
+    """Several awaited calls in flight on one AsyncMemoryClient (one connection pool). Reads:
+    the test server's in-memory SQLite refuses concurrent writers."""
+    topics = ["绿茶", "部署", "风控", "回测", "周报"]
+
+    async def scenario() -> list[Any]:
+        async with AsyncMemoryClient(
+            keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url
+        ) as client:
+            for topic in topics:
+                await client.write_memory("a1", f"关于{topic}的一条记忆")
+            return await asyncio.gather(*(client.search("a1", topic) for topic in topics))
+
+    results = asyncio.run(scenario())
+    assert [r[0]["content"] for r in results] == [f"关于{t}的一条记忆" for t in topics]
+
+
+def test_both_clients_offer_the_same_methods():
+    public = {n for n in dir(MemoryClient) if not n.startswith("_")}
+    assert public == {n for n in dir(AsyncMemoryClient) if not n.startswith("_")} - {"aclose"}
