@@ -51,7 +51,8 @@ cleanup() {
       tail -n 40 "$f" >&2
     done
   fi
-  "${MYSQL[@]}" -e "DROP DATABASE IF EXISTS \`$db_name\`; DROP USER IF EXISTS '$db_user'@'127.0.0.1';" \
+  "${MYSQL[@]}" -e "DROP DATABASE IF EXISTS \`$db_name\`; DROP DATABASE IF EXISTS \`${db_name}_r\`;
+    DROP USER IF EXISTS '$db_user'@'127.0.0.1';" \
     || echo "smoke: could not drop database $db_name / user $db_user" >&2
   redis-cli -u "$REDIS_URL" flushdb >/dev/null 2>&1
   rm -rf "$work"
@@ -136,3 +137,21 @@ for port in "$port_a" "$port_b"; do
 done
 
 "$PYTHON" deploy/smoke_client.py "http://127.0.0.1:$port_a" "http://127.0.0.1:$port_b"
+
+for pid in "${pids[@]:0:2}"; do
+  for child in $(pgrep -P "$pid"); do
+    log "gunicorn worker $child: $(( $(ps -o rss= -p "$child") / 1024 )) MB resident"
+  done
+done
+
+# --- backup and restore (docs/deploy.md, "Backup and restore") ---------------------------------
+log "mysqldump --single-transaction as the application's user, restored into a second database"
+MYSQL_PWD="$db_password" mysqldump -h 127.0.0.1 -u "$db_user" --single-transaction --no-tablespaces \
+  --routines --triggers --hex-blob --default-character-set=utf8mb4 "$db_name" >"$work/backup.sql" \
+  2>"$work/mysqldump.log" || fail "mysqldump"
+"${MYSQL[@]}" -e "CREATE DATABASE \`${db_name}_r\` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;"
+"${MYSQL[@]}" --default-character-set=utf8mb4 "${db_name}_r" <"$work/backup.sql" \
+  || fail "restoring the dump"
+count() { "${MYSQL[@]}" -N -e "SELECT COUNT(*) FROM \`$1\`.memories_memory"; }
+[ "$(count "$db_name")" -ge 2 ] && [ "$(count "$db_name")" = "$(count "${db_name}_r")" ] \
+  || fail "the restored database does not hold the same memories"
