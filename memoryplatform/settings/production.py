@@ -46,9 +46,12 @@ SECURE_PROXY_SSL_HEADER = (
     (_proxy_ssl_header[0], _proxy_ssl_header[1]) if _proxy_ssl_header else None
 )
 # Plain HTTP is redirected to HTTPS, except the probes a load balancer or an orchestrator sends
-# to the process directly (no TLS there).
+# to the process directly (no TLS there), and /metrics: a Prometheus on the same host scrapes
+# gunicorn's port over plain HTTP (METRICS_ALLOWED_IPS, docs/metrics.md) and got a 301 to an
+# https:// URL gunicorn cannot answer. The exemption exposes nothing: a scraper's token is sent
+# with its first request, before any redirect could have helped.
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
-SECURE_REDIRECT_EXEMPT = [r"^health$", r"^health/ready$"]
+SECURE_REDIRECT_EXEMPT = [r"^health$", r"^health/ready$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=365 * 24 * 3600)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
 # Preloading is a commitment of the whole registered domain (hstspreload.org), not of this

@@ -116,6 +116,7 @@ def test_production_security_settings_are_read_from_the_environment(tmp_path):
     assert proxy == ["HTTP_X_FORWARDED_PROTO", "https"]
     assert hosts == ["memory.example.com"]
     assert "^health$" in exempt  # probes reach the process over plain HTTP
+    assert "^metrics$" in exempt  # so does a Prometheus on the same host
 
     # Directly exposed (no TLS proxy): no proxy header is trusted; another header's name works.
     r = manage({**defaults, "SECURE_PROXY_SSL_HEADER": ""}, "shell", "-c", code)
