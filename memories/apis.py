@@ -28,6 +28,7 @@ from tenants.services import agent_register
 from tenants.usage import KIND_WRITE, usage_record
 
 from . import presenters, purge, selectors, services
+from .filters import FilterError, parse_filters
 from .models import (
     Memory,
     MemoryScope,
@@ -109,9 +110,6 @@ class TeamCreateInputSerializer(_CreateBase):
     agent_id = StrictCharField(required=False, default="", validators=[AGENT_ID], allow_blank=True)
 
 
-FILTER_KEYS = {"category", "metadata", "created_after", "created_before"}
-
-
 class _SearchBase(serializers.Serializer):
     query = StrictCharField(
         required=False, default="", allow_blank=True, max_length=4000, trim_whitespace=False
@@ -127,25 +125,11 @@ class _SearchBase(serializers.Serializer):
     include_entities = StrictBooleanField(required=False, default=False)
 
     def validate_filters(self, value: dict[str, Any]) -> dict[str, Any]:
-        unknown = set(value) - FILTER_KEYS
-        if unknown:
-            raise serializers.ValidationError(f"Unknown filter(s): {', '.join(sorted(unknown))}.")
-        if "category" in value and not isinstance(value["category"], str):
-            raise serializers.ValidationError("category must be a string.")
-        meta = value.get("metadata", {})
-        if not isinstance(meta, dict) or any(isinstance(v, dict | list) for v in meta.values()):
-            raise serializers.ValidationError("metadata must be an object of scalar values.")
-        for key in ("created_after", "created_before"):
-            if key in value:
-                parsed = (
-                    serializers.DateTimeField().to_internal_value(value[key])
-                    if isinstance(value[key], str)
-                    else None
-                )
-                if parsed is None:
-                    raise serializers.ValidationError(f"{key} must be an ISO 8601 datetime.")
-                value[key] = parsed
-        return value
+        # Legacy keys and operators ($eq … $lte, $and / $or): memories/filters.py.
+        try:
+            return parse_filters(value)
+        except FilterError as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
 
 class PersonalSearchInputSerializer(_SearchBase):

@@ -10,6 +10,7 @@ from django.db.models import Count, Q, QuerySet
 from core.errors import Forbidden, NotFound
 from tenants.models import Agent, Team
 
+from .filters import filters_q
 from .models import Memory, MemoryRevision, MemoryScope, MemoryShare
 
 READ = "read"
@@ -53,17 +54,9 @@ def check_memory_access(*, memory: Memory, acting_agent: str | None, action: str
 
 
 def memory_filters_q(filters: Mapping[str, Any]) -> Q:
-    """The search `filters` (category, metadata equality, created_after / _before) as a Q."""
-    q = Q()
-    if "category" in filters:
-        q &= Q(category=filters["category"])
-    for key, value in (filters.get("metadata") or {}).items():
-        q &= Q(**{f"metadata__{key}": value})
-    if "created_after" in filters:
-        q &= Q(created_at__gte=filters["created_after"])
-    if "created_before" in filters:
-        q &= Q(created_at__lt=filters["created_before"])
-    return q
+    """The search `filters` (memories.filters: legacy keys and operators, checked by
+    parse_filters) as a Q, to AND with the tenant's scope."""
+    return filters_q(filters)
 
 
 def memory_recent(
