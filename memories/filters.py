@@ -160,16 +160,19 @@ def _lookup(field: str) -> str:
 
 
 def _condition_q(lookup: str, condition: Mapping[str, Any]) -> Q:
+    # A memory without the metadata key is "not equal" to any value (as in MongoDB, mem0): SQL's
+    # NOT on a missing JSON key would leave it out, so it is added explicitly.
+    missing = Q(**{f"{lookup}__isnull": True}) if lookup.startswith("metadata__") else Q(pk__in=[])
     q = Q()
     for op, operand in condition.items():
         if op == "$eq":
             q &= Q(**{lookup: operand})
         elif op == "$ne":
-            q &= ~Q(**{lookup: operand})
+            q &= ~Q(**{lookup: operand}) | missing
         elif op == "$in":
             q &= Q(**{f"{lookup}__in": operand})
         elif op == "$nin":
-            q &= ~Q(**{f"{lookup}__in": operand})
+            q &= ~Q(**{f"{lookup}__in": operand}) | missing
         else:
             q &= Q(**{f"{lookup}__{_ORDERING[op]}": operand})
     return q

@@ -70,6 +70,7 @@ def contents(*indexes):
         ({"metadata.source": "chat"}, (0, 2)),
         ({"metadata.priority": {"$gte": 2}}, (0, 3)),
         ({"metadata.source": {"$in": ["doc", "import"]}}, (1, 3)),
+        ({"metadata.priority": {"$ne": 3}}, (1, 2, 3)),  # a memory without the key included
         ({"metadata": {"source": "chat", "priority": 3}}, (0,)),  # the earlier form still works
         ({"$or": [{"category": "rule"}, {"importance": {"$gte": 0.9}}]}, (0, 1)),
         (
