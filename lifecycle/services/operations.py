@@ -52,6 +52,7 @@ from ..results import (
     ScenesResult,
 )
 from . import jobs
+from .archive import archive_items
 
 logger = logging.getLogger(__name__)
 
@@ -62,18 +63,13 @@ SUPERSEDE_MIN_SCORE = 0.85
 
 
 def _archive(team: Team, agent_id: str, items: list[WorkingItem], job_id: int | None) -> None:
-    WorkingArchive.objects.bulk_create(
-        [
-            WorkingArchive(
-                team=team,
-                agent_id=agent_id,
-                item_id=i.id,
-                content=i.content,
-                item_created_at=i.created_at,
-                job_id=job_id,
-            )
-            for i in items
-        ]
+    """Keeps the working items a job consumed, so what it derived from them stays traceable."""
+    archive_items(
+        team_id=team.pk,
+        agent_id=agent_id,
+        items=items,
+        job_id=job_id,
+        reason=ArchiveReason.CONSUMED,
     )
 
 
