@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent_filter
+from core.api import upserted, validated_body
 from core.errors import ValidationFailed
 from core.openapi import api_operation
 from core.serializers import (
@@ -223,9 +224,7 @@ class EntityListCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
-        s = EntityCreateInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = s.validated_data
+        data = validated_body(request, EntityCreateInputSerializer)
         require_agent_filter(
             AgentResource.ENTITIES, agent_id=data["agent_id"], acting_agent=principal.agent_id
         )
@@ -237,7 +236,7 @@ class EntityListCreateApi(APIView):
             description=data.get("description") or "",
             properties=data.get("properties") or {},
         )
-        return Response(presenters.entity_body(entity), status=201 if created else 200)
+        return upserted(presenters.entity_body(entity), created=created)
 
 
 class EntityDetailApi(APIView):
@@ -271,12 +270,10 @@ class EntityDetailApi(APIView):
     )
     def put(self, request: Request, entity_id: str) -> Response:
         principal = principal_of(request)
-        s = EntityUpdateInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
+        data = validated_body(request, EntityUpdateInputSerializer)
         entity = selectors.entity_get(
             team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
         )
-        data = s.validated_data
         entity = services.entity_update(
             entity=entity,
             name=data.get("name"),
@@ -366,9 +363,7 @@ class RelationListCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
-        s = RelationCreateInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = s.validated_data
+        data = validated_body(request, RelationCreateInputSerializer)
         # Both ends are looked up in the caller's team: another team's id is a 404, so a
         # relation can never join two teams.
         source = selectors.entity_get(
@@ -388,7 +383,7 @@ class RelationListCreateApi(APIView):
             description=data.get("description") or "",
             properties=data.get("properties") or {},
         )
-        return Response(presenters.relation_body(relation), status=201 if created else 200)
+        return upserted(presenters.relation_body(relation), created=created)
 
 
 class RelationDetailApi(APIView):

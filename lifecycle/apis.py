@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent, require_agent_filter, require_team_wide
+from core.api import validated_body
 from core.errors import NotFound
 from core.openapi import api_operation
 from core.serializers import (
@@ -22,7 +23,7 @@ from core.serializers import (
 )
 from core.validators import AGENT_ID
 from graph.apis import EntityOutputSerializer, RelationOutputSerializer
-from memories.apis import MemoryOutputSerializer
+from memories.apis import MemoryOutputSerializer, WorkingItemFieldsSerializer
 from memories.selectors import READ, check_memory_access, memory_get
 from tenants.apis import principal_of
 from tenants.services import agent_ensure
@@ -151,11 +152,7 @@ class DeletedOutputSerializer(serializers.Serializer):
     deleted = serializers.CharField(help_text="the id deleted")
 
 
-class SourceItemSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    agent_id = serializers.CharField()
-    content = serializers.CharField()
-    created_at = serializers.DateTimeField()
+class SourceItemSerializer(WorkingItemFieldsSerializer):
     archived_at = serializers.DateTimeField()
 
 
@@ -214,9 +211,7 @@ class _AgentJobApi(APIView):
         _agent(request, agent_id)
 
     def post(self, request: Request) -> Response:
-        s = self.input_serializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        params = dict(s.validated_data)
+        params = dict(validated_body(request, self.input_serializer))
         agent_id = params.pop("agent_id")
         self.check_agent(request, agent_id)
         return _run(request, self.kind, agent_id, params)
@@ -249,9 +244,7 @@ class CleanupApi(APIView):
         summary="Forget memories that are unimportant and idle (dry_run lists them)",
     )
     def post(self, request: Request) -> Response:
-        s = CleanupInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = s.validated_data
+        data = validated_body(request, CleanupInputSerializer)
         principal = principal_of(request)
         if data["agent_id"]:
             _agent(request, data["agent_id"])
@@ -419,9 +412,8 @@ class AutoConfigApi(APIView):
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
         require_team_wide(acting_agent=principal.agent_id)
-        s = AutoConfigInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        config = pipeline.config_update(team=principal.team, **s.validated_data)
+        data = validated_body(request, AutoConfigInputSerializer)
+        config = pipeline.config_update(team=principal.team, **data)
         return Response(presenters.config_body(config))
 
 

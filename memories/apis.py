@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent
+from core.api import validated_body
 from core.errors import ValidationFailed
 from core.openapi import api_operation
 from core.serializers import (
@@ -198,10 +199,11 @@ class UnshareInputSerializer(serializers.Serializer):
     )
 
 
-def _create(request: Request, scope: str, s: serializers.Serializer) -> Response:
+def _create(
+    request: Request, scope: str, input_serializer: type[serializers.Serializer]
+) -> Response:
     principal = principal_of(request)
-    s.is_valid(raise_exception=True)
-    data = s.validated_data
+    data = validated_body(request, input_serializer)
     agent_id = data.get("agent_id", "")
     if scope == MemoryScope.PERSONAL:
         require_agent(
@@ -234,10 +236,11 @@ def _create(request: Request, scope: str, s: serializers.Serializer) -> Response
     return Response(body, status=201)
 
 
-def _search(request: Request, scope: str, s: serializers.Serializer) -> Response:
+def _search(
+    request: Request, scope: str, input_serializer: type[serializers.Serializer]
+) -> Response:
     principal = principal_of(request)
-    s.is_valid(raise_exception=True)
-    data = s.validated_data
+    data = validated_body(request, input_serializer)
     agent_id = data.get("agent_id", "")
     if scope == MemoryScope.PERSONAL:
         require_agent(
@@ -288,13 +291,10 @@ def _check_agent_id(agent_id: str) -> None:
 
 def _update(request: Request, scope: str, memory_id: int) -> Response:
     principal = principal_of(request)
-    s = UpdateInputSerializer(data=request.data)
-    s.is_valid(raise_exception=True)
+    data = validated_body(request, UpdateInputSerializer)
     memory = selectors.memory_get(team=principal.team, memory_id=memory_id, scope=scope)
     selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=WRITE)
-    memory = services.memory_update(
-        memory=memory, actor=Actor.for_key(principal.api_key), **s.validated_data
-    )
+    memory = services.memory_update(memory=memory, actor=Actor.for_key(principal.api_key), **data)
     return Response(presenters.memory_body(memory))
 
 
@@ -346,9 +346,7 @@ class PersonalCreateApi(APIView):
         summary="Write a personal memory (201; a duplicate: 200 + dedup_skipped)",
     )
     def post(self, request: Request) -> Response:
-        return _create(
-            request, MemoryScope.PERSONAL, PersonalCreateInputSerializer(data=request.data)
-        )
+        return _create(request, MemoryScope.PERSONAL, PersonalCreateInputSerializer)
 
 
 class PersonalSearchApi(APIView):
@@ -359,9 +357,7 @@ class PersonalSearchApi(APIView):
         summary="Hybrid search of an agent's personal memories",
     )
     def post(self, request: Request) -> Response:
-        return _search(
-            request, MemoryScope.PERSONAL, PersonalSearchInputSerializer(data=request.data)
-        )
+        return _search(request, MemoryScope.PERSONAL, PersonalSearchInputSerializer)
 
 
 class PersonalRecentApi(APIView):
@@ -403,13 +399,10 @@ class PersonalShareApi(APIView):
         summary="Share a personal memory with other agents of the team",
     )
     def post(self, request: Request, memory_id: int) -> Response:
-        s = ShareInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
+        data = validated_body(request, ShareInputSerializer)
         memory = _owned_personal_memory(request, memory_id)
         services.memory_share(
-            memory=memory,
-            agent_ids=s.validated_data["agent_ids"],
-            permission=s.validated_data["permission"],
+            memory=memory, agent_ids=data["agent_ids"], permission=data["permission"]
         )
         return Response(presenters.shares_body(memory, selectors.memory_shares(memory=memory)))
 
@@ -421,10 +414,9 @@ class PersonalShareApi(APIView):
         "shares; without one, all. A v1 signature does not cover the body of a DELETE; v2 does.",
     )
     def delete(self, request: Request, memory_id: int) -> Response:
-        s = UnshareInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
+        data = validated_body(request, UnshareInputSerializer)
         memory = _owned_personal_memory(request, memory_id)
-        services.memory_unshare(memory=memory, agent_ids=s.validated_data.get("agent_ids"))
+        services.memory_unshare(memory=memory, agent_ids=data.get("agent_ids"))
         return Response(presenters.shares_body(memory, selectors.memory_shares(memory=memory)))
 
 
@@ -447,7 +439,7 @@ class TeamCreateApi(APIView):
         summary="Write a team memory (201; a duplicate: 200 + dedup_skipped)",
     )
     def post(self, request: Request) -> Response:
-        return _create(request, MemoryScope.TEAM, TeamCreateInputSerializer(data=request.data))
+        return _create(request, MemoryScope.TEAM, TeamCreateInputSerializer)
 
 
 class TeamSearchApi(APIView):
@@ -457,7 +449,7 @@ class TeamSearchApi(APIView):
         summary="Hybrid search of the team's memories",
     )
     def post(self, request: Request) -> Response:
-        return _search(request, MemoryScope.TEAM, TeamSearchInputSerializer(data=request.data))
+        return _search(request, MemoryScope.TEAM, TeamSearchInputSerializer)
 
 
 class TeamRecentApi(APIView):
@@ -585,11 +577,17 @@ class TrashRestoreApi(APIView):
 # --- working memory ---------------------------------------------------------------------------
 
 
-class WorkingItemSerializer(serializers.Serializer):
+class WorkingItemFieldsSerializer(serializers.Serializer):
+    # What a working-memory item is wherever it is now: in working memory (below) or in the
+    # archive (lifecycle's sources). No docstring: drf-spectacular would describe every
+    # subclass with it.
     id = serializers.CharField()
     agent_id = serializers.CharField()
     content = serializers.CharField()
     created_at = serializers.DateTimeField()
+
+
+class WorkingItemSerializer(WorkingItemFieldsSerializer):
     expires_at = serializers.DateTimeField()
 
 
@@ -613,9 +611,7 @@ class WorkingCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
-        s = WorkingCreateInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = s.validated_data
+        data = validated_body(request, WorkingCreateInputSerializer)
         require_agent(
             AgentResource.PERSONAL_MEMORIES,
             acting_agent=principal.agent_id,
