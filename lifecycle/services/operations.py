@@ -18,6 +18,8 @@ archived: the next compress removes them without summarising them again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -103,6 +105,22 @@ def _already_compressed(team: Team, agent_id: str, items: list[WorkingItem]) -> 
     return done
 
 
+@contextmanager
+def _working_claim(lease: jobs.Lease | None, key: str) -> Iterator[int | None]:
+    """Claims the working memory `key` for the job holding `lease` (None: claims nothing) while
+    the block runs. Yields None once claimed, or the id of the job that holds it already (and
+    then neither claims nor releases anything)."""
+    busy = jobs.claim_acquire(lease=lease, key=key) if lease is not None else None
+    if busy is not None:
+        yield busy
+        return
+    try:
+        yield None
+    finally:
+        if lease is not None:
+            jobs.claim_release(lease=lease, key=key)
+
+
 def compress(
     *,
     team: Team,
@@ -112,24 +130,20 @@ def compress(
     lease: jobs.Lease | None = None,
 ) -> tuple[CompressResult, Usage, str]:
     key = working_claim_key(team, agent_id)
-    busy = jobs.claim_acquire(lease=lease, key=key) if lease is not None else None
-    if busy is not None:
-        count = get_working_store().count(team_id=team.id, agent_id=agent_id)
-        result = CompressResult(
-            compressed=0,
-            remaining=count,
-            total_before=count,
-            target_count=target_count,
-            summary=None,
-            memory_ids=[],
-            busy_job_id=busy,  # the job consuming these items now
-        )
-        return result, Usage(), get_engine().name
-    try:
+    with _working_claim(lease, key) as busy:
+        if busy is not None:
+            count = get_working_store().count(team_id=team.id, agent_id=agent_id)
+            result = CompressResult(
+                compressed=0,
+                remaining=count,
+                total_before=count,
+                target_count=target_count,
+                summary=None,
+                memory_ids=[],
+                busy_job_id=busy,  # the job consuming these items now
+            )
+            return result, Usage(), get_engine().name
         return _compress(team, agent_id, target_count, job_id, lease, key)
-    finally:
-        if lease is not None:
-            jobs.claim_release(lease=lease, key=key)
 
 
 def _compress(
@@ -252,20 +266,14 @@ def extract_facts(
 ) -> tuple[ExtractFactsResult, Usage, str]:
     # Only a deleting extraction consumes working memory; a reading one may overlap anything.
     key = working_claim_key(team, agent_id)
-    claimed = delete_after and lease is not None
-    busy = jobs.claim_acquire(lease=lease, key=key) if claimed and lease is not None else None
-    if busy is not None:
-        result = ExtractFactsResult(
-            facts=[], duplicates=0, superseded=0, analyzed=0, busy_job_id=busy
-        )
-        return result, Usage(), get_engine().name
-    try:
-        return _extract_facts(
-            team, agent_id, max_memories, delete_after, job_id, lease if claimed else None, key
-        )
-    finally:
-        if claimed and lease is not None:
-            jobs.claim_release(lease=lease, key=key)
+    claim = lease if delete_after else None
+    with _working_claim(claim, key) as busy:
+        if busy is not None:
+            result = ExtractFactsResult(
+                facts=[], duplicates=0, superseded=0, analyzed=0, busy_job_id=busy
+            )
+            return result, Usage(), get_engine().name
+        return _extract_facts(team, agent_id, max_memories, delete_after, job_id, claim, key)
 
 
 def _extract_facts(
