@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, extend_schema_view
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -337,16 +337,60 @@ DELETE_DESCRIPTION = (
 )
 
 
-class PersonalCreateApi(APIView):
-    @api_operation(
-        request=PersonalCreateInputSerializer,
-        response=MemoryOutputSerializer,
-        statuses=(201, 200),
-        errors=(403,),
-        summary="Write a personal memory (201; a duplicate: 200 + dedup_skipped)",
-    )
+class _MemoryCreateApi(APIView):
+    # POST of a memory of `scope`, the body read by `input_serializer`; the OpenAPI operation is
+    # made from those. (Comments, not a docstring: drf-spectacular would give a docstring to
+    # every subclass as its operation's description.)
+    scope: ClassVar[MemoryScope]
+    input_serializer: ClassVar[type[serializers.Serializer]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        operation = api_operation(
+            request=cls.input_serializer,
+            response=MemoryOutputSerializer,
+            statuses=(201, 200),
+            errors=(403,),
+            summary=f"Write a {cls.scope.value} memory (201; a duplicate: 200 + dedup_skipped)",
+        )
+        extend_schema_view(post=operation)(cls)
+
     def post(self, request: Request) -> Response:
-        return _create(request, MemoryScope.PERSONAL, PersonalCreateInputSerializer)
+        return _create(request, self.scope, self.input_serializer)
+
+
+class _MemoryDetailApi(APIView):
+    # PUT and DELETE of one memory of `scope`, documented like _MemoryCreateApi.
+    scope: ClassVar[MemoryScope]
+    update_summary: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        extend_schema_view(
+            put=api_operation(
+                request=UpdateInputSerializer,
+                response=MemoryOutputSerializer,
+                errors=(403, 404),
+                summary=cls.update_summary,
+            ),
+            delete=api_operation(
+                parameters=[PURGE_PARAM],
+                errors=(403, 404),
+                summary=f"Delete a {cls.scope.value} memory (to the trash; ?purge=true: at once)",
+                description=DELETE_DESCRIPTION,
+            ),
+        )(cls)
+
+    def put(self, request: Request, memory_id: int) -> Response:
+        return _update(request, self.scope, memory_id)
+
+    def delete(self, request: Request, memory_id: int) -> Response:
+        return _delete(request, self.scope, memory_id)
+
+
+class PersonalCreateApi(_MemoryCreateApi):
+    scope = MemoryScope.PERSONAL
+    input_serializer = PersonalCreateInputSerializer
 
 
 class PersonalSearchApi(APIView):
@@ -371,24 +415,9 @@ class PersonalRecentApi(APIView):
         return _recent(request, MemoryScope.PERSONAL, agent_id)
 
 
-class PersonalDetailApi(APIView):
-    @api_operation(
-        request=UpdateInputSerializer,
-        response=MemoryOutputSerializer,
-        errors=(403, 404),
-        summary="Update a personal memory (content change re-embeds)",
-    )
-    def put(self, request: Request, memory_id: int) -> Response:
-        return _update(request, MemoryScope.PERSONAL, memory_id)
-
-    @api_operation(
-        parameters=[PURGE_PARAM],
-        errors=(403, 404),
-        summary="Delete a personal memory (to the trash; ?purge=true: at once)",
-        description=DELETE_DESCRIPTION,
-    )
-    def delete(self, request: Request, memory_id: int) -> Response:
-        return _delete(request, MemoryScope.PERSONAL, memory_id)
+class PersonalDetailApi(_MemoryDetailApi):
+    scope = MemoryScope.PERSONAL
+    update_summary = "Update a personal memory (content change re-embeds)"
 
 
 class PersonalShareApi(APIView):
@@ -430,16 +459,9 @@ def _owned_personal_memory(request: Request, memory_id: int) -> Memory:
     return memory
 
 
-class TeamCreateApi(APIView):
-    @api_operation(
-        request=TeamCreateInputSerializer,
-        response=MemoryOutputSerializer,
-        statuses=(201, 200),
-        errors=(403,),
-        summary="Write a team memory (201; a duplicate: 200 + dedup_skipped)",
-    )
-    def post(self, request: Request) -> Response:
-        return _create(request, MemoryScope.TEAM, TeamCreateInputSerializer)
+class TeamCreateApi(_MemoryCreateApi):
+    scope = MemoryScope.TEAM
+    input_serializer = TeamCreateInputSerializer
 
 
 class TeamSearchApi(APIView):
@@ -462,24 +484,9 @@ class TeamRecentApi(APIView):
         return _recent(request, MemoryScope.TEAM, "")
 
 
-class TeamDetailApi(APIView):
-    @api_operation(
-        request=UpdateInputSerializer,
-        response=MemoryOutputSerializer,
-        errors=(403, 404),
-        summary="Update a team memory",
-    )
-    def put(self, request: Request, memory_id: int) -> Response:
-        return _update(request, MemoryScope.TEAM, memory_id)
-
-    @api_operation(
-        parameters=[PURGE_PARAM],
-        errors=(403, 404),
-        summary="Delete a team memory (to the trash; ?purge=true: at once)",
-        description=DELETE_DESCRIPTION,
-    )
-    def delete(self, request: Request, memory_id: int) -> Response:
-        return _delete(request, MemoryScope.TEAM, memory_id)
+class TeamDetailApi(_MemoryDetailApi):
+    scope = MemoryScope.TEAM
+    update_summary = "Update a team memory"
 
 
 # --- trash ------------------------------------------------------------------------------------
