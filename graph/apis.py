@@ -4,7 +4,7 @@ service, render. (`POST /lifecycle/extract-graph` is a lifecycle job: lifecycle.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, TypedDict
 
 from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import serializers
@@ -25,7 +25,7 @@ from core.validators import AGENT_ID
 from tenants.apis import principal_of
 
 from . import presenters, selectors, services, traversal
-from .models import ENTITY_TYPES, RELATION_TYPES
+from .models import ENTITY_TYPES, RELATION_TYPES, Entity
 
 MAX_SEEDS = 100
 MAX_QUERY_CHARS = 1000
@@ -117,8 +117,24 @@ MAX_EDGES = QueryInt(
 # --- query parameters ------------------------------------------------------------------------
 
 
-def _paging(request: Request) -> tuple[int, int]:
-    return PAGE.parse(request.query_params), PAGE_SIZE.parse(request.query_params)
+class Paging(TypedDict):
+    page: int
+    page_size: int
+
+
+def _paging(request: Request) -> Paging:
+    """?page and ?page_size, as the keyword arguments of the list selectors."""
+    return Paging(
+        page=PAGE.parse(request.query_params), page_size=PAGE_SIZE.parse(request.query_params)
+    )
+
+
+def _entity(request: Request, entity_id: str) -> Entity:
+    """The entity of the key's team the key may see (404 otherwise: another team's too)."""
+    principal = principal_of(request)
+    return selectors.entity_get(
+        team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
+    )
 
 
 def _choice_param(request: Request, name: str, choices: tuple[str, ...]) -> str | None:
@@ -203,15 +219,13 @@ class EntityListCreateApi(APIView):
         q = request.query_params.get("q") or ""
         if len(q) > MAX_QUERY_CHARS:
             raise ValidationFailed({"q": [f"At most {MAX_QUERY_CHARS} characters."]}, "q: too long")
-        page, page_size = _paging(request)
         entities = selectors.entity_list(
             team=principal.team,
             acting_agent=principal.agent_id,
             agent_id=agent_id,
             entity_type=entity_type,
             q=q,
-            page=page,
-            page_size=page_size,
+            **_paging(request),
         )
         return Response(presenters.page_body(entities, presenters.scored_entity_body))
 
@@ -254,9 +268,7 @@ class EntityDetailApi(APIView):
     )
     def get(self, request: Request, entity_id: str) -> Response:
         principal = principal_of(request)
-        entity = selectors.entity_get(
-            team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
-        )
+        entity = _entity(request, entity_id)
         services.entities_touch(entity_ids=[entity.pk])
         entity.refresh_from_db(fields=["access_count", "last_accessed_at"])
         detail = selectors.entity_detail(entity=entity, acting_agent=principal.agent_id)
@@ -269,11 +281,8 @@ class EntityDetailApi(APIView):
         summary="Update an entity (null/omitted = unchanged; properties merged)",
     )
     def put(self, request: Request, entity_id: str) -> Response:
-        principal = principal_of(request)
         data = validated_body(request, EntityUpdateInputSerializer)
-        entity = selectors.entity_get(
-            team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
-        )
+        entity = _entity(request, entity_id)
         entity = services.entity_update(
             entity=entity,
             name=data.get("name"),
@@ -291,10 +300,7 @@ class EntityDetailApi(APIView):
         summary="Delete an entity and its relations",
     )
     def delete(self, request: Request, entity_id: str) -> Response:
-        principal = principal_of(request)
-        entity = selectors.entity_get(
-            team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
-        )
+        entity = _entity(request, entity_id)
         deleted_id = str(entity.pk)
         relations = services.entity_delete(entity=entity)
         return Response({"deleted": deleted_id, "relations_deleted": relations})
@@ -337,20 +343,14 @@ class RelationListCreateApi(APIView):
         entity = None
         entity_id = request.query_params.get("entity_id")
         if entity_id:
-            entity = selectors.entity_get(
-                team=principal.team,
-                entity_id=_uuid_param(entity_id, "entity_id"),
-                acting_agent=principal.agent_id,
-            )
+            entity = _entity(request, _uuid_param(entity_id, "entity_id"))
         relation_type = _choice_param(request, "relation_type", RELATION_TYPES)
-        page, page_size = _paging(request)
         relations = selectors.relation_list(
             team=principal.team,
             acting_agent=principal.agent_id,
             entity=entity,
             relation_type=relation_type,
-            page=page,
-            page_size=page_size,
+            **_paging(request),
         )
         return Response(presenters.page_body(relations, presenters.relation_body))
 
@@ -362,20 +362,11 @@ class RelationListCreateApi(APIView):
         summary="Create a relation (an existing one is returned unchanged, 200)",
     )
     def post(self, request: Request) -> Response:
-        principal = principal_of(request)
         data = validated_body(request, RelationCreateInputSerializer)
         # Both ends are looked up in the caller's team: another team's id is a 404, so a
         # relation can never join two teams.
-        source = selectors.entity_get(
-            team=principal.team,
-            entity_id=str(data["source_entity_id"]),
-            acting_agent=principal.agent_id,
-        )
-        target = selectors.entity_get(
-            team=principal.team,
-            entity_id=str(data["target_entity_id"]),
-            acting_agent=principal.agent_id,
-        )
+        source = _entity(request, str(data["source_entity_id"]))
+        target = _entity(request, str(data["target_entity_id"]))
         relation, created = services.relation_create(
             source=source,
             target=target,
