@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -105,17 +106,32 @@ def _already_compressed(team: Team, agent_id: str, items: list[WorkingItem]) -> 
     return done
 
 
+@dataclass(frozen=True)
+class _Claim:
+    """A job's claim on an agent's working memory, under the job's lease; no lease: a claim of
+    nothing (a job run without one, or an extraction that only reads)."""
+
+    lease: jobs.Lease | None
+    key: str
+    busy_job_id: int | None = None  # not claimed: the job that holds it
+
+    def confirm(self) -> None:
+        """In the transaction that commits the results: raises CONFLICT if the claim was lost."""
+        if self.lease is not None:
+            jobs.claim_confirm(lease=self.lease, key=self.key)
+
+
 @contextmanager
-def _working_claim(lease: jobs.Lease | None, key: str) -> Iterator[int | None]:
-    """Claims the working memory `key` for the job holding `lease` (None: claims nothing) while
-    the block runs. Yields None once claimed, or the id of the job that holds it already (and
-    then neither claims nor releases anything)."""
+def _working_claim(lease: jobs.Lease | None, key: str) -> Iterator[_Claim]:
+    """Claims the working memory `key` for the job holding `lease` while the block runs. When
+    another job holds it, the claim yielded names that job (`busy_job_id`) and nothing is
+    claimed or released."""
     busy = jobs.claim_acquire(lease=lease, key=key) if lease is not None else None
     if busy is not None:
-        yield busy
+        yield _Claim(lease=None, key=key, busy_job_id=busy)
         return
     try:
-        yield None
+        yield _Claim(lease=lease, key=key)
     finally:
         if lease is not None:
             jobs.claim_release(lease=lease, key=key)
@@ -130,8 +146,8 @@ def compress(
     lease: jobs.Lease | None = None,
 ) -> tuple[CompressResult, Usage, str]:
     key = working_claim_key(team, agent_id)
-    with _working_claim(lease, key) as busy:
-        if busy is not None:
+    with _working_claim(lease, key) as claim:
+        if claim.busy_job_id is not None:
             count = get_working_store().count(team_id=team.id, agent_id=agent_id)
             result = CompressResult(
                 compressed=0,
@@ -140,10 +156,10 @@ def compress(
                 target_count=target_count,
                 summary=None,
                 memory_ids=[],
-                busy_job_id=busy,  # the job consuming these items now
+                busy_job_id=claim.busy_job_id,  # the job consuming these items now
             )
             return result, Usage(), get_engine().name
-        return _compress(team, agent_id, target_count, job_id, lease, key)
+        return _compress(team, agent_id, target_count, job_id, claim)
 
 
 def _compress(
@@ -151,8 +167,7 @@ def _compress(
     agent_id: str,
     target_count: int,
     job_id: int | None,
-    lease: jobs.Lease | None,
-    key: str,
+    claim: _Claim,
 ) -> tuple[CompressResult, Usage, str]:
     store = get_working_store()
     items = store.list(team_id=team.id, agent_id=agent_id)
@@ -176,8 +191,7 @@ def _compress(
     embed_passages([s.content for s in summaries])  # outside the transaction (fills the cache)
     written: list[int] = []
     with transaction.atomic():
-        if lease is not None:
-            jobs.claim_confirm(lease=lease, key=key)
+        claim.confirm()
         for s in summaries:
             memory, _ = memory_create(
                 team=team,
@@ -266,14 +280,13 @@ def extract_facts(
 ) -> tuple[ExtractFactsResult, Usage, str]:
     # Only a deleting extraction consumes working memory; a reading one may overlap anything.
     key = working_claim_key(team, agent_id)
-    claim = lease if delete_after else None
-    with _working_claim(claim, key) as busy:
-        if busy is not None:
+    with _working_claim(lease if delete_after else None, key) as claim:
+        if claim.busy_job_id is not None:
             result = ExtractFactsResult(
-                facts=[], duplicates=0, superseded=0, analyzed=0, busy_job_id=busy
+                facts=[], duplicates=0, superseded=0, analyzed=0, busy_job_id=claim.busy_job_id
             )
             return result, Usage(), get_engine().name
-        return _extract_facts(team, agent_id, max_memories, delete_after, job_id, claim, key)
+        return _extract_facts(team, agent_id, max_memories, delete_after, job_id, claim)
 
 
 def _extract_facts(
@@ -282,8 +295,7 @@ def _extract_facts(
     max_memories: int,
     delete_after: bool,
     job_id: int | None,
-    lease: jobs.Lease | None,
-    key: str,
+    claim: _Claim,
 ) -> tuple[ExtractFactsResult, Usage, str]:
     store = get_working_store()
     items = store.list(team_id=team.id, agent_id=agent_id, limit=max_memories)
@@ -296,8 +308,7 @@ def _extract_facts(
     stored: list[Memory] = []
     duplicates = superseded = 0
     with transaction.atomic():
-        if lease is not None:
-            jobs.claim_confirm(lease=lease, key=key)
+        claim.confirm()
         for fact in facts:
             outcome, memory = _store_fact(
                 team, agent_id, fact, _sources(items, fact.source_indexes), job_id
