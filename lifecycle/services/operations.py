@@ -38,6 +38,7 @@ from memories.retrieval.dedup import conflict_reason, preference_terms
 from memories.retrieval.embeddings import embed_passages
 from memories.services import (
     Actor,
+    DedupHit,
     memory_create,
     memory_find_similar,
     memory_supersede,
@@ -233,6 +234,19 @@ def _store_fact(
         min_score=SUPERSEDE_MIN_SCORE,
     )
     metadata = {"source": "extraction", "source_items": source_items, "job_id": job_id}
+
+    def write(meta: dict[str, Any], *, enable_dedup: bool) -> tuple[Memory, DedupHit | None]:
+        return memory_create(
+            team=team,
+            scope=MemoryScope.PERSONAL,
+            agent_id=agent_id,
+            content=fact.content,
+            importance=fact.importance,
+            category=fact.category,
+            metadata=meta,
+            enable_dedup=enable_dedup,
+        )
+
     for old, _score in similar:
         reason = conflict_reason(fact.content, old.content)
         if reason is None:
@@ -245,27 +259,11 @@ def _store_fact(
             "adds detail",
         ) or (reason.startswith("replaces") and bool(preference_terms(fact.content)))
         if updates:
-            new, _ = memory_create(
-                team=team,
-                scope=MemoryScope.PERSONAL,
-                agent_id=agent_id,
-                content=fact.content,
-                importance=fact.importance,
-                category=fact.category,
-                metadata={**metadata, "supersedes": old.pk},
-                enable_dedup=False,
-            )
+            # Written as is: the older memory it updates would otherwise answer as a duplicate.
+            new, _ = write({**metadata, "supersedes": old.pk}, enable_dedup=False)
             memory_supersede(old=old, new=new, actor=SYSTEM)
             return "superseded", new
-    new, hit = memory_create(
-        team=team,
-        scope=MemoryScope.PERSONAL,
-        agent_id=agent_id,
-        content=fact.content,
-        importance=fact.importance,
-        category=fact.category,
-        metadata=metadata,
-    )
+    new, hit = write(metadata, enable_dedup=True)
     return ("duplicate" if hit else "created"), new
 
 
