@@ -20,7 +20,9 @@ from rest_framework import exceptions as drf_exceptions
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 from rest_framework.views import set_rollback
 
 from . import jsonlimits
@@ -28,6 +30,22 @@ from .errors import DomainError, ErrorCode
 from .middleware import request_id_var
 
 logger = logging.getLogger("memoryplatform.api")
+
+
+# --- what every view does with a request and an answer -------------------------------------------
+
+
+def validated_body(request: Request, serializer_class: type[BaseSerializer[Any]]) -> dict[str, Any]:
+    """The request's body as `serializer_class` validates it; invalid, the view stops with a
+    VALIDATION_ERROR (400) that names the fields (the exception handler below)."""
+    s = serializer_class(data=request.data)
+    s.is_valid(raise_exception=True)
+    return s.validated_data
+
+
+def upserted(body: Any, *, created: bool) -> Response:
+    """The answer of a create-or-update: 201 when the object is new, 200 when it existed."""
+    return Response(body, status=201 if created else 200)
 
 
 class EnvelopeJSONRenderer(JSONRenderer):

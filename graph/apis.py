@@ -4,7 +4,7 @@ service, render. (`POST /lifecycle/extract-graph` is a lifecycle job: lifecycle.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, TypedDict
 
 from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import serializers
@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent_filter
+from core.api import upserted, validated_body
 from core.errors import ValidationFailed
 from core.openapi import api_operation
 from core.serializers import (
@@ -24,7 +25,7 @@ from core.validators import AGENT_ID
 from tenants.apis import principal_of
 
 from . import presenters, selectors, services, traversal
-from .models import ENTITY_TYPES, RELATION_TYPES
+from .models import ENTITY_TYPES, RELATION_TYPES, Entity
 
 MAX_SEEDS = 100
 MAX_QUERY_CHARS = 1000
@@ -116,8 +117,24 @@ MAX_EDGES = QueryInt(
 # --- query parameters ------------------------------------------------------------------------
 
 
-def _paging(request: Request) -> tuple[int, int]:
-    return PAGE.parse(request.query_params), PAGE_SIZE.parse(request.query_params)
+class Paging(TypedDict):
+    page: int
+    page_size: int
+
+
+def _paging(request: Request) -> Paging:
+    """?page and ?page_size, as the keyword arguments of the list selectors."""
+    return Paging(
+        page=PAGE.parse(request.query_params), page_size=PAGE_SIZE.parse(request.query_params)
+    )
+
+
+def _entity(request: Request, entity_id: str) -> Entity:
+    """The entity of the key's team the key may see (404 otherwise: another team's too)."""
+    principal = principal_of(request)
+    return selectors.entity_get(
+        team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
+    )
 
 
 def _choice_param(request: Request, name: str, choices: tuple[str, ...]) -> str | None:
@@ -202,15 +219,13 @@ class EntityListCreateApi(APIView):
         q = request.query_params.get("q") or ""
         if len(q) > MAX_QUERY_CHARS:
             raise ValidationFailed({"q": [f"At most {MAX_QUERY_CHARS} characters."]}, "q: too long")
-        page, page_size = _paging(request)
         entities = selectors.entity_list(
             team=principal.team,
             acting_agent=principal.agent_id,
             agent_id=agent_id,
             entity_type=entity_type,
             q=q,
-            page=page,
-            page_size=page_size,
+            **_paging(request),
         )
         return Response(presenters.page_body(entities, presenters.scored_entity_body))
 
@@ -223,9 +238,7 @@ class EntityListCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
-        s = EntityCreateInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = s.validated_data
+        data = validated_body(request, EntityCreateInputSerializer)
         require_agent_filter(
             AgentResource.ENTITIES, agent_id=data["agent_id"], acting_agent=principal.agent_id
         )
@@ -237,7 +250,7 @@ class EntityListCreateApi(APIView):
             description=data.get("description") or "",
             properties=data.get("properties") or {},
         )
-        return Response(presenters.entity_body(entity), status=201 if created else 200)
+        return upserted(presenters.entity_body(entity), created=created)
 
 
 class EntityDetailApi(APIView):
@@ -255,9 +268,7 @@ class EntityDetailApi(APIView):
     )
     def get(self, request: Request, entity_id: str) -> Response:
         principal = principal_of(request)
-        entity = selectors.entity_get(
-            team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
-        )
+        entity = _entity(request, entity_id)
         services.entities_touch(entity_ids=[entity.pk])
         entity.refresh_from_db(fields=["access_count", "last_accessed_at"])
         detail = selectors.entity_detail(entity=entity, acting_agent=principal.agent_id)
@@ -270,13 +281,8 @@ class EntityDetailApi(APIView):
         summary="Update an entity (null/omitted = unchanged; properties merged)",
     )
     def put(self, request: Request, entity_id: str) -> Response:
-        principal = principal_of(request)
-        s = EntityUpdateInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        entity = selectors.entity_get(
-            team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
-        )
-        data = s.validated_data
+        data = validated_body(request, EntityUpdateInputSerializer)
+        entity = _entity(request, entity_id)
         entity = services.entity_update(
             entity=entity,
             name=data.get("name"),
@@ -294,10 +300,7 @@ class EntityDetailApi(APIView):
         summary="Delete an entity and its relations",
     )
     def delete(self, request: Request, entity_id: str) -> Response:
-        principal = principal_of(request)
-        entity = selectors.entity_get(
-            team=principal.team, entity_id=entity_id, acting_agent=principal.agent_id
-        )
+        entity = _entity(request, entity_id)
         deleted_id = str(entity.pk)
         relations = services.entity_delete(entity=entity)
         return Response({"deleted": deleted_id, "relations_deleted": relations})
@@ -340,20 +343,14 @@ class RelationListCreateApi(APIView):
         entity = None
         entity_id = request.query_params.get("entity_id")
         if entity_id:
-            entity = selectors.entity_get(
-                team=principal.team,
-                entity_id=_uuid_param(entity_id, "entity_id"),
-                acting_agent=principal.agent_id,
-            )
+            entity = _entity(request, _uuid_param(entity_id, "entity_id"))
         relation_type = _choice_param(request, "relation_type", RELATION_TYPES)
-        page, page_size = _paging(request)
         relations = selectors.relation_list(
             team=principal.team,
             acting_agent=principal.agent_id,
             entity=entity,
             relation_type=relation_type,
-            page=page,
-            page_size=page_size,
+            **_paging(request),
         )
         return Response(presenters.page_body(relations, presenters.relation_body))
 
@@ -365,22 +362,11 @@ class RelationListCreateApi(APIView):
         summary="Create a relation (an existing one is returned unchanged, 200)",
     )
     def post(self, request: Request) -> Response:
-        principal = principal_of(request)
-        s = RelationCreateInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = s.validated_data
+        data = validated_body(request, RelationCreateInputSerializer)
         # Both ends are looked up in the caller's team: another team's id is a 404, so a
         # relation can never join two teams.
-        source = selectors.entity_get(
-            team=principal.team,
-            entity_id=str(data["source_entity_id"]),
-            acting_agent=principal.agent_id,
-        )
-        target = selectors.entity_get(
-            team=principal.team,
-            entity_id=str(data["target_entity_id"]),
-            acting_agent=principal.agent_id,
-        )
+        source = _entity(request, str(data["source_entity_id"]))
+        target = _entity(request, str(data["target_entity_id"]))
         relation, created = services.relation_create(
             source=source,
             target=target,
@@ -388,7 +374,7 @@ class RelationListCreateApi(APIView):
             description=data.get("description") or "",
             properties=data.get("properties") or {},
         )
-        return Response(presenters.relation_body(relation), status=201 if created else 200)
+        return upserted(presenters.relation_body(relation), created=created)
 
 
 class RelationDetailApi(APIView):

@@ -26,9 +26,16 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from llm import ChatClient, Usage, chat_messages, cut, data_block, get_client, short_error
 from memories.models import Memory, MemoryScope
@@ -118,11 +125,20 @@ def _ids(value: Any, info: ValidationInfo) -> list[int]:
     return [i for i in out if known is None or i in known]
 
 
+def _description(value: Any) -> str:
+    return value.strip()[:DESCRIPTION_MAX_CHARS] if isinstance(value, str) else ""
+
+
+# The fields an entity and a relation both have, read as leniently from either.
+Description = Annotated[str, BeforeValidator(_description)]
+MemoryIds = Annotated[list[int], BeforeValidator(_ids)]
+
+
 class LLMEntity(BaseModel):
     name: str = Field(min_length=1, max_length=255)
     type: str
-    description: str = ""
-    memory_ids: list[int] = Field(default_factory=list)
+    description: Description = ""
+    memory_ids: MemoryIds = Field(default_factory=list)
     properties: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name", mode="before")
@@ -135,16 +151,6 @@ class LLMEntity(BaseModel):
     def _type(cls, v: Any) -> str:
         return _enum(v, ENTITY_TYPES, _ENTITY_ALIASES, "entity type")
 
-    @field_validator("description", mode="before")
-    @classmethod
-    def _description(cls, v: Any) -> str:
-        return v.strip()[:DESCRIPTION_MAX_CHARS] if isinstance(v, str) else ""
-
-    @field_validator("memory_ids", mode="before")
-    @classmethod
-    def _memory_ids(cls, v: Any, info: ValidationInfo) -> list[int]:
-        return _ids(v, info)
-
     @field_validator("properties", mode="before")
     @classmethod
     def _properties(cls, v: Any) -> dict[str, Any]:
@@ -155,8 +161,8 @@ class LLMRelation(BaseModel):
     source: str = Field(min_length=1, max_length=255)
     target: str = Field(min_length=1, max_length=255)
     type: str
-    description: str = ""
-    memory_ids: list[int] = Field(default_factory=list)
+    description: Description = ""
+    memory_ids: MemoryIds = Field(default_factory=list)
 
     @field_validator("source", "target", mode="before")
     @classmethod
@@ -169,16 +175,6 @@ class LLMRelation(BaseModel):
     @classmethod
     def _type(cls, v: Any) -> str:
         return _enum(v, RELATION_TYPES, _RELATION_ALIASES, "relation type")
-
-    @field_validator("description", mode="before")
-    @classmethod
-    def _description(cls, v: Any) -> str:
-        return v.strip()[:DESCRIPTION_MAX_CHARS] if isinstance(v, str) else ""
-
-    @field_validator("memory_ids", mode="before")
-    @classmethod
-    def _memory_ids(cls, v: Any, info: ValidationInfo) -> list[int]:
-        return _ids(v, info)
 
 
 def _normalise_keys(obj: Any, renames: dict[str, str]) -> Any:

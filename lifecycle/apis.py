@@ -3,14 +3,16 @@ extraction runs as a lifecycle job). Thin: validate, check the agent, run the se
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+from drf_spectacular.utils import extend_schema_view
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent, require_agent_filter, require_team_wide
+from core.api import validated_body
 from core.errors import NotFound
 from core.openapi import api_operation
 from core.serializers import (
@@ -21,7 +23,7 @@ from core.serializers import (
 )
 from core.validators import AGENT_ID
 from graph.apis import EntityOutputSerializer, RelationOutputSerializer
-from memories.apis import MemoryOutputSerializer
+from memories.apis import MemoryOutputSerializer, WorkingItemFieldsSerializer
 from memories.selectors import READ, check_memory_access, memory_get
 from tenants.apis import principal_of
 from tenants.services import agent_ensure
@@ -150,11 +152,7 @@ class DeletedOutputSerializer(serializers.Serializer):
     deleted = serializers.CharField(help_text="the id deleted")
 
 
-class SourceItemSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    agent_id = serializers.CharField()
-    content = serializers.CharField()
-    created_at = serializers.DateTimeField()
+class SourceItemSerializer(WorkingItemFieldsSerializer):
     archived_at = serializers.DateTimeField()
 
 
@@ -186,25 +184,49 @@ def _run(request: Request, kind: JobKind, agent_id: str, params: dict[str, Any])
     return Response(presenters.result_body(result))
 
 
+class _AgentJobApi(APIView):
+    # POST `{agent_id, ...}`: runs `kind` as a job for that agent, every other input field a
+    # parameter of the job. A subclass names the kind, its input and output serializers and a
+    # summary; the OpenAPI operation is made from those, so what is validated and what is
+    # documented cannot differ. (Comments, not a docstring: drf-spectacular would give a
+    # docstring to every subclass as its operation's description.)
+
+    kind: ClassVar[JobKind]
+    input_serializer: ClassVar[type[serializers.Serializer]]
+    output_serializer: ClassVar[type[serializers.Serializer]]
+    operation_summary: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        operation = api_operation(
+            request=cls.input_serializer,
+            response=cls.output_serializer,
+            errors=(403,),
+            summary=cls.operation_summary,
+        )
+        extend_schema_view(post=operation)(cls)
+
+    def check_agent(self, request: Request, agent_id: str) -> None:
+        """Raises unless the key may act for `agent_id`."""
+        _agent(request, agent_id)
+
+    def post(self, request: Request) -> Response:
+        params = dict(validated_body(request, self.input_serializer))
+        agent_id = params.pop("agent_id")
+        self.check_agent(request, agent_id)
+        return _run(request, self.kind, agent_id, params)
+
+
 class CompressInputSerializer(serializers.Serializer):
     agent_id = StrictCharField(validators=[AGENT_ID])
     target_count = StrictIntegerField(required=False, default=5, min_value=1, max_value=50)
 
 
-class CompressApi(APIView):
-    @api_operation(
-        request=CompressInputSerializer,
-        response=CompressOutputSerializer,
-        errors=(403,),
-        summary="Compress working memory into long-term memories",
-    )
-    def post(self, request: Request) -> Response:
-        s = CompressInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        agent_id = _agent(request, s.validated_data["agent_id"])
-        return _run(
-            request, JobKind.COMPRESS, agent_id, {"target_count": s.validated_data["target_count"]}
-        )
+class CompressApi(_AgentJobApi):
+    kind = JobKind.COMPRESS
+    input_serializer = CompressInputSerializer
+    output_serializer = CompressOutputSerializer
+    operation_summary = "Compress working memory into long-term memories"
 
 
 class CleanupInputSerializer(serializers.Serializer):
@@ -222,9 +244,7 @@ class CleanupApi(APIView):
         summary="Forget memories that are unimportant and idle (dry_run lists them)",
     )
     def post(self, request: Request) -> Response:
-        s = CleanupInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = s.validated_data
+        data = validated_body(request, CleanupInputSerializer)
         principal = principal_of(request)
         if data["agent_id"]:
             _agent(request, data["agent_id"])
@@ -246,26 +266,11 @@ class ExtractFactsInputSerializer(serializers.Serializer):
     delete_after = StrictBooleanField(required=False, default=False)
 
 
-class ExtractFactsApi(APIView):
-    @api_operation(
-        request=ExtractFactsInputSerializer,
-        response=ExtractFactsOutputSerializer,
-        errors=(403,),
-        summary="Extract atomic facts from working memory",
-    )
-    def post(self, request: Request) -> Response:
-        s = ExtractFactsInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        agent_id = _agent(request, s.validated_data["agent_id"])
-        return _run(
-            request,
-            JobKind.EXTRACT_FACTS,
-            agent_id,
-            {
-                "max_memories": s.validated_data["max_memories"],
-                "delete_after": s.validated_data["delete_after"],
-            },
-        )
+class ExtractFactsApi(_AgentJobApi):
+    kind = JobKind.EXTRACT_FACTS
+    input_serializer = ExtractFactsInputSerializer
+    output_serializer = ExtractFactsOutputSerializer
+    operation_summary = "Extract atomic facts from working memory"
 
 
 class AggregateInputSerializer(serializers.Serializer):
@@ -273,23 +278,11 @@ class AggregateInputSerializer(serializers.Serializer):
     max_memories = StrictIntegerField(required=False, default=50, min_value=1, max_value=500)
 
 
-class AggregateApi(APIView):
-    @api_operation(
-        request=AggregateInputSerializer,
-        response=AggregateOutputSerializer,
-        errors=(403,),
-        summary="Group memories into scenarios",
-    )
-    def post(self, request: Request) -> Response:
-        s = AggregateInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        agent_id = _agent(request, s.validated_data["agent_id"])
-        return _run(
-            request,
-            JobKind.AGGREGATE_SCENES,
-            agent_id,
-            {"max_memories": s.validated_data["max_memories"]},
-        )
+class AggregateApi(_AgentJobApi):
+    kind = JobKind.AGGREGATE_SCENES
+    input_serializer = AggregateInputSerializer
+    output_serializer = AggregateOutputSerializer
+    operation_summary = "Group memories into scenarios"
 
 
 class ExtractGraphInputSerializer(serializers.Serializer):
@@ -313,31 +306,32 @@ class ExtractGraphOutputSerializer(serializers.Serializer):
     job_id = serializers.IntegerField(required=False)
 
 
-class ExtractGraphApi(APIView):
+class ExtractGraphApi(_AgentJobApi):
     """Runs extraction as a recorded lifecycle job."""
 
-    @api_operation(
-        request=ExtractGraphInputSerializer,
-        response=ExtractGraphOutputSerializer,
-        errors=(403,),
-        summary="Extract entities and relations from an agent's recent memories",
-    )
-    def post(self, request: Request) -> Response:
-        principal = principal_of(request)
-        s = ExtractGraphInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        agent_id = s.validated_data["agent_id"]
+    kind = JobKind.EXTRACT_GRAPH
+    input_serializer = ExtractGraphInputSerializer
+    output_serializer = ExtractGraphOutputSerializer
+    operation_summary = "Extract entities and relations from an agent's recent memories"
+
+    def check_agent(self, request: Request, agent_id: str) -> None:
         # An agent key extracts from its own memories, or from the team's into team-wide
-        # entities (both of which it may touch).
+        # entities (both of which it may touch); no agent_id: the team's memories.
         require_agent_filter(
-            AgentResource.ENTITIES, agent_id=agent_id, acting_agent=principal.agent_id
+            AgentResource.ENTITIES, agent_id=agent_id, acting_agent=principal_of(request).agent_id
         )
-        return _run(
-            request,
-            JobKind.EXTRACT_GRAPH,
-            agent_id,
-            {"max_memories": s.validated_data["max_memories"]},
-        )
+
+
+def _delete_of_agent(
+    request: Request, model: type[Scenario] | type[Persona], key: str, *, what: str
+) -> Response:
+    """Deletes the row `key` of the key's team (404 otherwise) if the key may act for its agent."""
+    row = model.objects.filter(team=principal_of(request).team, pk=key).first()
+    if row is None:
+        raise NotFound(what)
+    _agent(request, row.agent_id)
+    row.delete()
+    return Response({"deleted": key})
 
 
 class ScenariosApi(APIView):
@@ -356,13 +350,7 @@ class ScenariosApi(APIView):
 
     @api_operation(response=DeletedOutputSerializer, errors=(403, 404), summary="Delete a scenario")
     def delete(self, request: Request, key: str) -> Response:
-        team = principal_of(request).team
-        scenario = Scenario.objects.filter(team=team, pk=key).first()
-        if scenario is None:
-            raise NotFound("scenario")
-        _agent(request, scenario.agent_id)
-        scenario.delete()
-        return Response({"deleted": key})
+        return _delete_of_agent(request, Scenario, key, what="scenario")
 
 
 class PersonaInputSerializer(serializers.Serializer):
@@ -370,23 +358,11 @@ class PersonaInputSerializer(serializers.Serializer):
     max_items = StrictIntegerField(required=False, default=30, min_value=1, max_value=500)
 
 
-class GeneratePersonaApi(APIView):
-    @api_operation(
-        request=PersonaInputSerializer,
-        response=GeneratePersonaOutputSerializer,
-        errors=(403,),
-        summary="Build a persona from memories and scenarios",
-    )
-    def post(self, request: Request) -> Response:
-        s = PersonaInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        agent_id = _agent(request, s.validated_data["agent_id"])
-        return _run(
-            request,
-            JobKind.GENERATE_PERSONA,
-            agent_id,
-            {"max_items": s.validated_data["max_items"]},
-        )
+class GeneratePersonaApi(_AgentJobApi):
+    kind = JobKind.GENERATE_PERSONA
+    input_serializer = PersonaInputSerializer
+    output_serializer = GeneratePersonaOutputSerializer
+    operation_summary = "Build a persona from memories and scenarios"
 
 
 class PersonaApi(APIView):
@@ -407,13 +383,7 @@ class PersonaApi(APIView):
 
     @api_operation(response=DeletedOutputSerializer, errors=(403, 404), summary="Delete a persona")
     def delete(self, request: Request, key: str) -> Response:
-        team = principal_of(request).team
-        persona = Persona.objects.filter(team=team, pk=key).first()
-        if persona is None:
-            raise NotFound("persona")
-        _agent(request, persona.agent_id)
-        persona.delete()
-        return Response({"deleted": key})
+        return _delete_of_agent(request, Persona, key, what="persona")
 
 
 class AutoConfigInputSerializer(serializers.Serializer):
@@ -442,9 +412,8 @@ class AutoConfigApi(APIView):
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
         require_team_wide(acting_agent=principal.agent_id)
-        s = AutoConfigInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        config = pipeline.config_update(team=principal.team, **s.validated_data)
+        data = validated_body(request, AutoConfigInputSerializer)
+        config = pipeline.config_update(team=principal.team, **data)
         return Response(presenters.config_body(config))
 
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, extend_schema_view
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent
+from core.api import validated_body
 from core.errors import ValidationFailed
 from core.openapi import api_operation
 from core.serializers import (
@@ -182,10 +183,11 @@ class UnshareInputSerializer(serializers.Serializer):
     )
 
 
-def _create(request: Request, scope: str, s: serializers.Serializer) -> Response:
+def _create(
+    request: Request, scope: str, input_serializer: type[serializers.Serializer]
+) -> Response:
     principal = principal_of(request)
-    s.is_valid(raise_exception=True)
-    data = s.validated_data
+    data = validated_body(request, input_serializer)
     agent_id = data.get("agent_id", "")
     if scope == MemoryScope.PERSONAL:
         require_agent(
@@ -218,10 +220,11 @@ def _create(request: Request, scope: str, s: serializers.Serializer) -> Response
     return Response(body, status=201)
 
 
-def _search(request: Request, scope: str, s: serializers.Serializer) -> Response:
+def _search(
+    request: Request, scope: str, input_serializer: type[serializers.Serializer]
+) -> Response:
     principal = principal_of(request)
-    s.is_valid(raise_exception=True)
-    data = s.validated_data
+    data = validated_body(request, input_serializer)
     agent_id = data.get("agent_id", "")
     if scope == MemoryScope.PERSONAL:
         require_agent(
@@ -272,13 +275,10 @@ def _check_agent_id(agent_id: str) -> None:
 
 def _update(request: Request, scope: str, memory_id: int) -> Response:
     principal = principal_of(request)
-    s = UpdateInputSerializer(data=request.data)
-    s.is_valid(raise_exception=True)
+    data = validated_body(request, UpdateInputSerializer)
     memory = selectors.memory_get(team=principal.team, memory_id=memory_id, scope=scope)
     selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=WRITE)
-    memory = services.memory_update(
-        memory=memory, actor=Actor.for_key(principal.api_key), **s.validated_data
-    )
+    memory = services.memory_update(memory=memory, actor=Actor.for_key(principal.api_key), **data)
     return Response(presenters.memory_body(memory))
 
 
@@ -321,18 +321,60 @@ DELETE_DESCRIPTION = (
 )
 
 
-class PersonalCreateApi(APIView):
-    @api_operation(
-        request=PersonalCreateInputSerializer,
-        response=MemoryOutputSerializer,
-        statuses=(201, 200),
-        errors=(403,),
-        summary="Write a personal memory (201; a duplicate: 200 + dedup_skipped)",
-    )
-    def post(self, request: Request) -> Response:
-        return _create(
-            request, MemoryScope.PERSONAL, PersonalCreateInputSerializer(data=request.data)
+class _MemoryCreateApi(APIView):
+    # POST of a memory of `scope`, the body read by `input_serializer`; the OpenAPI operation is
+    # made from those. (Comments, not a docstring: drf-spectacular would give a docstring to
+    # every subclass as its operation's description.)
+    scope: ClassVar[MemoryScope]
+    input_serializer: ClassVar[type[serializers.Serializer]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        operation = api_operation(
+            request=cls.input_serializer,
+            response=MemoryOutputSerializer,
+            statuses=(201, 200),
+            errors=(403,),
+            summary=f"Write a {cls.scope.value} memory (201; a duplicate: 200 + dedup_skipped)",
         )
+        extend_schema_view(post=operation)(cls)
+
+    def post(self, request: Request) -> Response:
+        return _create(request, self.scope, self.input_serializer)
+
+
+class _MemoryDetailApi(APIView):
+    # PUT and DELETE of one memory of `scope`, documented like _MemoryCreateApi.
+    scope: ClassVar[MemoryScope]
+    update_summary: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        extend_schema_view(
+            put=api_operation(
+                request=UpdateInputSerializer,
+                response=MemoryOutputSerializer,
+                errors=(403, 404),
+                summary=cls.update_summary,
+            ),
+            delete=api_operation(
+                parameters=[PURGE_PARAM],
+                errors=(403, 404),
+                summary=f"Delete a {cls.scope.value} memory (to the trash; ?purge=true: at once)",
+                description=DELETE_DESCRIPTION,
+            ),
+        )(cls)
+
+    def put(self, request: Request, memory_id: int) -> Response:
+        return _update(request, self.scope, memory_id)
+
+    def delete(self, request: Request, memory_id: int) -> Response:
+        return _delete(request, self.scope, memory_id)
+
+
+class PersonalCreateApi(_MemoryCreateApi):
+    scope = MemoryScope.PERSONAL
+    input_serializer = PersonalCreateInputSerializer
 
 
 class PersonalSearchApi(APIView):
@@ -343,9 +385,7 @@ class PersonalSearchApi(APIView):
         summary="Hybrid search of an agent's personal memories",
     )
     def post(self, request: Request) -> Response:
-        return _search(
-            request, MemoryScope.PERSONAL, PersonalSearchInputSerializer(data=request.data)
-        )
+        return _search(request, MemoryScope.PERSONAL, PersonalSearchInputSerializer)
 
 
 class PersonalRecentApi(APIView):
@@ -359,24 +399,9 @@ class PersonalRecentApi(APIView):
         return _recent(request, MemoryScope.PERSONAL, agent_id)
 
 
-class PersonalDetailApi(APIView):
-    @api_operation(
-        request=UpdateInputSerializer,
-        response=MemoryOutputSerializer,
-        errors=(403, 404),
-        summary="Update a personal memory (content change re-embeds)",
-    )
-    def put(self, request: Request, memory_id: int) -> Response:
-        return _update(request, MemoryScope.PERSONAL, memory_id)
-
-    @api_operation(
-        parameters=[PURGE_PARAM],
-        errors=(403, 404),
-        summary="Delete a personal memory (to the trash; ?purge=true: at once)",
-        description=DELETE_DESCRIPTION,
-    )
-    def delete(self, request: Request, memory_id: int) -> Response:
-        return _delete(request, MemoryScope.PERSONAL, memory_id)
+class PersonalDetailApi(_MemoryDetailApi):
+    scope = MemoryScope.PERSONAL
+    update_summary = "Update a personal memory (content change re-embeds)"
 
 
 class PersonalShareApi(APIView):
@@ -387,13 +412,10 @@ class PersonalShareApi(APIView):
         summary="Share a personal memory with other agents of the team",
     )
     def post(self, request: Request, memory_id: int) -> Response:
-        s = ShareInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
+        data = validated_body(request, ShareInputSerializer)
         memory = _owned_personal_memory(request, memory_id)
         services.memory_share(
-            memory=memory,
-            agent_ids=s.validated_data["agent_ids"],
-            permission=s.validated_data["permission"],
+            memory=memory, agent_ids=data["agent_ids"], permission=data["permission"]
         )
         return Response(presenters.shares_body(memory, selectors.memory_shares(memory=memory)))
 
@@ -405,10 +427,9 @@ class PersonalShareApi(APIView):
         "shares; without one, all. A v1 signature does not cover the body of a DELETE; v2 does.",
     )
     def delete(self, request: Request, memory_id: int) -> Response:
-        s = UnshareInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
+        data = validated_body(request, UnshareInputSerializer)
         memory = _owned_personal_memory(request, memory_id)
-        services.memory_unshare(memory=memory, agent_ids=s.validated_data.get("agent_ids"))
+        services.memory_unshare(memory=memory, agent_ids=data.get("agent_ids"))
         return Response(presenters.shares_body(memory, selectors.memory_shares(memory=memory)))
 
 
@@ -422,16 +443,9 @@ def _owned_personal_memory(request: Request, memory_id: int) -> Memory:
     return memory
 
 
-class TeamCreateApi(APIView):
-    @api_operation(
-        request=TeamCreateInputSerializer,
-        response=MemoryOutputSerializer,
-        statuses=(201, 200),
-        errors=(403,),
-        summary="Write a team memory (201; a duplicate: 200 + dedup_skipped)",
-    )
-    def post(self, request: Request) -> Response:
-        return _create(request, MemoryScope.TEAM, TeamCreateInputSerializer(data=request.data))
+class TeamCreateApi(_MemoryCreateApi):
+    scope = MemoryScope.TEAM
+    input_serializer = TeamCreateInputSerializer
 
 
 class TeamSearchApi(APIView):
@@ -441,7 +455,7 @@ class TeamSearchApi(APIView):
         summary="Hybrid search of the team's memories",
     )
     def post(self, request: Request) -> Response:
-        return _search(request, MemoryScope.TEAM, TeamSearchInputSerializer(data=request.data))
+        return _search(request, MemoryScope.TEAM, TeamSearchInputSerializer)
 
 
 class TeamRecentApi(APIView):
@@ -454,24 +468,9 @@ class TeamRecentApi(APIView):
         return _recent(request, MemoryScope.TEAM, "")
 
 
-class TeamDetailApi(APIView):
-    @api_operation(
-        request=UpdateInputSerializer,
-        response=MemoryOutputSerializer,
-        errors=(403, 404),
-        summary="Update a team memory",
-    )
-    def put(self, request: Request, memory_id: int) -> Response:
-        return _update(request, MemoryScope.TEAM, memory_id)
-
-    @api_operation(
-        parameters=[PURGE_PARAM],
-        errors=(403, 404),
-        summary="Delete a team memory (to the trash; ?purge=true: at once)",
-        description=DELETE_DESCRIPTION,
-    )
-    def delete(self, request: Request, memory_id: int) -> Response:
-        return _delete(request, MemoryScope.TEAM, memory_id)
+class TeamDetailApi(_MemoryDetailApi):
+    scope = MemoryScope.TEAM
+    update_summary = "Update a team memory"
 
 
 # --- trash ------------------------------------------------------------------------------------
@@ -569,11 +568,17 @@ class TrashRestoreApi(APIView):
 # --- working memory ---------------------------------------------------------------------------
 
 
-class WorkingItemSerializer(serializers.Serializer):
+class WorkingItemFieldsSerializer(serializers.Serializer):
+    # What a working-memory item is wherever it is now: in working memory (below) or in the
+    # archive (lifecycle's sources). No docstring: drf-spectacular would describe every
+    # subclass with it.
     id = serializers.CharField()
     agent_id = serializers.CharField()
     content = serializers.CharField()
     created_at = serializers.DateTimeField()
+
+
+class WorkingItemSerializer(WorkingItemFieldsSerializer):
     expires_at = serializers.DateTimeField()
 
 
@@ -597,9 +602,7 @@ class WorkingCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
-        s = WorkingCreateInputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        data = s.validated_data
+        data = validated_body(request, WorkingCreateInputSerializer)
         require_agent(
             AgentResource.PERSONAL_MEMORIES,
             acting_agent=principal.agent_id,

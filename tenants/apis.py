@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import require_team_wide
+from core.api import upserted, validated_body
 from core.errors import Forbidden
 from core.openapi import api_operation
 from core.serializers import JSONObjectField, StrictCharField
@@ -74,17 +75,16 @@ class TeamUpsertApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
-        s = self.InputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        selectors.team_check_same(team=principal.team, team_id=s.validated_data["team_id"])
+        data = validated_body(request, self.InputSerializer)
+        selectors.team_check_same(team=principal.team, team_id=data["team_id"])
         require_team_wide(acting_agent=principal.agent_id)
         team, created = services.team_upsert(
             team_id=principal.team.id,
-            name=s.validated_data["name"],
-            description=s.validated_data.get("description"),
-            config=s.validated_data.get("config"),
+            name=data["name"],
+            description=data.get("description"),
+            config=data.get("config"),
         )
-        return Response(team_data(team), status=201 if created else 200)
+        return upserted(team_data(team), created=created)
 
 
 class TeamDetailApi(APIView):
@@ -125,19 +125,18 @@ class AgentUpsertApi(APIView):
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
-        s = self.InputSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        agent_id = s.validated_data["agent_id"]
+        data = validated_body(request, self.InputSerializer)
+        agent_id = data["agent_id"]
         if principal.agent_id is not None and principal.agent_id != agent_id:
             raise Forbidden("an agent-scoped key can only change its own agent")
         agent, created = services.agent_upsert(
             team=principal.team,
             agent_id=agent_id,
-            name=s.validated_data["name"],
-            role=s.validated_data.get("role"),
-            config=s.validated_data.get("config"),
+            name=data["name"],
+            role=data.get("role"),
+            config=data.get("config"),
         )
-        return Response(agent_data(agent), status=201 if created else 200)
+        return upserted(agent_data(agent), created=created)
 
 
 class AgentListApi(APIView):

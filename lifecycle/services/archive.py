@@ -29,6 +29,31 @@ logger = logging.getLogger(__name__)
 RESTORE_TTL_SECONDS = 3 * 24 * 3600
 
 
+def archive_items(
+    *,
+    team_id: str,
+    agent_id: str,
+    items: list[WorkingItem],
+    job_id: int | None,
+    reason: ArchiveReason,
+) -> None:
+    """Copies working items into the archive, as left by `job_id` for `reason`."""
+    WorkingArchive.objects.bulk_create(
+        [
+            WorkingArchive(
+                team_id=team_id,
+                agent_id=agent_id,
+                item_id=i.id,
+                content=i.content,
+                item_created_at=i.created_at,
+                job_id=job_id,
+                reason=reason,
+            )
+            for i in items
+        ]
+    )
+
+
 def archive_evicted(*, team_id: str, agent_id: str, items: list[WorkingItem]) -> int:
     """Archives working items pushed out by the cap, recorded as one `cap-archive` job (the job
     log counts them); returns how many were new. An item already archived as evicted (two racing
@@ -56,19 +81,12 @@ def archive_evicted(*, team_id: str, agent_id: str, items: list[WorkingItem]) ->
             engine="cap",
         )
         assert job is not None  # no active_key, so never refused as a duplicate
-        WorkingArchive.objects.bulk_create(
-            [
-                WorkingArchive(
-                    team_id=team_id,
-                    agent_id=agent_id,
-                    item_id=i.id,
-                    content=i.content,
-                    item_created_at=i.created_at,
-                    job=job,
-                    reason=ArchiveReason.EVICTED,
-                )
-                for i in new
-            ]
+        archive_items(
+            team_id=team_id,
+            agent_id=agent_id,
+            items=new,
+            job_id=job.pk,
+            reason=ArchiveReason.EVICTED,
         )
     logger.info(
         "working memory cap reached for %s/%s: %s oldest item(s) moved to the archive (job %s)",

@@ -18,6 +18,9 @@ archived: the next compress removes them without summarising them again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -35,6 +38,7 @@ from memories.retrieval.dedup import conflict_reason, preference_terms
 from memories.retrieval.embeddings import embed_passages
 from memories.services import (
     Actor,
+    DedupHit,
     memory_create,
     memory_find_similar,
     memory_supersede,
@@ -52,6 +56,7 @@ from ..results import (
     ScenesResult,
 )
 from . import jobs
+from .archive import archive_items
 
 logger = logging.getLogger(__name__)
 
@@ -62,18 +67,13 @@ SUPERSEDE_MIN_SCORE = 0.85
 
 
 def _archive(team: Team, agent_id: str, items: list[WorkingItem], job_id: int | None) -> None:
-    WorkingArchive.objects.bulk_create(
-        [
-            WorkingArchive(
-                team=team,
-                agent_id=agent_id,
-                item_id=i.id,
-                content=i.content,
-                item_created_at=i.created_at,
-                job_id=job_id,
-            )
-            for i in items
-        ]
+    """Keeps the working items a job consumed, so what it derived from them stays traceable."""
+    archive_items(
+        team_id=team.pk,
+        agent_id=agent_id,
+        items=items,
+        job_id=job_id,
+        reason=ArchiveReason.CONSUMED,
     )
 
 
@@ -107,6 +107,37 @@ def _already_compressed(team: Team, agent_id: str, items: list[WorkingItem]) -> 
     return done
 
 
+@dataclass(frozen=True)
+class _Claim:
+    """A job's claim on an agent's working memory, under the job's lease; no lease: a claim of
+    nothing (a job run without one, or an extraction that only reads)."""
+
+    lease: jobs.Lease | None
+    key: str
+    busy_job_id: int | None = None  # not claimed: the job that holds it
+
+    def confirm(self) -> None:
+        """In the transaction that commits the results: raises CONFLICT if the claim was lost."""
+        if self.lease is not None:
+            jobs.claim_confirm(lease=self.lease, key=self.key)
+
+
+@contextmanager
+def _working_claim(lease: jobs.Lease | None, key: str) -> Iterator[_Claim]:
+    """Claims the working memory `key` for the job holding `lease` while the block runs. When
+    another job holds it, the claim yielded names that job (`busy_job_id`) and nothing is
+    claimed or released."""
+    busy = jobs.claim_acquire(lease=lease, key=key) if lease is not None else None
+    if busy is not None:
+        yield _Claim(lease=None, key=key, busy_job_id=busy)
+        return
+    try:
+        yield _Claim(lease=lease, key=key)
+    finally:
+        if lease is not None:
+            jobs.claim_release(lease=lease, key=key)
+
+
 def compress(
     *,
     team: Team,
@@ -116,24 +147,20 @@ def compress(
     lease: jobs.Lease | None = None,
 ) -> tuple[CompressResult, Usage, str]:
     key = working_claim_key(team, agent_id)
-    busy = jobs.claim_acquire(lease=lease, key=key) if lease is not None else None
-    if busy is not None:
-        count = get_working_store().count(team_id=team.id, agent_id=agent_id)
-        result = CompressResult(
-            compressed=0,
-            remaining=count,
-            total_before=count,
-            target_count=target_count,
-            summary=None,
-            memory_ids=[],
-            busy_job_id=busy,  # the job consuming these items now
-        )
-        return result, Usage(), get_engine().name
-    try:
-        return _compress(team, agent_id, target_count, job_id, lease, key)
-    finally:
-        if lease is not None:
-            jobs.claim_release(lease=lease, key=key)
+    with _working_claim(lease, key) as claim:
+        if claim.busy_job_id is not None:
+            count = get_working_store().count(team_id=team.id, agent_id=agent_id)
+            result = CompressResult(
+                compressed=0,
+                remaining=count,
+                total_before=count,
+                target_count=target_count,
+                summary=None,
+                memory_ids=[],
+                busy_job_id=claim.busy_job_id,  # the job consuming these items now
+            )
+            return result, Usage(), get_engine().name
+        return _compress(team, agent_id, target_count, job_id, claim)
 
 
 def _compress(
@@ -141,8 +168,7 @@ def _compress(
     agent_id: str,
     target_count: int,
     job_id: int | None,
-    lease: jobs.Lease | None,
-    key: str,
+    claim: _Claim,
 ) -> tuple[CompressResult, Usage, str]:
     store = get_working_store()
     items = store.list(team_id=team.id, agent_id=agent_id)
@@ -166,8 +192,7 @@ def _compress(
     embed_passages([s.content for s in summaries])  # outside the transaction (fills the cache)
     written: list[int] = []
     with transaction.atomic():
-        if lease is not None:
-            jobs.claim_confirm(lease=lease, key=key)
+        claim.confirm()
         for s in summaries:
             memory, _ = memory_create(
                 team=team,
@@ -209,6 +234,19 @@ def _store_fact(
         min_score=SUPERSEDE_MIN_SCORE,
     )
     metadata = {"source": "extraction", "source_items": source_items, "job_id": job_id}
+
+    def write(meta: dict[str, Any], *, enable_dedup: bool) -> tuple[Memory, DedupHit | None]:
+        return memory_create(
+            team=team,
+            scope=MemoryScope.PERSONAL,
+            agent_id=agent_id,
+            content=fact.content,
+            importance=fact.importance,
+            category=fact.category,
+            metadata=meta,
+            enable_dedup=enable_dedup,
+        )
+
     for old, _score in similar:
         reason = conflict_reason(fact.content, old.content)
         if reason is None:
@@ -221,27 +259,11 @@ def _store_fact(
             "adds detail",
         ) or (reason.startswith("replaces") and bool(preference_terms(fact.content)))
         if updates:
-            new, _ = memory_create(
-                team=team,
-                scope=MemoryScope.PERSONAL,
-                agent_id=agent_id,
-                content=fact.content,
-                importance=fact.importance,
-                category=fact.category,
-                metadata={**metadata, "supersedes": old.pk},
-                enable_dedup=False,
-            )
+            # Written as is: the older memory it updates would otherwise answer as a duplicate.
+            new, _ = write({**metadata, "supersedes": old.pk}, enable_dedup=False)
             memory_supersede(old=old, new=new, actor=SYSTEM)
             return "superseded", new
-    new, hit = memory_create(
-        team=team,
-        scope=MemoryScope.PERSONAL,
-        agent_id=agent_id,
-        content=fact.content,
-        importance=fact.importance,
-        category=fact.category,
-        metadata=metadata,
-    )
+    new, hit = write(metadata, enable_dedup=True)
     return ("duplicate" if hit else "created"), new
 
 
@@ -256,20 +278,13 @@ def extract_facts(
 ) -> tuple[ExtractFactsResult, Usage, str]:
     # Only a deleting extraction consumes working memory; a reading one may overlap anything.
     key = working_claim_key(team, agent_id)
-    claimed = delete_after and lease is not None
-    busy = jobs.claim_acquire(lease=lease, key=key) if claimed and lease is not None else None
-    if busy is not None:
-        result = ExtractFactsResult(
-            facts=[], duplicates=0, superseded=0, analyzed=0, busy_job_id=busy
-        )
-        return result, Usage(), get_engine().name
-    try:
-        return _extract_facts(
-            team, agent_id, max_memories, delete_after, job_id, lease if claimed else None, key
-        )
-    finally:
-        if claimed and lease is not None:
-            jobs.claim_release(lease=lease, key=key)
+    with _working_claim(lease if delete_after else None, key) as claim:
+        if claim.busy_job_id is not None:
+            result = ExtractFactsResult(
+                facts=[], duplicates=0, superseded=0, analyzed=0, busy_job_id=claim.busy_job_id
+            )
+            return result, Usage(), get_engine().name
+        return _extract_facts(team, agent_id, max_memories, delete_after, job_id, claim)
 
 
 def _extract_facts(
@@ -278,8 +293,7 @@ def _extract_facts(
     max_memories: int,
     delete_after: bool,
     job_id: int | None,
-    lease: jobs.Lease | None,
-    key: str,
+    claim: _Claim,
 ) -> tuple[ExtractFactsResult, Usage, str]:
     store = get_working_store()
     items = store.list(team_id=team.id, agent_id=agent_id, limit=max_memories)
@@ -292,8 +306,7 @@ def _extract_facts(
     stored: list[Memory] = []
     duplicates = superseded = 0
     with transaction.atomic():
-        if lease is not None:
-            jobs.claim_confirm(lease=lease, key=key)
+        claim.confirm()
         for fact in facts:
             outcome, memory = _store_fact(
                 team, agent_id, fact, _sources(items, fact.source_indexes), job_id

@@ -31,7 +31,7 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -419,9 +419,10 @@ def get_named_embedder(backend: str) -> Embedder:
     return _named[backend]
 
 
-def embed_passages(texts: Sequence[str]) -> np.ndarray:
+def _embedded(encode: Callable[[Embedder], np.ndarray]) -> np.ndarray:
+    """Runs `encode` on the embedder; any failure but our own becomes EMBEDDING_UNAVAILABLE."""
     try:
-        return get_embedder().encode_passages(texts)
+        return encode(get_embedder())
     except DomainError:
         raise
     except Exception as exc:
@@ -429,18 +430,14 @@ def embed_passages(texts: Sequence[str]) -> np.ndarray:
         raise DomainError(
             ErrorCode.EMBEDDING_UNAVAILABLE, f"embedding failed: {type(exc).__name__}"
         ) from exc
+
+
+def embed_passages(texts: Sequence[str]) -> np.ndarray:
+    return _embedded(lambda embedder: embedder.encode_passages(texts))
 
 
 def embed_query(text: str) -> np.ndarray:
-    try:
-        return get_embedder().encode_query(text)
-    except DomainError:
-        raise
-    except Exception as exc:
-        logger.exception("embedding failed")
-        raise DomainError(
-            ErrorCode.EMBEDDING_UNAVAILABLE, f"embedding failed: {type(exc).__name__}"
-        ) from exc
+    return _embedded(lambda embedder: embedder.encode_query(text))
 
 
 def embedding_health() -> tuple[bool, str]:
