@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from django.conf import settings
+from django.core import signing
 from drf_spectacular.utils import OpenApiParameter, extend_schema_view
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -34,10 +35,11 @@ from .models import (
     Memory,
     MemoryScope,
     RemovedBy,
+    RevisionAction,
     SharePermission,
 )
 from .retrieval import search
-from .selectors import DELETE, WRITE
+from .selectors import DELETE, READ, WRITE
 from .services import Actor
 from .working import get_working_store
 
@@ -563,6 +565,141 @@ class TrashRestoreApi(APIView):
         )
         memory = selectors.memory_get(team=principal.team, memory_id=memory_id)
         return Response(presenters.memory_body(memory))
+
+
+# --- reading: one memory, its history, every memory page by page ---------------------------
+
+LIST_PAGE_SIZE = QueryInt("page_size", default=50, minimum=1, maximum=200)
+_CURSOR_SALT = "memories.list.cursor"
+
+
+class MemoryDetailOutputSerializer(MemoryOutputSerializer):
+    """Documentation of `GET /memories/<id>` (presenters.memory_detail_body)."""
+
+    superseded_by = serializers.IntegerField(  # type: ignore[assignment]
+        allow_null=True, help_text="the newer memory that replaced this one, or null"
+    )
+    # A field named "source" (the stubs see Field.source).
+    source = serializers.CharField(  # type: ignore[assignment]
+        allow_null=True, help_text="metadata.source (compression, extraction…), or null"
+    )
+
+
+class RevisionOutputSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    by = serializers.CharField(help_text='who: "key mk_…", "user alice", "system"')
+    change = serializers.ChoiceField(choices=RevisionAction.choices)
+    before = serializers.DictField()
+    after = serializers.DictField()
+
+
+class HistoryOutputSerializer(serializers.Serializer):
+    revisions = RevisionOutputSerializer(many=True, help_text="oldest first")
+    supersedes = serializers.ListField(
+        child=serializers.IntegerField(), help_text="ids of the memories this one replaced"
+    )
+    superseded_by = serializers.IntegerField(allow_null=True)
+
+
+class MemoryPageSerializer(serializers.Serializer):
+    items = MemoryOutputSerializer(many=True)
+    next_cursor = serializers.CharField(allow_null=True, help_text="null on the last page")
+
+
+def _readable(request: Request, memory_id: int) -> Memory:
+    """A memory of the key's team that the key may read: another team's id is 404 like a missing
+    one; another agent's unshared personal memory is 403 for an agent-scoped key."""
+    principal = principal_of(request)
+    memory = selectors.memory_get(team=principal.team, memory_id=memory_id)
+    selectors.check_memory_access(memory=memory, acting_agent=principal.agent_id, action=READ)
+    return memory
+
+
+class MemoryReadApi(APIView):
+    @api_operation(
+        response=MemoryDetailOutputSerializer,
+        errors=(403, 404),
+        summary="One memory, personal or team, by id",
+        description="With `pinned`, `superseded_by` (null when current) and `source`. Reading "
+        "does not count as a recall.",
+    )
+    def get(self, request: Request, memory_id: int) -> Response:
+        return Response(presenters.memory_detail_body(_readable(request, memory_id)))
+
+
+class MemoryHistoryApi(APIView):
+    @api_operation(
+        response=HistoryOutputSerializer,
+        errors=(403, 404),
+        summary="What changed in a memory, oldest first, and what it replaced",
+    )
+    def get(self, request: Request, memory_id: int) -> Response:
+        memory = _readable(request, memory_id)
+        return Response(presenters.memory_history_body(selectors.memory_history(memory=memory)))
+
+
+class MemoryListApi(APIView):
+    @api_operation(
+        parameters=[
+            OpenApiParameter(
+                "scope", str, enum=["personal", "team"], description="only this scope"
+            ),
+            OpenApiParameter("agent_id", str, description="only this agent's personal memories"),
+            OpenApiParameter("cursor", str, description="next_cursor of the previous page"),
+            LIST_PAGE_SIZE.parameter,
+        ],
+        response=MemoryPageSerializer,
+        errors=(403,),
+        operation_id="memories_list",
+        summary="Every memory the key may read, newest written first, page by page",
+        description="A cursor stays valid while memories are added: nothing is skipped or "
+        "repeated. Replaced (superseded) memories are left out. An agent-scoped key sees its "
+        "own personal memories and the team's.",
+    )
+    def get(self, request: Request) -> Response:
+        principal = principal_of(request)
+        params = request.query_params
+        scope = params.get("scope", "")
+        if scope not in ("", MemoryScope.PERSONAL, MemoryScope.TEAM):
+            raise ValidationFailed({"scope": ["personal or team"]}, "scope: personal or team")
+        agent_id = params.get("agent_id", "")
+        if agent_id:
+            _check_agent_id(agent_id)
+            require_agent(
+                AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
+            )
+        before = _cursor_id(params.get("cursor", ""))
+        items, next_before = selectors.memory_page(
+            team=principal.team,
+            acting_agent=principal.agent_id,
+            scope=scope or None,
+            agent_id=agent_id,
+            before_id=before,
+            page_size=LIST_PAGE_SIZE.parse(params),
+        )
+        cursor = (
+            signing.dumps({"before": next_before}, salt=_CURSOR_SALT)
+            if next_before is not None
+            else None
+        )
+        return Response(
+            {"items": [presenters.memory_body(m) for m in items], "next_cursor": cursor}
+        )
+
+
+def _cursor_id(cursor: str) -> int | None:
+    """The opaque cursor (signed, so a made-up one is refused rather than misread)."""
+    if not cursor:
+        return None
+    try:
+        before = signing.loads(cursor, salt=_CURSOR_SALT)["before"]
+    except (signing.BadSignature, KeyError, TypeError):
+        raise ValidationFailed(
+            {"cursor": ["not a cursor this API gave"]}, "cursor: invalid"
+        ) from None
+    if not isinstance(before, int) or before < 1:
+        raise ValidationFailed({"cursor": ["not a cursor this API gave"]}, "cursor: invalid")
+    return before
 
 
 # --- working memory ---------------------------------------------------------------------------

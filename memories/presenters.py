@@ -15,6 +15,7 @@ from core.dates import iso
 
 from .models import Memory, MemoryShare, TrashedMemory
 from .retrieval.search import SearchHit
+from .selectors import MemoryHistory
 from .working import WorkingItem
 
 
@@ -89,4 +90,31 @@ def working_item_body(item: WorkingItem) -> dict[str, str]:
         "content": item.content,
         "created_at": iso(item.created_at.astimezone(UTC)),
         "expires_at": iso(item.expires_at.astimezone(UTC)),
+    }
+
+
+def memory_detail_body(memory: Memory) -> dict[str, Any]:
+    """`GET /memories/<id>`: the memory object, with `superseded_by` (null when current) and its
+    `source` (metadata.source: `compression`, `extraction`, `demo`…; null when written directly)."""
+    body = memory_body(memory)
+    body["superseded_by"] = memory.superseded_by_id
+    source = (memory.metadata or {}).get("source")
+    body["source"] = source if isinstance(source, str) else None
+    return body
+
+
+def memory_history_body(history: MemoryHistory) -> dict[str, Any]:
+    return {
+        "revisions": [
+            {
+                "at": iso(r.created_at),
+                "by": r.actor,
+                "change": r.action,
+                "before": r.before,
+                "after": r.after,
+            }
+            for r in history.revisions
+        ],
+        "supersedes": history.supersedes,
+        "superseded_by": history.memory.superseded_by_id,
     }

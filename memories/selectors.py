@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
@@ -206,3 +207,55 @@ def memory_revision_last_id(*, memory: Memory) -> int | None:
     return (
         MemoryRevision.objects.filter(memory=memory).order_by("-id").values_list("pk", flat=True)
     ).first()
+
+
+def memory_page(
+    *,
+    team: Team,
+    acting_agent: str | None,
+    scope: str | None,
+    agent_id: str,
+    before_id: int | None,
+    page_size: int,
+    include_superseded: bool = False,
+) -> tuple[list[Memory], int | None]:
+    """One page of the memories this caller may read, newest written first (by id), and the id
+    the next page starts below (None on the last page). Paging by id keeps a cursor valid while
+    memories are added: new ones have higher ids, so nothing is skipped or repeated."""
+    qs = Memory.objects.filter(team=team)
+    if acting_agent is not None:
+        # An agent-scoped key: its own personal memories and the team's.
+        qs = qs.filter(
+            Q(scope=MemoryScope.TEAM) | Q(scope=MemoryScope.PERSONAL, agent_id=acting_agent)
+        )
+    if scope:
+        qs = qs.filter(scope=scope)
+    if agent_id:
+        qs = qs.filter(scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    if not include_superseded:
+        qs = qs.filter(superseded_by__isnull=True)
+    if before_id is not None:
+        qs = qs.filter(pk__lt=before_id)
+    rows = list(qs.defer("embedding", "search_tokens").order_by("-id")[: page_size + 1])
+    more = len(rows) > page_size
+    rows = rows[:page_size]
+    return rows, (rows[-1].pk if more else None)
+
+
+@dataclass(frozen=True)
+class MemoryHistory:
+    memory: Memory
+    revisions: list[MemoryRevision]  # oldest first
+    supersedes: list[int]  # the memories this one replaced
+
+
+def memory_history(*, memory: Memory) -> MemoryHistory:
+    revisions = MemoryRevision.objects.filter(team_id=memory.team_id, memory=memory).order_by(
+        "created_at", "id"
+    )
+    supersedes = Memory.objects.filter(team_id=memory.team_id, superseded_by=memory).order_by("id")
+    return MemoryHistory(
+        memory=memory,
+        revisions=list(revisions),
+        supersedes=list(supersedes.values_list("id", flat=True)),
+    )

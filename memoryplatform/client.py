@@ -24,6 +24,7 @@ import hmac
 import json
 import secrets
 import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -262,6 +263,27 @@ class _Endpoints:
 
     # --- trash: removed memories, restorable for TRASH_RETENTION_DAYS ----------------------------
 
+    def get_memory(self, memory_id: int) -> Any:
+        """One memory (personal or team) by id, with `superseded_by` and `source`."""
+        return self.get(f"/memories/{int(memory_id)}")
+
+    def memory_history(self, memory_id: int) -> Any:
+        """`{"revisions", "supersedes", "superseded_by"}`, revisions oldest first."""
+        return self.get(f"/memories/{int(memory_id)}/history")
+
+    def list_memories(
+        self,
+        scope: str | None = None,
+        agent_id: str | None = None,
+        cursor: str | None = None,
+        page_size: int = 50,
+    ) -> Any:
+        """One page, newest first: `{"items", "next_cursor"}` (see iter_memories)."""
+        return self.get(
+            "/memories",
+            params={"scope": scope, "agent_id": agent_id, "cursor": cursor, "page_size": page_size},
+        )
+
     def list_trash(self, agent_id: str | None = None, page: int = 1, page_size: int = 20) -> Any:
         return self.get(
             "/memories/trash", params={"agent_id": agent_id, "page": page, "page_size": page_size}
@@ -385,6 +407,18 @@ class MemoryClient(_Endpoints):
         response = self.session.get(self.base_url + path, timeout=self.timeout)
         return self._unwrap(response.status_code, response.headers, response.text)
 
+    def iter_memories(
+        self, scope: str | None = None, agent_id: str | None = None, page_size: int = 100
+    ) -> Iterator[dict[str, Any]]:
+        """Every memory the key may read, newest first, fetching page after page."""
+        cursor = None
+        while True:
+            page = self.list_memories(scope, agent_id, cursor=cursor, page_size=page_size)
+            yield from page["items"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                return
+
 
 class AsyncMemoryClient(_Endpoints):
     """The same methods as `MemoryClient`, awaited (httpx, one keep-alive connection pool):
@@ -426,6 +460,19 @@ class AsyncMemoryClient(_Endpoints):
     async def _fetch_unsigned(self, path: str) -> Any:
         response = await self.client.get(self.base_url + path, timeout=self.timeout)
         return self._unwrap(response.status_code, response.headers, response.text)
+
+    async def iter_memories(
+        self, scope: str | None = None, agent_id: str | None = None, page_size: int = 100
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every memory the key may read, newest first: `async for memory in …`."""
+        cursor = None
+        while True:
+            page = await self.list_memories(scope, agent_id, cursor=cursor, page_size=page_size)
+            for item in page["items"]:
+                yield item
+            cursor = page["next_cursor"]
+            if not cursor:
+                return
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -224,3 +224,28 @@ def test_the_async_client_runs_calls_concurrently(live_server, keys):
 def test_both_clients_offer_the_same_methods():
     public = {n for n in dir(MemoryClient) if not n.startswith("_")}
     assert public == {n for n in dir(AsyncMemoryClient) if not n.startswith("_")} - {"aclose"}
+
+
+def test_reading_memories_with_both_clients(live_server, keys, new_client):
+    client = new_client(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url)
+    ids = [client.write_memory("a1", f"第 {i} 条可读的记忆，主题 {i}")["id"] for i in range(3)]
+    assert client.get_memory(ids[0])["content"] == "第 0 条可读的记忆，主题 0"
+    client.update_memory(ids[0], importance=0.9)
+    assert [r["change"] for r in client.memory_history(ids[0])["revisions"]] == ["update"]
+    page = client.list_memories(page_size=2)
+    assert [m["id"] for m in page["items"]] == [ids[2], ids[1]] and page["next_cursor"]
+    rest = client.list_memories(cursor=page["next_cursor"], page_size=2)
+    assert [m["id"] for m in rest["items"]] == [ids[0]] and rest["next_cursor"] is None
+
+
+def test_iterating_every_memory(live_server, keys):
+    key, secret = keys["team_a"].key_id, keys["team_a"].secret
+    sync = MemoryClient(key, secret, base_url=live_server.url)
+    ids = [sync.write_memory("a1", f"iterate over note {i}")["id"] for i in range(5)]
+    assert [m["id"] for m in sync.iter_memories(page_size=2)] == ids[::-1]
+
+    async def collect() -> list[int]:
+        async with AsyncMemoryClient(key, secret, base_url=live_server.url) as client:
+            return [m["id"] async for m in client.iter_memories(page_size=2)]
+
+    assert asyncio.run(collect()) == ids[::-1]
