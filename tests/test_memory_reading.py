@@ -36,6 +36,9 @@ def test_one_memory_by_id_with_its_state(api, other_api):
     theirs, missing = other_api.get(f"/memories/{mid}"), other_api.get("/memories/99999999")
     assert (theirs.status_code, error_code(theirs)) == (404, "NOT_FOUND")
     assert theirs.json() == missing.json()
+    theirs = other_api.get(f"/memories/{mid}/history")
+    assert theirs.json() == other_api.get("/memories/99999999/history").json()
+    assert theirs.status_code == 404
 
 
 def test_an_agent_key_reads_its_own_shared_and_team_memories_only(api, agent_api):
