@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent
 from core.api import validated_body
-from core.errors import ValidationFailed
+from core.errors import DomainError, ValidationFailed
 from core.openapi import api_operation
 from core.serializers import (
     JSONObjectField,
@@ -190,18 +190,7 @@ def _create(
 ) -> Response:
     principal = principal_of(request)
     data = validated_body(request, input_serializer)
-    agent_id = data.get("agent_id", "")
-    if scope == MemoryScope.PERSONAL:
-        require_agent(
-            AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
-        )
-    elif principal.agent_id is not None:
-        # An agent-scoped key writes team memories as itself.
-        if agent_id and agent_id != principal.agent_id:
-            require_agent(
-                AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
-            )
-        agent_id = principal.agent_id
+    agent_id = _writer(principal.agent_id, scope, data.get("agent_id", ""))
     memory, hit = services.memory_create(
         team=principal.team,
         scope=scope,
@@ -215,11 +204,29 @@ def _create(
         pinned=data["pinned"],
     )
     usage_record(team=principal.team, agent_id=agent_id, kind=KIND_WRITE)
+    body = _written_body(memory, hit)
+    return Response(body, status=200 if hit is not None else 201)
+
+
+def _writer(acting_agent: str | None, scope: str, agent_id: str) -> str:
+    """The agent a write is recorded for; raises when an agent-scoped key may not write it."""
+    if scope == MemoryScope.PERSONAL:
+        require_agent(AgentResource.PERSONAL_MEMORIES, acting_agent=acting_agent, agent_id=agent_id)
+    elif acting_agent is not None:
+        # An agent-scoped key writes team memories as itself.
+        if agent_id and agent_id != acting_agent:
+            require_agent(
+                AgentResource.PERSONAL_MEMORIES, acting_agent=acting_agent, agent_id=agent_id
+            )
+        agent_id = acting_agent
+    return agent_id
+
+
+def _written_body(memory: Memory, hit: Any) -> dict[str, Any]:
     body = presenters.memory_body(memory)
     if hit is not None:
         body.update(dedup_skipped=True, dedup_score=round(hit.score, 4))
-        return Response(body, status=200)
-    return Response(body, status=201)
+    return body
 
 
 def _search(
@@ -343,6 +350,107 @@ class _MemoryCreateApi(APIView):
 
     def post(self, request: Request) -> Response:
         return _create(request, self.scope, self.input_serializer)
+
+
+MAX_BATCH = 100
+
+
+class BatchInputSerializer(serializers.Serializer):
+    items = serializers.ListField(
+        child=serializers.JSONField(),
+        min_length=1,
+        max_length=MAX_BATCH,
+        help_text="create bodies, as for one write (at most 100)",
+    )
+    atomic = StrictBooleanField(
+        required=False, default=False, help_text="all or nothing: any refused item writes none"
+    )
+
+
+class BatchResultSerializer(serializers.Serializer):
+    status = serializers.IntegerField(help_text="201 written, 200 duplicate, 400/403 refused")
+    memory = MemoryOutputSerializer(required=False)
+    dedup_skipped = serializers.BooleanField(required=False)
+    error = serializers.CharField(required=False)
+    details = serializers.DictField(required=False)
+
+
+class BatchOutputSerializer(serializers.Serializer):
+    results = BatchResultSerializer(many=True, help_text="in the order of the items")
+
+
+class _MemoryBatchApi(APIView):
+    # POST of up to 100 memories of `scope` in one request, documented like _MemoryCreateApi.
+    scope: ClassVar[MemoryScope]
+    input_serializer: ClassVar[type[serializers.Serializer]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        operation = api_operation(
+            request=BatchInputSerializer,
+            response=BatchOutputSerializer,
+            errors=(),
+            summary=f"Write up to {MAX_BATCH} {cls.scope.value} memories in one request",
+            description="One embedding call for the batch; each item is deduplicated against "
+            "what is stored and against the batch's earlier items. Results come in input order. "
+            "Without `atomic` a refused item (400 / 403) is reported and the others are written; "
+            "with `atomic: true` any refused item makes the request a 400 naming the items, and "
+            "nothing is written.",
+        )
+        extend_schema_view(post=operation)(cls)
+
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        data = validated_body(request, BatchInputSerializer)
+        results: list[dict[str, Any] | None] = []
+        items: list[services.BatchItem] = []
+        refused: dict[str, list[str]] = {}
+        for index, raw in enumerate(data["items"]):
+            try:
+                if not isinstance(raw, dict):
+                    raise ValidationFailed({"item": ["must be an object"]}, "item: an object")
+                fields = self.input_serializer(data=raw)
+                if not fields.is_valid():
+                    raise ValidationFailed(fields.errors, "invalid item")
+                item = dict(fields.validated_data)
+                item["agent_id"] = _writer(principal.agent_id, self.scope, item.get("agent_id", ""))
+                items.append(services.BatchItem(**item))
+                results.append(None)  # filled in once written
+            except DomainError as exc:
+                for field, errors in (exc.details or {"": [exc.message]}).items():
+                    name = f"items[{index}]" + (f".{field}" if field else "")
+                    refused[name] = (
+                        [str(e) for e in errors] if isinstance(errors, list) else [str(errors)]
+                    )
+                results.append(
+                    {"status": exc.status, "error": exc.message, "details": exc.details or {}}
+                )
+        if refused and data["atomic"]:
+            raise ValidationFailed(refused, "atomic batch: some items were refused, none written")
+        written = services.memories_create_batch(
+            team=principal.team, scope=self.scope, items=items, atomic=data["atomic"]
+        )
+        done = iter(written)
+        for index, slot in enumerate(results):
+            if slot is None:
+                memory, hit = next(done)
+                usage_record(team=principal.team, agent_id=memory.agent_id, kind=KIND_WRITE)
+                results[index] = {
+                    "status": 200 if hit is not None else 201,
+                    "memory": _written_body(memory, hit),
+                    **({"dedup_skipped": True} if hit is not None else {}),
+                }
+        return Response({"results": results})
+
+
+class PersonalBatchApi(_MemoryBatchApi):
+    scope = MemoryScope.PERSONAL
+    input_serializer = PersonalCreateInputSerializer
+
+
+class TeamBatchApi(_MemoryBatchApi):
+    scope = MemoryScope.TEAM
+    input_serializer = TeamCreateInputSerializer
 
 
 class _MemoryDetailApi(APIView):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,15 +128,18 @@ def memory_create(
     enable_dedup: bool = True,
     dedup_threshold: float = 0.85,
     pinned: bool = False,
+    vector: np.ndarray | None = None,
 ) -> tuple[Memory, DedupHit | None]:
     """Writes a memory unless an existing one says the same thing (then returns that one).
 
     `agent_id` is the owner of a personal memory, the optional author of a team memory; an
-    unknown agent is registered on first write.
+    unknown agent is registered on first write. `vector` is the content's embedding when the
+    caller already has it (a batch embeds all its contents in one call).
     """
     start = time.perf_counter()
     chash = content_hash(content)
-    vector = embed_passages([content])[0]
+    if vector is None:
+        vector = embed_passages([content])[0]
     embedder = get_embedder()
     if agent_id:
         agent_register(team=team, agent_id=agent_id)
@@ -188,6 +192,50 @@ def memory_create(
         _index_changed(memory, deleted=False)
     WRITE_LATENCY.labels(outcome="created").observe(time.perf_counter() - start)
     return memory, None
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One memory of a batch, already validated: memory_create's arguments."""
+
+    agent_id: str
+    content: str
+    importance: float
+    category: str
+    metadata: dict[str, Any]
+    enable_dedup: bool
+    dedup_threshold: float
+    pinned: bool
+
+
+def memories_create_batch(
+    *, team: Team, scope: str, items: list[BatchItem], atomic: bool
+) -> list[tuple[Memory, DedupHit | None]]:
+    """Writes the items in order, embedded in one call. Each is deduplicated against what is
+    stored and against the batch's earlier items (they are written first). `atomic`: all of
+    them in one transaction, so an error leaves nothing written."""
+    if not items:
+        return []
+    vectors = embed_passages([item.content for item in items])
+    results: list[tuple[Memory, DedupHit | None]] = []
+    with transaction.atomic() if atomic else nullcontext():
+        for item, vector in zip(items, vectors, strict=True):
+            results.append(
+                memory_create(
+                    team=team,
+                    scope=scope,
+                    agent_id=item.agent_id,
+                    content=item.content,
+                    importance=item.importance,
+                    category=item.category,
+                    metadata=item.metadata,
+                    enable_dedup=item.enable_dedup,
+                    dedup_threshold=item.dedup_threshold,
+                    pinned=item.pinned,
+                    vector=vector,
+                )
+            )
+    return results
 
 
 def _snapshot(memory: Memory) -> dict[str, Any]:

@@ -263,6 +263,13 @@ class _Endpoints:
 
     # --- trash: removed memories, restorable for TRASH_RETENTION_DAYS ----------------------------
 
+    def write_memories(self, items: list[dict[str, Any]], atomic: bool = False) -> Any:
+        """Up to 100 personal memories (create bodies) in one request: `{"results": [...]}`."""
+        return self.post("/memories/personal/batch", {"items": items, "atomic": atomic})
+
+    def write_team_memories(self, items: list[dict[str, Any]], atomic: bool = False) -> Any:
+        return self.post("/memories/team/batch", {"items": items, "atomic": atomic})
+
     def get_memory(self, memory_id: int) -> Any:
         """One memory (personal or team) by id, with `superseded_by` and `source`."""
         return self.get(f"/memories/{int(memory_id)}")

@@ -234,6 +234,9 @@ def test_reading_memories_with_both_clients(live_server, keys, new_client):
     assert [r["change"] for r in client.memory_history(ids[0])["revisions"]] == ["update"]
     page = client.list_memories(page_size=2)
     assert [m["id"] for m in page["items"]] == [ids[2], ids[1]] and page["next_cursor"]
+    batch = client.write_memories([{"agent_id": "a1", "content": "批量写入的一条"}])
+    assert [r["status"] for r in batch["results"]] == [201]
+    client.delete_memory(batch["results"][0]["memory"]["id"], purge=True)
     rest = client.list_memories(cursor=page["next_cursor"], page_size=2)
     assert [m["id"] for m in rest["items"]] == [ids[0]] and rest["next_cursor"] is None
 
