@@ -1,7 +1,7 @@
 """Neighbours: memories of a scope written one after the other within SEARCH_NEIGHBOUR_SECONDS
 are one conversation. Hybrid search orders with that context (the previous memory's words in the
-ranking's BM25, a share of the better neighbour's rank); `score` stays what the memory itself
-matches, so `min_score` keeps its meaning."""
+ranking's BM25, a share of the better neighbour's rank, never lifting a memory above that
+neighbour); `score` stays what the memory itself matches, so `min_score` keeps its meaning."""
 
 from __future__ import annotations
 
@@ -209,3 +209,55 @@ def test_a_memory_written_after_the_newest_was_deleted_links_to_the_one_before(t
     ix = _index(team)
     prev, _ = ix.neighbour_slots(_slots(ix, c))
     assert prev[0] == ix.slot_of[a.pk]
+
+
+# Unrelated facts written back to back (an import, the facts of one document): neighbours by
+# time, not a conversation. Neighbours share words and a theme, as sorted or grouped facts do;
+# each is asked for by its translation, whose own match is weaker than a same-language one.
+BURST = [
+    ("The garden shed key hangs behind the kitchen door", "花园棚屋的钥匙挂在厨房门后面"),
+    (
+        "The garden hose leaks at the tap near the kitchen window",
+        "花园的水管在厨房窗边的水龙头处漏水",
+    ),
+    ("The garage door opener needs new batteries", "车库门的遥控器需要换新电池"),
+    ("The gas meter is read on the first Monday of the month", "煤气表在每个月的第一个星期一抄表"),
+    ("The guest room heater rattles when it is switched on", "客房的暖气一打开就咔咔作响"),
+    (
+        "The gutter above the kitchen window is blocked with leaves",
+        "厨房窗户上方的排水沟被树叶堵住了",
+    ),
+    ("The grocery list is stuck to the fridge with a magnet", "购物清单用磁铁贴在冰箱上"),
+    ("The green bin is collected every other Thursday", "绿色垃圾桶每隔一个星期四收一次"),
+]
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_in_a_burst_of_unrelated_facts_the_exact_match_stays_first(team, settings, language):
+    written = [_write(team, en) for en, _ in BURST]
+    _neighbours_on(settings)
+    for i, (en, zh) in enumerate(BURST):
+        query = en if language == "en" else zh
+        found = [r["id"] for r in _search(team, query, min_score=0.0, limit=5)]
+        assert found[0] == written[i].pk, (query, found)
+
+
+def test_in_a_conversation_the_answer_after_the_turn_that_names_the_subject_is_found(
+    team, settings
+):
+    for text in FILLER[:2]:
+        _write(team, text)
+    subject = _write(team, "Priya: my sister finally adopted a rescue greyhound last week")
+    _write(team, "Tom: lovely! what did she call him?")
+    answer = _write(team, "Priya: Comet, because he runs like one")
+    for text in FILLER[2:]:
+        _write(team, text)
+    query = "What did Priya's sister name her greyhound?"
+    settings.SEARCH_NEIGHBOUR_SECONDS = 0
+    alone = [r["id"] for r in _search(team, query, min_score=0.0)]
+    _neighbours_on(settings)
+    found = [r["id"] for r in _search(team, query, min_score=0.0)]
+    assert found[0] == subject.pk
+    # The answer never names the greyhound: the turns before it bring it up, below the subject.
+    assert answer.pk in found[:3]
+    assert found.index(answer.pk) <= alone.index(answer.pk)

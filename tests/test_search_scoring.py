@@ -45,17 +45,19 @@ def test_an_unknown_fusion_stops_the_server(settings):
     assert len(errors) == 1 and "nosiy_or" in errors[0].msg
 
 
-def test_with_neighbours_adds_a_share_of_the_better_neighbour(settings):
+def test_with_neighbours_lifts_a_memory_up_to_just_below_its_better_neighbour(settings):
     settings.SEARCH_NEIGHBOUR_WEIGHT = 0.5
-    slots = np.array([10, 11, 12], dtype=np.int64)
-    rank = np.array([0.2, 0.8, 0.4], dtype=np.float32)
-    # 10 <- 11 -> 12; 12's next neighbour (13) is no candidate; 10 has no previous one.
-    prev = np.array([-1, 10, 11], dtype=np.int64)
-    nxt = np.array([11, 12, 13], dtype=np.int64)
+    slots = np.array([10, 11, 12, 14], dtype=np.int64)
+    rank = np.array([0.2, 0.8, 0.7, 0.1], dtype=np.float32)
+    # 10 <- 11 -> 12; 12's next neighbour (13) is no candidate; 10 has no previous one; 14 none.
+    prev = np.array([-1, 10, 11, -1], dtype=np.int64)
+    nxt = np.array([11, 12, 13, -1], dtype=np.int64)
     out = with_neighbours(slots, prev, nxt, rank)
     assert out.dtype == np.float32
-    np.testing.assert_allclose(out, [0.2 + 0.4, 0.8 + 0.2, 0.4 + 0.4], rtol=1e-6)
-    np.testing.assert_array_equal(rank, np.array([0.2, 0.8, 0.4], dtype=np.float32))
+    # 10: 0.2 + 0.5 x 0.8 = 0.6, under 0.99 x 0.8; 12: 0.7 + 0.4 is capped at 0.99 x 0.8;
+    # 11 ranks above both its neighbours and gains nothing; 14 has none.
+    np.testing.assert_allclose(out, [0.6, 0.8, 0.792, 0.1], rtol=1e-6)
+    np.testing.assert_array_equal(rank, np.array([0.2, 0.8, 0.7, 0.1], dtype=np.float32))
 
 
 @pytest.mark.parametrize("weight", [0.0, -1.0])

@@ -63,18 +63,29 @@ def bridge(dense: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:
     return 1.0 - (1.0 - dense) * (1.0 - weight * lexical)
 
 
+# A memory lifted by a neighbour stays just below it (1 %): the reply is listed right after the
+# turn that names the subject, and a neighbour of an exact match can never take its place.
+BELOW_LENDER = 0.99
+
+
 def with_neighbours(
     slots: np.ndarray, prev: np.ndarray, nxt: np.ndarray, rank: np.ndarray
 ) -> np.ndarray:
-    """rank + SEARCH_NEIGHBOUR_WEIGHT x the better rank of the slot's two neighbours (a neighbour
-    outside the candidates counts 0). `prev` and `nxt` are the neighbours' slots, -1 for none
-    (`ScopeIndex.neighbour_slots`)."""
+    """max(rank, min(rank + SEARCH_NEIGHBOUR_WEIGHT x best, BELOW_LENDER x best)), `best` the
+    better rank of the slot's two neighbours (a neighbour outside the candidates counts 0).
+    `prev` and `nxt` are the neighbours' slots, -1 for none (`ScopeIndex.neighbour_slots`).
+
+    The lift is capped just below the neighbour that lends it (docs/search.md, "Neighbours"):
+    in a conversation the answer turn comes right after the turn that matched; in a burst of
+    unrelated memories written together (an import, the facts of one document) the best match
+    keeps its place, and a memory that already ranks above its neighbours gains nothing."""
     position = {int(s): i for i, s in enumerate(slots.tolist())}
     padded = np.append(rank, 0.0)  # index -1 (no neighbour, or not a candidate) reads 0
     pi = np.fromiter((position.get(int(s), -1) for s in prev), np.int64, len(prev))
     ni = np.fromiter((position.get(int(s), -1) for s in nxt), np.int64, len(nxt))
     best = np.maximum(padded[pi], padded[ni])
-    return (rank + settings.SEARCH_NEIGHBOUR_WEIGHT * best).astype(np.float32)
+    lifted = np.minimum(rank + settings.SEARCH_NEIGHBOUR_WEIGHT * best, BELOW_LENDER * best)
+    return np.maximum(rank, lifted).astype(np.float32)
 
 
 def strength(memory: Memory, now: datetime) -> float:

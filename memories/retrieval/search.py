@@ -15,7 +15,8 @@ What `score` means (docs/search.md):
 
 Order (hybrid): `rank` × memory strength, where `rank` is the fused score with conversation
 context — the BM25 also reads the previous neighbour's words, and a share of the better
-neighbour's rank is added (docs/search.md, "Neighbours"); `score` stays the memory's own. Strength = 1 − λ + λ·R and R is an Ebbinghaus retention
+neighbour's rank is added, never lifting a memory above that neighbour (docs/search.md,
+"Neighbours"); `score` stays the memory's own. Strength = 1 − λ + λ·R and R is an Ebbinghaus retention
 exp(−idle_days / S) with stability S = SEARCH_DECAY_DAYS × (1 + importance) × (1 + ln(1 +
 access_count)): old, never-recalled, unimportant memories fade; every recall makes a memory
 stronger. λ = SEARCH_DECAY_WEIGHT (0.1) caps the effect, so a strong match is never buried.
@@ -147,7 +148,8 @@ def _score_candidates(
 
     `score` is what the memory itself matches. `rank` orders: the same fusion, its BM25 also
     reading the previous neighbour's words, plus SEARCH_NEIGHBOUR_WEIGHT x the better rank of its
-    two neighbours (docs/search.md, "Neighbours").
+    two neighbours, capped just below that neighbour (scoring.with_neighbours; docs/search.md,
+    "Neighbours").
     """
     embedder = get_embedder()
     n = ix.n
