@@ -34,10 +34,11 @@ from memories.apis import (
     TeamSearchInputSerializer,
     UpdateInputSerializer,
     WorkingCreateInputSerializer,
+    search_query,
 )
 from memories.models import Memory, MemoryRevision, MemoryScope, RemovedBy
 from memories.presenters import memory_body, search_hit_body, working_item_body
-from memories.retrieval.search import SearchHit, SearchQuery
+from memories.retrieval.search import SearchHit
 from memories.selectors import DELETE, READ, WRITE
 from memories.services import Actor
 from memories.working import get_working_store
@@ -163,20 +164,7 @@ def memory_search(
         scope = MemoryScope.TEAM
         data = _valid(TeamSearchInputSerializer(data=fields))
     hits = memory_services.memory_recall(
-        query=SearchQuery(
-            team=principal.team,
-            scope=scope,
-            agent_id=agent,
-            text=data["query"],
-            limit=data["limit"],
-            min_score=data["min_score"],
-            max_chars_per_memory=data["max_chars_per_memory"],
-            max_total_chars=data["max_total_chars"],
-            mode=data["mode"],
-            filters=data["filters"],
-            include_shared=data.get("include_shared", False),
-            include_team=data.get("include_team", False),
-        ),
+        query=search_query(team=principal.team, scope=scope, agent_id=agent, data=data),
         acting_agent=principal.agent_id,
     )
     return {"memories": [_hit(h) for h in hits]}

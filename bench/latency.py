@@ -377,6 +377,21 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
             nl.append((time.perf_counter() - t) * 1000)
         result["write_nodedup_ms"] = summarise(nl)
 
+        # 4b. batch ingest: the same kind of writes through POST /memories/personal/batch, 1, 10
+        # and 100 per request (dedup on), as memories per second over the whole run.
+        result["batch_ingest"] = {}
+        for size in (1, 10, 100):
+            items = [
+                {"agent_id": AGENT, "content": it.text, "importance": it.importance}
+                for it in corpus.fresh(lang, 200, f"batch-{size}", seeded)
+            ]
+            t = time.perf_counter()
+            for start in range(0, len(items), size):
+                client.write_memories(items[start : start + size])
+            seconds = time.perf_counter() - t
+            result["batch_ingest"][str(size)] = round(len(items) / seconds, 1)
+        log(f"[{lang} {n}] batch ingest memories/s {result['batch_ingest']}")
+
         # 5. new questions after the writes (each search applies the change log first)
         al: list[float] = []
         for item in corpus.fresh(lang, 50, "query-after", seeded):
@@ -493,6 +508,14 @@ def print_report(report: dict[str, Any]) -> None:
             f"{fw.get('rss', '–')} / {r['rss_end_mb'].get('rss')} / {r['rss_end_mb'].get('hwm')} | "
             f"{r['search_load'].replace('load average: ', '')} |"
         )
+    print("\n| lang | N | batch ingest, memories/s at 1 / 10 / 100 per request |")
+    print("| --- | --- | --- |")
+    for r in report["runs"]:
+        b = r.get("batch_ingest") or {}
+        if b:
+            print(
+                f"| {r['lang']} | {r['size']:,} | {b.get('1')} / {b.get('10')} / {b.get('100')} |"
+            )
     print(
         "\n| lang | N | top-1 score, stored-memory questions p5 / p50 | top-1 score, never-stored "
         "questions p50 / p95 | never-stored questions with results (min_score 0.3) | mean results |"

@@ -26,6 +26,7 @@ from core.serializers import (
 )
 from core.validators import AGENT_ID, AGENT_ID_MESSAGE
 from tenants.apis import principal_of
+from tenants.models import Team
 from tenants.services import agent_register
 from tenants.usage import KIND_WRITE, usage_record
 
@@ -229,6 +230,27 @@ def _written_body(memory: Memory, hit: Any) -> dict[str, Any]:
     return body
 
 
+def search_query(
+    *, team: Team, scope: str, agent_id: str, data: dict[str, Any]
+) -> search.SearchQuery:
+    """The SearchQuery a validated search body (Personal/TeamSearchInputSerializer) asks for;
+    the MCP tool builds its query here too."""
+    return search.SearchQuery(
+        team=team,
+        scope=scope,
+        agent_id=agent_id,
+        text=data["query"],
+        limit=data["limit"],
+        min_score=data["min_score"],
+        max_chars_per_memory=data["max_chars_per_memory"],
+        max_total_chars=data["max_total_chars"],
+        mode=data["mode"],
+        filters=data["filters"],
+        include_shared=data.get("include_shared", False),
+        include_team=data.get("include_team", False),
+    )
+
+
 def _search(
     request: Request, scope: str, input_serializer: type[serializers.Serializer]
 ) -> Response:
@@ -240,20 +262,7 @@ def _search(
             AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
         )
     hits = services.memory_recall(
-        query=search.SearchQuery(
-            team=principal.team,
-            scope=scope,
-            agent_id=agent_id,
-            text=data["query"],
-            limit=data["limit"],
-            min_score=data["min_score"],
-            max_chars_per_memory=data["max_chars_per_memory"],
-            max_total_chars=data["max_total_chars"],
-            mode=data["mode"],
-            filters=data["filters"],
-            include_shared=data.get("include_shared", False),
-            include_team=data.get("include_team", False),
-        ),
+        query=search_query(team=principal.team, scope=scope, agent_id=agent_id, data=data),
         acting_agent=principal.agent_id,
         include_entities=data["include_entities"],
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -220,21 +220,8 @@ def memories_create_batch(
     results: list[tuple[Memory, DedupHit | None]] = []
     with transaction.atomic() if atomic else nullcontext():
         for item, vector in zip(items, vectors, strict=True):
-            results.append(
-                memory_create(
-                    team=team,
-                    scope=scope,
-                    agent_id=item.agent_id,
-                    content=item.content,
-                    importance=item.importance,
-                    category=item.category,
-                    metadata=item.metadata,
-                    enable_dedup=item.enable_dedup,
-                    dedup_threshold=item.dedup_threshold,
-                    pinned=item.pinned,
-                    vector=vector,
-                )
-            )
+            # BatchItem's fields are memory_create's arguments, by name.
+            results.append(memory_create(team=team, scope=scope, vector=vector, **asdict(item)))
     return results
 
 
