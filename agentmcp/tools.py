@@ -35,6 +35,7 @@ from memories.apis import (
     UpdateInputSerializer,
     WorkingCreateInputSerializer,
     search_query,
+    write_validated,
 )
 from memories.models import Memory, MemoryRevision, MemoryScope, RemovedBy
 from memories.presenters import memory_body, search_hit_body, working_item_body
@@ -113,18 +114,7 @@ def memory_add(
     fields = _given(content=content, importance=importance, category=category, metadata=metadata)
     serializer = PersonalCreateInputSerializer if personal else TeamCreateInputSerializer
     data = _valid(serializer(data={**fields, "agent_id": agent}))
-    memory, hit = memory_services.memory_create(
-        team=principal.team,
-        scope=scope,
-        agent_id=agent,
-        content=data["content"],
-        importance=data["importance"],
-        category=data["category"],
-        metadata=data["metadata"],
-        enable_dedup=data["enable_dedup"],
-        dedup_threshold=data["dedup_threshold"],
-        pinned=data["pinned"],
-    )
+    memory, hit = write_validated(team=principal.team, scope=scope, agent_id=agent, data=data)
     usage_record(team=principal.team, agent_id=agent, kind=KIND_WRITE)
     body = memory_body(memory)
     if hit is not None:

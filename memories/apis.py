@@ -192,21 +192,31 @@ def _create(
     principal = principal_of(request)
     data = validated_body(request, input_serializer)
     agent_id = _writer(principal.agent_id, scope, data.get("agent_id", ""))
-    memory, hit = services.memory_create(
-        team=principal.team,
-        scope=scope,
-        agent_id=agent_id,
-        content=data["content"],
-        importance=data["importance"],
-        category=data["category"],
-        metadata=data["metadata"],
-        enable_dedup=data["enable_dedup"],
-        dedup_threshold=data["dedup_threshold"],
-        pinned=data["pinned"],
-    )
+    memory, hit = write_validated(team=principal.team, scope=scope, agent_id=agent_id, data=data)
     usage_record(team=principal.team, agent_id=agent_id, kind=KIND_WRITE)
     body = _written_body(memory, hit)
     return Response(body, status=200 if hit is not None else 201)
+
+
+# The create body's fields that memory_create takes as they are.
+CREATE_FIELDS = (
+    "content",
+    "importance",
+    "category",
+    "metadata",
+    "enable_dedup",
+    "dedup_threshold",
+    "pinned",
+)
+
+
+def write_validated(
+    *, team: Team, scope: str, agent_id: str, data: dict[str, Any]
+) -> tuple[Memory, Any]:
+    """memory_create for a validated create body (Personal/TeamCreateInputSerializer); the
+    MCP tool writes through here too."""
+    fields = {name: data[name] for name in CREATE_FIELDS}
+    return services.memory_create(team=team, scope=scope, agent_id=agent_id, **fields)
 
 
 def _writer(acting_agent: str | None, scope: str, agent_id: str) -> str:

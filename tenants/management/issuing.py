@@ -23,6 +23,16 @@ class IssueRequest:
     expires_at: datetime | None
     rate_limit: int | None
 
+    def issue_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments api_key_issue and mcp_token_issue both take."""
+        return {
+            "team": self.team,
+            "agent": self.agent,
+            "label": self.label,
+            "expires_at": self.expires_at,
+            "rate_limit": self.rate_limit,
+        }
+
 
 class IssueCommand(BaseCommand):
     """Parses and checks the options; the subclass issues the credential and prints it."""

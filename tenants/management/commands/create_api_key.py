@@ -20,13 +20,7 @@ class Command(IssueCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         req = self.issue_request(opts)
         team, agent = req.team, req.agent
-        issued = services.api_key_issue(
-            team=team,
-            agent=agent,
-            label=req.label,
-            expires_at=req.expires_at,
-            rate_limit=req.rate_limit,
-        )
+        issued = services.api_key_issue(**req.issue_kwargs())
         if opts["json"]:
             out = {"team_id": team.id, "api_key": issued.key_id, "secret": issued.secret}
             if agent is not None:

@@ -23,13 +23,7 @@ class Command(IssueCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         req = self.issue_request(opts)
         team, agent = req.team, req.agent
-        issued = services.mcp_token_issue(
-            team=team,
-            agent=agent,
-            label=req.label,
-            expires_at=req.expires_at,
-            rate_limit=req.rate_limit,
-        )
+        issued = services.mcp_token_issue(**req.issue_kwargs())
         token_id = str(issued.mcp_token)
         if opts["json"]:
             out = {"token": issued.token, "token_id": token_id, "team_id": team.id}
