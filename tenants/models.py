@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
@@ -68,7 +70,27 @@ class Agent(models.Model):
         return f"{self.team_id}/{self.agent_id}"
 
 
-class ApiKey(models.Model):
+class RevocableCredential:
+    """State of a credential that may expire or be revoked (API keys, MCP tokens)."""
+
+    revoked_at: datetime | None
+    expires_at: datetime | None
+
+    @property
+    def is_active(self) -> bool:
+        now = timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    @property
+    def status(self) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return "expired"
+        return "active"
+
+
+class ApiKey(RevocableCredential, models.Model):
     """A team's credential. `key_id` is public (X-API-Key); the secret is stored encrypted.
 
     The server must know the raw secret to verify an HMAC, so it is Fernet-encrypted with a key
@@ -101,21 +123,8 @@ class ApiKey(models.Model):
     def __str__(self) -> str:
         return self.key_id
 
-    @property
-    def is_active(self) -> bool:
-        now = timezone.now()
-        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
 
-    @property
-    def status(self) -> str:
-        if self.revoked_at is not None:
-            return "revoked"
-        if self.expires_at is not None and self.expires_at <= timezone.now():
-            return "expired"
-        return "active"
-
-
-class McpToken(models.Model):
+class McpToken(RevocableCredential, models.Model):
     """A bearer token for the MCP endpoint (agentmcp): one team and, optionally, one agent.
 
     Unlike an API key the server never needs the raw token back (nothing is signed with it),
@@ -145,19 +154,6 @@ class McpToken(models.Model):
 
     def __str__(self) -> str:
         return f"mcp_{self.token_id}"
-
-    @property
-    def is_active(self) -> bool:
-        now = timezone.now()
-        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
-
-    @property
-    def status(self) -> str:
-        if self.revoked_at is not None:
-            return "revoked"
-        if self.expires_at is not None and self.expires_at <= timezone.now():
-            return "expired"
-        return "active"
 
 
 class TeamRole(models.TextChoices):
