@@ -49,3 +49,10 @@ def test_admin_is_branded_and_links_to_the_console_and_back():
     assert "Memory platform admin" in admin_page and 'href="/review/"' in admin_page
     console_page = client.get("/review/", follow=True).content.decode()
     assert 'href="/admin/"' in console_page and "favicon.svg" in console_page
+
+
+@pytest.mark.django_db
+def test_console_page_titles_name_the_team(lead):
+    for path in ("dashboard/", "graph/", "keys/", "lifecycle/"):
+        page = lead.get(f"/review/team_a/{path}").content.decode()
+        assert "· Team A · Memory platform</title>" in page, path
