@@ -18,19 +18,15 @@ import json
 from collections.abc import MutableMapping
 from typing import Any
 
-import anyio
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from core import jsonlimits
 from core.errors import DomainError, ErrorCode
 from tenants.authentication import McpPrincipal, bearer_token, mcp_token_authenticate
 from tenants.ratelimit import check_rate_limit
-
-from .server import credential, mcp
 
 Message = MutableMapping[str, Any]
 
@@ -90,6 +86,13 @@ async def _serve(
     scope: dict[str, Any], body: bytes, principal: McpPrincipal
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """Runs the SDK's transport for this one request and collects its whole response."""
+    # Imported on the first MCP request, not with the URL map: the SDK and its dependencies
+    # (starlette, pydantic models, anyio) cost ~20 MB in every worker that never serves MCP.
+    import anyio
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    from .server import credential, mcp
+
     status = 500
     headers: list[tuple[bytes, bytes]] = []
     chunks: list[bytes] = []

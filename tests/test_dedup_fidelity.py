@@ -134,8 +134,9 @@ class TestWordNet:
             raise AssertionError("WordNet must not use the network")
 
         monkeypatch.setattr(socket.socket, "connect", no_network)
-        monkeypatch.setattr(wordnet, "_index", None)
+        monkeypatch.setattr(wordnet, "_indexes", {})
         monkeypatch.setattr(wordnet, "_exceptions", None)
+        wordnet._offsets.cache_clear()
         wordnet.base_forms.cache_clear()
         wordnet.senses.cache_clear()
         assert (wordnet.data_dir() / "data.noun").is_file()

