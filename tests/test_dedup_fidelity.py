@@ -134,7 +134,7 @@ class TestWordNet:
             raise AssertionError("WordNet must not use the network")
 
         monkeypatch.setattr(socket.socket, "connect", no_network)
-        monkeypatch.setattr(wordnet, "_indexes", {})
+        monkeypatch.setattr(wordnet, "_files", {})
         monkeypatch.setattr(wordnet, "_exceptions", None)
         wordnet._offsets.cache_clear()
         wordnet.base_forms.cache_clear()

@@ -55,8 +55,7 @@ _SIMILAR = "&"
 
 _lock = threading.Lock()
 _exceptions: dict[str, dict[str, tuple[str, ...]]] | None = None
-_data: dict[str, mmap.mmap] = {}
-_indexes: dict[str, mmap.mmap] = {}
+_files: dict[str, mmap.mmap] = {}
 
 
 def data_dir() -> Path:
@@ -89,15 +88,18 @@ def _load() -> dict[str, dict[str, tuple[str, ...]]]:
     return _exceptions
 
 
-def _index_file(pos: str) -> mmap.mmap:
-    mm = _indexes.get(pos)
+def _mapped(kind: str, pos: str) -> mmap.mmap:
+    """One of the package's files (`index` or `data`, per part of speech), memory-mapped once
+    per process: the pages are the OS's to share between workers and to drop."""
+    key = f"{kind}.{_FILES[pos]}"
+    mm = _files.get(key)
     if mm is None:
         with _lock:
-            mm = _indexes.get(pos)
+            mm = _files.get(key)
             if mm is None:
-                with open(data_dir() / f"index.{_FILES[pos]}", "rb") as fh:
+                with open(data_dir() / key, "rb") as fh:
                     mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                _indexes[pos] = mm
+                _files[key] = mm
     return mm
 
 
@@ -107,7 +109,7 @@ def _offsets(lemma: str, pos: str) -> tuple[int, ...] | None:
 
     A binary search over the memory-mapped index file (sorted by lemma) instead of a dict of
     all 147k lemmas: the dict cost ~30 MB in every worker process."""
-    mm = _index_file(pos)
+    mm = _mapped("index", pos)
     key = lemma.encode("utf-8")
     lo, hi = 0, len(mm)
     while lo < hi:
@@ -130,18 +132,6 @@ def _offsets(lemma: str, pos: str) -> tuple[int, ...] | None:
         else:
             hi = start
     return None
-
-
-def _data_file(pos: str) -> mmap.mmap:
-    mm = _data.get(pos)
-    if mm is None:
-        with _lock:
-            mm = _data.get(pos)
-            if mm is None:
-                with open(data_dir() / f"data.{_FILES[pos]}", "rb") as fh:
-                    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                _data[pos] = mm
-    return mm
 
 
 @lru_cache(maxsize=65536)
@@ -201,7 +191,7 @@ def _line_start(mm: mmap.mmap, offset: int) -> int:
 @lru_cache(maxsize=65536)
 def pointers(offset: int, pos: str) -> tuple[tuple[str, int, str], ...]:
     """(symbol, target offset, target pos) of one synset, read from its data line."""
-    mm = _data_file(pos)
+    mm = _mapped("data", pos)
     start = _line_start(mm, offset)
     end = mm.find(b"\n", start)
     fields = mm[start:end].split(b" | ", 1)[0].decode("utf-8").split()
