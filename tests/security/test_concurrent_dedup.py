@@ -156,3 +156,19 @@ def test_a_lock_row_removed_behind_the_process_cache_is_recreated_in_the_transac
     assert Memory.objects.filter(agent_id="lk").count() == 2
     with pytest.raises(RuntimeError, match=r"inside transaction\.atomic"):
         scope_lock(team_id=team.id, scope="personal", agent_id="lk")
+
+
+def test_the_same_batch_from_eight_clients_leaves_one_row_each(stack):
+    """Batches (half of them atomic) race like single writes: each item is checked and written
+    under the scope's lock, so two processes writing the same batch store each fact once."""
+    items = [{"agent_id": "batch", "content": c} for c in _contents()]
+
+    def write(client: MemoryClient, t: int, i: int) -> Any:
+        if i:
+            return None  # one batch per client, sent with the first fact
+        return client.write_memories(items, atomic=bool(t % 2))
+
+    answers = [a for a in run_concurrently(stack, write) if a is not None]
+    assert count_rows(stack, "agent_id = ?", ("batch",)) == FACTS
+    statuses = [r["status"] for a in answers for r in a["results"]]
+    assert statuses.count(201) == FACTS and statuses.count(200) == CLIENTS * FACTS - FACTS
