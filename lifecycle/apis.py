@@ -30,7 +30,7 @@ from tenants.services import agent_ensure
 
 from . import presenters
 from .models import JobKind, Persona, Scenario
-from .selectors import memory_supersedes, working_sources
+from .selectors import job_get, memory_supersedes, working_sources
 from .services import operations, pipeline
 
 # --- output documentation (the bodies are rendered by lifecycle.presenters) ----------------------
@@ -445,3 +445,36 @@ class SourcesApi(APIView):
         archived = list(working_sources(team=principal.team, memory=memory))
         supersedes = memory_supersedes(memory=memory)
         return Response(presenters.sources_body(memory, supersedes=supersedes, archived=archived))
+
+
+class JobOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.CharField(help_text="ingest, export, compress, extract-facts, ...")
+    status = serializers.CharField(help_text="queued, running, succeeded, failed, abandoned")
+    agent_id = serializers.CharField(allow_null=True)
+    trigger = serializers.CharField(help_text="api, auto, beat, admin, command")
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    counts = serializers.DictField(help_text="the scalar fields of the result")
+    result = serializers.DictField(
+        allow_null=True, help_text="once succeeded: what the queuing endpoint answers"
+    )
+    error = serializers.CharField(allow_null=True)
+    retry_of = serializers.IntegerField(
+        allow_null=True, help_text="the abandoned job this one retries"
+    )
+
+
+class JobApi(APIView):
+    """An asynchronous request's job (`async` ingest, export): poll until `status` is final."""
+
+    @api_operation(response=JobOutputSerializer, errors=(404,), summary="A job's status and result")
+    def get(self, request: Request, job_id: int) -> Response:
+        principal = principal_of(request)
+        job = job_get(team=principal.team, job_id=job_id)
+        # An agent key sees its own agent's jobs; any other job of the team is as missing as
+        # another team's.
+        if job is None or (principal.agent_id is not None and job.agent_id != principal.agent_id):
+            raise NotFound("job")
+        return Response(presenters.job_body(job))

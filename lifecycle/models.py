@@ -170,6 +170,10 @@ class JobKind(models.TextChoices):
     CLEANUP = "cleanup", "cleanup"
     AUTO_RUN = "auto-run", "auto-run"
     EXTRACT_GRAPH = "extract-graph", "extract-graph"
+    # POST /memories/ingest with `async`: a conversation archived and its facts decided.
+    INGEST = "ingest", "ingest"
+    # POST /export: a team's or agent's bundle written for download.
+    EXPORT = "export", "export"
     # Not an operation: the record of working items the cap pushed into the archive.
     CAP_ARCHIVE = "cap-archive", "cap-archive"
 
@@ -183,6 +187,7 @@ LLM_JOB_KINDS = frozenset(
         JobKind.AGGREGATE_SCENES,
         JobKind.GENERATE_PERSONA,
         JobKind.EXTRACT_GRAPH,
+        JobKind.INGEST,
     }
 )
 
@@ -199,6 +204,9 @@ class JobRun(models.Model):
     status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
     params = models.JSONField(default=dict)
     counts = models.JSONField(default=dict)
+    # The whole result as the API answers it (GET /jobs/<id>): what an asynchronous request
+    # (ingest, export) hands back. `counts` keeps its scalar fields for the console and metrics.
+    result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     engine = models.CharField(max_length=128, blank=True, default="")
     prompt_tokens = models.PositiveIntegerField(default=0)

@@ -16,7 +16,7 @@ from graph.presenters import extraction_body
 from memories.models import Memory
 from memories.presenters import memory_body
 
-from .models import Persona, PipelineConfig, Scenario, WorkingArchive
+from .models import JobRun, Persona, PipelineConfig, Scenario, WorkingArchive
 from .results import (
     AutoRunAction,
     AutoRunSummary,
@@ -186,4 +186,23 @@ def job_counts(result: JobResult) -> dict[str, Any]:
         k: v
         for k, v in result_body(result).items()
         if isinstance(v, int | float | bool) or v is None
+    }
+
+
+def job_body(job: JobRun) -> dict[str, Any]:
+    """`GET /jobs/<id>`: a job's state and, once it succeeded, its result as the endpoint that
+    queued it would have answered."""
+    return {
+        "id": job.pk,
+        "kind": job.kind,
+        "status": job.status,
+        "agent_id": job.agent_id or None,
+        "trigger": job.trigger,
+        "created_at": iso(job.created_at),
+        "started_at": iso(job.started_at) if job.started_at else None,
+        "finished_at": iso(job.finished_at) if job.finished_at else None,
+        "counts": job.counts,
+        "result": job.result,
+        "error": job.error or None,
+        "retry_of": job.retry_of_id,
     }

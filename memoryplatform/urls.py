@@ -67,6 +67,7 @@ API_ROUTES: tuple[tuple[str, type[View], str], ...] = (
     ("graph/relations", graph_apis.RelationListCreateApi, "graph-relations"),
     ("graph/relations/<str:relation_id>", graph_apis.RelationDetailApi, "graph-relation-detail"),
     ("lifecycle/extract-graph", lifecycle_apis.ExtractGraphApi, "lifecycle-extract-graph"),
+    ("jobs/<int:job_id>", lifecycle_apis.JobApi, "job-detail"),
 )
 
 admin.site.site_header = "Memory platform admin"

@@ -428,13 +428,21 @@ def claim_release(*, lease: Lease, key: str) -> None:
 
 
 def job_finish(
-    *, job: JobRun, counts: dict[str, Any], usage: Usage, engine: str, error: str = ""
+    *,
+    job: JobRun,
+    counts: dict[str, Any],
+    usage: Usage,
+    engine: str,
+    error: str = "",
+    result: dict[str, Any] | None = None,
 ) -> None:
-    """Records the outcome, releasing the job's keys; only while this holder still has it (a job
-    abandoned or taken over meanwhile keeps the record its new owner writes)."""
+    """Records the outcome (`result`: the API body, for GET /jobs/<id>), releasing the job's keys;
+    only while this holder still has it (a job abandoned or taken over meanwhile keeps the record
+    its new owner writes)."""
     outcome: dict[str, Any] = {
         "status": JobStatus.FAILED if error else JobStatus.SUCCEEDED,
         "counts": counts,
+        "result": result,
         "error": error[:4000],
         "engine": engine,
         "prompt_tokens": usage.prompt_tokens,
@@ -485,9 +493,11 @@ def job_execute(
     job: JobRun,
     operation: Callable[[], tuple[R, Usage, str]],
     counts: Callable[[R], dict[str, Any]],
+    body: Callable[[R], dict[str, Any]] | None = None,
 ) -> R:
     """Runs a claimed (or started) job's operation under its lease, recording its outcome
-    (`counts(result)`, lifecycle.presenters.job_counts); re-raises failures for the caller.
+    (`counts(result)`, lifecycle.presenters.job_counts, and `body(result)`, the API body);
+    re-raises failures for the caller.
     Which operation a job kind runs is the pipeline's business (`pipeline.job_run`); this is
     only the lease and the record around it."""
     try:
@@ -502,5 +512,11 @@ def job_execute(
             job=job, counts={}, usage=Usage(), engine="", error=f"{type(exc).__name__}: {exc}"
         )
         raise
-    job_finish(job=job, counts=counts(result), usage=usage, engine=engine)
+    job_finish(
+        job=job,
+        counts=counts(result),
+        usage=usage,
+        engine=engine,
+        result=body(result) if body is not None else None,
+    )
     return result

@@ -29,7 +29,7 @@ from memories.models import Memory, MemoryScope
 from memories.working import get_working_store, max_items_per_agent
 from tenants.models import Agent, Team
 
-from ..presenters import job_counts
+from ..presenters import job_counts, result_body
 from ..results import AutoRunAction, AutoRunSummary, JobResult, JobSkipped
 from . import jobs, operations
 from .dispatch import enqueue
@@ -291,6 +291,7 @@ def job_run(*, job: JobRun) -> JobResult:
     return jobs.job_execute(
         job=job,
         counts=job_counts,
+        body=result_body,
         operation=partial(
             dispatch,
             team=job.team,
