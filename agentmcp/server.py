@@ -307,20 +307,28 @@ async def working_list(
 @mcp.tool(name="ingest_messages", annotations=WRITES)
 async def ingest_messages(
     messages: Annotated[
-        list[dict[str, str]],
+        list[dict[str, Any]],
         Field(
-            description='Conversation turns in order, each {"role": "user"|"assistant"|…, '
-            '"content": "…"}.',
+            description='Conversation turns in order, each {"role": "user"|"assistant"|"system"|'
+            '"tool", "content": "…", "at"?: ISO 8601 time, "name"?: speaker}.',
             min_length=1,
             max_length=tools.MAX_INGEST_MESSAGES,
         ),
     ],
     agent_id: AgentId = None,
-    ttl: TTL = None,
+    run_id: Annotated[
+        str, Field(description="The session id, kept on the messages and the memories made.")
+    ] = "",
+    infer: Annotated[
+        bool, Field(description="false: archive the messages without extracting facts.")
+    ] = True,
 ) -> dict[str, Any]:
-    """Store conversation turns: each becomes one working-memory item "<role>: <content>".
-    Facts are extracted later by the platform's lifecycle (compress), not by this call."""
-    return await _run(tools.ingest_messages, messages=messages, agent_id=agent_id, ttl=ttl)
+    """Hand over a conversation: every message is archived, the facts in the user's messages
+    are extracted and each is decided against the agent's memories: ADD (new), UPDATE (replaces
+    an older memory, kept in its history) or NOOP (already known). Searchable at once."""
+    return await _run(
+        tools.ingest_messages, messages=messages, agent_id=agent_id, run_id=run_id, infer=infer
+    )
 
 
 @mcp.tool(name="persona_get", annotations=READ_ONLY)

@@ -22,8 +22,10 @@ from graph import services as graph_services
 from graph import traversal
 from graph.resolution import normalise_name
 from graph.selectors import entities_visible, entity_get, parse_uuid
+from lifecycle.apis import IngestInputSerializer, ingest_validated
 from lifecycle.presenters import persona_body
 from lifecycle.selectors import persona_list
+from lifecycle.services.ingest import MAX_MESSAGES
 from memories import purge
 from memories import selectors as memory_selectors
 from memories import services as memory_services
@@ -51,7 +53,8 @@ from tenants.usage import KIND_WRITE, usage_record
 HISTORY_LIMIT = 100
 # Seeds a name may resolve to (one name, several entity types or agents).
 MAX_NAME_SEEDS = 10
-MAX_INGEST_MESSAGES = 100
+# As many messages as POST /memories/ingest takes.
+MAX_INGEST_MESSAGES = MAX_MESSAGES
 
 
 def _valid(serializer: serializers.Serializer) -> dict[str, Any]:
@@ -278,28 +281,21 @@ def working_list(
 def ingest_messages(
     principal: McpPrincipal,
     *,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     agent_id: str | None = None,
-    ttl: int | None = None,
+    run_id: str = "",
+    infer: bool = True,
 ) -> dict[str, Any]:
-    """Stores each message as one working-memory item, `"<role>: <content>"` (or the content
-    alone without a role), in order. Nothing is extracted here: the lifecycle compresses working
-    memory into long-term memories as for any working-memory write (automatically once the
-    team's threshold is reached, or by POST /lifecycle/compress)."""
+    """POST /memories/ingest: the messages archived (L0), the facts of the user's messages each
+    decided ADD / UPDATE / NOOP against the agent's memories → `{"archived", "facts"}`."""
     agent = acting_agent_for(principal, agent_id, required=True)
-    if not messages:
-        raise ValidationFailed({"messages": ["Give at least one message."]}, "messages: empty")
-    if len(messages) > MAX_INGEST_MESSAGES:
-        raise ValidationFailed(
-            {"messages": [f"At most {MAX_INGEST_MESSAGES} messages per call."]},
-            "messages: too many",
+    data = _valid(
+        IngestInputSerializer(
+            data=_given(agent_id=agent, messages=messages, run_id=run_id, infer=infer)
         )
-    contents = []
-    for m in messages:
-        role = (m.get("role") or "").strip()
-        contents.append(f"{role}: {m.get('content', '')}" if role else m.get("content", ""))
-    items = _working_store_add(principal, agent, contents, ttl)
-    return {"stored": len(items), "items": items}
+    )
+    _status, body = ingest_validated(team=principal.team, agent_id=agent, data=data)
+    return body
 
 
 # --- persona and graph --------------------------------------------------------------------------

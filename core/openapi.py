@@ -17,7 +17,7 @@ here, instead of as `extend_schema` boilerplate on every view:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -81,6 +81,7 @@ def api_operation(
     description: str | None = None,
     operation_id: str | None = None,
     public: bool = False,
+    extra_responses: Mapping[int, Any] | None = None,
 ) -> Callable[[F], F]:
     """Documents one operation.
 
@@ -95,6 +96,10 @@ def api_operation(
         )
         for status in statuses
     }
+    for status, serializer in (extra_responses or {}).items():
+        success[status] = OpenApiResponse(
+            response=serializer, description={202: "Accepted"}.get(status, "")
+        )
     failures = {
         status: OpenApiResponse(description=ERROR_DESCRIPTIONS[status]) for status in errors
     }

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from drf_spectacular.utils import extend_schema_view
+from django.conf import settings
+from django.db import transaction
+from drf_spectacular.utils import OpenApiParameter, extend_schema_view
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -26,12 +28,20 @@ from graph.apis import EntityOutputSerializer, RelationOutputSerializer
 from memories.apis import MemoryOutputSerializer, WorkingItemFieldsSerializer
 from memories.selectors import READ, check_memory_access, memory_get
 from tenants.apis import principal_of
+from tenants.models import Team
 from tenants.services import agent_ensure
 
 from . import presenters
 from .models import JobKind, Persona, Scenario
+from .results import JobReplayed
 from .selectors import job_get, memory_supersedes, working_sources
-from .services import operations, pipeline
+from .services import ingest, operations, pipeline
+from .services.idempotency import (
+    IdempotencyKey,
+    Replayed,
+    idempotency_record,
+    idempotency_replay,
+)
 
 # --- output documentation (the bodies are rendered by lifecycle.presenters) ----------------------
 
@@ -478,3 +488,151 @@ class JobApi(APIView):
         if job is None or (principal.agent_id is not None and job.agent_id != principal.agent_id):
             raise NotFound("job")
         return Response(presenters.job_body(job))
+
+
+# --- conversation ingest --------------------------------------------------------------------
+
+
+class IngestMessageSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=ingest.ROLES)
+    content = StrictCharField(max_length=settings.MEMORY_MAX_CONTENT_CHARS, trim_whitespace=False)
+    at = serializers.DateTimeField(required=False, help_text="when it was said (ISO 8601)")
+    name = StrictCharField(
+        required=False, default="", allow_blank=True, max_length=64, help_text="the speaker"
+    )
+
+    def validate_content(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("content is empty")
+        return value
+
+
+class IngestInputSerializer(serializers.Serializer):
+    agent_id = StrictCharField(validators=[AGENT_ID])
+    messages = serializers.ListField(
+        child=IngestMessageSerializer(), min_length=1, max_length=ingest.MAX_MESSAGES
+    )
+    run_id = StrictCharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        validators=[AGENT_ID],
+        help_text="the session: kept on every archived message and every memory made",
+    )
+    infer = StrictBooleanField(
+        required=False, default=True, help_text="false: archive the messages only"
+    )
+    async_ = StrictBooleanField(
+        required=False, default=False, help_text="true: 202 with a job id (GET /jobs/<id>)"
+    )
+    fact_roles = serializers.ListField(
+        child=serializers.ChoiceField(choices=ingest.ROLES),
+        required=False,
+        default=list(ingest.DEFAULT_FACT_ROLES),
+        min_length=1,
+        help_text="whose messages facts are extracted from (default: the user's)",
+    )
+
+
+# The contract's field is `async`, a Python keyword: declared as `async_`, renamed here.
+IngestInputSerializer._declared_fields["async"] = IngestInputSerializer._declared_fields.pop(
+    "async_"
+)
+
+
+class IngestFactSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=["ADD", "UPDATE", "NOOP"])
+    memory = MemoryOutputSerializer(help_text="ADD/UPDATE: the new memory; NOOP: the known one")
+    supersedes = serializers.IntegerField(required=False, help_text="UPDATE: the replaced memory")
+
+
+class IngestOutputSerializer(serializers.Serializer):
+    archived = serializers.IntegerField(help_text="messages kept in the archive (L0)")
+    facts = IngestFactSerializer(many=True)
+
+
+class JobAcceptedSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField(help_text="poll GET /jobs/<id> for the result")
+
+
+def ingest_validated(
+    *, team: Team, agent_id: str, data: dict[str, Any], key: IdempotencyKey | None = None
+) -> tuple[int, dict[str, Any]]:
+    """Runs a validated ingest body (IngestInputSerializer) for `agent_id`: `(status, data)` —
+    200 and the decisions, or 202 and the job id with `async`. A request answered before under
+    `key` is answered the same (`Replayed` is raised for the caller to send). The MCP tool
+    ingests through here too."""
+    idempotency_replay(team=team, key=key)
+    agent_ensure(team=team, agent_id=agent_id)
+    params: dict[str, Any] = {
+        "messages": [
+            {
+                "role": m["role"],
+                "content": m["content"],
+                "at": m["at"].isoformat() if m.get("at") else None,
+                "name": m.get("name", ""),
+            }
+            for m in data["messages"]
+        ],
+        "run_id": data.get("run_id", ""),
+        "infer": data.get("infer", True),
+        "fact_roles": data.get("fact_roles", list(ingest.DEFAULT_FACT_ROLES)),
+    }
+    if data.get("async"):
+        with transaction.atomic():
+            job = pipeline.run_later(
+                team=team, kind=JobKind.INGEST, trigger="api", agent_id=agent_id, params=params
+            )
+            body = {"job_id": job.pk}
+            idempotency_record(team=team, key=key, status_code=202, body=body)
+        return 202, body
+    if key is not None:
+        params["idempotency"] = {"key": key.key, "hash": key.request_hash}
+    result = pipeline.run(
+        team=team, kind=JobKind.INGEST, trigger="api", agent_id=agent_id, params=params
+    )
+    if isinstance(result, JobReplayed):
+        raise Replayed(status_code=result.status_code, body=result.body)
+    return 200, presenters.result_body(result)
+
+
+class IngestApi(APIView):
+    """A conversation in one call: archived as L0, facts decided ADD / UPDATE / NOOP."""
+
+    @api_operation(
+        request=IngestInputSerializer,
+        response=IngestOutputSerializer,
+        extra_responses={202: JobAcceptedSerializer},
+        errors=(403, 409),
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                location=OpenApiParameter.HEADER,
+                description="a retry with the same key and body within 24 h gets the first "
+                "answer and writes nothing",
+            )
+        ],
+        summary="Ingest a conversation: archive the messages, decide each fact",
+    )
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        data = validated_body(request, IngestInputSerializer)
+        agent_id = _agent(request, data["agent_id"])
+        header = request.headers.get("Idempotency-Key")
+        key = (
+            IdempotencyKey.of(endpoint="ingest", key=header, body=request.body)
+            if header is not None
+            else None
+        )
+        try:
+            status, body = ingest_validated(
+                team=principal.team, agent_id=agent_id, data=data, key=key
+            )
+        except Replayed as replayed:
+            return Response(
+                replayed.body,
+                status=replayed.status_code,
+                headers={"Idempotent-Replayed": "true"},
+            )
+        return Response(body, status=status)

@@ -19,6 +19,8 @@ class ArchiveReason(models.TextChoices):
 
     CONSUMED = "consumed", "consumed"
     EVICTED = "evicted", "evicted"
+    # A conversation message sent to POST /memories/ingest: never in working memory, kept as L0.
+    INGESTED = "ingested", "ingested"
 
 
 class JobTrigger(models.TextChoices):
@@ -142,6 +144,10 @@ class WorkingArchive(models.Model):
     # An evicted item put back into working memory (as a new item, whose id is kept here).
     restored_at = models.DateTimeField(null=True, blank=True)
     restored_item_id = models.CharField(max_length=32, blank=True, default="")
+    # An ingested message's role (user, assistant, system, tool), speaker name and run (session).
+    role = models.CharField(max_length=10, blank=True, default="")
+    name = models.CharField(max_length=64, blank=True, default="")
+    run_id = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -152,6 +158,7 @@ class WorkingArchive(models.Model):
         indexes = [
             models.Index(fields=["team", "agent_id", "item_id"], name="archive_item"),
             models.Index(fields=["team", "reason"], name="archive_reason"),
+            models.Index(fields=["team", "run_id"], name="archive_run"),
         ]
 
     def __str__(self) -> str:
@@ -257,3 +264,28 @@ class JobRun(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+
+class IdempotentRequest(models.Model):
+    """A write request sent with an `Idempotency-Key` header and the answer it got, so that a
+    retry of it (a timeout, a crashed client) is answered the same without writing twice. Kept
+    for IDEMPOTENCY_TTL_HOURS; a retry with the same key but another body is refused. Inserted
+    in the transaction that commits the request's writes: of two concurrent retries, the second
+    waits on the unique key and then replays the first's answer."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    endpoint = models.CharField(max_length=40)  # "ingest", "job:<id>" for a job's own run
+    key = models.CharField(max_length=200)
+    request_hash = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField()
+    body = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "endpoint", "key"], name="idempotent_key")
+        ]
+        indexes = [models.Index(fields=["created_at"], name="idempotent_age")]
+
+    def __str__(self) -> str:
+        return f"{self.team_id} {self.endpoint} {self.key}"

@@ -24,6 +24,8 @@ from .results import (
     CleanupResult,
     CompressResult,
     ExtractFactsResult,
+    IngestResult,
+    JobReplayed,
     JobResult,
     JobSkipped,
     ScenesResult,
@@ -142,6 +144,17 @@ def cleanup_preview_body(r: CleanupPreview) -> dict[str, Any]:
     }
 
 
+def ingest_body(r: IngestResult) -> dict[str, Any]:
+    """`POST /memories/ingest`: one decision per extracted fact, with the memory it concerns."""
+    facts: list[dict[str, Any]] = []
+    for d in r.facts:
+        fact: dict[str, Any] = {"decision": d.decision, "memory": memory_body(d.memory)}
+        if d.supersedes is not None:
+            fact["supersedes"] = d.supersedes
+        facts.append(fact)
+    return {"archived": r.archived, "facts": facts}
+
+
 def auto_run_summary_body(r: AutoRunSummary) -> dict[str, Any]:
     return {
         "actions": r.actions,
@@ -173,6 +186,10 @@ def result_body(result: JobResult | JobSkipped) -> dict[str, Any]:
         return cleanup_preview_body(result)
     if isinstance(result, GraphExtraction):
         return extraction_body(result)
+    if isinstance(result, IngestResult):
+        return ingest_body(result)
+    if isinstance(result, JobReplayed):
+        return result.body
     if isinstance(result, AutoRunSummary):
         return auto_run_summary_body(result)
     if isinstance(result, JobSkipped):

@@ -7,7 +7,7 @@ the JSON shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from graph.extraction import GraphExtraction
 from lifecycle.models import Persona, Scenario
@@ -80,6 +80,31 @@ class AutoRunSummary:
 
 
 @dataclass(frozen=True)
+class IngestDecision:
+    """What one fact of an ingested conversation did: `ADD` (a new memory), `UPDATE` (a new
+    memory that superseded `supersedes`, kept in its history) or `NOOP` (`memory` already said
+    it)."""
+
+    decision: str  # "ADD" | "UPDATE" | "NOOP"
+    memory: Memory
+    supersedes: int | None = None
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    archived: int  # messages kept in the archive (L0)
+    facts: list[IngestDecision]
+
+
+@dataclass(frozen=True)
+class JobReplayed:
+    """A retried job whose first run had committed already: what that run answered."""
+
+    body: dict[str, Any]
+    status_code: int = 200
+
+
+@dataclass(frozen=True)
 class JobSkipped:
     """A queued automatic compress that found nothing left to do when it ran."""
 
@@ -94,4 +119,6 @@ JobResult: TypeAlias = (
     | CleanupPreview
     | GraphExtraction
     | AutoRunSummary
+    | IngestResult
+    | JobReplayed
 )

@@ -73,3 +73,11 @@ def reclaim_jobs_task() -> int:
     from .services.jobs import jobs_reclaim_expired
 
     return len(jobs_reclaim_expired())
+
+
+@shared_task(name="lifecycle.prune_idempotency_keys", ignore_result=True)
+def prune_idempotency_keys_task() -> int:
+    """Forgets the answers kept for Idempotency-Key retries once their TTL passed."""
+    from .services.idempotency import idempotency_prune
+
+    return idempotency_prune()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -31,7 +32,7 @@ from tenants.services import agent_register
 from tenants.usage import KIND_WRITE, usage_record
 
 from . import presenters, purge, selectors, services
-from .filters import FilterError, parse_filters
+from .filters import FilterError, parse_filters, with_run_id
 from .models import (
     Memory,
     MemoryScope,
@@ -84,6 +85,9 @@ class MemoryOutputSerializer(MemoryFieldsSerializer):
     superseded_by = serializers.IntegerField(
         required=False, help_text="only on a memory replaced by a newer one"
     )
+    run_id = serializers.CharField(
+        required=False, help_text="only on a memory written with a run (session) id"
+    )
     score = serializers.FloatField(
         required=False, help_text="search only: 0..1, see docs/search.md"
     )
@@ -104,6 +108,13 @@ class _CreateBase(serializers.Serializer):
     dedup_threshold = StrictFloatField(required=False, default=0.85, min_value=0.0, max_value=1.0)
     category = StrictCharField(required=False, default="general", max_length=64)
     pinned = StrictBooleanField(required=False, default=False)
+    run_id = StrictCharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        validators=[AGENT_ID],
+        help_text="the agent's session; search and list can filter on it",
+    )
 
 
 class PersonalCreateInputSerializer(_CreateBase):
@@ -126,6 +137,13 @@ class _SearchBase(serializers.Serializer):
         choices=["hybrid", "vector", "keyword"], required=False, default="hybrid"
     )
     filters = JSONObjectField(required=False, default=dict)
+    run_id = StrictCharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        validators=[AGENT_ID],
+        help_text="only memories written in this run (session)",
+    )
     include_entities = StrictBooleanField(required=False, default=False)
 
     def validate_filters(self, value: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +152,10 @@ class _SearchBase(serializers.Serializer):
             return parse_filters(value)
         except FilterError as exc:
             raise serializers.ValidationError(str(exc)) from None
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs["filters"] = with_run_id(attrs.get("filters") or {}, attrs.get("run_id", ""))
+        return attrs
 
 
 class PersonalSearchInputSerializer(_SearchBase):
@@ -207,6 +229,7 @@ CREATE_FIELDS = (
     "enable_dedup",
     "dedup_threshold",
     "pinned",
+    "run_id",
 )
 
 
@@ -294,11 +317,11 @@ def _recent(request: Request, scope: str, agent_id: str) -> Response:
     return Response([presenters.search_hit_body(hit) for hit in hits])
 
 
-def _check_agent_id(agent_id: str) -> None:
+def _check_agent_id(agent_id: str, *, field: str = "agent_id") -> None:
     try:
         AGENT_ID(agent_id)
     except Exception:
-        raise ValidationFailed({"agent_id": [AGENT_ID_MESSAGE]}, "agent_id: invalid") from None
+        raise ValidationFailed({field: [AGENT_ID_MESSAGE]}, f"{field}: invalid") from None
 
 
 def _update(request: Request, scope: str, memory_id: int) -> Response:
@@ -773,6 +796,12 @@ class MemoryListApi(APIView):
             ),
             OpenApiParameter("agent_id", str, description="only this agent's personal memories"),
             OpenApiParameter("cursor", str, description="next_cursor of the previous page"),
+            OpenApiParameter("run_id", str, description="only memories written in this run"),
+            OpenApiParameter(
+                "filters",
+                str,
+                description='a JSON filter as in search, e.g. {"importance": {"$gte": 0.7}}',
+            ),
             LIST_PAGE_SIZE.parameter,
         ],
         response=MemoryPageSerializer,
@@ -796,6 +825,7 @@ class MemoryListApi(APIView):
                 AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
             )
         before = _cursor_id(params.get("cursor", ""))
+        filters = _list_filters(params.get("filters", ""), params.get("run_id", ""))
         items, next_before = selectors.memory_page(
             team=principal.team,
             acting_agent=principal.agent_id,
@@ -803,6 +833,7 @@ class MemoryListApi(APIView):
             agent_id=agent_id,
             before_id=before,
             page_size=LIST_PAGE_SIZE.parse(params),
+            filters=filters,
         )
         cursor = (
             signing.dumps({"before": next_before}, salt=_CURSOR_SALT)
@@ -812,6 +843,21 @@ class MemoryListApi(APIView):
         return Response(
             {"items": [presenters.memory_body(m) for m in items], "next_cursor": cursor}
         )
+
+
+def _list_filters(raw: str, run_id: str) -> dict[str, Any]:
+    """The list's `filters` (JSON in the query string) and `run_id`, checked like search's."""
+    filters: dict[str, Any] = {}
+    if raw:
+        try:
+            filters = parse_filters(json.loads(raw))
+        except json.JSONDecodeError:
+            raise ValidationFailed({"filters": ["not JSON"]}, "filters: not JSON") from None
+        except FilterError as exc:
+            raise ValidationFailed({"filters": [str(exc)]}, f"filters: {exc}") from None
+    if run_id:
+        _check_agent_id(run_id, field="run_id")
+    return with_run_id(filters, run_id)
 
 
 def _cursor_id(cursor: str) -> int | None:

@@ -69,6 +69,9 @@ class Memory(models.Model):
     last_accessed = models.DateTimeField(null=True, blank=True)
     # Pinned memories are protected: cleanup and purges never remove them.
     pinned = models.BooleanField(default=False)
+    # The agent's session ("run") the memory was written in, when the writer said so (an ingested
+    # conversation, or a create body's `run_id`): search and list filter on it.
+    run_id = models.CharField(max_length=64, blank=True, default="")
     # Set when a newer fact replaced this one (lifecycle); superseded memories stay for history
     # but are left out of default search.
     superseded_by = models.ForeignKey(
@@ -99,6 +102,8 @@ class Memory(models.Model):
             models.Index(fields=["team", "scope", "agent_id", "content_hash"], name="mem_hash"),
             # cleanup: idle and unimportant
             models.Index(fields=["team", "scope", "last_accessed"], name="mem_idle"),
+            # the run_id filter of list and search
+            models.Index(fields=["team", "run_id"], name="mem_run"),
         ]
 
     def __str__(self) -> str:

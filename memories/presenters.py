@@ -42,6 +42,8 @@ def memory_body(
     }
     if m.superseded_by_id is not None:
         data["superseded_by"] = m.superseded_by_id
+    if m.run_id:
+        data["run_id"] = m.run_id
     if score is not None:
         data["score"] = round(float(score), 4)
     return data

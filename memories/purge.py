@@ -68,6 +68,7 @@ SNAPSHOT_FIELDS = (
     "access_count",
     "last_accessed",
     "pinned",
+    "run_id",
     "superseded_by_id",
     "promoted_from_id",
     "created_at",
@@ -541,6 +542,8 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
         access_count=snap["access_count"],
         last_accessed=_dt(snap["last_accessed"]),
         pinned=snap["pinned"],
+        # Trash items from before runs were recorded have none.
+        run_id=snap.get("run_id", ""),
         superseded_by_id=superseded_by,
         promoted_from_id=promoted_from,
     )

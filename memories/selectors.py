@@ -218,6 +218,7 @@ def memory_page(
     before_id: int | None,
     page_size: int,
     include_superseded: bool = False,
+    filters: Mapping[str, Any] | None = None,
 ) -> tuple[list[Memory], int | None]:
     """One page of the memories this caller may read, newest written first (by id), and the id
     the next page starts below (None on the last page). Paging by id keeps a cursor valid while
@@ -234,6 +235,8 @@ def memory_page(
         qs = qs.filter(scope=MemoryScope.PERSONAL, agent_id=agent_id)
     if not include_superseded:
         qs = qs.filter(superseded_by__isnull=True)
+    if filters:
+        qs = qs.filter(memory_filters_q(filters))
     if before_id is not None:
         qs = qs.filter(pk__lt=before_id)
     rows = list(qs.defer("embedding", "search_tokens").order_by("-id")[: page_size + 1])

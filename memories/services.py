@@ -128,6 +128,7 @@ def memory_create(
     enable_dedup: bool = True,
     dedup_threshold: float = 0.85,
     pinned: bool = False,
+    run_id: str = "",
     vector: np.ndarray | None = None,
 ) -> tuple[Memory, DedupHit | None]:
     """Writes a memory unless an existing one says the same thing (then returns that one).
@@ -188,6 +189,7 @@ def memory_create(
             content_hash=chash,
             search_tokens=tokens_for_storage(content),
             pinned=pinned,
+            run_id=run_id,
         )
         _index_changed(memory, deleted=False)
     WRITE_LATENCY.labels(outcome="created").observe(time.perf_counter() - start)
@@ -206,6 +208,7 @@ class BatchItem:
     enable_dedup: bool
     dedup_threshold: float
     pinned: bool
+    run_id: str = ""
 
 
 def memories_create_batch(

@@ -35,6 +35,11 @@ app.conf.beat_schedule = {
     },
     # Search/write counters kept in the cache -> tenants.UsageDay (the console dashboard).
     "flush-usage-counters": {"task": "tenants.flush_usage", "schedule": 60.0},
+    # Idempotency keys past IDEMPOTENCY_TTL_HOURS (POST /memories/ingest retries).
+    "prune-idempotency-keys": {
+        "task": "lifecycle.prune_idempotency_keys",
+        "schedule": crontab(minute=29),
+    },
     # Purged memories past TRASH_RETENTION_DAYS (console purge trash, memories.purge).
     "empty-expired-trash": {"task": "memories.empty_expired_trash", "schedule": crontab(minute=41)},
 }

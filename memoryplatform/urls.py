@@ -43,6 +43,7 @@ API_ROUTES: tuple[tuple[str, type[View], str], ...] = (
     ("memories/team/<int:memory_id>", memory_apis.TeamDetailApi, "team-memory-detail"),
     ("memories", memory_apis.MemoryListApi, "memory-list"),
     ("memories/personal/batch", memory_apis.PersonalBatchApi, "personal-batch"),
+    ("memories/ingest", lifecycle_apis.IngestApi, "memory-ingest"),
     ("memories/team/batch", memory_apis.TeamBatchApi, "team-batch"),
     ("memories/<int:memory_id>", memory_apis.MemoryReadApi, "memory-read"),
     ("memories/<int:memory_id>/history", memory_apis.MemoryHistoryApi, "memory-history"),

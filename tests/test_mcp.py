@@ -379,12 +379,13 @@ def test_the_other_tools_with_a_team_wide_token(mcp_url, team_a):
     trashed = TrashedMemory.objects.get(memory_id=mid)
     assert trashed.removed_by == "api" and "mcp token" in trashed.reason
     assert out["working"]["content"] == "user is in Berlin"
-    assert out["ingested"]["stored"] == 2
-    assert [i["content"] for i in out["listed"]["items"]] == [
-        "user is in Berlin",
-        "user: 我下周去上海出差",
-        "assistant: 好的，已记下",
+    # The conversation is archived and the user's fact decided, not put in working memory.
+    assert out["ingested"]["archived"] == 2
+    assert [(f["decision"], f["memory"]["content"]) for f in out["ingested"]["facts"]] == [
+        ("ADD", "我下周去上海出差")
     ]
+    assert out["ingested"]["facts"][0]["memory"]["agent_id"] == "bob"
+    assert [i["content"] for i in out["listed"]["items"]] == ["user is in Berlin"]
     assert out["persona"] == "NOT_FOUND"
     assert out["by_name"]["seeds"] == [str(alice.pk)]
     assert {e["name"] for e in out["by_name"]["entities"]} == {"Alice", "Acme"}
@@ -476,6 +477,8 @@ def test_stdio(tmp_path):
 
 
 def test_an_ingest_batch_with_one_bad_message_stores_none(mcp_url, agent_token, settings):
+    from lifecycle.models import WorkingArchive
+
     too_long = "x" * (settings.MEMORY_MAX_CONTENT_CHARS + 1)
 
     async def go():
@@ -489,5 +492,7 @@ def test_an_ingest_batch_with_one_bad_message_stores_none(mcp_url, agent_token, 
             return refused, ok(await c.call_tool("working_list", {}))
 
     refused, listed = run(go())
-    assert refused["code"] == "VALIDATION_ERROR" and "content" in refused["details"]
+    assert refused["code"] == "VALIDATION_ERROR"
+    assert any("content" in name for name in refused["details"]), refused
     assert listed["items"] == []
+    assert not WorkingArchive.objects.exists()

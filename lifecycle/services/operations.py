@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
@@ -221,10 +221,28 @@ def _compress(
     return result, usage, engine.name
 
 
-def _store_fact(
-    team: Team, agent_id: str, fact: Fact, source_items: list[str], job_id: int | None
-) -> tuple[str, Memory]:
-    """Writes one fact: skipped as a duplicate, written as an update (superseding), or written."""
+@dataclass(frozen=True)
+class StoredFact:
+    """What became of one extracted fact: `duplicate` (already known: `memory` is the one that
+    says it), `superseded` (`memory` is new and replaced `supersedes`) or `created`."""
+
+    outcome: Literal["duplicate", "superseded", "created"]
+    memory: Memory
+    supersedes: int | None = None
+
+
+def store_fact(
+    *,
+    team: Team,
+    agent_id: str,
+    fact: Fact,
+    source_items: list[str],
+    job_id: int | None,
+    source: str = "extraction",
+    run_id: str = "",
+) -> StoredFact:
+    """Writes one fact: skipped as a duplicate, written as an update (superseding), or written.
+    Never deletes: an updated memory stays, marked superseded, in the new one's history."""
     vector = embed_passages([fact.content])[0]
     similar = memory_find_similar(
         team=team,
@@ -233,7 +251,7 @@ def _store_fact(
         vector=vector,
         min_score=SUPERSEDE_MIN_SCORE,
     )
-    metadata = {"source": "extraction", "source_items": source_items, "job_id": job_id}
+    metadata = {"source": source, "source_items": source_items, "job_id": job_id}
 
     def write(meta: dict[str, Any], *, enable_dedup: bool) -> tuple[Memory, DedupHit | None]:
         return memory_create(
@@ -245,12 +263,14 @@ def _store_fact(
             category=fact.category,
             metadata=meta,
             enable_dedup=enable_dedup,
+            run_id=run_id,
+            vector=vector,
         )
 
     for old, _score in similar:
         reason = conflict_reason(fact.content, old.content)
         if reason is None:
-            return "duplicate", old
+            return StoredFact("duplicate", old)
         updates = reason in (
             "numbers differ",
             "negation differs",
@@ -262,9 +282,9 @@ def _store_fact(
             # Written as is: the older memory it updates would otherwise answer as a duplicate.
             new, _ = write({**metadata, "supersedes": old.pk}, enable_dedup=False)
             memory_supersede(old=old, new=new, actor=SYSTEM)
-            return "superseded", new
+            return StoredFact("superseded", new, supersedes=old.pk)
     new, hit = write(metadata, enable_dedup=True)
-    return ("duplicate" if hit else "created"), new
+    return StoredFact("duplicate" if hit else "created", new)
 
 
 def extract_facts(
@@ -308,14 +328,18 @@ def _extract_facts(
     with transaction.atomic():
         claim.confirm()
         for fact in facts:
-            outcome, memory = _store_fact(
-                team, agent_id, fact, _sources(items, fact.source_indexes), job_id
+            outcome = store_fact(
+                team=team,
+                agent_id=agent_id,
+                fact=fact,
+                source_items=_sources(items, fact.source_indexes),
+                job_id=job_id,
             )
-            if outcome == "duplicate":
+            if outcome.outcome == "duplicate":
                 duplicates += 1
                 continue
-            superseded += outcome == "superseded"
-            stored.append(memory)
+            superseded += outcome.outcome == "superseded"
+            stored.append(outcome.memory)
         _archive(team, agent_id, items, job_id)
     if delete_after:
         store.remove(team_id=team.id, agent_id=agent_id, item_ids=[i.id for i in items])

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils.dateparse import parse_datetime
 
 from core.localcache import TTLCache
 from graph.extraction import graph_extract
@@ -30,9 +31,10 @@ from memories.working import get_working_store, max_items_per_agent
 from tenants.models import Agent, Team
 
 from ..presenters import job_counts, result_body
-from ..results import AutoRunAction, AutoRunSummary, JobResult, JobSkipped
-from . import jobs, operations
+from ..results import AutoRunAction, AutoRunSummary, JobReplayed, JobResult, JobSkipped
+from . import ingest, jobs, operations
 from .dispatch import enqueue
+from .idempotency import IdempotencyKey, Replayed
 
 logger = logging.getLogger(__name__)
 
@@ -248,6 +250,46 @@ def _extract_graph(c: JobContext) -> Outcome:
     return graph_extract(team=c.team, agent_id=c.agent_id, job_id=c.job_id, **c.params)
 
 
+def _ingest(c: JobContext) -> Outcome:
+    # A retry of a job whose first run committed (and then died before recording it) must not
+    # ingest again: the first run recorded its answer under the job's own key.
+    first = c.job_id
+    if c.job_id is not None:
+        first = (
+            JobRun.objects.filter(pk=c.job_id).values_list("retry_of_id", flat=True).first()
+            or c.job_id
+        )
+    p = c.params
+    given = p.get("idempotency")
+    key = (
+        # A synchronous request's own Idempotency-Key: its answer is the job's.
+        IdempotencyKey(endpoint="ingest", key=given["key"], request_hash=given["hash"])
+        if given
+        else IdempotencyKey(endpoint="ingest-job", key=str(first), request_hash="")
+    )
+    try:
+        return ingest.ingest(
+            team=c.team,
+            agent_id=c.agent_id,
+            messages=[
+                ingest.IngestMessage(
+                    role=m["role"],
+                    content=m["content"],
+                    at=parse_datetime(m["at"]) if m.get("at") else None,
+                    name=m.get("name", ""),
+                )
+                for m in p["messages"]
+            ],
+            run_id=p.get("run_id", ""),
+            infer=p.get("infer", True),
+            fact_roles=p.get("fact_roles", ingest.DEFAULT_FACT_ROLES),
+            job_id=c.job_id,
+            idempotency=key,
+        )
+    except Replayed as replayed:
+        return JobReplayed(body=replayed.body, status_code=replayed.status_code), Usage(), ""
+
+
 def _auto_run(c: JobContext) -> Outcome:
     return _auto_run_outcome(team=c.team, job_id=c.job_id)
 
@@ -261,6 +303,7 @@ HANDLERS: dict[str, JobHandler] = {
     JobKind.CLEANUP: _cleanup,
     JobKind.EXTRACT_GRAPH: _extract_graph,
     JobKind.AUTO_RUN: _auto_run,
+    JobKind.INGEST: _ingest,
 }
 
 

@@ -303,6 +303,9 @@ MEMORY_MAX_CONTENT_CHARS = env.int("MEMORY_MAX_CONTENT_CHARS", default=32000)
 # agent deletion or pipeline-config change may go unseen here. 0 disables them.
 AGENT_CACHE_SECONDS = env.float("AGENT_CACHE_SECONDS", default=10.0)
 PIPELINE_CONFIG_CACHE_SECONDS = env.float("PIPELINE_CONFIG_CACHE_SECONDS", default=5.0)
+# How long a write sent with an `Idempotency-Key` header is remembered: a retry within this time
+# gets the first answer back and writes nothing (lifecycle.services.idempotency).
+IDEMPOTENCY_TTL_HOURS = env.int("IDEMPOTENCY_TTL_HOURS", default=24)
 # Past the cap an agent's oldest working items move to the lifecycle archive (never lost;
 # restorable), and a team that automates compresses on reaching it (lifecycle.services.pipeline).
 WORKING_MEMORY_MAX_ITEMS_PER_AGENT = env.int("WORKING_MEMORY_MAX_ITEMS_PER_AGENT", default=1000)

@@ -31,10 +31,12 @@ def _contents(variant: int = 0) -> list[str]:
     ]
 
 
-def count_rows(stack: Stack, where: str, params: tuple[Any, ...]) -> int:
+def count_rows(
+    stack: Stack, where: str, params: tuple[Any, ...], table: str = "memories_memory"
+) -> int:
     """Rows of the stack's own database (not the test database), read directly."""
     cfg = environ.Env.db_url_config(stack.env["DATABASE_URL"])
-    sql = f"SELECT COUNT(*) FROM memories_memory WHERE {where}"
+    sql = f"SELECT COUNT(*) FROM {table} WHERE {where}"
     if cfg["ENGINE"] == "django.db.backends.sqlite3":
         conn = sqlite3.connect(cfg["NAME"])
         try:
@@ -172,3 +174,30 @@ def test_the_same_batch_from_eight_clients_leaves_one_row_each(stack):
     assert count_rows(stack, "agent_id = ?", ("batch",)) == FACTS
     statuses = [r["status"] for a in answers for r in a["results"]]
     assert statuses.count(201) == FACTS and statuses.count(200) == CLIENTS * FACTS - FACTS
+
+
+def test_the_same_ingest_retried_from_eight_clients_with_one_key_is_written_once(stack):
+    """Eight clients send each conversation with the same Idempotency-Key at the same moment
+    (a client retrying through two processes): each is archived once, its fact stored once,
+    and every client gets the same answer."""
+    contents = _contents()
+
+    def ingest(client: MemoryClient, t: int, i: int) -> Any:
+        body = {"agent_id": "ingest", "messages": [{"role": "user", "content": contents[i]}]}
+        _method, url, raw, headers = client._prepare("POST", "/memories/ingest", body, None)
+        headers["Idempotency-Key"] = f"conversation-{i}"
+        response = client.session.post(url, data=raw, headers=headers, timeout=120)
+        assert response.status_code == 200, response.text
+        return i, response.json()["data"]
+
+    answers = run_concurrently(stack, ingest)
+    assert count_rows(stack, "agent_id = ?", ("ingest",)) == FACTS
+    assert count_rows(stack, "agent_id = ?", ("ingest",), table="lifecycle_workingarchive") == FACTS
+    by_conversation: dict[int, list[Any]] = {}
+    for i, data in answers:
+        by_conversation.setdefault(i, []).append(data)
+    for i, datas in by_conversation.items():
+        assert all(d == datas[0] for d in datas), i
+        # One new memory each (ADD, or UPDATE of a ticket whose number differs): none is NOOP,
+        # which is what a second write of the same conversation would have answered.
+        assert [f["decision"] for f in datas[0]["facts"]] in (["ADD"], ["UPDATE"])

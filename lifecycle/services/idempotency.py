@@ -1,0 +1,118 @@
+"""Idempotent writes: a request sent with an `Idempotency-Key` header is answered once and its
+answer replayed to every retry for IDEMPOTENCY_TTL_HOURS (docs/ingest.md).
+
+Two steps. `idempotency_replay` looks the key up before any work (a retry costs no LLM call).
+`idempotency_record` inserts the answer in the transaction that commits the request's writes:
+the unique (team, endpoint, key) makes a concurrent twin of the request, which passed the
+lookup too, fail there — its writes roll back and it replays the first one's answer instead
+(`Replayed`). So a request's writes and its record commit together or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from core.errors import DomainError, ErrorCode, ValidationFailed
+from tenants.models import Team
+
+from ..models import IdempotentRequest
+
+MAX_KEY_LENGTH = 200
+
+
+@dataclass(frozen=True)
+class IdempotencyKey:
+    """The key a client sent for one endpoint and a fingerprint of its body."""
+
+    endpoint: str
+    key: str
+    request_hash: str
+
+    @classmethod
+    def of(cls, *, endpoint: str, key: str, body: bytes) -> IdempotencyKey:
+        if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
+            rule = f"1..{MAX_KEY_LENGTH} printable characters"
+            raise ValidationFailed({"Idempotency-Key": [rule]}, f"Idempotency-Key: {rule}")
+        return cls(endpoint=endpoint, key=key, request_hash=hashlib.sha256(body).hexdigest())
+
+
+class Replayed(Exception):
+    """The request was answered before: its status and body, to send again."""
+
+    def __init__(self, *, status_code: int, body: Any) -> None:
+        super().__init__(f"replayed ({status_code})")
+        self.status_code = status_code
+        self.body = body
+
+
+def _fresh(team: Team, key: IdempotencyKey) -> IdempotentRequest | None:
+    row = IdempotentRequest.objects.filter(team=team, endpoint=key.endpoint, key=key.key).first()
+    if row is None:
+        return None
+    if row.created_at < timezone.now() - timedelta(hours=settings.IDEMPOTENCY_TTL_HOURS):
+        # Expired: the key may be used again (pruned by `idempotency_prune` too).
+        row.delete()
+        return None
+    return row
+
+
+def _replayed(row: IdempotentRequest, key: IdempotencyKey) -> Replayed:
+    if row.request_hash != key.request_hash:
+        raise DomainError(
+            ErrorCode.CONFLICT,
+            "Idempotency-Key was already used with a different request body",
+        )
+    return Replayed(status_code=row.status_code, body=row.body)
+
+
+def idempotency_replay(*, team: Team, key: IdempotencyKey | None) -> None:
+    """Raises `Replayed` when this key was answered within the TTL (or CONFLICT when it was used
+    for another body); returns when the request is new."""
+    if key is None:
+        return
+    row = _fresh(team, key)
+    if row is not None:
+        raise _replayed(row, key)
+
+
+def idempotency_record(
+    *, team: Team, key: IdempotencyKey | None, status_code: int, body: Any
+) -> None:
+    """Inside the request's writing transaction: records its answer. A twin that committed first
+    makes this raise `Replayed` (with its answer); the caller's transaction must then roll back."""
+    if key is None:
+        return
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("idempotency_record must be called inside transaction.atomic()")
+    try:
+        # A savepoint: the failed insert must not poison the caller's transaction on PostgreSQL.
+        with transaction.atomic():
+            IdempotentRequest.objects.create(
+                team=team,
+                endpoint=key.endpoint,
+                key=key.key,
+                request_hash=key.request_hash,
+                status_code=status_code,
+                body=body,
+            )
+    except IntegrityError:
+        row = IdempotentRequest.objects.filter(
+            team=team, endpoint=key.endpoint, key=key.key
+        ).first()
+        if row is None:  # pragma: no cover - deleted between the insert and this read
+            raise
+        raise _replayed(row, key) from None
+
+
+def idempotency_prune() -> int:
+    """Deletes the records older than the TTL; returns how many."""
+    cutoff = timezone.now() - timedelta(hours=settings.IDEMPOTENCY_TTL_HOURS)
+    deleted, _ = IdempotentRequest.objects.filter(created_at__lt=cutoff).delete()
+    return deleted

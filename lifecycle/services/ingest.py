@@ -1,0 +1,117 @@
+"""Conversation ingest (`POST /memories/ingest`, docs/ingest.md): an agent hands over a stretch
+of conversation in one call.
+
+Every message is kept as L0 in the archive (`WorkingArchive`, reason `ingested`, with its role,
+time, speaker name and run id), so whatever is derived from it stays traceable
+(`/lifecycle/sources/<id>`). With `infer`, the facts are extracted from the messages of the
+chosen roles (the user's by default: an assistant's own explanations are not facts about the
+user) by the lifecycle engine — the configured LLM, or the offline engine — and each fact gets
+one decision against the agent's personal memories (`operations.store_fact`): `ADD`, `UPDATE`
+(a new memory supersedes the older one, which stays in its history) or `NOOP` (already known).
+Nothing is ever deleted.
+
+The engine call and the embeddings happen before the transaction; the archive rows, the
+decisions and the idempotency record then commit together under the agent's scope lock, so two
+ingests of one agent decide one after the other and see each other's facts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from lifecycle.llm import get_engine
+from lifecycle.models import ArchiveReason, WorkingArchive
+from lifecycle.schemas import Fact
+from llm import Usage
+from memories import locks
+from memories.models import MemoryScope
+from memories.retrieval.embeddings import embed_passages
+from tenants.models import Team
+
+from ..presenters import ingest_body
+from ..results import IngestDecision, IngestResult
+from .idempotency import IdempotencyKey, idempotency_record
+from .operations import store_fact
+
+ROLES = ("user", "assistant", "system", "tool")
+DEFAULT_FACT_ROLES = ("user",)
+MAX_MESSAGES = 200
+_DECISIONS = {"created": "ADD", "superseded": "UPDATE", "duplicate": "NOOP"}
+
+
+@dataclass(frozen=True)
+class IngestMessage:
+    role: str
+    content: str
+    at: datetime | None = None  # when it was said; the ingest time when not given
+    name: str = ""  # the speaker, when the conversation has several
+
+
+def ingest(
+    *,
+    team: Team,
+    agent_id: str,
+    messages: Sequence[IngestMessage],
+    run_id: str = "",
+    infer: bool = True,
+    fact_roles: Sequence[str] = DEFAULT_FACT_ROLES,
+    job_id: int | None = None,
+    idempotency: IdempotencyKey | None = None,
+) -> tuple[IngestResult, Usage, str]:
+    """Archives the messages and decides their facts; `(result, usage, engine name)` like every
+    lifecycle operation. Raises `idempotency.Replayed` when a twin request committed first."""
+    engine = get_engine()
+    usage = Usage()
+    facts: list[Fact] = []
+    # The messages facts are read from, by their index among all messages.
+    readable = [i for i, m in enumerate(messages) if m.role in fact_roles]
+    if infer and readable:
+        facts, usage = engine.extract_facts([messages[i].content for i in readable])
+        if facts:
+            embed_passages([f.content for f in facts])  # one call; store_fact hits the cache
+    item_ids = [uuid.uuid4().hex for _ in messages]
+    now = timezone.now()
+    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with transaction.atomic():
+        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+        WorkingArchive.objects.bulk_create(
+            [
+                WorkingArchive(
+                    team=team,
+                    agent_id=agent_id,
+                    item_id=item_id,
+                    content=m.content,
+                    item_created_at=m.at or now,
+                    job_id=job_id,
+                    reason=ArchiveReason.INGESTED,
+                    role=m.role,
+                    name=m.name,
+                    run_id=run_id,
+                )
+                for item_id, m in zip(item_ids, messages, strict=True)
+            ]
+        )
+        decisions: list[IngestDecision] = []
+        for fact in facts:
+            sources = [item_ids[readable[j]] for j in fact.source_indexes if 0 <= j < len(readable)]
+            stored = store_fact(
+                team=team,
+                agent_id=agent_id,
+                fact=fact,
+                source_items=sources,
+                job_id=job_id,
+                source="ingest",
+                run_id=run_id,
+            )
+            decisions.append(
+                IngestDecision(_DECISIONS[stored.outcome], stored.memory, stored.supersedes)
+            )
+        result = IngestResult(archived=len(messages), facts=decisions)
+        idempotency_record(team=team, key=idempotency, status_code=200, body=ingest_body(result))
+    return result, usage, engine.name
