@@ -236,7 +236,10 @@ METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 SPECTACULAR_SETTINGS = {
     "TITLE": "Memory platform API",
     # /stats reports the working store under two names (working_store and its earlier name).
-    "ENUM_NAME_OVERRIDES": {"WorkingStoreEnum": ["redis", "database"]},
+    "ENUM_NAME_OVERRIDES": {
+        "WorkingStoreEnum": ["redis", "database"],
+        "MessageRoleEnum": ["user", "assistant", "system", "tool"],
+    },
     "DESCRIPTION": (
         "Persistent memory for AI agents. Every endpoint except `GET /health` and "
         "`GET /health/ready` needs the three HMAC headers `X-API-Key`, `X-Timestamp` and "

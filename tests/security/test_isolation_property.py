@@ -129,6 +129,7 @@ class Isolation(RuleBasedStateMachine):
         self.memories: list[MemoryRecord] = []
         self.entities: list[EntityRecord] = []
         self.working: dict[tuple[str, str], set[str]] = {}
+        self.jobs: list[tuple[int, str, str]] = []  # (job id, team, agent)
         self.acting: str | None = None
         self.snapshots = {team: self._snapshot(team) for team in self.team_ids}
 
@@ -435,6 +436,44 @@ class Isolation(RuleBasedStateMachine):
             return
         assert r.status_code == 200, r.content
         self._assert_memories_visible(actor, r.json()["data"]["candidates"])
+
+    # --- conversation ingest and its jobs ---------------------------------------------------
+
+    @rule(actor=st.sampled_from(ACTORS), agent=st.sampled_from(AGENTS), data=st.data())
+    def ingest_archive_only(self, actor: str, agent: str, data: st.DataObject) -> None:
+        """An ingest (messages archived, no facts: the memories this machine tracks are its
+        own writes), queued as a job; another team's job answers like a missing one."""
+        body = {
+            "agent_id": agent,
+            "messages": [{"role": "user", "content": f"note {self._token(data)}"}],
+            "infer": False,
+            "async": True,
+        }
+        r = self.api(actor).post("/memories/ingest", body)
+        own = agent_of(actor)
+        if own is not None and agent != own:
+            assert (r.status_code, r.json()["code"]) == (403, "FORBIDDEN")
+            return
+        assert r.status_code == 202, r.content
+        self.jobs.append((r.json()["data"]["job_id"], team_of(actor), agent))
+
+    @rule(actor=st.sampled_from(ACTORS), data=st.data())
+    def job_lookup(self, actor: str, data: st.DataObject) -> None:
+        if not self.jobs:
+            return
+        job_id, team, agent = data.draw(st.sampled_from(self.jobs))
+        client = self.api(actor)
+        r = client.get(f"/jobs/{job_id}")
+        own = agent_of(actor)
+        if team != team_of(actor) or (own is not None and own != agent):
+            self._assert_same_as_missing(r, client.get(f"/jobs/{MISSING_MEMORY_ID}"))
+            return
+        assert r.status_code == 200, r.content
+        job = r.json()["data"]
+        assert (job["id"], job["kind"], job["agent_id"]) == (job_id, "ingest", agent)
+        # (This machine's transactions never commit, so a queued job is handed over only in
+        # the tests that commit: it stays queued here.)
+        assert job["result"] in (None, {"archived": 1, "facts": []})
 
     # --- working memory -------------------------------------------------------------------
 
