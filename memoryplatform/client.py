@@ -70,6 +70,7 @@ __all__ = [
     "GeneratedPersona",
     "Health",
     "IngestFact",
+    "IngestMessage",
     "IngestResult",
     "Job",
     "JobAccepted",
@@ -426,6 +427,15 @@ class IngestFact(TypedDict):
     decision: Literal["ADD", "UPDATE", "NOOP"]
     memory: Memory
     supersedes: NotRequired[int]  # UPDATE: the memory this one replaced
+
+
+class IngestMessage(TypedDict):
+    """One message of a conversation to ingest (what `ingest` sends; any mapping will do)."""
+
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str
+    at: NotRequired[str]  # when it was said, ISO 8601
+    name: NotRequired[str]  # the speaker
 
 
 @final
@@ -884,17 +894,21 @@ class _Endpoints:
         infer: bool = True,
         async_: bool = False,
         idempotency_key: str | None = None,
+        fact_roles: Sequence[str] | None = None,
     ) -> _Call[IngestResult | JobAccepted]:
-        """A conversation's messages: archived, and (`infer`) the facts in them added, updated
-        or found known. With `async_=True` the server answers `{"job_id"}` at once (wait with
-        `wait_for_job`; the job's `result` is the IngestResult). `idempotency_key` is sent as
-        the `Idempotency-Key` header: a retried request with the same key is not ingested
-        twice."""
+        """A conversation's messages (`IngestMessage`: role, content, at?, name?): archived,
+        and (`infer`) the facts in the messages of `fact_roles` (the server's default: the
+        user's) added, updated or found known. With `async_=True` the server answers
+        `{"job_id"}` at once (wait with `wait_for_job`; the job's `result` is the IngestResult).
+        `idempotency_key` is sent as the `Idempotency-Key` header: a retry with the same key and
+        body gets the first answer and writes nothing."""
         body: dict[str, Any] = {"agent_id": agent_id, "messages": [dict(m) for m in messages]}
         if run_id is not None:
             body["run_id"] = run_id
         body["infer"] = infer
         body["async"] = async_
+        if fact_roles is not None:
+            body["fact_roles"] = list(fact_roles)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
         return _post("/memories/ingest", body, headers=headers)
 

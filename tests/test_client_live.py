@@ -284,8 +284,8 @@ def test_reading_a_job_and_waiting_for_it(live_server, keys, new_client):
 
 class _Recorder:
     """A local HTTP server that records each request and answers `{"ok": true, "data": …}` with
-    the next queued data: what the clients put on the wire for endpoints the server under test
-    does not have yet (ingest, the run_id filters)."""
+    the next queued data: what exactly the clients put on the wire (body, headers, query),
+    which the live server's answers alone do not show."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -377,3 +377,35 @@ def test_ingest_and_run_id_on_the_wire(recorder, new_client):
     assert headers["X-Signature"] == expected and headers["X-API-Key"] == "mk_test"
     assert listing["path"] == "/memories?agent_id=a1&page_size=50&run_id=run-1"
     assert json.loads(search["body"])["run_id"] == "run-1"
+
+
+def test_ingest_and_the_run_id_filters_with_both_clients(live_server, keys, new_client):
+    client = new_client(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url)
+    messages = [
+        {"role": "user", "content": "I live in Singapore and trade crypto on Binance."},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "My leverage limit is 3x on every account."},
+    ]
+    done = client.ingest("a1", messages, run_id="s-1", idempotency_key="ingest-1")
+    assert "archived" in done and done["archived"] == 3
+    assert {f["decision"] for f in done["facts"]} == {"ADD"}
+    assert {f["memory"]["run_id"] for f in done["facts"]} == {"s-1"}
+    ids = sorted(f["memory"]["id"] for f in done["facts"])
+    # A retry with the same key gets the first answer and writes nothing.
+    assert client.ingest("a1", messages, run_id="s-1", idempotency_key="ingest-1") == done
+    client.write_memory("a1", "Binance fees are paid in BNB", run_id="s-2")
+    assert sorted(m["id"] for m in client.list_memories(run_id="s-1")["items"]) == ids
+    hits = client.search("a1", "Binance", min_score=0, run_id="s-1")
+    assert sorted(m["id"] for m in hits) == ids
+    assert [m["content"] for m in client.search("a1", "Binance", min_score=0, run_id="s-2")] == [
+        "Binance fees are paid in BNB"
+    ]
+    assert client.search_team("Binance", min_score=0, run_id="s-1") == []
+
+    accepted = client.ingest(
+        "a1", [{"role": "user", "content": "I prefer green tea."}], async_=True, run_id="s-3"
+    )
+    assert set(accepted) == {"job_id"}
+    job = client.wait_for_job(accepted["job_id"], timeout=30)
+    assert (job["kind"], job["status"]) == ("ingest", "succeeded")
+    assert job["result"] is not None and job["result"]["archived"] == 1

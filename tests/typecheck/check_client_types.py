@@ -15,6 +15,7 @@ from memoryplatform.client import (
     CleanupResult,
     CompressResult,
     Health,
+    IngestMessage,
     IngestResult,
     Job,
     JobAccepted,
@@ -54,6 +55,8 @@ def check_sync(client: MemoryClient) -> None:
     assert_type(client.wait_for_job(1, timeout=5), Job)
     messages = [{"role": "user", "content": "I drink green tea"}]
     assert_type(client.ingest("a", messages, run_id="r"), IngestResult | JobAccepted)
+    typed: list[IngestMessage] = [{"role": "user", "content": "I drink tea", "name": "alice"}]
+    assert_type(client.ingest("a", typed, fact_roles=["user"]), IngestResult | JobAccepted)
     # The bodies are TypedDicts: their keys and value types are known.
     assert_type(client.get_memory(1)["content"], str)
     assert_type(client.get_memory(1)["superseded_by"], int | None)
