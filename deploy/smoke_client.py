@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -56,7 +55,7 @@ def run(url_a: str, url_b: str) -> None:
     a, b = _client(url_a), _client(url_b)
 
     _step("write a long-term memory through process A")
-    written: dict[str, Any] = a.write_memory(AGENT, FACT, importance=0.8)
+    written = a.write_memory(AGENT, FACT, importance=0.8)
     memory_id = written["id"]
 
     _step("search finds it through process B (the index change crossed processes)")

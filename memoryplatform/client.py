@@ -11,26 +11,89 @@
         await client.write_memory("assistant", "用户偏好简洁回复", importance=0.8)
         hits = await client.search("assistant", "沟通偏好")
 
-Every method returns the envelope's `data` and raises `MemoryAPIError` (with `.code`,
-`.status` and `.details`) when the server answers `ok: false`. Bodies are serialised once with
+Every method returns the envelope's `data`, typed: the bodies are the `TypedDict`s below (`Memory`,
+`SearchHit`, `MemoryPage`, `Job`…), plain dicts at run time, so `m["content"]` works and a type
+checker knows what `client.get_memory(1)` or `await client.get_memory(1)` holds. Errors raise
+`MemoryAPIError` (with `.code`, `.status` and `.details`) when the server answers `ok: false`. Bodies are serialised once with
 `json.dumps(..., ensure_ascii=True)` and those exact bytes are both signed and sent, which is
 what the server verifies (docs/authentication.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import inspect
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    NotRequired,
+    ParamSpec,
+    Self,
+    TypedDict,
+    TypeVar,
+    final,
+    overload,
+)
 from urllib.parse import quote, urlencode
 
 import requests
 
-__all__ = ["AsyncMemoryClient", "MemoryAPIError", "MemoryClient", "sign"]
+__all__ = [
+    "Agent",
+    "AsyncMemoryClient",
+    "AutoRunAction",
+    "AutoRunResult",
+    "BatchItemResult",
+    "BatchResult",
+    "CleanupCandidate",
+    "CleanupResult",
+    "CompressResult",
+    "EntityRef",
+    "ExtractFactsResult",
+    "ExtractedFact",
+    "GeneratedPersona",
+    "Health",
+    "IngestFact",
+    "IngestMessage",
+    "IngestResult",
+    "Job",
+    "JobAccepted",
+    "Memory",
+    "MemoryAPIError",
+    "MemoryClient",
+    "MemoryDetail",
+    "MemoryHistory",
+    "MemoryPage",
+    "Persona",
+    "PipelineConfig",
+    "Revision",
+    "Scenario",
+    "ScenariosResult",
+    "SearchHit",
+    "Stats",
+    "Team",
+    "TrashPage",
+    "TrashedMemory",
+    "WorkingCleared",
+    "WorkingItem",
+    "sign",
+]
 
 
 def sign(secret: str, timestamp: int | str, body: bytes = b"") -> str:
@@ -66,9 +129,453 @@ class MemoryAPIError(Exception):
         self.request_id = request_id
 
 
+# --- the bodies the server answers ------------------------------------------------------------
+# What `data` holds, endpoint by endpoint, as the server's presenters build it (memories,
+# lifecycle and graph `presenters.py`, tenants' output serializers; the OpenAPI schema documents
+# the same). TypedDicts: the values stay the plain dicts `json` gives, so nothing changes at run
+# time; only a type checker sees the keys. Timestamps are ISO 8601 strings. A key that only
+# some answers carry is NotRequired; a key always present but possibly null is `X | None`.
+
+Scope = Literal["personal", "team"]
+JobStatus = Literal["queued", "running", "succeeded", "failed", "abandoned"]
+
+
+class Health(TypedDict):
+    status: str
+
+
+class Stats(TypedDict):
+    personal_memories: int
+    team_memories: int
+    agents: int
+    working_memories: int | None  # null when the working store is down
+    working_evicted_to_archive: int
+    scenarios: int
+    personas: int
+    entities: int
+    relations: int
+    redis_ok: bool | None  # null in embedded mode (no Redis configured)
+    embedding_ok: bool
+    working_store: Literal["redis", "database"]
+    working_memory_backend: Literal["redis", "database"]  # the earlier name of working_store
+    embedding_model: str
+    llm: str
+
+
+class Team(TypedDict):
+    id: str
+    name: str
+    description: str
+    config: dict[str, Any]
+    created_at: str
+    updated_at: str
+
+
+class Agent(TypedDict):
+    id: str
+    team_id: str
+    name: str
+    role: str
+    config: dict[str, Any]
+    created_at: str
+    updated_at: str
+
+
+class Memory(TypedDict):
+    """The memory object (`memories.presenters.memory_body`): what a write, an update, a restore,
+    a listing or a recent read answers."""
+
+    id: int
+    team_id: str
+    agent_id: str | None  # null for a team memory written without an agent
+    scope: Scope
+    content: str
+    importance: float
+    category: str
+    metadata: dict[str, Any]
+    pinned: bool
+    created_at: str
+    updated_at: str
+    last_accessed: str | None
+    access_count: int
+    # Only on a memory replaced by a newer one (null from get_memory while it is current).
+    superseded_by: NotRequired[int | None]
+    # The session (run) that wrote it, on memories written with a run_id.
+    run_id: NotRequired[str]
+    # A write that matched a stored memory answers that memory with these two.
+    dedup_skipped: NotRequired[bool]
+    dedup_score: NotRequired[float]
+
+
+class EntityRef(TypedDict):
+    """A graph entity attached to a search hit (`include_entities=True`)."""
+
+    id: str
+    name: str
+    entity_type: str
+    description: str | None
+
+
+class SearchHit(Memory):
+    """A search result: the memory (its content cut to the character budgets) and its score."""
+
+    score: float  # 0..1, docs/search.md
+    entities: NotRequired[list[EntityRef]]  # with include_entities only
+
+
+class MemoryDetail(Memory):
+    """`get_memory`: `superseded_by` is always there (null while current), and `source`."""
+
+    source: str | None  # metadata.source: compression, extraction…; null when written directly
+
+
+class MemoryPage(TypedDict):
+    items: list[Memory]
+    next_cursor: str | None  # null on the last page
+
+
+class Revision(TypedDict):
+    at: str
+    by: str  # "key mk_…", "user alice", "system"
+    change: Literal["update", "revert", "supersede", "promote"]
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+
+class MemoryHistory(TypedDict):
+    revisions: list[Revision]  # oldest first
+    supersedes: list[int]
+    superseded_by: int | None
+
+
+class BatchItemResult(TypedDict):
+    status: int  # 201 written, 200 duplicate, 400 / 403 refused
+    memory: NotRequired[Memory]  # written or duplicate
+    dedup_skipped: NotRequired[bool]
+    error: NotRequired[str]  # refused
+    details: NotRequired[dict[str, Any]]  # refused
+
+
+class BatchResult(TypedDict):
+    results: list[BatchItemResult]  # in the order of the items
+
+
+class TrashedMemory(TypedDict):
+    id: int
+    team_id: str
+    agent_id: str | None
+    scope: Scope
+    content: str
+    importance: float
+    category: str
+    metadata: dict[str, Any]
+    pinned: bool
+    created_at: str | None
+    removed_at: str
+    removed_by: str  # api, cleanup, auto, beat, command, console
+    reason: str
+    expires_at: str  # erased for good at this time
+
+
+class TrashPage(TypedDict):
+    items: list[TrashedMemory]
+    total: int
+    page: int
+    page_size: int
+
+
+class WorkingItem(TypedDict):
+    id: str
+    agent_id: str
+    content: str
+    created_at: str
+    expires_at: str
+
+
+class WorkingCleared(TypedDict):
+    cleared: int
+
+
+class CompressResult(TypedDict):
+    compressed: int  # working items consumed
+    remaining: int
+    total_before: int
+    target_count: int
+    summary: str | None  # null when there was nothing to compress
+    memory_ids: list[int]
+    busy_job_id: NotRequired[int]  # another compress of this agent was running
+
+
+class ExtractedFact(TypedDict):
+    id: int
+    content: str
+    importance: float
+    category: str
+
+
+class ExtractFactsResult(TypedDict):
+    facts: list[ExtractedFact]
+    count: int
+    duplicates: int
+    superseded: int
+    analyzed: NotRequired[int]  # absent when there were no working items
+    busy_job_id: NotRequired[int]
+
+
+class Scenario(TypedDict):
+    id: str
+    name: str
+    summary: str
+    memory_ids: list[int]
+    created_at: str
+
+
+class ScenariosResult(TypedDict):
+    scenarios: list[Scenario]
+    count: int
+
+
+class Persona(TypedDict):
+    id: str
+    agent_id: str
+    preferences: list[str]
+    habits: list[str]
+    expertise: list[str]
+    communication_style: str
+    summary: str
+    memory_ids: list[int]
+    scenario_ids: list[str]
+    created_at: str
+
+
+class GeneratedPersona(TypedDict):
+    persona: Persona
+
+
+class CleanupCandidate(Memory):
+    reason: str
+
+
+class CleanupResult(TypedDict):
+    cleaned: int  # 0 on a dry run
+    remaining: int
+    trashed: NotRequired[list[int]]  # not on a dry run: the ids moved to the trash
+    dry_run: NotRequired[bool]  # dry runs only (true), with the two below
+    would_clean: NotRequired[int]
+    candidates: NotRequired[list[CleanupCandidate]]
+
+
+class PipelineConfig(TypedDict):
+    team_id: str
+    compress_every_n: int
+    compress_target_count: int
+    cleanup_idle_days: int
+    cleanup_min_importance: float
+    enabled: bool
+    warmup_max_memories: int
+    warmup_compress_every_n: int
+    extract_graph: bool
+    configured: bool  # false: the defaults, never saved
+
+
+class AutoRunAction(TypedDict):
+    """One action of an auto-run: `action` and that operation's result fields."""
+
+    action: Literal["compress", "cleanup"]
+    agent_id: NotRequired[str]  # compress only
+    compressed: NotRequired[int]
+    remaining: NotRequired[int]
+    total_before: NotRequired[int]
+    target_count: NotRequired[int]
+    summary: NotRequired[str | None]
+    memory_ids: NotRequired[list[int]]
+    busy_job_id: NotRequired[int]
+    cleaned: NotRequired[int]
+    trashed: NotRequired[list[int]]
+
+
+class AutoRunResult(TypedDict):
+    results: list[AutoRunAction]  # empty when the pipeline is disabled
+
+
+class Job(TypedDict):
+    """`GET /jobs/<id>` (`lifecycle.presenters.job_body`)."""
+
+    id: int
+    kind: str  # ingest, export, compress, extract-facts, ...
+    status: JobStatus
+    agent_id: str | None
+    trigger: str  # api, auto, beat, admin, command
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    counts: dict[str, Any]  # the scalar fields of the result
+    result: dict[str, Any] | None  # once succeeded: what the queuing endpoint answers
+    error: str | None
+    retry_of: int | None  # the abandoned job this one retries
+
+
+# final: `"job_id" in answer` tells the two answers of ingest apart for a type checker too.
+@final
+class JobAccepted(TypedDict):
+    """An asynchronous request's answer: poll the job (`wait_for_job`)."""
+
+    job_id: int
+
+
+class IngestFact(TypedDict):
+    decision: Literal["ADD", "UPDATE", "NOOP"]
+    memory: Memory
+    supersedes: NotRequired[int]  # UPDATE: the memory this one replaced
+
+
+class IngestMessage(TypedDict):
+    """One message of a conversation to ingest (what `ingest` sends; any mapping will do)."""
+
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str
+    at: NotRequired[str]  # when it was said, ISO 8601
+    name: NotRequired[str]  # the speaker
+
+
+@final
+class IngestResult(TypedDict):
+    archived: int  # messages archived
+    facts: list[IngestFact]
+
+
+# --- one definition of each endpoint for both clients -----------------------------------------
+# An endpoint method does not perform its request: it describes it as a `_Call[T]`, T being the
+# type of the data it answers (or, for one that takes several requests such as `wait_for_job`, is
+# a generator that yields `_Call`s and `_Sleep`s, is sent each call's data back and returns its
+# result: a `_Flow[T]`). The `@_endpoint` / `@_flow` decorator turns the method into a
+# descriptor that, read from a client, runs the description with that client's transport:
+# blocking for `MemoryClient`, a coroutine for `AsyncMemoryClient`. Its `__get__` overloads
+# tell a type checker the same thing from the one definition: `MemoryClient().get_memory` is
+# `(memory_id: int) -> MemoryDetail`, `AsyncMemoryClient().get_memory` is
+# `(memory_id: int) -> Coroutine[..., MemoryDetail]`, parameters kept (ParamSpec). Python has no
+# higher-kinded types to say "Result[T] where Result is the client's", so the choice between T
+# and an awaitable of T is made per client class here, once, rather than in ~50 signatures
+# written twice. tests/typecheck/check_client_types.py holds the checks (`mypy .` runs it).
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class _Call(Generic[T]):
+    """One request an endpoint asks for, answering data of type T. (A plain class, not a
+    dataclass: this module also works loaded from its file alone, outside sys.modules.)"""
+
+    __slots__ = ("body", "headers", "method", "params", "path", "signed")
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        signed: bool = True,  # False: /health, no authentication
+    ) -> None:
+        self.method, self.path, self.body = method, path, body
+        self.params, self.headers, self.signed = params, headers, signed
+
+
+class _Sleep:
+    """A pause a flow asks for (time.sleep or asyncio.sleep, by client)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+_Flow = Generator[_Call[Any] | _Sleep, Any, T]
+
+
+class _Endpoint(Generic[P, T]):
+    def __init__(self, plan: Callable[..., _Call[T] | _Flow[T]]) -> None:
+        self._plan = plan
+        self.__name__ = plan.__name__
+        self.__qualname__ = plan.__qualname__
+        self.__doc__ = plan.__doc__
+        # What help() and inspect show of a client's method: no `self`, and the data it answers.
+        sig = inspect.signature(plan)
+        answer = sig.return_annotation
+        if isinstance(answer, str) and answer.startswith(("_Call[", "_Flow[")):
+            answer = answer[len("_Call[") : -1]
+        self._signature = sig.replace(
+            parameters=list(sig.parameters.values())[1:], return_annotation=answer
+        )
+
+    @overload
+    def __get__(self, client: None, owner: type[Any]) -> Self: ...
+    @overload
+    def __get__(self, client: MemoryClient, owner: type[Any] | None = None) -> Callable[P, T]: ...
+    @overload
+    def __get__(
+        self, client: AsyncMemoryClient, owner: type[Any] | None = None
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    @overload
+    def __get__(self, client: _Endpoints, owner: type[Any] | None = None) -> Callable[P, Any]: ...
+    def __get__(self, client: _Endpoints | None, owner: type[Any] | None = None) -> Any:
+        if client is None:
+            return self
+        plan = self._plan
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return client._drive(plan(client, *args, **kwargs))
+
+        call.__name__ = self.__name__
+        call.__qualname__ = self.__qualname__
+        call.__doc__ = self.__doc__
+        call.__signature__ = self._signature  # type: ignore[attr-defined]
+        return call
+
+    def __call__(self, client: _Endpoints, /, *args: Any, **kwargs: Any) -> Any:
+        """Read from the class, `MemoryClient.search(client, …)` still works."""
+        return self.__get__(client)(*args, **kwargs)
+
+
+def _endpoint(build: Callable[Concatenate[Any, P], _Call[T]]) -> _Endpoint[P, T]:
+    """An endpoint of one request."""
+    return _Endpoint(build)
+
+
+def _flow(build: Callable[Concatenate[Any, P], _Flow[T]]) -> _Endpoint[P, T]:
+    """An endpoint of several requests (a generator, see above)."""
+    return _Endpoint(build)
+
+
+def _get(path: str, params: dict[str, Any] | None = None) -> _Call[Any]:
+    return _Call("GET", path, params=params)
+
+
+def _post(
+    path: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+) -> _Call[Any]:
+    return _Call("POST", path, body if body is not None else {}, headers=headers)
+
+
+def _put(path: str, body: dict[str, Any]) -> _Call[Any]:
+    return _Call("PUT", path, body)
+
+
+def _delete(path: str, params: dict[str, Any] | None = None) -> _Call[Any]:
+    return _Call("DELETE", path, params=params)
+
+
+def _job_call(job_id: int) -> _Call[Job]:
+    return _get(f"/jobs/{int(job_id)}")
+
+
+JOB_FINAL_STATUSES = frozenset({"succeeded", "failed", "abandoned"})
+
+
 class _Endpoints:
-    """Every endpoint, once, for both clients: each method returns what `request` returns — the
-    envelope's data for `MemoryClient`, an awaitable of it for `AsyncMemoryClient`."""
+    """Every endpoint, once, for both clients: each method describes its request (see above) and
+    the client it is read from runs it — `MemoryClient` answers the envelope's data,
+    `AsyncMemoryClient` an awaitable of it."""
 
     api_key: str
     secret: str
@@ -81,11 +588,21 @@ class _Endpoints:
         path: str,
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
         raise NotImplementedError
 
     def _fetch_unsigned(self, path: str) -> Any:
         raise NotImplementedError
+
+    def _drive(self, plan: _Call[Any] | _Flow[Any]) -> Any:
+        """Runs an endpoint's description with this client's transport."""
+        raise NotImplementedError
+
+    def _send(self, call: _Call[Any]) -> Any:
+        if not call.signed:
+            return self._fetch_unsigned(call.path)
+        return self.request(call.method, call.path, call.body, call.params, headers=call.headers)
 
     def _prepare(
         self,
@@ -93,9 +610,11 @@ class _Endpoints:
         path: str,
         body: dict[str, Any] | None,
         params: dict[str, Any] | None,
+        extra_headers: dict[str, str] | None = None,
     ) -> tuple[str, str, bytes, dict[str, str]]:
         """(method, url, the exact body bytes, headers): the body is serialised once and those
-        bytes are both signed and sent."""
+        bytes are both signed and sent. `extra_headers` (e.g. Idempotency-Key) are sent as they
+        are, unsigned; they cannot replace the authentication headers."""
         method = method.upper()
         query = urlencode({k: v for k, v in (params or {}).items() if v is not None}, doseq=True)
         full_path = path + (f"?{query}" if query else "")
@@ -105,7 +624,7 @@ class _Endpoints:
             else json.dumps(body, ensure_ascii=True).encode()
         )
         ts = str(int(time.time()))
-        headers = {"X-API-Key": self.api_key, "X-Timestamp": ts}
+        headers = {**(extra_headers or {}), "X-API-Key": self.api_key, "X-Timestamp": ts}
         if self.signature_version == 2:
             nonce = secrets.token_urlsafe(18)
             headers.update(
@@ -156,75 +675,89 @@ class _Endpoints:
 
     # --- system and tenancy ------------------------------------------------------------------
 
-    def health(self) -> Any:
-        return self._fetch_unsigned("/health")
+    @_endpoint
+    def health(self) -> _Call[Health]:
+        return _Call("GET", "/health", signed=False)
 
-    def get_stats(self) -> Any:
-        return self.get("/stats")
+    @_endpoint
+    def get_stats(self) -> _Call[Stats]:
+        return _get("/stats")
 
+    @_endpoint
     def upsert_team(
         self,
         team_id: str,
         name: str,
         description: str | None = None,
         config: dict[str, Any] | None = None,
-    ) -> Any:
+    ) -> _Call[Team]:
         body: dict[str, Any] = {"team_id": team_id, "name": name}
         if description is not None:
             body["description"] = description
         if config is not None:
             body["config"] = config
-        return self.post("/teams", body)
+        return _post("/teams", body)
 
-    def get_team(self, team_id: str) -> Any:
-        return self.get(f"/teams/{quote(team_id, safe='')}")
+    @_endpoint
+    def get_team(self, team_id: str) -> _Call[Team]:
+        return _get(f"/teams/{quote(team_id, safe='')}")
 
-    def delete_team(self, team_id: str) -> Any:
-        return self.delete(f"/teams/{quote(team_id, safe='')}")
+    @_endpoint
+    def delete_team(self, team_id: str) -> _Call[None]:
+        return _delete(f"/teams/{quote(team_id, safe='')}")
 
+    @_endpoint
     def upsert_agent(
         self,
         agent_id: str,
         name: str,
         role: str | None = None,
         config: dict[str, Any] | None = None,
-    ) -> Any:
+    ) -> _Call[Agent]:
         body: dict[str, Any] = {"agent_id": agent_id, "name": name}
         if role is not None:
             body["role"] = role
         if config is not None:
             body["config"] = config
-        return self.post("/agents", body)
+        return _post("/agents", body)
 
-    def get_agent(self, team_id: str, agent_id: str) -> Any:
-        return self.get(f"/agents/{quote(team_id, safe='')}/{quote(agent_id, safe='')}")
+    @_endpoint
+    def get_agent(self, team_id: str, agent_id: str) -> _Call[Agent]:
+        return _get(f"/agents/{quote(team_id, safe='')}/{quote(agent_id, safe='')}")
 
-    def list_agents(self, team_id: str) -> Any:
-        return self.get(f"/agents/{quote(team_id, safe='')}")
+    @_endpoint
+    def list_agents(self, team_id: str) -> _Call[list[Agent]]:
+        return _get(f"/agents/{quote(team_id, safe='')}")
 
-    def delete_agent(self, team_id: str, agent_id: str) -> Any:
-        return self.delete(f"/agents/{quote(team_id, safe='')}/{quote(agent_id, safe='')}")
+    @_endpoint
+    def delete_agent(self, team_id: str, agent_id: str) -> _Call[None]:
+        return _delete(f"/agents/{quote(team_id, safe='')}/{quote(agent_id, safe='')}")
 
     # --- long-term memory (the original client's method names) ----------------------------
 
+    @_endpoint
     def write_memory(
-        self, agent_id: str, content: str, importance: float = 0.5, **extra: Any
-    ) -> Any:
-        return self.post(
+        self, /, agent_id: str, content: str, importance: float = 0.5, **extra: Any
+    ) -> _Call[Memory]:
+        return _post(
             "/memories/personal",
             {"agent_id": agent_id, "content": content, "importance": importance, **extra},
         )
 
+    @_endpoint
     def search(
         self,
+        /,
         agent_id: str,
         query: str,
         limit: int = 10,
         min_score: float = 0.3,
         max_chars_per_memory: int = 0,
         max_total_chars: int = 0,
+        run_id: str | None = None,
         **extra: Any,
-    ) -> Any:
+    ) -> _Call[list[SearchHit]]:
+        """`run_id`: only memories written by that run (session)."""
         body: dict[str, Any] = {
             "agent_id": agent_id,
             "query": query,
@@ -236,144 +769,242 @@ class _Endpoints:
             body["max_chars_per_memory"] = max_chars_per_memory
         if max_total_chars:
             body["max_total_chars"] = max_total_chars
-        return self.post("/memories/personal/search", body)
+        if run_id is not None:
+            body["run_id"] = run_id
+        return _post("/memories/personal/search", body)
 
-    def get_recent(self, agent_id: str, limit: int = 10) -> Any:
-        return self.get(
+    @_endpoint
+    def get_recent(self, agent_id: str, limit: int = 10) -> _Call[list[Memory]]:
+        return _get(
             f"/memories/personal/recent/{quote(agent_id, safe='')}", params={"limit": limit}
         )
 
-    def update_memory(self, memory_id: int, **fields: Any) -> Any:
-        return self.put(f"/memories/personal/{int(memory_id)}", fields)
+    @_endpoint
+    def update_memory(self, /, memory_id: int, **fields: Any) -> _Call[Memory]:
+        return _put(f"/memories/personal/{int(memory_id)}", fields)
 
-    def delete_memory(self, memory_id: int, purge: bool = False) -> Any:
+    @_endpoint
+    def delete_memory(self, memory_id: int, purge: bool = False) -> _Call[None]:
         """To the trash (restorable); purge=True erases it at once."""
-        return self.request(
-            "DELETE",
-            f"/memories/personal/{int(memory_id)}",
-            params={"purge": "true"} if purge else None,
+        return _delete(
+            f"/memories/personal/{int(memory_id)}", params={"purge": "true"} if purge else None
         )
 
-    def delete_team_memory(self, memory_id: int, purge: bool = False) -> Any:
-        return self.request(
-            "DELETE",
-            f"/memories/team/{int(memory_id)}",
-            params={"purge": "true"} if purge else None,
+    @_endpoint
+    def delete_team_memory(self, memory_id: int, purge: bool = False) -> _Call[None]:
+        return _delete(
+            f"/memories/team/{int(memory_id)}", params={"purge": "true"} if purge else None
         )
 
     # --- trash: removed memories, restorable for TRASH_RETENTION_DAYS ----------------------------
 
-    def write_memories(self, items: list[dict[str, Any]], atomic: bool = False) -> Any:
+    @_endpoint
+    def write_memories(
+        self, items: list[dict[str, Any]], atomic: bool = False
+    ) -> _Call[BatchResult]:
         """Up to 100 personal memories (create bodies) in one request: `{"results": [...]}`."""
-        return self.post("/memories/personal/batch", {"items": items, "atomic": atomic})
+        return _post("/memories/personal/batch", {"items": items, "atomic": atomic})
 
-    def write_team_memories(self, items: list[dict[str, Any]], atomic: bool = False) -> Any:
-        return self.post("/memories/team/batch", {"items": items, "atomic": atomic})
+    @_endpoint
+    def write_team_memories(
+        self, items: list[dict[str, Any]], atomic: bool = False
+    ) -> _Call[BatchResult]:
+        return _post("/memories/team/batch", {"items": items, "atomic": atomic})
 
-    def get_memory(self, memory_id: int) -> Any:
+    @_endpoint
+    def get_memory(self, memory_id: int) -> _Call[MemoryDetail]:
         """One memory (personal or team) by id, with `superseded_by` and `source`."""
-        return self.get(f"/memories/{int(memory_id)}")
+        return _get(f"/memories/{int(memory_id)}")
 
-    def memory_history(self, memory_id: int) -> Any:
+    @_endpoint
+    def memory_history(self, memory_id: int) -> _Call[MemoryHistory]:
         """`{"revisions", "supersedes", "superseded_by"}`, revisions oldest first."""
-        return self.get(f"/memories/{int(memory_id)}/history")
+        return _get(f"/memories/{int(memory_id)}/history")
 
+    @_endpoint
     def list_memories(
         self,
         scope: str | None = None,
         agent_id: str | None = None,
         cursor: str | None = None,
         page_size: int = 50,
-    ) -> Any:
-        """One page, newest first: `{"items", "next_cursor"}` (see iter_memories)."""
-        return self.get(
+        run_id: str | None = None,
+    ) -> _Call[MemoryPage]:
+        """One page, newest first: `{"items", "next_cursor"}` (see iter_memories); `run_id`:
+        only memories written by that run (session)."""
+        return _get(
             "/memories",
-            params={"scope": scope, "agent_id": agent_id, "cursor": cursor, "page_size": page_size},
+            params={
+                "scope": scope,
+                "agent_id": agent_id,
+                "cursor": cursor,
+                "page_size": page_size,
+                "run_id": run_id,
+            },
         )
 
-    def list_trash(self, agent_id: str | None = None, page: int = 1, page_size: int = 20) -> Any:
-        return self.get(
+    @_endpoint
+    def list_trash(
+        self, agent_id: str | None = None, page: int = 1, page_size: int = 20
+    ) -> _Call[TrashPage]:
+        return _get(
             "/memories/trash", params={"agent_id": agent_id, "page": page, "page_size": page_size}
         )
 
-    def restore_memory(self, memory_id: int) -> Any:
-        return self.post(f"/memories/trash/{int(memory_id)}/restore")
+    @_endpoint
+    def restore_memory(self, memory_id: int) -> _Call[Memory]:
+        return _post(f"/memories/trash/{int(memory_id)}/restore")
 
-    def erase_memory(self, memory_id: int) -> Any:
+    @_endpoint
+    def erase_memory(self, memory_id: int) -> _Call[None]:
         """Erases a trashed memory now (an erasure request)."""
-        return self.delete(f"/memories/trash/{int(memory_id)}")
+        return _delete(f"/memories/trash/{int(memory_id)}")
 
-    def write_team_memory(self, content: str, importance: float = 0.5, **extra: Any) -> Any:
-        return self.post("/memories/team", {"content": content, "importance": importance, **extra})
+    @_endpoint
+    def write_team_memory(
+        self, /, content: str, importance: float = 0.5, **extra: Any
+    ) -> _Call[Memory]:
+        return _post("/memories/team", {"content": content, "importance": importance, **extra})
 
-    def search_team(self, query: str, limit: int = 10, min_score: float = 0.3, **extra: Any) -> Any:
-        return self.post(
-            "/memories/team/search",
-            {"query": query, "limit": limit, "min_score": min_score, **extra},
-        )
+    @_endpoint
+    def search_team(
+        self,
+        /,
+        query: str,
+        limit: int = 10,
+        min_score: float = 0.3,
+        run_id: str | None = None,
+        **extra: Any,
+    ) -> _Call[list[SearchHit]]:
+        body: dict[str, Any] = {"query": query, "limit": limit, "min_score": min_score, **extra}
+        if run_id is not None:
+            body["run_id"] = run_id
+        return _post("/memories/team/search", body)
 
-    def get_team_recent(self, limit: int = 10) -> Any:
-        return self.get("/memories/team/recent", params={"limit": limit})
+    @_endpoint
+    def get_team_recent(self, limit: int = 10) -> _Call[list[Memory]]:
+        return _get("/memories/team/recent", params={"limit": limit})
+
+    @_endpoint
+    def ingest(
+        self,
+        agent_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        run_id: str | None = None,
+        infer: bool = True,
+        async_: bool = False,
+        idempotency_key: str | None = None,
+        fact_roles: Sequence[str] | None = None,
+    ) -> _Call[IngestResult | JobAccepted]:
+        """A conversation's messages (`IngestMessage`: role, content, at?, name?): archived,
+        and (`infer`) the facts in the messages of `fact_roles` (the server's default: the
+        user's) added, updated or found known. With `async_=True` the server answers
+        `{"job_id"}` at once (wait with `wait_for_job`; the job's `result` is the IngestResult).
+        `idempotency_key` is sent as the `Idempotency-Key` header: a retry with the same key and
+        body gets the first answer and writes nothing."""
+        body: dict[str, Any] = {"agent_id": agent_id, "messages": [dict(m) for m in messages]}
+        if run_id is not None:
+            body["run_id"] = run_id
+        body["infer"] = infer
+        body["async"] = async_
+        if fact_roles is not None:
+            body["fact_roles"] = list(fact_roles)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
+        return _post("/memories/ingest", body, headers=headers)
 
     # --- working memory -----------------------------------------------------------------------
 
-    def write_working(self, agent_id: str, content: str, ttl: int | None = None) -> Any:
+    @_endpoint
+    def write_working(
+        self, agent_id: str, content: str, ttl: int | None = None
+    ) -> _Call[WorkingItem]:
         body: dict[str, Any] = {"agent_id": agent_id, "content": content}
         if ttl is not None:
             body["ttl"] = ttl
-        return self.post("/memories/working", body)
+        return _post("/memories/working", body)
 
-    def get_working(self, agent_id: str, limit: int = 50) -> Any:
-        return self.get(f"/memories/working/{quote(agent_id, safe='')}", params={"limit": limit})
+    @_endpoint
+    def get_working(self, agent_id: str, limit: int = 50) -> _Call[list[WorkingItem]]:
+        return _get(f"/memories/working/{quote(agent_id, safe='')}", params={"limit": limit})
 
-    def clear_working(self, agent_id: str) -> Any:
-        return self.delete(f"/memories/working/{quote(agent_id, safe='')}")
+    @_endpoint
+    def clear_working(self, agent_id: str) -> _Call[WorkingCleared]:
+        return _delete(f"/memories/working/{quote(agent_id, safe='')}")
 
     # --- lifecycle (the original client's method names) -------------------------------------
 
-    def compress(self, agent_id: str, target_count: int = 5) -> Any:
-        return self.post(
-            "/lifecycle/compress", {"agent_id": agent_id, "target_count": target_count}
-        )
+    @_endpoint
+    def compress(self, agent_id: str, target_count: int = 5) -> _Call[CompressResult]:
+        return _post("/lifecycle/compress", {"agent_id": agent_id, "target_count": target_count})
 
-    def cleanup(self, max_age_days: int = 90, min_importance: float = 0.2, **extra: Any) -> Any:
-        return self.post(
+    @_endpoint
+    def cleanup(
+        self, /, max_age_days: int = 90, min_importance: float = 0.2, **extra: Any
+    ) -> _Call[CleanupResult]:
+        return _post(
             "/lifecycle/cleanup",
             {"max_age_days": max_age_days, "min_importance": min_importance, **extra},
         )
 
+    @_endpoint
     def extract_facts(
         self, agent_id: str, max_memories: int = 20, delete_after: bool = False
-    ) -> Any:
-        return self.post(
+    ) -> _Call[ExtractFactsResult]:
+        return _post(
             "/lifecycle/extract-facts",
             {"agent_id": agent_id, "max_memories": max_memories, "delete_after": delete_after},
         )
 
-    def aggregate_scenarios(self, agent_id: str, max_memories: int = 50) -> Any:
-        return self.post(
+    @_endpoint
+    def aggregate_scenarios(self, agent_id: str, max_memories: int = 50) -> _Call[ScenariosResult]:
+        return _post(
             "/lifecycle/aggregate-scenes", {"agent_id": agent_id, "max_memories": max_memories}
         )
 
-    def get_scenarios(self, agent_id: str) -> Any:
-        return self.get(f"/lifecycle/scenarios/{quote(agent_id, safe='')}")
+    @_endpoint
+    def get_scenarios(self, agent_id: str) -> _Call[list[Scenario]]:
+        return _get(f"/lifecycle/scenarios/{quote(agent_id, safe='')}")
 
-    def generate_persona(self, agent_id: str, max_items: int = 30) -> Any:
-        return self.post(
-            "/lifecycle/generate-persona", {"agent_id": agent_id, "max_items": max_items}
-        )
+    @_endpoint
+    def generate_persona(self, agent_id: str, max_items: int = 30) -> _Call[GeneratedPersona]:
+        return _post("/lifecycle/generate-persona", {"agent_id": agent_id, "max_items": max_items})
 
-    def get_persona(self, agent_id: str) -> Any:
-        return self.get(f"/lifecycle/persona/{quote(agent_id, safe='')}")
+    @_endpoint
+    def get_persona(self, agent_id: str) -> _Call[Persona]:
+        return _get(f"/lifecycle/persona/{quote(agent_id, safe='')}")
 
-    def set_pipeline_config(self, **kwargs: Any) -> Any:
-        return self.post("/lifecycle/auto-config", kwargs)
+    @_endpoint
+    def set_pipeline_config(self, /, **kwargs: Any) -> _Call[PipelineConfig]:
+        return _post("/lifecycle/auto-config", kwargs)
 
-    def get_pipeline_config(self) -> Any:
-        return self.get("/lifecycle/auto-config")
+    @_endpoint
+    def get_pipeline_config(self) -> _Call[PipelineConfig]:
+        return _get("/lifecycle/auto-config")
 
-    def auto_run(self) -> Any:
-        return self.post("/lifecycle/auto-run", {})
+    @_endpoint
+    def auto_run(self) -> _Call[AutoRunResult]:
+        return _post("/lifecycle/auto-run", {})
+
+    # --- jobs: what an asynchronous request (ingest with async_, export) queued ----------------
+
+    @_endpoint
+    def get_job(self, job_id: int) -> _Call[Job]:
+        return _job_call(job_id)
+
+    @_flow
+    def wait_for_job(self, job_id: int, timeout: float = 60, interval: float = 0.5) -> _Flow[Job]:
+        """Polls the job until it is final (succeeded, failed or abandoned) and returns it;
+        TimeoutError after `timeout` seconds. An abandoned job is retried by the server as a
+        new job (`retry_of` names the abandoned one)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job: Job = yield _job_call(job_id)
+            if job["status"] in JOB_FINAL_STATUSES:
+                return job
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"job {job_id} still {job['status']} after {timeout} s")
+            yield _Sleep(min(interval, left))
 
 
 class MemoryClient(_Endpoints):
@@ -403,8 +1034,9 @@ class MemoryClient(_Endpoints):
         path: str,
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
-        method, url, raw, headers = self._prepare(method, path, body, params)
+        method, url, raw, headers = self._prepare(method, path, body, params, headers)
         response = self.session.request(
             method, url, data=raw or None, headers=headers, timeout=self.timeout
         )
@@ -414,13 +1046,34 @@ class MemoryClient(_Endpoints):
         response = self.session.get(self.base_url + path, timeout=self.timeout)
         return self._unwrap(response.status_code, response.headers, response.text)
 
+    def _drive(self, plan: _Call[Any] | _Flow[Any]) -> Any:
+        if isinstance(plan, _Call):
+            return self._send(plan)
+        answer = None
+        try:
+            while True:
+                step = plan.send(answer)
+                if isinstance(step, _Sleep):
+                    time.sleep(step.seconds)
+                    answer = None
+                else:
+                    answer = self._send(step)
+        except StopIteration as done:
+            return done.value
+
     def iter_memories(
-        self, scope: str | None = None, agent_id: str | None = None, page_size: int = 100
-    ) -> Iterator[dict[str, Any]]:
+        self,
+        scope: str | None = None,
+        agent_id: str | None = None,
+        page_size: int = 100,
+        run_id: str | None = None,
+    ) -> Iterator[Memory]:
         """Every memory the key may read, newest first, fetching page after page."""
         cursor = None
         while True:
-            page = self.list_memories(scope, agent_id, cursor=cursor, page_size=page_size)
+            page = self.list_memories(
+                scope, agent_id, cursor=cursor, page_size=page_size, run_id=run_id
+            )
             yield from page["items"]
             cursor = page["next_cursor"]
             if not cursor:
@@ -457,8 +1110,9 @@ class AsyncMemoryClient(_Endpoints):
         path: str,
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
-        method, url, raw, headers = self._prepare(method, path, body, params)
+        method, url, raw, headers = self._prepare(method, path, body, params, headers)
         response = await self.client.request(
             method, url, content=raw or None, headers=headers, timeout=self.timeout
         )
@@ -468,13 +1122,34 @@ class AsyncMemoryClient(_Endpoints):
         response = await self.client.get(self.base_url + path, timeout=self.timeout)
         return self._unwrap(response.status_code, response.headers, response.text)
 
+    async def _drive(self, plan: _Call[Any] | _Flow[Any]) -> Any:
+        if isinstance(plan, _Call):
+            return await self._send(plan)
+        answer = None
+        try:
+            while True:
+                step = plan.send(answer)
+                if isinstance(step, _Sleep):
+                    await asyncio.sleep(step.seconds)
+                    answer = None
+                else:
+                    answer = await self._send(step)
+        except StopIteration as done:
+            return done.value
+
     async def iter_memories(
-        self, scope: str | None = None, agent_id: str | None = None, page_size: int = 100
-    ) -> AsyncIterator[dict[str, Any]]:
+        self,
+        scope: str | None = None,
+        agent_id: str | None = None,
+        page_size: int = 100,
+        run_id: str | None = None,
+    ) -> AsyncIterator[Memory]:
         """Every memory the key may read, newest first: `async for memory in …`."""
         cursor = None
         while True:
-            page = await self.list_memories(scope, agent_id, cursor=cursor, page_size=page_size)
+            page = await self.list_memories(
+                scope, agent_id, cursor=cursor, page_size=page_size, run_id=run_id
+            )
             for item in page["items"]:
                 yield item
             cursor = page["next_cursor"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import http.server
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,11 @@ from typing import Any
 import pytest
 import requests
 
+from lifecycle.models import JobRun, JobStatus
 from memoryplatform.client import AsyncMemoryClient, MemoryAPIError, MemoryClient
 from tenants.services import api_key_issue, team_upsert
 
+from .factories import JobRunFactory
 from .reference_client import MemoryClient as ReferenceMemoryClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -252,3 +256,156 @@ def test_iterating_every_memory(live_server, keys):
             return [m["id"] async for m in client.iter_memories(page_size=2)]
 
     assert asyncio.run(collect()) == ids[::-1]
+
+
+def test_reading_a_job_and_waiting_for_it(live_server, keys, new_client):
+    client = new_client(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url)
+    client.write_working("a1", "the user prefers tea to coffee")
+    answer = client.compress("a1", target_count=1)
+    ran = JobRun.objects.filter(team_id="team_a", kind="compress").latest("pk")
+    job = client.get_job(ran.pk)
+    assert (job["id"], job["kind"], job["status"], job["agent_id"]) == (
+        ran.pk,
+        "compress",
+        "succeeded",
+        "a1",
+    )
+    assert job["result"] == answer and job["error"] is None and job["retry_of"] is None
+    assert client.wait_for_job(ran.pk) == job  # final already: one request
+    queued = JobRunFactory(team=ran.team, agent_id="a1", status=JobStatus.QUEUED)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=f"job {queued.pk} still queued"):
+        client.wait_for_job(queued.pk, timeout=0.3, interval=0.1)
+    assert 0.3 <= time.monotonic() - started < 5
+    with pytest.raises(MemoryAPIError) as exc:
+        client.get_job(ran.pk + 1000)
+    assert exc.value.code == "NOT_FOUND"
+
+
+class _Recorder:
+    """A local HTTP server that records each request and answers `{"ok": true, "data": …}` with
+    the next queued data: what exactly the clients put on the wire (body, headers, query),
+    which the live server's answers alone do not show."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.answers: list[Any] = []
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                recorder.requests.append(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "headers": dict(self.headers),
+                        "body": self.rfile.read(length),
+                    }
+                )
+                data = recorder.answers.pop(0) if recorder.answers else None
+                payload = json.dumps({"ok": True, "data": data}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def recorder():
+    r = _Recorder()
+    yield r
+    r.close()
+
+
+def test_ingest_and_run_id_on_the_wire(recorder, new_client):
+    client = new_client("mk_test", "secret", base_url=recorder.url)
+    fact = {"decision": "ADD", "memory": {"id": 7, "content": "用户喜欢绿茶"}}
+    recorder.answers = [
+        {"archived": 2, "facts": [fact]},
+        {"job_id": 41},
+        {"items": [], "next_cursor": None},
+        [],
+    ]
+    messages = [
+        {"role": "user", "content": "我喜欢绿茶"},
+        {"role": "assistant", "content": "记住了"},
+    ]
+    assert client.ingest("a1", messages, run_id="run-1") == {"archived": 2, "facts": [fact]}
+    assert client.ingest("a1", messages, infer=False, async_=True, idempotency_key="k-1") == {
+        "job_id": 41
+    }
+    client.list_memories(agent_id="a1", run_id="run-1")
+    client.search("a1", "绿茶", run_id="run-1")
+    sync_ingest, async_ingest, listing, search = recorder.requests
+    assert (sync_ingest["method"], sync_ingest["path"]) == ("POST", "/memories/ingest")
+    assert json.loads(sync_ingest["body"]) == {
+        "agent_id": "a1",
+        "messages": messages,
+        "run_id": "run-1",
+        "infer": True,
+        "async": False,
+    }
+    assert "Idempotency-Key" not in sync_ingest["headers"]
+    assert json.loads(async_ingest["body"]) == {
+        "agent_id": "a1",
+        "messages": messages,
+        "infer": False,
+        "async": True,
+    }
+    headers = async_ingest["headers"]
+    assert headers["Idempotency-Key"] == "k-1"
+    # The header is sent beside the signature, which still covers timestamp + body only (v1).
+    expected = hmac.new(
+        b"secret", headers["X-Timestamp"].encode() + async_ingest["body"], hashlib.sha256
+    ).hexdigest()
+    assert headers["X-Signature"] == expected and headers["X-API-Key"] == "mk_test"
+    assert listing["path"] == "/memories?agent_id=a1&page_size=50&run_id=run-1"
+    assert json.loads(search["body"])["run_id"] == "run-1"
+
+
+def test_ingest_and_the_run_id_filters_with_both_clients(live_server, keys, new_client):
+    client = new_client(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url)
+    messages = [
+        {"role": "user", "content": "I live in Singapore and trade crypto on Binance."},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "My leverage limit is 3x on every account."},
+    ]
+    done = client.ingest("a1", messages, run_id="s-1", idempotency_key="ingest-1")
+    assert "archived" in done and done["archived"] == 3
+    assert {f["decision"] for f in done["facts"]} == {"ADD"}
+    assert {f["memory"]["run_id"] for f in done["facts"]} == {"s-1"}
+    ids = sorted(f["memory"]["id"] for f in done["facts"])
+    # A retry with the same key gets the first answer and writes nothing.
+    assert client.ingest("a1", messages, run_id="s-1", idempotency_key="ingest-1") == done
+    client.write_memory("a1", "Binance fees are paid in BNB", run_id="s-2")
+    assert sorted(m["id"] for m in client.list_memories(run_id="s-1")["items"]) == ids
+    hits = client.search("a1", "Binance", min_score=0, run_id="s-1")
+    assert sorted(m["id"] for m in hits) == ids
+    assert [m["content"] for m in client.search("a1", "Binance", min_score=0, run_id="s-2")] == [
+        "Binance fees are paid in BNB"
+    ]
+    assert client.search_team("Binance", min_score=0, run_id="s-1") == []
+
+    accepted = client.ingest(
+        "a1", [{"role": "user", "content": "I prefer green tea."}], async_=True, run_id="s-3"
+    )
+    assert set(accepted) == {"job_id"}
+    job = client.wait_for_job(accepted["job_id"], timeout=30)
+    assert (job["kind"], job["status"]) == ("ingest", "succeeded")
+    assert job["result"] is not None and job["result"]["archived"] == 1
