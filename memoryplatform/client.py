@@ -829,9 +829,10 @@ class _Endpoints:
         cursor: str | None = None,
         page_size: int = 50,
         run_id: str | None = None,
+        filters: dict[str, Any] | None = None,
     ) -> _Call[MemoryPage]:
         """One page, newest first: `{"items", "next_cursor"}` (see iter_memories); `run_id`:
-        only memories written by that run (session)."""
+        only memories written by that run (session); `filters`: search's filter operators."""
         return _get(
             "/memories",
             params={
@@ -840,6 +841,7 @@ class _Endpoints:
                 "cursor": cursor,
                 "page_size": page_size,
                 "run_id": run_id,
+                "filters": json.dumps(filters, separators=(",", ":")) if filters else None,
             },
         )
 
@@ -1067,12 +1069,13 @@ class MemoryClient(_Endpoints):
         agent_id: str | None = None,
         page_size: int = 100,
         run_id: str | None = None,
+        filters: dict[str, Any] | None = None,
     ) -> Iterator[Memory]:
         """Every memory the key may read, newest first, fetching page after page."""
         cursor = None
         while True:
             page = self.list_memories(
-                scope, agent_id, cursor=cursor, page_size=page_size, run_id=run_id
+                scope, agent_id, cursor=cursor, page_size=page_size, run_id=run_id, filters=filters
             )
             yield from page["items"]
             cursor = page["next_cursor"]
@@ -1143,12 +1146,13 @@ class AsyncMemoryClient(_Endpoints):
         agent_id: str | None = None,
         page_size: int = 100,
         run_id: str | None = None,
+        filters: dict[str, Any] | None = None,
     ) -> AsyncIterator[Memory]:
         """Every memory the key may read, newest first: `async for memory in …`."""
         cursor = None
         while True:
             page = await self.list_memories(
-                scope, agent_id, cursor=cursor, page_size=page_size, run_id=run_id
+                scope, agent_id, cursor=cursor, page_size=page_size, run_id=run_id, filters=filters
             )
             for item in page["items"]:
                 yield item

@@ -395,6 +395,12 @@ def test_ingest_and_the_run_id_filters_with_both_clients(live_server, keys, new_
     assert client.ingest("a1", messages, run_id="s-1", idempotency_key="ingest-1") == done
     client.write_memory("a1", "Binance fees are paid in BNB", run_id="s-2")
     assert sorted(m["id"] for m in client.list_memories(run_id="s-1")["items"]) == ids
+    # The filter operators of search, in the listing (the iterator pages with them).
+    either = {"run_id": {"$in": ["s-1", "s-2"]}}
+    assert len(client.list_memories(filters=either)["items"]) == len(ids) + 1
+    assert [
+        m["run_id"] for m in client.list_memories(filters={"run_id": {"$eq": "s-2"}})["items"]
+    ] == ["s-2"]
     hits = client.search("a1", "Binance", min_score=0, run_id="s-1")
     assert sorted(m["id"] for m in hits) == ids
     assert [m["content"] for m in client.search("a1", "Binance", min_score=0, run_id="s-2")] == [
