@@ -87,23 +87,39 @@ class _Endpoints:
     def _fetch_unsigned(self, path: str) -> Any:
         raise NotImplementedError
 
+    def request_bytes(
+        self,
+        method: str,
+        path: str,
+        raw: bytes | None = None,
+        params: dict[str, Any] | None = None,
+        content_type: str = "application/gzip",
+    ) -> Any:
+        """Like `request`, but sends `raw` bytes as the body (signed as they are) and returns a
+        non-JSON answer (a download) as bytes; a JSON answer is unwrapped as usual."""
+        raise NotImplementedError
+
     def _prepare(
         self,
         method: str,
         path: str,
         body: dict[str, Any] | None,
         params: dict[str, Any] | None,
+        *,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
     ) -> tuple[str, str, bytes, dict[str, str]]:
-        """(method, url, the exact body bytes, headers): the body is serialised once and those
-        bytes are both signed and sent."""
+        """(method, url, the exact body bytes, headers): the body is serialised once (or given
+        as `raw` bytes) and those bytes are both signed and sent."""
         method = method.upper()
         query = urlencode({k: v for k, v in (params or {}).items() if v is not None}, doseq=True)
         full_path = path + (f"?{query}" if query else "")
-        raw = (
-            b""
-            if body is None or method in ("GET", "DELETE")
-            else json.dumps(body, ensure_ascii=True).encode()
-        )
+        if raw is None:
+            raw = (
+                b""
+                if body is None or method in ("GET", "DELETE")
+                else json.dumps(body, ensure_ascii=True).encode()
+            )
         ts = str(int(time.time()))
         headers = {"X-API-Key": self.api_key, "X-Timestamp": ts}
         if self.signature_version == 2:
@@ -118,7 +134,7 @@ class _Endpoints:
         else:
             headers["X-Signature"] = sign(self.secret, ts, raw)
         if raw:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         return method, self.base_url + full_path, raw, headers
 
     @staticmethod
@@ -375,6 +391,24 @@ class _Endpoints:
     def auto_run(self) -> Any:
         return self.post("/lifecycle/auto-run", {})
 
+    # --- jobs, export and import (docs/export.md) ---------------------------------------------
+
+    def get_job(self, job_id: int) -> Any:
+        """An asynchronous request's job: poll until `status` is succeeded or failed."""
+        return self.get(f"/jobs/{int(job_id)}")
+
+    def export(self, agent_id: str | None = None) -> Any:
+        """Starts an export (the whole team without agent_id): `{"job_id"}`."""
+        return self.post("/export", {"agent_id": agent_id} if agent_id else {})
+
+    def download_export(self, job_id: int) -> Any:
+        """The bundle of a succeeded export job, as bytes (gzip of JSON Lines)."""
+        return self.request_bytes("GET", f"/export/{int(job_id)}")
+
+    def import_bundle(self, data: bytes, on_conflict: str = "skip") -> Any:
+        """Imports a bundle into the key's team: `{"imported", "skipped", "reembedded"}`."""
+        return self.request_bytes("POST", "/import", data, params={"on_conflict": on_conflict})
+
 
 class MemoryClient(_Endpoints):
     """The blocking client (requests, one keep-alive session)."""
@@ -412,6 +446,24 @@ class MemoryClient(_Endpoints):
 
     def _fetch_unsigned(self, path: str) -> Any:
         response = self.session.get(self.base_url + path, timeout=self.timeout)
+        return self._unwrap(response.status_code, response.headers, response.text)
+
+    def request_bytes(
+        self,
+        method: str,
+        path: str,
+        raw: bytes | None = None,
+        params: dict[str, Any] | None = None,
+        content_type: str = "application/gzip",
+    ) -> Any:
+        method, url, body, headers = self._prepare(
+            method, path, None, params, raw=raw or b"", content_type=content_type
+        )
+        response = self.session.request(
+            method, url, data=body or None, headers=headers, timeout=self.timeout
+        )
+        if response.ok and not _is_json(response.headers):
+            return response.content
         return self._unwrap(response.status_code, response.headers, response.text)
 
     def iter_memories(
@@ -468,6 +520,24 @@ class AsyncMemoryClient(_Endpoints):
         response = await self.client.get(self.base_url + path, timeout=self.timeout)
         return self._unwrap(response.status_code, response.headers, response.text)
 
+    async def request_bytes(
+        self,
+        method: str,
+        path: str,
+        raw: bytes | None = None,
+        params: dict[str, Any] | None = None,
+        content_type: str = "application/gzip",
+    ) -> Any:
+        method, url, body, headers = self._prepare(
+            method, path, None, params, raw=raw or b"", content_type=content_type
+        )
+        response = await self.client.request(
+            method, url, content=body or None, headers=headers, timeout=self.timeout
+        )
+        if response.is_success and not _is_json(response.headers):
+            return response.content
+        return self._unwrap(response.status_code, response.headers, response.text)
+
     async def iter_memories(
         self, scope: str | None = None, agent_id: str | None = None, page_size: int = 100
     ) -> AsyncIterator[dict[str, Any]]:
@@ -489,6 +559,10 @@ class AsyncMemoryClient(_Endpoints):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _is_json(headers: Any) -> bool:
+    return str(headers.get("Content-Type", "")).startswith("application/json")
 
 
 def _httpx() -> Any:
