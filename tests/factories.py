@@ -12,6 +12,7 @@ from graph.models import Entity, EntityMention, Relation
 from graph.services import entity_create_or_merge, entity_mention, relation_create
 from lifecycle.models import (
     ArchiveReason,
+    ExportChunk,
     JobRun,
     JobStatus,
     Persona,
@@ -457,3 +458,14 @@ class WorkingArchiveFactory(_PlainFactory):
     content = factory.Sequence(lambda n: f"archived working item {n}")
     item_created_at = factory.LazyFunction(timezone.now)
     reason = ArchiveReason.CONSUMED
+
+
+class ExportChunkFactory(factory.django.DjangoModelFactory):
+    """A piece of an export job's bundle (lifecycle.services.bundle writes them)."""
+
+    class Meta:
+        model = ExportChunk
+
+    job = factory.SubFactory(JobRunFactory, kind="export", agent_id="")
+    seq = factory.Sequence(lambda n: n)
+    data = b"\x1f\x8b"
