@@ -3,7 +3,6 @@ streamed from the database, POST /import with a signed gzip body; the commands; 
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
 from datetime import timedelta
@@ -28,11 +27,10 @@ from memories.services import (
     memory_supersede,
     memory_update,
 )
-from memoryplatform.client import AsyncMemoryClient, MemoryAPIError, MemoryClient
-from tenants.services import api_key_issue, team_upsert
+from memoryplatform.client import MemoryClient
+from tenants.services import api_key_issue
 
 from .factories import (
-    AgentFactory,
     JobRunFactory,
     PersonaFactory,
     ScenarioFactory,
@@ -524,6 +522,13 @@ MEMORY = {
             "line 3: share: memory 99 is no memory of the bundle",
         ),
         (
+            make_bundle(
+                _header(counts={"memory": 1}),
+                [{**MEMORY, "metadata": json.loads("[" * 40 + "]" * 40)}],
+            ),
+            "line 2: JSON nested deeper than 22 levels",
+        ),
+        (
             make_bundle(_header(counts={"memory": 2}), [MEMORY]),
             "the bundle has 1 memory records, its header says 2",
         ),
@@ -541,6 +546,20 @@ def test_a_malformed_bundle_is_a_validation_error_naming_the_line(team, api, bod
     assert error_code(r) == "VALIDATION_ERROR"
     assert message in r.json()["error"]
     assert Memory.objects.filter(team=team).count() == 0
+
+
+def test_an_index_already_loaded_finds_what_an_import_wrote(team, api, other_team):
+    memory_create(team=team, scope="personal", agent_id="alice", content="Alice plays chess")
+    # The scope's index is loaded in this process before the import...
+    assert ok_data(api.post("/memories/personal/search", {"agent_id": "alice", "query": "chess"}))
+    records = [{**MEMORY, "content": "Alice keeps bees on the roof"}]
+    answer = ok_data(import_bundle(api, make_bundle(_header(counts={"memory": 1}), records)))
+    assert answer["imported"]["memory"] == 1
+    # ... and brought up to date from the change log the import wrote.
+    hits = ok_data(
+        api.post("/memories/personal/search", {"agent_id": "alice", "query": "bees on the roof"})
+    )
+    assert hits[0]["content"] == "Alice keeps bees on the roof"
 
 
 def test_a_bundle_over_the_size_limit_is_413_in_the_envelope(api, settings):
@@ -610,47 +629,3 @@ def test_the_commands_export_and_import_with_the_same_code(team, tmp_path, capsy
     header, records = read_bundle(agent_path.read_bytes())
     assert header["agent_id"] == "alice"
     assert {r["agent_id"] for r in records if r["kind"] == "memory"} == {"alice"}
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_the_client_exports_downloads_and_imports(live_server, kind):
-    source, _ = team_upsert(team_id="client_src", name="src")
-    target, _ = team_upsert(team_id="client_dst", name="dst")
-    AgentFactory(team=source, agent_id="alice")
-    memory_create(team=source, scope="personal", agent_id="alice", content="Alice likes jasmine")
-    keys = [api_key_issue(team=t) for t in (source, target)]
-    loop = asyncio.new_event_loop()
-
-    def make(k: Any) -> Any:
-        if kind == "sync":
-            return MemoryClient(k.key_id, k.secret, base_url=live_server.url)
-        client = AsyncMemoryClient(k.key_id, k.secret, base_url=live_server.url)
-        return type(
-            "B",
-            (),
-            {
-                "__getattr__": lambda self, n: (
-                    lambda *a, **kw: loop.run_until_complete(getattr(client, n)(*a, **kw))
-                )
-            },
-        )()
-
-    src, dst = make(keys[0]), make(keys[1])
-    try:
-        job_id = src.export()["job_id"]
-        assert src.get_job(job_id)["status"] == "succeeded"  # inline in tests
-        data = src.download_export(job_id)
-        assert isinstance(data, bytes) and read_bundle(data)[0]["counts"]["memory"] == 1
-        assert dst.import_bundle(data)["imported"]["memory"] == 1
-        assert dst.import_bundle(data)["skipped"]["memory"] == 1
-        with pytest.raises(MemoryAPIError) as err:
-            dst.download_export(job_id)
-        assert err.value.status == 404 and err.value.code == "NOT_FOUND"
-        with pytest.raises(MemoryAPIError) as err:
-            dst.import_bundle(b"junk")
-        assert err.value.code == "VALIDATION_ERROR"
-        assert src.export(agent_id="alice")["job_id"] > job_id
-    finally:
-        loop.close()
-    assert Memory.objects.filter(team=target, content="Alice likes jasmine").exists()

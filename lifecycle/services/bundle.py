@@ -34,6 +34,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core import jsonlimits
 from core.dates import iso
 from core.errors import DomainError, ErrorCode, Forbidden
 from graph.models import Entity, EntityMention, Relation
@@ -317,6 +318,12 @@ def _lines(data: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise _invalid(number, "JSON nested too deep") from None
             if not isinstance(value, dict):
                 raise _invalid(number, "not a JSON object")
+            # As deep as the API lets a stored value be, plus the record's own level and a
+            # revision's before/after around a memory's metadata (MariaDB refuses JSON deeper
+            # than 32 levels: a 500 otherwise).
+            depth = settings.MAX_JSON_DEPTH + 2
+            if raw.count(b"{") + raw.count(b"[") > depth and jsonlimits.depth_exceeds(value, depth):
+                raise _invalid(number, f"JSON nested deeper than {depth} levels")
             yield number, value
 
 
