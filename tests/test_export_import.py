@@ -507,6 +507,14 @@ MEMORY = {
             "line 2: memory: importance must be a number",
         ),
         (
+            make_bundle(_header(counts={"memory": 1}), [{**MEMORY, "importance": 1.5}]),
+            "line 2: memory: importance must be within 0..1",
+        ),
+        (
+            make_bundle(_header(counts={"memory": 1}), [{**MEMORY, "content": "  "}]),
+            "line 2: memory: content is required",
+        ),
+        (
             make_bundle(_header(counts={"memory": 1}), [{**MEMORY, "scope": "global"}]),
             "line 2: memory: scope 'global' is not one of the allowed values",
         ),
@@ -629,3 +637,38 @@ def test_the_commands_export_and_import_with_the_same_code(team, tmp_path, capsy
     header, records = read_bundle(agent_path.read_bytes())
     assert header["agent_id"] == "alice"
     assert {r["agent_id"] for r in records if r["kind"] == "memory"} == {"alice"}
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [{"kind": "memory", "id": [1], "scope": "team", "content": "x"}],
+        [{"kind": "memory", "id": 1, "scope": "team", "content": 5}],
+        [{"kind": "memory", "id": 1, "scope": "team", "content": "x", "created_at": "yesterday"}],
+        [{"kind": "memory", "id": 1, "scope": "team", "content": "x", "metadata": None}],
+        [{"kind": "archive", "id": 1, "agent_id": "alice", "item_id": "i1", "content": "c"}],
+        [{"kind": "archive", "id": 1, "agent_id": "a" * 65, "item_id": "i1", "content": "c"}],
+        [{"kind": "scenario", "id": {"x": 1}, "agent_id": "alice", "name": "n", "summary": "s"}],
+        [
+            {
+                "kind": "persona",
+                "id": "p",
+                "agent_id": "alice",
+                "scenarios_snapshot": [{"id": [1], "memory_ids": "no"}],
+            }
+        ],
+        [{"kind": "entity", "id": "e", "name": "X", "entity_type": "planet", "agent_id": ""}],
+        [{"kind": "entity", "id": "e", "name": "", "entity_type": "person"}],
+        [{"kind": "relation", "id": "r", "source": {"a": 1}, "target": 1}],
+        [{"kind": "mention", "id": 1, "entity": None, "memory": None}],
+        [{"kind": "revision", "id": 1, "memory": [7]}],
+    ],
+)
+def test_odd_records_are_refused_without_a_server_error(team, api, records):
+    counts: dict[str, int] = {}
+    for rec in records:
+        counts[rec["kind"]] = counts.get(rec["kind"], 0) + 1
+    r = import_bundle(api, make_bundle(_header(counts=counts), records))
+    assert r.status_code == 400, r.content
+    assert error_code(r) == "VALIDATION_ERROR"
+    assert r.json()["error"].startswith("line 2: ")

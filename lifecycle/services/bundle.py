@@ -523,8 +523,15 @@ class _Import:
             raise _invalid(line, f"memory: id {source!r} appears twice")
         self.sources.add(source)
         content = columns.get("content", "")
-        if not content:
+        if not content or not content.strip():
             raise _invalid(line, "memory: content is required")
+        # The API's limits: what a bundle brings in must be what the API could have written.
+        if len(content) > settings.MEMORY_MAX_CONTENT_CHARS:
+            raise _invalid(
+                line, f"memory: content is over {settings.MEMORY_MAX_CONTENT_CHARS} characters"
+            )
+        if not 0.0 <= columns.get("importance", 0.5) <= 1.0:
+            raise _invalid(line, "memory: importance must be within 0..1")
         scope = columns.get("scope", "")
         if not scope:
             raise _invalid(line, "memory: scope is required")
