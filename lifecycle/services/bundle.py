@@ -24,7 +24,7 @@ import json
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import date, time, timedelta
 from typing import IO, Any
 
 from django.conf import settings
@@ -156,11 +156,12 @@ def _encode(f: models.Field[Any, Any], value: Any) -> Any:
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(f, models.DateTimeField):
         return iso(value)
-    if isinstance(f, models.UUIDField) or isinstance(value, models.Model):
-        return str(value)
-    if hasattr(value, "hex") and not isinstance(value, int | float | str):
-        return str(value)  # a uuid.UUID foreign key
-    return value
+    if isinstance(value, bool | int | float | str | dict | list):
+        return value
+    if isinstance(value, date | time):
+        return value.isoformat()
+    # A uuid (a key or a foreign key to one), a Decimal, ...: its text, which to_python reads.
+    return str(value)
 
 
 def record_of(kind: str, obj: models.Model) -> dict[str, Any]:
@@ -389,7 +390,11 @@ def _decode(f: models.Field[Any, Any], value: Any) -> Any:
         return value
     if isinstance(f, models.JSONField):
         return value
-    raise ValueError(f"{f.name}: column type {type(f).__name__} cannot be imported")
+    # Any other column type (a uuid, a date, a decimal, …): the field's own parsing.
+    try:
+        return f.to_python(value)
+    except DjangoValidationError as exc:
+        raise ValueError(f"{f.name}: {'; '.join(exc.messages)}") from None
 
 
 def _columns(kind: str, rec: dict[str, Any]) -> dict[str, Any]:
