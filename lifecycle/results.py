@@ -105,6 +105,7 @@ class JobReplayed:
     status_code: int = 200
 
 
+@dataclass(frozen=True)
 class ExportResult:
     """A bundle written for download (POST /export; docs/export.md)."""
 

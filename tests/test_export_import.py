@@ -69,7 +69,16 @@ def populate(team) -> dict[str, Any]:
     bob, _ = memory_create(
         team=team, scope="personal", agent_id="bob", content="Bob is learning the cello"
     )
-    WorkingArchiveFactory(team=team, agent_id="alice", content="we talked about tea")
+    # Columns added lately travel like the others (the bundle carries every column).
+    Memory.objects.filter(pk=tea.pk).update(run_id="run-7")
+    WorkingArchiveFactory(
+        team=team,
+        agent_id="alice",
+        content="we talked about tea",
+        role="user",
+        name="Alice",
+        run_id="run-7",
+    )
     scenario = ScenarioFactory(
         team=team, agent_id="alice", name="Drinks", memory_ids=[tea.pk, new.pk]
     )
@@ -231,6 +240,9 @@ def test_round_trip_into_a_fresh_team_exports_the_same_bundle(
     assert "search_tokens" not in by_id[rows["tea"].pk]
     assert "content_hash" not in by_id[rows["tea"].pk]
     assert by_id[rows["tea"].pk]["embedding"] and by_id[rows["tea"].pk]["embedding_model"]
+    assert by_id[rows["tea"].pk]["run_id"] == "run-7"
+    archived = next(r for r in records if r["kind"] == "archive")
+    assert (archived["role"], archived["name"], archived["run_id"]) == ("user", "Alice", "run-7")
 
     target, target_api = fresh
     changes_before = IndexChange.objects.filter(team=target).count()
@@ -245,6 +257,9 @@ def test_round_trip_into_a_fresh_team_exports_the_same_bundle(
     assert read_bundle(second)[0]["team_id"] == "team_c"
     assert normalise(second) == normalise(first)
 
+    tea = Memory.objects.get(team=target, scope="personal", content="Alice drinks oolong tea daily")
+    assert tea.run_id == "run-7"
+    assert WorkingArchive.objects.get(team=target).role == "user"
     # The links point inside the new team, and its index finds what was imported.
     old = Memory.objects.get(team=target, content="Alice lives in Berlin")
     assert old.superseded_by.content == "Alice moved to Munich in May"
