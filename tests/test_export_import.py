@@ -341,6 +341,29 @@ def test_overwrite_updates_through_the_service_with_a_revision(
     assert latest.actor.startswith("key ")
 
 
+def test_overwrite_sets_the_other_kinds_from_the_bundle(
+    team, api, django_capture_on_commit_callbacks
+):
+    rows = populate(team)
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    share = MemoryShare.objects.get(memory=rows["tea"])
+    MemoryShare.objects.filter(pk=share.pk).update(permission="read")
+    Scenario.objects.filter(team=team).update(summary="changed since")
+    WorkingArchive.objects.filter(team=team).update(content="changed since")
+    Entity.objects.filter(team=team, name="Oolong").update(description="changed since")
+    before = team_counts(team)
+    skipped = ok_data(import_bundle(api, data))  # skip leaves the changes alone
+    assert Scenario.objects.get(team=team).summary == "changed since"
+    assert sum(skipped["imported"].values()) == 0
+    answer = ok_data(import_bundle(api, data, "overwrite"))
+    assert team_counts(team)["memory"] == before["memory"]
+    assert answer["imported"]["share"] == 1 and answer["imported"]["scenario"] == 1
+    assert MemoryShare.objects.get(pk=share.pk).permission == "write"
+    assert Scenario.objects.get(team=team).summary != "changed since"
+    assert WorkingArchive.objects.get(team=team).content == "we talked about tea"
+    assert Entity.objects.get(team=team, name="Oolong").description == ""
+
+
 def test_new_ids_inserts_everything_again(team, api, django_capture_on_commit_callbacks):
     populate(team)
     data = export_bundle(api, django_capture_on_commit_callbacks)
