@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import io
 import logging
 import re
 import uuid
@@ -52,6 +53,11 @@ class BodySizeLimitMiddleware:
 
     Bodies without Content-Length (chunked) are caught later by Django's
     DATA_UPLOAD_MAX_MEMORY_SIZE check, which `core.api` maps to the same 413.
+
+    A path of REQUEST_BYTES_BY_PATH (POST /import: a whole bundle) has its own limit: its body
+    is read here, at most that many bytes, and kept as the request's body, so that Django's
+    global DATA_UPLOAD_MAX_MEMORY_SIZE check (made when `request.body` is first read) does not
+    refuse it; a body over the limit, declared or not, is a 413.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -63,10 +69,22 @@ class BodySizeLimitMiddleware:
             length = int(raw)
         except ValueError:
             length = 0
-        if length > settings.MAX_REQUEST_BYTES:
-            err = DomainError(
-                ErrorCode.PAYLOAD_TOO_LARGE,
-                f"request body over the limit of {settings.MAX_REQUEST_BYTES} bytes",
-            )
-            return JsonResponse(err.as_payload(), status=err.status)
+        special = getattr(settings, "REQUEST_BYTES_BY_PATH", {}).get(request.path)
+        limit = settings.MAX_REQUEST_BYTES if special is None else special
+        if length > limit:
+            return self._too_large(limit)
+        if special is not None and request.method in ("POST", "PUT", "PATCH"):
+            body = request.read(limit + 1)
+            if len(body) > limit:
+                return self._too_large(limit)
+            # What HttpRequest.body itself keeps once it has read the stream.
+            request._body = body  # type: ignore[attr-defined]
+            request._stream = io.BytesIO(body)  # type: ignore[attr-defined]
         return self.get_response(request)
+
+    @staticmethod
+    def _too_large(limit: int) -> HttpResponse:
+        err = DomainError(
+            ErrorCode.PAYLOAD_TOO_LARGE, f"request body over the limit of {limit} bytes"
+        )
+        return JsonResponse(err.as_payload(), status=err.status)

@@ -133,6 +133,8 @@ def _error_component(status: int) -> dict[str, Any]:
 
 def _wrap_success(response: dict[str, Any]) -> None:
     content = response.get("content") or {}
+    if content and "application/json" not in content:
+        return  # a file (an export's download): not in the envelope
     inner = content.get("application/json", {}).get("schema", NULL_DATA_SCHEMA)
     response["content"] = {
         "application/json": {

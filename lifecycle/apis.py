@@ -7,7 +7,14 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import transaction
-from drf_spectacular.utils import OpenApiParameter, extend_schema_view
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,8 +22,8 @@ from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent, require_agent_filter, require_team_wide
 from core.api import validated_body
-from core.errors import NotFound
-from core.openapi import api_operation
+from core.errors import DomainError, ErrorCode, NotFound, ValidationFailed
+from core.openapi import ERROR_DESCRIPTIONS, api_operation
 from core.serializers import (
     StrictBooleanField,
     StrictCharField,
@@ -27,15 +34,16 @@ from core.validators import AGENT_ID
 from graph.apis import EntityOutputSerializer, RelationOutputSerializer
 from memories.apis import MemoryOutputSerializer, WorkingItemFieldsSerializer
 from memories.selectors import READ, check_memory_access, memory_get
+from memories.services import Actor
 from tenants.apis import principal_of
 from tenants.models import Team
 from tenants.services import agent_ensure
 
 from . import presenters
-from .models import JobKind, Persona, Scenario
+from .models import JobKind, JobStatus, Persona, Scenario
 from .results import JobReplayed
-from .selectors import job_get, memory_supersedes, working_sources
-from .services import ingest, operations, pipeline
+from .selectors import export_chunks, export_ready, job_get, memory_supersedes, working_sources
+from .services import bundle, ingest, operations, pipeline
 from .services.idempotency import (
     IdempotencyKey,
     Replayed,
@@ -636,3 +644,130 @@ class IngestApi(APIView):
                 headers={"Idempotent-Replayed": "true"},
             )
         return Response(body, status=status)
+
+
+# --- export / import (docs/export.md) -------------------------------------------------------------
+
+
+class ExportInputSerializer(serializers.Serializer):
+    agent_id = StrictCharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        allow_null=True,
+        validators=[AGENT_ID],
+        help_text="only this agent's memories; absent: the whole team (a team-wide key)",
+    )
+
+
+class ExportStartedSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField(
+        help_text="poll GET /jobs/<job_id>; once succeeded, its result links the download"
+    )
+
+
+class ExportApi(APIView):
+    @api_operation(
+        request=ExportInputSerializer,
+        response=ExportStartedSerializer,
+        statuses=(202,),
+        errors=(403,),
+        summary="Export the team's (or one agent's) memories as a bundle, in the background",
+    )
+    def post(self, request: Request) -> Response:
+        agent_id = validated_body(request, ExportInputSerializer)["agent_id"] or ""
+        principal = principal_of(request)
+        if agent_id:
+            _agent(request, agent_id)
+        else:
+            require_team_wide(acting_agent=principal.agent_id)
+        job = pipeline.run_later(
+            team=principal.team, kind=JobKind.EXPORT, trigger="api", agent_id=agent_id, params={}
+        )
+        return Response({"job_id": job.pk}, status=202)
+
+
+class ExportDownloadApi(APIView):
+    @extend_schema(
+        summary="Download an export's bundle (gzip of JSON Lines)",
+        responses={
+            (200, "application/gzip"): OpenApiResponse(
+                response=OpenApiTypes.BINARY, description="the bundle (docs/export.md)"
+            ),
+            404: OpenApiResponse(description=ERROR_DESCRIPTIONS[404]),
+            409: OpenApiResponse(description=ERROR_DESCRIPTIONS[409]),
+        },
+    )
+    def get(self, request: Request, job_id: int) -> StreamingHttpResponse:
+        principal = principal_of(request)
+        job = job_get(team=principal.team, job_id=job_id)
+        # Another team's export, another agent's (for an agent key) and any other kind of job
+        # are as missing as a job that does not exist.
+        if (
+            job is None
+            or job.kind != JobKind.EXPORT
+            or (principal.agent_id is not None and job.agent_id != principal.agent_id)
+        ):
+            raise NotFound("export")
+        if job.status != JobStatus.SUCCEEDED:
+            raise DomainError(
+                ErrorCode.CONFLICT,
+                f"export {job_id} is {job.status}: download it once GET /jobs/{job_id} says "
+                "succeeded",
+            )
+        if not export_ready(job=job):
+            raise NotFound("export (removed after EXPORT_RETENTION_HOURS)")
+        response = StreamingHttpResponse(export_chunks(job=job), content_type="application/gzip")
+        name = bundle.bundle_filename(
+            team=principal.team, agent_id=job.agent_id or None, job_id=job.pk
+        )
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        size = (job.result or {}).get("bytes")
+        if isinstance(size, int):
+            response["Content-Length"] = str(size)
+        return response
+
+
+class ImportOutputSerializer(serializers.Serializer):
+    imported = serializers.DictField(
+        child=serializers.IntegerField(), help_text="records written (or overwritten), by kind"
+    )
+    skipped = serializers.DictField(
+        child=serializers.IntegerField(), help_text="records already here, by kind"
+    )
+    reembedded = serializers.IntegerField(help_text="memories and entities embedded again")
+
+
+class ImportApi(APIView):
+    @api_operation(
+        request={"application/gzip": OpenApiTypes.BINARY},
+        response=ImportOutputSerializer,
+        errors=(403,),
+        parameters=[
+            OpenApiParameter(
+                "on_conflict",
+                str,
+                enum=list(bundle.ON_CONFLICT),
+                description="what to do with a record that is already here (default skip)",
+            )
+        ],
+        summary="Import a bundle into the key's team (all or nothing)",
+    )
+    def post(self, request: Request) -> Response:
+        on_conflict = request.query_params.get("on_conflict") or "skip"
+        if on_conflict not in bundle.ON_CONFLICT:
+            raise ValidationFailed(
+                {"on_conflict": [f"must be one of {', '.join(bundle.ON_CONFLICT)}"]},
+                message=f"on_conflict: must be one of {', '.join(bundle.ON_CONFLICT)}",
+            )
+        principal = principal_of(request)
+        # The exact bytes the signature was checked over (never parsed as JSON).
+        data = request._request.body
+        result = bundle.bundle_import(
+            team=principal.team,
+            data=data,
+            on_conflict=on_conflict,
+            acting_agent=principal.agent_id,
+            actor=Actor.for_key(principal.api_key),
+        )
+        return Response(presenters.import_body(result))

@@ -289,3 +289,22 @@ class IdempotentRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team_id} {self.endpoint} {self.key}"
+
+
+class ExportChunk(models.Model):
+    """One piece (at most 1 MiB, lifecycle.services.bundle.CHUNK_BYTES) of an export job's gzipped bundle.
+
+    In the database, not on a worker's disk: the job may run on any node and the download is
+    answered by any other. Removed with the job's export after EXPORT_RETENTION_HOURS
+    (lifecycle.services.bundle.exports_prune).
+    """
+
+    job = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="export_chunks")
+    seq = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "seq"], name="uniq_export_chunk")]
+
+    def __str__(self) -> str:
+        return f"export {self.job_id} chunk {self.seq}"

@@ -23,7 +23,9 @@ from .results import (
     CleanupPreview,
     CleanupResult,
     CompressResult,
+    ExportResult,
     ExtractFactsResult,
+    ImportResult,
     IngestResult,
     JobReplayed,
     JobResult,
@@ -170,6 +172,23 @@ def auto_run_action_body(a: AutoRunAction) -> dict[str, Any]:
     return {**head, **result_body(a.result)}
 
 
+def export_body(r: ExportResult) -> dict[str, Any]:
+    """An export job's result: where to download the bundle and what it holds."""
+    return {
+        "download": f"/export/{r.job_id}",
+        "agent_id": r.agent_id,
+        "bytes": r.bytes,
+        "chunks": r.chunks,
+        "sha256": r.sha256,
+        "counts": r.counts,
+        "expires_at": iso(r.expires_at),
+    }
+
+
+def import_body(r: ImportResult) -> dict[str, Any]:
+    return {"imported": r.imported, "skipped": r.skipped, "reembedded": r.reembedded}
+
+
 def result_body(result: JobResult | JobSkipped) -> dict[str, Any]:
     """A job's result as the API answers it (POST /lifecycle/<operation>), by its type."""
     if isinstance(result, CompressResult):
@@ -192,6 +211,8 @@ def result_body(result: JobResult | JobSkipped) -> dict[str, Any]:
         return result.body
     if isinstance(result, AutoRunSummary):
         return auto_run_summary_body(result)
+    if isinstance(result, ExportResult):
+        return export_body(result)
     if isinstance(result, JobSkipped):
         return {"skipped": True}
     raise TypeError(f"no body for {type(result).__name__}")

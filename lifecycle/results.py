@@ -7,6 +7,7 @@ the JSON shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeAlias
 
 from graph.extraction import GraphExtraction
@@ -105,6 +106,29 @@ class JobReplayed:
 
 
 @dataclass(frozen=True)
+class ExportResult:
+    """A bundle written for download (POST /export; docs/export.md)."""
+
+    job_id: int
+    agent_id: str | None  # None: the whole team
+    bytes: int  # size of the gzipped bundle
+    chunks: int  # ExportChunk rows holding it
+    sha256: str  # of the gzipped bundle, as downloaded
+    counts: dict[str, int]  # records by kind, as in the bundle's header
+    expires_at: datetime  # removed after that (EXPORT_RETENTION_HOURS)
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What POST /import did, by record kind (docs/export.md). An overwritten record counts as
+    imported."""
+
+    imported: dict[str, int]
+    skipped: dict[str, int]
+    reembedded: int  # memories and entities embedded again on this server
+
+
+@dataclass(frozen=True)
 class JobSkipped:
     """A queued automatic compress that found nothing left to do when it ran."""
 
@@ -121,4 +145,5 @@ JobResult: TypeAlias = (
     | AutoRunSummary
     | IngestResult
     | JobReplayed
+    | ExportResult
 )

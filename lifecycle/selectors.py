@@ -3,6 +3,7 @@ id is simply not found."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from django.db.models import QuerySet
 from memories.models import Memory
 from tenants.models import Team
 
-from .models import JobRun, JobStatus, Persona, Scenario, WorkingArchive
+from .models import ExportChunk, JobRun, JobStatus, Persona, Scenario, WorkingArchive
 
 
 def memory_source_item_ids(*, memory: Memory) -> list[str]:
@@ -176,3 +177,18 @@ def memories_in_order(*, team: Team, memory_ids: list[Any]) -> list[tuple[int, M
     ids = [int(i) for i in memory_ids if isinstance(i, int) or (isinstance(i, str) and i.isdigit())]
     found = {m.pk: m for m in Memory.objects.filter(team=team, pk__in=ids)}
     return [(i, found.get(i)) for i in ids]
+
+
+def export_ready(*, job: JobRun) -> bool:
+    """Whether an export job's bundle can be downloaded: it succeeded and was not pruned yet."""
+    return job.status == JobStatus.SUCCEEDED and ExportChunk.objects.filter(job=job).exists()
+
+
+def export_chunks(*, job: JobRun) -> Iterator[bytes]:
+    """An export job's bundle, one chunk (one query) at a time: a download never holds it whole
+    in memory."""
+    seqs = list(ExportChunk.objects.filter(job=job).order_by("seq").values_list("seq", flat=True))
+    for seq in seqs:
+        data = ExportChunk.objects.filter(job=job, seq=seq).values_list("data", flat=True).first()
+        if data is not None:
+            yield bytes(data)

@@ -81,3 +81,11 @@ def prune_idempotency_keys_task() -> int:
     from .services.idempotency import idempotency_prune
 
     return idempotency_prune()
+
+
+@shared_task(name="lifecycle.prune_exports", ignore_result=True)
+def prune_exports_task() -> int:
+    """Removes export bundles older than EXPORT_RETENTION_HOURS (their jobs stay recorded)."""
+    from .services.bundle import exports_prune
+
+    return exports_prune()

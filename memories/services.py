@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -226,6 +226,64 @@ def memories_create_batch(
             # BatchItem's fields are memory_create's arguments, by name.
             results.append(memory_create(team=team, scope=scope, vector=vector, **asdict(item)))
     return results
+
+
+def memories_insert(*, team: Team, memories: list[Memory]) -> list[Memory]:
+    """Inserts memories exactly as given, without dedup (an import: lifecycle.services.bundle).
+
+    Each must carry its embedding (bytes and model). The derived columns (content hash, search
+    tokens) are computed here; `created_at` / `updated_at` as given are kept (Django would stamp
+    the insert time); every index is told in the same transaction, like memory_create.
+    """
+    if not memories:
+        return []
+    stamps = [(m.created_at, m.updated_at) for m in memories]
+    for m in memories:
+        m.team = team
+        m.content_hash = content_hash(m.content)
+        m.search_tokens = tokens_for_storage(m.content)
+    with transaction.atomic():
+        if connection.features.can_return_rows_from_bulk_insert:
+            Memory.objects.bulk_create(memories, batch_size=500)
+        else:  # the ids are needed: one INSERT each where the backend cannot return them
+            for m in memories:
+                m.save(force_insert=True)
+        for m, (created_at, updated_at) in zip(memories, stamps, strict=True):
+            m.created_at = created_at or m.created_at
+            m.updated_at = updated_at or m.updated_at
+        # bulk_update writes the values as they are (no auto_now stamping).
+        Memory.objects.bulk_update(memories, ["created_at", "updated_at"], batch_size=500)
+        by_scope: dict[tuple[str, str], list[int]] = {}
+        for m in memories:
+            by_scope.setdefault((m.scope, m.agent_id), []).append(m.pk)
+        for (scope, agent_id), ids in by_scope.items():
+            index.log_changes(
+                team_id=team.id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=False
+            )
+    return memories
+
+
+def memories_link(*, team: Team, links: list[tuple[int, str, int | None]]) -> None:
+    """Sets `superseded_by` / `promoted_from` (field name) of memories of the team as given (an
+    import links them once all are written); a superseded memory leaves default search, so its
+    index is told."""
+    if not links:
+        return
+    with transaction.atomic():
+        for memory_id, field, target in links:
+            if field not in ("superseded_by", "promoted_from"):
+                raise ValueError(f"not a memory link: {field}")
+            Memory.objects.filter(team=team, pk=memory_id).update(**{f"{field}_id": target})
+        rows = Memory.objects.filter(
+            team=team, pk__in=[m for m, f, _ in links if f == "superseded_by"]
+        ).values_list("pk", "scope", "agent_id")
+        by_scope: dict[tuple[str, str], list[int]] = {}
+        for pk, scope, agent_id in rows:
+            by_scope.setdefault((scope, agent_id), []).append(pk)
+        for (scope, agent_id), ids in by_scope.items():
+            index.log_changes(
+                team_id=team.id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=False
+            )
 
 
 def _snapshot(memory: Memory) -> dict[str, Any]:

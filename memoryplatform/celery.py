@@ -42,6 +42,8 @@ app.conf.beat_schedule = {
     },
     # Purged memories past TRASH_RETENTION_DAYS (console purge trash, memories.purge).
     "empty-expired-trash": {"task": "memories.empty_expired_trash", "schedule": crontab(minute=41)},
+    # Export bundles (ExportChunk rows) past EXPORT_RETENTION_HOURS (docs/export.md).
+    "prune-exports": {"task": "lifecycle.prune_exports", "schedule": crontab(minute=29)},
 }
 
 

@@ -69,6 +69,7 @@ __all__ = [
     "ExtractedFact",
     "GeneratedPersona",
     "Health",
+    "ImportResult",
     "IngestFact",
     "IngestMessage",
     "IngestResult",
@@ -423,6 +424,15 @@ class JobAccepted(TypedDict):
     job_id: int
 
 
+class ImportResult(TypedDict):
+    """`POST /import`: records written and skipped, by kind (memory, revision, share, archive,
+    scenario, persona, entity, relation, mention), and the memories re-embedded."""
+
+    imported: dict[str, int]
+    skipped: dict[str, int]
+    reembedded: int
+
+
 class IngestFact(TypedDict):
     decision: Literal["ADD", "UPDATE", "NOOP"]
     memory: Memory
@@ -466,7 +476,7 @@ class _Call(Generic[T]):
     """One request an endpoint asks for, answering data of type T. (A plain class, not a
     dataclass: this module also works loaded from its file alone, outside sys.modules.)"""
 
-    __slots__ = ("body", "headers", "method", "params", "path", "signed")
+    __slots__ = ("binary", "body", "headers", "method", "params", "path", "raw", "signed")
 
     def __init__(
         self,
@@ -476,9 +486,13 @@ class _Call(Generic[T]):
         params: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         signed: bool = True,  # False: /health, no authentication
+        *,
+        raw: bytes | None = None,  # a gzip body sent as it is (import)
+        binary: bool = False,  # sent and answered as bytes (request_bytes: import, download)
     ) -> None:
         self.method, self.path, self.body = method, path, body
         self.params, self.headers, self.signed = params, headers, signed
+        self.raw, self.binary = raw, binary
 
 
 class _Sleep:
@@ -602,7 +616,21 @@ class _Endpoints:
     def _send(self, call: _Call[Any]) -> Any:
         if not call.signed:
             return self._fetch_unsigned(call.path)
+        if call.binary:
+            return self.request_bytes(call.method, call.path, call.raw, call.params)
         return self.request(call.method, call.path, call.body, call.params, headers=call.headers)
+
+    def request_bytes(
+        self,
+        method: str,
+        path: str,
+        raw: bytes | None = None,
+        params: dict[str, Any] | None = None,
+        content_type: str = "application/gzip",
+    ) -> Any:
+        """Like `request`, but sends `raw` bytes as the body (signed as they are) and returns a
+        non-JSON answer (a download) as bytes; a JSON answer is unwrapped as usual."""
+        raise NotImplementedError
 
     def _prepare(
         self,
@@ -611,18 +639,23 @@ class _Endpoints:
         body: dict[str, Any] | None,
         params: dict[str, Any] | None,
         extra_headers: dict[str, str] | None = None,
+        *,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
     ) -> tuple[str, str, bytes, dict[str, str]]:
-        """(method, url, the exact body bytes, headers): the body is serialised once and those
-        bytes are both signed and sent. `extra_headers` (e.g. Idempotency-Key) are sent as they
-        are, unsigned; they cannot replace the authentication headers."""
+        """(method, url, the exact body bytes, headers): the body is serialised once (or given
+        as `raw` bytes) and those bytes are both signed and sent. `extra_headers` (e.g.
+        Idempotency-Key) are sent as they are, unsigned; they cannot replace the authentication
+        headers."""
         method = method.upper()
         query = urlencode({k: v for k, v in (params or {}).items() if v is not None}, doseq=True)
         full_path = path + (f"?{query}" if query else "")
-        raw = (
-            b""
-            if body is None or method in ("GET", "DELETE")
-            else json.dumps(body, ensure_ascii=True).encode()
-        )
+        if raw is None:
+            raw = (
+                b""
+                if body is None or method in ("GET", "DELETE")
+                else json.dumps(body, ensure_ascii=True).encode()
+            )
         ts = str(int(time.time()))
         headers = {**(extra_headers or {}), "X-API-Key": self.api_key, "X-Timestamp": ts}
         if self.signature_version == 2:
@@ -637,7 +670,7 @@ class _Endpoints:
         else:
             headers["X-Signature"] = sign(self.secret, ts, raw)
         if raw:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         return method, self.base_url + full_path, raw, headers
 
     @staticmethod
@@ -1008,6 +1041,24 @@ class _Endpoints:
                 raise TimeoutError(f"job {job_id} still {job['status']} after {timeout} s")
             yield _Sleep(min(interval, left))
 
+    # --- export and import (docs/export.md) ---------------------------------------------------
+
+    @_endpoint
+    def export(self, agent_id: str | None = None) -> _Call[JobAccepted]:
+        """Starts an export (the whole team without agent_id): `{"job_id"}`; wait_for_job, then
+        download_export."""
+        return _post("/export", {"agent_id": agent_id} if agent_id else {})
+
+    @_endpoint
+    def download_export(self, job_id: int) -> _Call[bytes]:
+        """The bundle of a succeeded export job, as bytes (gzip of JSON Lines)."""
+        return _Call("GET", f"/export/{int(job_id)}", binary=True)
+
+    @_endpoint
+    def import_bundle(self, data: bytes, on_conflict: str = "skip") -> _Call[ImportResult]:
+        """Imports a bundle into the key's team: `{"imported", "skipped", "reembedded"}`."""
+        return _Call("POST", "/import", params={"on_conflict": on_conflict}, raw=data, binary=True)
+
 
 class MemoryClient(_Endpoints):
     """The blocking client (requests, one keep-alive session)."""
@@ -1062,6 +1113,24 @@ class MemoryClient(_Endpoints):
                     answer = self._send(step)
         except StopIteration as done:
             return done.value
+
+    def request_bytes(
+        self,
+        method: str,
+        path: str,
+        raw: bytes | None = None,
+        params: dict[str, Any] | None = None,
+        content_type: str = "application/gzip",
+    ) -> Any:
+        method, url, body, headers = self._prepare(
+            method, path, None, params, raw=raw or b"", content_type=content_type
+        )
+        response = self.session.request(
+            method, url, data=body or None, headers=headers, timeout=self.timeout
+        )
+        if response.ok and not _is_json(response.headers):
+            return response.content
+        return self._unwrap(response.status_code, response.headers, response.text)
 
     def iter_memories(
         self,
@@ -1140,6 +1209,24 @@ class AsyncMemoryClient(_Endpoints):
         except StopIteration as done:
             return done.value
 
+    async def request_bytes(
+        self,
+        method: str,
+        path: str,
+        raw: bytes | None = None,
+        params: dict[str, Any] | None = None,
+        content_type: str = "application/gzip",
+    ) -> Any:
+        method, url, body, headers = self._prepare(
+            method, path, None, params, raw=raw or b"", content_type=content_type
+        )
+        response = await self.client.request(
+            method, url, content=body or None, headers=headers, timeout=self.timeout
+        )
+        if response.is_success and not _is_json(response.headers):
+            return response.content
+        return self._unwrap(response.status_code, response.headers, response.text)
+
     async def iter_memories(
         self,
         scope: str | None = None,
@@ -1168,6 +1255,10 @@ class AsyncMemoryClient(_Endpoints):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _is_json(headers: Any) -> bool:
+    return str(headers.get("Content-Type", "")).startswith("application/json")
 
 
 def _httpx() -> Any:

@@ -69,6 +69,9 @@ API_ROUTES: tuple[tuple[str, type[View], str], ...] = (
     ("graph/relations/<str:relation_id>", graph_apis.RelationDetailApi, "graph-relation-detail"),
     ("lifecycle/extract-graph", lifecycle_apis.ExtractGraphApi, "lifecycle-extract-graph"),
     ("jobs/<int:job_id>", lifecycle_apis.JobApi, "job-detail"),
+    ("export", lifecycle_apis.ExportApi, "export"),
+    ("export/<int:job_id>", lifecycle_apis.ExportDownloadApi, "export-download"),
+    ("import", lifecycle_apis.ImportApi, "import"),
 )
 
 admin.site.site_header = "Memory platform admin"

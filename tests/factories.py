@@ -12,6 +12,8 @@ from graph.models import Entity, EntityMention, Relation
 from graph.services import entity_create_or_merge, entity_mention, relation_create
 from lifecycle.models import (
     ArchiveReason,
+    ExportChunk,
+    IdempotentRequest,
     JobRun,
     JobStatus,
     Persona,
@@ -457,3 +459,29 @@ class WorkingArchiveFactory(_PlainFactory):
     content = factory.Sequence(lambda n: f"archived working item {n}")
     item_created_at = factory.LazyFunction(timezone.now)
     reason = ArchiveReason.CONSUMED
+
+
+class ExportChunkFactory(factory.django.DjangoModelFactory):
+    """A piece of an export job's bundle (lifecycle.services.bundle writes them)."""
+
+    class Meta:
+        model = ExportChunk
+
+    job = factory.SubFactory(JobRunFactory, kind="export", agent_id="")
+    seq = factory.Sequence(lambda n: n)
+    data = b"\x1f\x8b"
+
+
+class IdempotentRequestFactory(_PlainFactory):
+    """An answered request kept for its Idempotency-Key retries (lifecycle.services.idempotency
+    records them in the request's own transaction)."""
+
+    class Meta:
+        model = IdempotentRequest
+
+    team = factory.SubFactory(TeamFactory)
+    endpoint = "ingest"
+    key = factory.Sequence(lambda n: f"key-{n}")
+    request_hash = factory.LazyFunction(lambda: uuid.uuid4().hex * 2)
+    status_code = 200
+    body = factory.LazyFunction(lambda: {"archived": 1, "facts": []})

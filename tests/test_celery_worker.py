@@ -186,3 +186,34 @@ def test_research_log_on_a_worker_backed_deployment_with_the_fake_llm(tmp_path, 
                 assert traced["source"] == "extraction" and len(traced["source_items"]) == 1
             stats = client.get_stats().json()["data"]
             assert stats["redis_ok"] and stats["personas"] == 1
+
+
+def test_an_export_runs_on_the_worker_and_downloads_from_the_web_node(tmp_path, redis_required):
+    """POST /export on a gunicorn node queues the job; a Celery worker (maintenance queue) writes
+    the bundle into the database; any node serves the download; an import of it skips all."""
+    import gzip
+
+    broker = _redis_db(settings.REDIS_URL, 14)
+    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
+    env = {"CELERY_BROKER_URL": broker, "REDIS_URL": settings.REDIS_URL}
+    with live_stack(tmp_path, servers=2, extra_env=env) as stack:
+        worker = start_worker(stack)
+        try:
+            writer = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+            reader = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[1])
+            writer.write_memory("coder", "The build uses Python 3.11", importance=0.7)
+            writer.write_team_memory("Deploys happen on Tuesdays")
+            job_id = writer.export()["job_id"]
+            deadline = time.monotonic() + 90
+            while (job := reader.get_job(job_id))["status"] in ("queued", "running"):
+                assert time.monotonic() < deadline, "the worker did not export in time"
+                time.sleep(0.3)
+            assert job["status"] == "succeeded", job
+            data = reader.download_export(job_id)
+            header = json.loads(gzip.decompress(data).splitlines()[0])
+            assert header["counts"]["memory"] == 2 == job["result"]["counts"]["memory"]
+            answer = writer.import_bundle(data)
+            assert answer["skipped"]["memory"] == 2 and answer["imported"]["memory"] == 0
+        finally:
+            worker.terminate()
+            worker.wait(timeout=20)

@@ -32,7 +32,7 @@ from tenants.models import Agent, Team
 
 from ..presenters import job_counts, result_body
 from ..results import AutoRunAction, AutoRunSummary, JobReplayed, JobResult, JobSkipped
-from . import ingest, jobs, operations
+from . import bundle, ingest, jobs, operations
 from .dispatch import enqueue
 from .idempotency import IdempotencyKey, Replayed
 
@@ -294,6 +294,13 @@ def _auto_run(c: JobContext) -> Outcome:
     return _auto_run_outcome(team=c.team, job_id=c.job_id)
 
 
+def _export(c: JobContext) -> Outcome:
+    if c.job_id is None:
+        raise ValueError("an export is stored under its job: it runs as a recorded job only")
+    result = bundle.export_run(team=c.team, agent_id=c.agent_id or None, job_id=c.job_id)
+    return result, Usage(), "bundle"
+
+
 # Every kind a job can run. (JobKind.CAP_ARCHIVE is only a record: it never runs.)
 HANDLERS: dict[str, JobHandler] = {
     JobKind.COMPRESS: _compress,
@@ -304,6 +311,7 @@ HANDLERS: dict[str, JobHandler] = {
     JobKind.EXTRACT_GRAPH: _extract_graph,
     JobKind.AUTO_RUN: _auto_run,
     JobKind.INGEST: _ingest,
+    JobKind.EXPORT: _export,
 }
 
 

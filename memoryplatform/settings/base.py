@@ -187,6 +187,15 @@ LIFECYCLE_JOB_QUEUED_TIMEOUT_SECONDS = env.float(
 # --- API ------------------------------------------------------------------------------------------
 MAX_REQUEST_BYTES = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
+# POST /import takes a whole gzipped bundle (docs/export.md): its own, larger limit (413 above
+# it), and a cap on what the bundle may decompress to (a gzip bomb is a 413 too).
+IMPORT_MAX_BYTES = env.int("IMPORT_MAX_BYTES", default=64 * 1024 * 1024)
+IMPORT_MAX_UNCOMPRESSED_BYTES = env.int("IMPORT_MAX_UNCOMPRESSED_BYTES", default=1024 * 1024 * 1024)
+# Paths whose body limit is not MAX_REQUEST_BYTES (core.middleware.BodySizeLimitMiddleware).
+REQUEST_BYTES_BY_PATH = {"/import": IMPORT_MAX_BYTES}
+# Hours an export's bundle stays downloadable (GET /export/<job_id>); then the hourly
+# `lifecycle.prune_exports` task (or `manage.py prune_exports`) removes it.
+EXPORT_RETENTION_HOURS = env.int("EXPORT_RETENTION_HOURS", default=24)
 # Deepest nesting of objects/arrays a request body may have (the body itself is level 1); deeper
 # is a 400 VALIDATION_ERROR, before anything recurses into it (core/jsonlimits.py).
 # Not above 29: MariaDB refuses JSON nested 32 levels or more, and a stored field can end up 3

@@ -15,6 +15,7 @@ from memoryplatform.client import (
     CleanupResult,
     CompressResult,
     Health,
+    ImportResult,
     IngestMessage,
     IngestResult,
     Job,
@@ -53,6 +54,9 @@ def check_sync(client: MemoryClient) -> None:
     assert_type(client.cleanup(dry_run=True), CleanupResult)
     assert_type(client.get_job(1), Job)
     assert_type(client.wait_for_job(1, timeout=5), Job)
+    assert_type(client.export(), JobAccepted)
+    assert_type(client.download_export(1), bytes)
+    assert_type(client.import_bundle(b"", on_conflict="skip"), ImportResult)
     messages = [{"role": "user", "content": "I drink green tea"}]
     assert_type(client.ingest("a", messages, run_id="r"), IngestResult | JobAccepted)
     typed: list[IngestMessage] = [{"role": "user", "content": "I drink tea", "name": "alice"}]
@@ -84,6 +88,9 @@ async def check_async(client: AsyncMemoryClient) -> None:
     assert_type(await client.list_trash(page=2), TrashPage)
     assert_type(await client.get_job(1), Job)
     assert_type(await client.wait_for_job(1, interval=0.1), Job)
+    assert_type(await client.export("a1"), JobAccepted)
+    assert_type(await client.download_export(1), bytes)
+    assert_type(await client.import_bundle(b""), ImportResult)
     assert_type(
         await client.ingest("a", [], idempotency_key="k", async_=True), IngestResult | JobAccepted
     )

@@ -1,0 +1,52 @@
+"""Import a bundle (docs/export.md) into a team: what POST /import does, by the same code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from core.errors import DomainError
+from core.progress import Progress
+from lifecycle.presenters import import_body
+from lifecycle.services.bundle import ON_CONFLICT, bundle_import, bundle_read_header
+from memories.services import Actor
+from tenants.models import Team
+
+
+class Command(BaseCommand):
+    help = "Import a gzipped JSON Lines bundle into a team (all or nothing)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", help="the bundle, '-' for stdin")
+        parser.add_argument("--team", required=True, help="the team to import into")
+        parser.add_argument("--on-conflict", choices=ON_CONFLICT, default="skip")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        team = Team.objects.filter(id=opts["team"]).first()
+        if team is None:
+            raise CommandError(f"no team {opts['team']}")
+        if opts["file"] == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            try:
+                with open(opts["file"], "rb") as f:
+                    data = f.read()
+            except OSError as exc:
+                raise CommandError(str(exc)) from exc
+        try:
+            header = bundle_read_header(data)
+            total = sum(int(n) for n in header["counts"].values())
+            with Progress(total, label="imported", stream=self.stderr) as progress:
+                result = bundle_import(
+                    team=team,
+                    data=data,
+                    on_conflict=opts["on_conflict"],
+                    actor=Actor(label="command import_team"),
+                    progress=progress.advance,
+                )
+        except DomainError as exc:
+            raise CommandError(exc.message) from exc
+        self.stdout.write(json.dumps(import_body(result)))

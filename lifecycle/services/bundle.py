@@ -1,0 +1,936 @@
+"""Export and import of a team's (or one agent's) memories as a bundle (docs/export.md).
+
+A bundle is gzip of JSON Lines: a versioned header, then one line per record, kinds in the order
+of `KINDS` (what a record refers to always comes first) and each kind by id, so the same data
+exports to the same bytes apart from `exported_at`. Records carry the model's columns
+generically (a new column travels without a change here), except those that belong to the server
+(the team, job and key links) or are derived (content hash, search tokens, normalised name),
+which the import computes again. Ids are the source's: an import never uses them as keys, it
+maps them to the rows it writes and rewrites every reference.
+
+An export is written by a job (`pipeline.HANDLERS[JobKind.EXPORT]`) into `ExportChunk` rows,
+so any node answers its download; `exports_prune` removes them after EXPORT_RETENTION_HOURS.
+An import runs in the request, in one transaction: all of it or nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import hashlib
+import io
+import json
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import date, time, timedelta
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, models, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from core import jsonlimits
+from core.dates import iso
+from core.errors import DomainError, ErrorCode, Forbidden
+from graph.models import Entity, EntityMention, Relation
+from graph.resolution import normalise_name
+from graph.services import embedding_text, entity_find, entity_update
+from memories.models import Memory, MemoryRevision, MemoryScope, MemoryShare
+from memories.retrieval.embeddings import embed_passages, get_embedder, to_bytes
+from memories.retrieval.text import content_hash
+from memories.services import Actor, memories_insert, memories_link, memory_update
+from tenants.models import Team
+from tenants.services import agent_ensure
+
+from ..models import ExportChunk, Persona, Scenario, WorkingArchive
+from ..results import ExportResult, ImportResult
+
+FORMAT = "memoryplatform-bundle"
+VERSION = 1
+# The order of the records in a bundle: a record only refers to kinds before its own.
+KINDS = (
+    "memory",
+    "revision",
+    "share",
+    "archive",
+    "scenario",
+    "persona",
+    "entity",
+    "relation",
+    "mention",
+)
+CHUNK_BYTES = 1024 * 1024  # one ExportChunk row at most
+ON_CONFLICT = ("skip", "overwrite", "new_ids")
+_EMBED_BATCH = 64
+# Keys of JSON columns that hold memory ids (memory metadata, revision before/after): remapped on
+# import like the foreign keys.
+_MEMORY_ID_KEYS = ("superseded_by", "promoted_to", "promoted_from")
+_MEMORY_ID_LIST_KEYS = ("related_to",)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    model: type[models.Model]
+    # Columns a record does not carry: the server's own links and what the import derives.
+    exclude: frozenset[str]
+    # Foreign keys carried as the source's id, and the kind they point to.
+    refs: dict[str, str]
+
+
+_COMMON_EXCLUDE = frozenset({"team", "job"})
+SPECS: dict[str, _Spec] = {
+    "memory": _Spec(
+        Memory,
+        _COMMON_EXCLUDE | {"content_hash", "search_tokens"},
+        {"superseded_by": "memory", "promoted_from": "memory"},
+    ),
+    "revision": _Spec(MemoryRevision, _COMMON_EXCLUDE | {"api_key", "user"}, {"memory": "memory"}),
+    "share": _Spec(MemoryShare, _COMMON_EXCLUDE, {"memory": "memory"}),
+    "archive": _Spec(WorkingArchive, _COMMON_EXCLUDE, {}),
+    "scenario": _Spec(Scenario, _COMMON_EXCLUDE, {}),
+    "persona": _Spec(Persona, _COMMON_EXCLUDE, {}),
+    "entity": _Spec(Entity, _COMMON_EXCLUDE | {"normalized_name"}, {"source_memory": "memory"}),
+    "relation": _Spec(
+        Relation,
+        _COMMON_EXCLUDE,
+        {"source": "entity", "target": "entity", "source_memory": "memory"},
+    ),
+    "mention": _Spec(EntityMention, _COMMON_EXCLUDE, {"entity": "entity", "memory": "memory"}),
+}
+
+
+def _fields(spec: _Spec) -> list[models.Field[Any, Any]]:
+    return [f for f in spec.model._meta.concrete_fields if f.name not in spec.exclude]
+
+
+# --- export ---------------------------------------------------------------------------------------
+
+
+def _querysets(*, team: Team, agent_id: str | None) -> dict[str, QuerySet[Any]]:
+    """What a bundle holds, by kind, in bundle order. One agent: its personal memories, its
+    archive, scenarios, personas and own entities, and what hangs on those only."""
+    memories = Memory.objects.filter(team=team)
+    archive = WorkingArchive.objects.filter(team=team)
+    scenarios = Scenario.objects.filter(team=team)
+    personas = Persona.objects.filter(team=team)
+    entities = Entity.objects.filter(team=team)
+    if agent_id is not None:
+        memories = memories.filter(scope=MemoryScope.PERSONAL, agent_id=agent_id)
+        archive = archive.filter(agent_id=agent_id)
+        scenarios = scenarios.filter(agent_id=agent_id)
+        personas = personas.filter(agent_id=agent_id)
+        entities = entities.filter(agent_id=agent_id)
+    # Random (uuid, hex) keys are ordered by creation first: an import writes them in bundle
+    # order with their creation times, so its export comes out in the same order.
+    return {
+        "memory": memories.order_by("id"),
+        "revision": MemoryRevision.objects.filter(team=team, memory__in=memories).order_by("id"),
+        "share": MemoryShare.objects.filter(team=team, memory__in=memories).order_by("id"),
+        "archive": archive.order_by("id"),
+        "scenario": scenarios.order_by("created_at", "id"),
+        "persona": personas.order_by("created_at", "id"),
+        "entity": entities.order_by("created_at", "id"),
+        "relation": Relation.objects.filter(
+            team=team, source__in=entities, target__in=entities
+        ).order_by("created_at", "id"),
+        "mention": EntityMention.objects.filter(
+            team=team, entity__in=entities, memory__in=memories
+        ).order_by("id"),
+    }
+
+
+def bundle_counts(*, team: Team, agent_id: str | None) -> dict[str, int]:
+    """How many records of each kind a bundle of this team (or agent) would hold now."""
+    return {kind: qs.count() for kind, qs in _querysets(team=team, agent_id=agent_id).items()}
+
+
+def _encode(f: models.Field[Any, Any], value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(f, models.BinaryField):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(f, models.DateTimeField):
+        return iso(value)
+    if isinstance(value, bool | int | float | str | dict | list):
+        return value
+    if isinstance(value, date | time):
+        return value.isoformat()
+    # A uuid (a key or a foreign key to one), a Decimal, ...: its text, which to_python reads.
+    return str(value)
+
+
+def record_of(kind: str, obj: models.Model) -> dict[str, Any]:
+    """One bundle line: `kind`, then the model's columns in model order (foreign keys by id)."""
+    out: dict[str, Any] = {"kind": kind}
+    for f in _fields(SPECS[kind]):
+        out[f.name] = _encode(f, getattr(obj, f.attname))
+    return out
+
+
+def _dumps(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def bundle_write(
+    *,
+    team: Team,
+    agent_id: str | None,
+    sink: IO[bytes] | io.RawIOBase,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, int]:
+    """Writes the bundle of `team` (or of one agent) as gzip to `sink`; returns the counts.
+
+    Read in one transaction, so that the header's counts and the records agree (a snapshot on
+    MariaDB's repeatable read; SQLite's transaction holds its readers' view too).
+    """
+    embedder = get_embedder()
+    with transaction.atomic():
+        querysets = _querysets(team=team, agent_id=agent_id)
+        counts = {kind: qs.count() for kind, qs in querysets.items()}
+        header = {
+            "format": FORMAT,
+            "version": VERSION,
+            "exported_at": iso(timezone.now()),
+            "team_id": team.id,
+            "agent_id": agent_id,
+            "embedding_model": embedder.model_name,
+            "embedding_dim": embedder.dim,
+            "counts": counts,
+        }
+        # mtime 0 and no file name: the same records give the same bytes.
+        with gzip.GzipFile(fileobj=sink, mode="wb", mtime=0, filename="") as gz:
+            gz.write(_dumps(header))
+            for kind, qs in querysets.items():
+                for obj in qs.iterator(chunk_size=500):
+                    gz.write(_dumps(record_of(kind, obj)))
+                    if progress is not None:
+                        progress(1)
+    return counts
+
+
+class _ChunkSink(io.RawIOBase):
+    """A write-only stream that stores what it is given as ExportChunk rows of CHUNK_BYTES."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        self.buffer = bytearray()
+        self.seq = 0
+        self.size = 0
+        self.digest = hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        data = bytes(b)
+        self.buffer += data
+        self.size += len(data)
+        self.digest.update(data)
+        while len(self.buffer) >= CHUNK_BYTES:
+            self._store(bytes(self.buffer[:CHUNK_BYTES]))
+            del self.buffer[:CHUNK_BYTES]
+        return len(data)
+
+    def _store(self, data: bytes) -> None:
+        ExportChunk.objects.create(job_id=self.job_id, seq=self.seq, data=data)
+        self.seq += 1
+
+    def finish(self) -> None:
+        if self.buffer or self.seq == 0:
+            self._store(bytes(self.buffer))
+            self.buffer.clear()
+
+
+def export_run(*, team: Team, agent_id: str | None, job_id: int) -> ExportResult:
+    """The export job: the bundle written into the job's chunks (replacing any a previous
+    attempt of the same job left), in one transaction with the reads."""
+    sink = _ChunkSink(job_id)
+    with transaction.atomic():
+        ExportChunk.objects.filter(job_id=job_id).delete()
+        counts = bundle_write(team=team, agent_id=agent_id, sink=sink)
+        sink.finish()
+    return ExportResult(
+        job_id=job_id,
+        agent_id=agent_id,
+        bytes=sink.size,
+        chunks=sink.seq,
+        sha256=sink.digest.hexdigest(),
+        counts=counts,
+        expires_at=timezone.now() + timedelta(hours=settings.EXPORT_RETENTION_HOURS),
+    )
+
+
+def exports_prune(*, older_than_hours: int | None = None) -> int:
+    """Removes the bundles of exports finished more than EXPORT_RETENTION_HOURS ago (the job
+    records stay); returns the number of chunks removed."""
+    hours = settings.EXPORT_RETENTION_HOURS if older_than_hours is None else older_than_hours
+    cutoff = timezone.now() - timedelta(hours=hours)
+    deleted, _ = ExportChunk.objects.filter(job__finished_at__lt=cutoff).delete()
+    # Chunks of a job that never finished (its worker died mid-write and the rows were kept).
+    stale, _ = ExportChunk.objects.filter(
+        job__finished_at__isnull=True, job__created_at__lt=cutoff
+    ).delete()
+    return deleted + stale
+
+
+# --- import ---------------------------------------------------------------------------------------
+
+
+def _invalid(line: int, message: str) -> DomainError:
+    return DomainError(ErrorCode.VALIDATION_ERROR, f"line {line}: {message}")
+
+
+def _lines(data: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The bundle's lines as objects, numbered from 1; a 400 naming the line for anything that
+    is not gzip of JSON objects, a 413 past IMPORT_MAX_UNCOMPRESSED_BYTES."""
+    if not data:
+        raise DomainError(ErrorCode.VALIDATION_ERROR, "empty body: a gzipped bundle is expected")
+    limit = settings.IMPORT_MAX_UNCOMPRESSED_BYTES
+    total = 0
+    number = 0
+    with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as gz:
+        while True:
+            try:
+                raw = gz.readline(limit - total + 1)
+            except (OSError, EOFError, zlib.error) as exc:
+                # BadGzipFile is an OSError; EOFError: cut short.
+                raise _invalid(number + 1, f"not a complete gzip stream ({exc})") from None
+            if not raw:
+                return
+            number += 1
+            total += len(raw)
+            if total > limit:
+                raise DomainError(
+                    ErrorCode.PAYLOAD_TOO_LARGE,
+                    f"the bundle decompresses to more than {limit} bytes",
+                )
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise _invalid(number, f"not JSON ({exc})") from None
+            except RecursionError:
+                raise _invalid(number, "JSON nested too deep") from None
+            if not isinstance(value, dict):
+                raise _invalid(number, "not a JSON object")
+            # As deep as the API lets a stored value be, plus the record's own level and a
+            # revision's before/after around a memory's metadata (MariaDB refuses JSON deeper
+            # than 32 levels: a 500 otherwise).
+            depth = settings.MAX_JSON_DEPTH + 2
+            if raw.count(b"{") + raw.count(b"[") > depth and jsonlimits.depth_exceeds(value, depth):
+                raise _invalid(number, f"JSON nested deeper than {depth} levels")
+            yield number, value
+
+
+def _check_header(line: int, header: dict[str, Any]) -> None:
+    if header.get("format") != FORMAT:
+        raise _invalid(line, f'not a bundle header (format must be "{FORMAT}")')
+    version = header.get("version")
+    if version != VERSION:
+        raise _invalid(
+            line, f"bundle version {version!r} is not supported (this server reads {VERSION})"
+        )
+    counts = header.get("counts")
+    if not isinstance(counts, dict) or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in counts.values()
+    ):
+        raise _invalid(line, "header: counts must be an object of integers")
+    if not isinstance(header.get("embedding_model", ""), str):
+        raise _invalid(line, "header: embedding_model must be a string")
+
+
+def _decode(f: models.Field[Any, Any], value: Any) -> Any:
+    """A record's value for column `f`, checked against the column (ValueError if it does not fit)."""
+    if value is None:
+        if not f.null:
+            raise ValueError(f"{f.name} may not be null")
+        return None
+    if isinstance(f, models.BinaryField):
+        if not isinstance(value, str):
+            raise ValueError(f"{f.name} must be base64 text")
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"{f.name} is not valid base64") from None
+    if isinstance(f, models.DateTimeField):
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+        if parsed is None or timezone.is_naive(parsed):
+            raise ValueError(f"{f.name} must be an ISO 8601 date-time with its offset")
+        return parsed
+    if isinstance(f, models.BooleanField):
+        if not isinstance(value, bool):
+            raise ValueError(f"{f.name} must be true or false")
+        return value
+    if isinstance(f, models.IntegerField):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{f.name} must be an integer")
+        if (
+            isinstance(f, models.PositiveIntegerField | models.PositiveBigIntegerField)
+            and value < 0
+        ):
+            raise ValueError(f"{f.name} must be >= 0")
+        return value
+    if isinstance(f, models.FloatField):
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ValueError(f"{f.name} must be a number")
+        return float(value)
+    if isinstance(f, models.CharField | models.TextField):
+        if not isinstance(value, str):
+            raise ValueError(f"{f.name} must be a string")
+        if f.max_length is not None and len(value) > f.max_length:
+            raise ValueError(f"{f.name} is longer than {f.max_length} characters")
+        if f.choices and value not in {str(c[0]) for c in f.choices}:
+            raise ValueError(f"{f.name} {value!r} is not one of the allowed values")
+        return value
+    if isinstance(f, models.JSONField):
+        return value
+    # Any other column type (a uuid, a date, a decimal, …): the field's own parsing.
+    try:
+        return f.to_python(value)
+    except DjangoValidationError as exc:
+        raise ValueError(f"{f.name}: {'; '.join(exc.messages)}") from None
+
+
+def _columns(kind: str, rec: dict[str, Any]) -> dict[str, Any]:
+    """The record's own columns (no id, no references), checked; absent ones take the model's
+    default, unknown keys (a newer server's columns) are ignored."""
+    spec = SPECS[kind]
+    out: dict[str, Any] = {}
+    for f in _fields(spec):
+        if f.primary_key or f.name in spec.refs or f.name not in rec:
+            continue
+        out[f.attname] = _decode(f, rec[f.name])
+    return out
+
+
+def _auto_stamps(model: type[models.Model]) -> list[str]:
+    return [
+        f.name
+        for f in model._meta.concrete_fields
+        if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
+    ]
+
+
+def _insert(obj: models.Model, columns: dict[str, Any]) -> models.Model:
+    """Saves a new row keeping the creation / update times the bundle gives (Django would stamp
+    the insert time on auto_now(_add) columns)."""
+    obj.save(force_insert=True)
+    stamps = {
+        name: columns[name] for name in _auto_stamps(type(obj)) if columns.get(name) is not None
+    }
+    if stamps:
+        type(obj)._default_manager.filter(pk=obj.pk).update(**stamps)
+        for name, value in stamps.items():
+            setattr(obj, name, value)
+    return obj
+
+
+def _update(obj: models.Model, columns: dict[str, Any], names: list[str]) -> None:
+    """Overwrites `names` of an existing row from the bundle (times included)."""
+    for name in names:
+        if name in columns:
+            setattr(obj, name, columns[name])
+    obj.save()
+    stamps = {n: columns[n] for n in _auto_stamps(type(obj)) if columns.get(n) is not None}
+    if stamps:
+        type(obj)._default_manager.filter(pk=obj.pk).update(**stamps)
+
+
+@dataclass
+class _Import:
+    team: Team
+    on_conflict: str
+    acting_agent: str | None
+    actor: Actor
+    reembed_all: bool
+    model_name: str
+    dim: int
+    ids: dict[str, dict[Any, Any]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    # Source ids of memories written as new rows (their revisions come along; an existing
+    # memory's history is its own).
+    new_memories: set[Any] = field(default_factory=set)
+    imported: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    skipped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    seen: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    reembedded: int = 0
+    agents: set[str] = field(default_factory=set)
+    pending: list[tuple[Any, Memory, dict[str, Any]]] = field(default_factory=list)
+    links: list[tuple[Any, str, Any]] = field(default_factory=list)
+    overwrites: list[tuple[Memory, dict[str, Any]]] = field(default_factory=list)
+    metadata_of: dict[Any, Memory] = field(default_factory=dict)
+    memories_done: bool = False
+    sources: set[Any] = field(default_factory=set)
+
+    # -- helpers
+
+    def agent(self, agent_id: str) -> None:
+        if agent_id and agent_id not in self.agents:
+            agent_ensure(team=self.team, agent_id=agent_id)
+            self.agents.add(agent_id)
+
+    def own(self, line: int, kind: str, agent_id: str) -> None:
+        """An agent-scoped key imports its own agent's records only."""
+        if self.acting_agent is not None and agent_id != self.acting_agent:
+            raise Forbidden(
+                f"line {line}: an agent-scoped key can only import its own agent's records "
+                f"(this {kind} belongs to {agent_id or 'the team'!r})"
+            )
+
+    def ref(self, line: int, kind: str, rec: dict[str, Any], name: str, *, required: bool) -> Any:
+        """The id on this server of what the record's `name` refers to."""
+        target_kind = SPECS[kind].refs[name]
+        source = rec.get(name)
+        if source is None:
+            if required:
+                raise _invalid(line, f"{kind}: {name} is required")
+            return None
+        mapped = self.ids[target_kind].get(source)
+        if mapped is None and required:
+            raise _invalid(line, f"{kind}: {name} {source!r} is no {target_kind} of the bundle")
+        return mapped
+
+    def memory_id(self, source: Any) -> Any:
+        return self.ids["memory"].get(source)
+
+    def remap_memory_json(self, value: Any) -> Any:
+        """Memory ids inside metadata / revision before-after, in this server's ids (unknown
+        ones dropped from lists, kept as they are elsewhere: history text, not links)."""
+        if not isinstance(value, dict):
+            return value
+        out = dict(value)
+        for key in _MEMORY_ID_KEYS:
+            if key in out and out[key] is not None:
+                out[key] = self.memory_id(out[key]) or out[key]
+        for key in _MEMORY_ID_LIST_KEYS:
+            if isinstance(out.get(key), list):
+                out[key] = [m for m in (self.memory_id(s) for s in out[key]) if m is not None]
+        return out
+
+    def needs_embedding(self, raw: bytes | memoryview | None, model_name: str) -> bool:
+        return (
+            self.reembed_all or not raw or model_name != self.model_name or len(raw) != 4 * self.dim
+        )
+
+    # -- memories: batched (embedding) and linked once all are written
+
+    def memory(self, line: int, rec: dict[str, Any]) -> None:
+        columns = _columns("memory", rec)
+        source = rec.get("id")
+        if source is None:
+            raise _invalid(line, "memory: id is required")
+        if source in self.sources:
+            raise _invalid(line, f"memory: id {source!r} appears twice")
+        self.sources.add(source)
+        content = columns.get("content", "")
+        if not content or not content.strip():
+            raise _invalid(line, "memory: content is required")
+        # The API's limits: what a bundle brings in must be what the API could have written.
+        if len(content) > settings.MEMORY_MAX_CONTENT_CHARS:
+            raise _invalid(
+                line, f"memory: content is over {settings.MEMORY_MAX_CONTENT_CHARS} characters"
+            )
+        if not 0.0 <= columns.get("importance", 0.5) <= 1.0:
+            raise _invalid(line, "memory: importance must be within 0..1")
+        scope = columns.get("scope", "")
+        if not scope:
+            raise _invalid(line, "memory: scope is required")
+        agent_id = columns.get("agent_id", "")
+        if scope == MemoryScope.PERSONAL and not agent_id:
+            raise _invalid(line, "memory: a personal memory needs its agent_id")
+        self.own(line, "memory", agent_id if scope == MemoryScope.PERSONAL else "")
+        self.agent(agent_id)
+        superseded = rec.get("superseded_by") is not None
+        if self.on_conflict != "new_ids":
+            existing = (
+                Memory.objects.filter(
+                    team=self.team,
+                    scope=scope,
+                    agent_id=agent_id,
+                    content_hash=content_hash(content),
+                    superseded_by__isnull=not superseded,
+                )
+                .order_by("id")
+                .first()
+            )
+            if existing is not None:
+                self.ids["memory"][source] = existing.pk
+                if self.on_conflict == "skip":
+                    self.skipped["memory"] += 1
+                else:
+                    self.overwrites.append((existing, columns))
+                    self.imported["memory"] += 1
+                return
+        memory = Memory(**columns)
+        self.pending.append((source, memory, rec))
+        if len(self.pending) >= 500:
+            self.flush_memories()
+
+    def flush_memories(self) -> None:
+        if not self.pending:
+            return
+        stale = [
+            m for _, m, _ in self.pending if self.needs_embedding(m.embedding, m.embedding_model)
+        ]
+        for start in range(0, len(stale), _EMBED_BATCH):
+            batch = stale[start : start + _EMBED_BATCH]
+            vectors = embed_passages([m.content for m in batch])
+            for m, vector in zip(batch, vectors, strict=True):
+                m.embedding = to_bytes(vector)
+                m.embedding_model = self.model_name
+        self.reembedded += len(stale)
+        memories_insert(team=self.team, memories=[m for _, m, _ in self.pending])
+        for source, memory, rec in self.pending:
+            self.ids["memory"][source] = memory.pk
+            self.new_memories.add(source)
+            self.metadata_of[source] = memory
+            for name in ("superseded_by", "promoted_from"):
+                if rec.get(name) is not None:
+                    self.links.append((source, name, rec[name]))
+        self.imported["memory"] += len(self.pending)
+        self.pending.clear()
+
+    def finish_memories(self) -> None:
+        """Once every memory is known: links, metadata ids, and the overwrites."""
+        if self.memories_done:
+            return
+        self.flush_memories()
+        memories_link(
+            team=self.team,
+            links=[
+                (self.ids["memory"][s], name, self.memory_id(target))
+                for s, name, target in self.links
+            ],
+        )
+        changed = []
+        for memory in self.metadata_of.values():
+            remapped = self.remap_memory_json(memory.metadata)
+            if remapped != memory.metadata:
+                memory.metadata = remapped
+                changed.append(memory)
+        Memory.objects.bulk_update(changed, ["metadata"], batch_size=500)
+        for existing, columns in self.overwrites:
+            # The service: a revision records what changed (content is the same by definition).
+            memory_update(
+                memory=existing,
+                actor=self.actor,
+                importance=columns.get("importance"),
+                category=columns.get("category"),
+                metadata=self.remap_memory_json(columns["metadata"])
+                if "metadata" in columns
+                else None,
+                pinned=columns.get("pinned"),
+            )
+        self.memories_done = True
+
+    # -- the other kinds, one row at a time
+
+    def revision(self, line: int, rec: dict[str, Any]) -> None:
+        memory_id = self.ref(line, "revision", rec, "memory", required=True)
+        if rec["memory"] not in self.new_memories:
+            self.skipped["revision"] += 1  # the existing memory keeps its own history
+            return
+        columns = _columns("revision", rec)
+        for key in ("before", "after"):
+            if key in columns:
+                columns[key] = self.remap_memory_json(columns[key])
+        row = MemoryRevision(team=self.team, memory_id=memory_id, **columns)
+        _insert(row, columns)
+        self.imported["revision"] += 1
+
+    def share(self, line: int, rec: dict[str, Any]) -> None:
+        memory_id = self.ref(line, "share", rec, "memory", required=True)
+        columns = _columns("share", rec)
+        agent_id = columns.get("agent_id", "")
+        if not agent_id:
+            raise _invalid(line, "share: agent_id is required")
+        self.agent(agent_id)
+        existing = MemoryShare.objects.filter(memory_id=memory_id, agent_id=agent_id).first()
+        if existing is not None:
+            if self.on_conflict == "overwrite":
+                _update(existing, columns, ["permission"])
+                self.imported["share"] += 1
+            else:
+                self.skipped["share"] += 1
+            return
+        _insert(MemoryShare(team=self.team, memory_id=memory_id, **columns), columns)
+        self.imported["share"] += 1
+
+    def _agent_row(self, line: int, kind: str, columns: dict[str, Any]) -> str:
+        agent_id = columns.get("agent_id", "")
+        if not agent_id:
+            raise _invalid(line, f"{kind}: agent_id is required")
+        self.own(line, kind, agent_id)
+        self.agent(agent_id)
+        return agent_id
+
+    def archive(self, line: int, rec: dict[str, Any]) -> None:
+        columns = _columns("archive", rec)
+        agent_id = self._agent_row(line, "archive", columns)
+        if self.on_conflict != "new_ids":
+            existing = WorkingArchive.objects.filter(
+                team=self.team, agent_id=agent_id, item_id=columns.get("item_id", "")
+            ).first()
+            if existing is not None:
+                if self.on_conflict == "skip":
+                    self.skipped["archive"] += 1
+                else:
+                    _update(existing, columns, list(columns))
+                    self.imported["archive"] += 1
+                return
+        _insert(WorkingArchive(team=self.team, **columns), columns)
+        self.imported["archive"] += 1
+
+    def _memory_ids(self, value: Any) -> list[Any]:
+        if not isinstance(value, list):
+            return []
+        return [m for m in (self.memory_id(s) for s in value) if m is not None]
+
+    def scenario(self, line: int, rec: dict[str, Any]) -> None:
+        columns = _columns("scenario", rec)
+        agent_id = self._agent_row(line, "scenario", columns)
+        columns["memory_ids"] = self._memory_ids(columns.get("memory_ids"))
+        if self.on_conflict != "new_ids":
+            existing = (
+                Scenario.objects.filter(
+                    team=self.team, agent_id=agent_id, name=columns.get("name", "")
+                )
+                .order_by("created_at", "id")
+                .first()
+            )
+            if existing is not None:
+                self.ids["scenario"][rec.get("id")] = existing.pk
+                if self.on_conflict == "skip":
+                    self.skipped["scenario"] += 1
+                else:
+                    _update(existing, columns, ["summary", "memory_ids"])
+                    self.imported["scenario"] += 1
+                return
+        row = _insert(Scenario(team=self.team, **columns), columns)
+        self.ids["scenario"][rec.get("id")] = row.pk
+        self.imported["scenario"] += 1
+
+    def persona(self, line: int, rec: dict[str, Any]) -> None:
+        columns = _columns("persona", rec)
+        agent_id = self._agent_row(line, "persona", columns)
+        columns["memory_ids"] = self._memory_ids(columns.get("memory_ids"))
+        scenario_ids = columns.get("scenario_ids")
+        columns["scenario_ids"] = [
+            s
+            for s in (
+                self.ids["scenario"].get(x)
+                for x in (scenario_ids if isinstance(scenario_ids, list) else [])
+            )
+            if s is not None
+        ]
+        snapshot = columns.get("scenarios_snapshot")
+        if isinstance(snapshot, list):
+            columns["scenarios_snapshot"] = [
+                {
+                    **item,
+                    "id": self.ids["scenario"].get(item.get("id"), item.get("id")),
+                    "memory_ids": self._memory_ids(item.get("memory_ids")),
+                }
+                if isinstance(item, dict)
+                else item
+                for item in snapshot
+            ]
+        if self.on_conflict != "new_ids" and columns.get("created_at") is not None:
+            existing = Persona.objects.filter(
+                team=self.team, agent_id=agent_id, created_at=columns["created_at"]
+            ).first()
+            if existing is not None:
+                if self.on_conflict == "skip":
+                    self.skipped["persona"] += 1
+                else:
+                    _update(existing, columns, list(columns))
+                    self.imported["persona"] += 1
+                return
+        _insert(Persona(team=self.team, **columns), columns)
+        self.imported["persona"] += 1
+
+    def entity(self, line: int, rec: dict[str, Any]) -> None:
+        columns = _columns("entity", rec)
+        agent_id = columns.get("agent_id", "")
+        self.own(line, "entity", agent_id)
+        self.agent(agent_id)
+        name, entity_type = columns.get("name", ""), columns.get("entity_type", "")
+        if not name or not entity_type:
+            raise _invalid(line, "entity: name and entity_type are required")
+        # One (name, type) per scope (a unique constraint): even new_ids meets the existing one.
+        existing = entity_find(
+            team=self.team, agent_id=agent_id, name=name, entity_type=entity_type
+        )
+        if existing is None:
+            source_memory = self.ref(line, "entity", rec, "source_memory", required=False)
+            if self.needs_embedding(columns.get("embedding"), columns.get("embedding_model", "")):
+                vector = embed_passages([embedding_text(name, columns.get("description", ""))])[0]
+                columns["embedding"] = to_bytes(vector)
+                columns["embedding_model"] = self.model_name
+                self.reembedded += 1
+            row = Entity(
+                team=self.team,
+                normalized_name=normalise_name(name, entity_type),
+                source_memory_id=source_memory,
+                **columns,
+            )
+            try:
+                with transaction.atomic():
+                    _insert(row, columns)
+            except IntegrityError:
+                # MariaDB's collation calls two names equal that Python does not: the same row.
+                existing = (
+                    Entity.objects.filter(
+                        team=self.team, agent_id=agent_id, entity_type=entity_type, name=name
+                    )
+                    .order_by("created_at", "id")
+                    .first()
+                )
+                if existing is None:
+                    raise
+            else:
+                self.ids["entity"][rec.get("id")] = row.pk
+                self.imported["entity"] += 1
+                return
+        self.ids["entity"][rec.get("id")] = existing.pk
+        if self.on_conflict == "overwrite":
+            entity_update(
+                entity=existing,
+                description=columns.get("description"),
+                properties=columns.get("properties"),
+            )
+            self.imported["entity"] += 1
+        else:
+            self.skipped["entity"] += 1
+
+    def relation(self, line: int, rec: dict[str, Any]) -> None:
+        source = self.ref(line, "relation", rec, "source", required=True)
+        target = self.ref(line, "relation", rec, "target", required=True)
+        source_memory = self.ref(line, "relation", rec, "source_memory", required=False)
+        columns = _columns("relation", rec)
+        existing = Relation.objects.filter(
+            source_id=source, target_id=target, relation_type=columns.get("relation_type", "")
+        ).first()
+        if existing is not None:
+            self.ids["relation"][rec.get("id")] = existing.pk
+            if self.on_conflict == "overwrite":
+                _update(existing, columns, ["description", "properties"])
+                self.imported["relation"] += 1
+            else:
+                self.skipped["relation"] += 1
+            return
+        row = _insert(
+            Relation(
+                team=self.team,
+                source_id=source,
+                target_id=target,
+                source_memory_id=source_memory,
+                **columns,
+            ),
+            columns,
+        )
+        self.ids["relation"][rec.get("id")] = row.pk
+        self.imported["relation"] += 1
+
+    def mention(self, line: int, rec: dict[str, Any]) -> None:
+        entity_id = self.ref(line, "mention", rec, "entity", required=True)
+        memory_id = self.ref(line, "mention", rec, "memory", required=True)
+        columns = _columns("mention", rec)
+        if EntityMention.objects.filter(entity_id=entity_id, memory_id=memory_id).exists():
+            self.skipped["mention"] += 1
+            return
+        _insert(
+            EntityMention(team=self.team, entity_id=entity_id, memory_id=memory_id, **columns),
+            columns,
+        )
+        self.imported["mention"] += 1
+
+
+def bundle_read_header(data: bytes) -> dict[str, Any]:
+    """The bundle's header (checked): a command shows its counts before importing."""
+    for number, header in _lines(data):
+        _check_header(number, header)
+        return header
+    raise _invalid(1, "no header: the bundle is empty")
+
+
+def bundle_import(
+    *,
+    team: Team,
+    data: bytes,
+    on_conflict: str = "skip",
+    acting_agent: str | None = None,
+    actor: Actor | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Imports a gzipped bundle into `team` (whatever team its header names): all or nothing.
+
+    `acting_agent` (an agent-scoped key): every record must be that agent's. Memories are
+    embedded again when the bundle's model is not this server's (or a vector is missing).
+    """
+    if on_conflict not in ON_CONFLICT:
+        raise DomainError(
+            ErrorCode.VALIDATION_ERROR, f"on_conflict must be one of {', '.join(ON_CONFLICT)}"
+        )
+    embedder = get_embedder()
+    lines = _lines(data)
+    first = next(lines, None)
+    if first is None:
+        raise _invalid(1, "no header: the bundle is empty")
+    number, header = first
+    _check_header(number, header)
+    state = _Import(
+        team=team,
+        on_conflict=on_conflict,
+        acting_agent=acting_agent,
+        actor=actor or Actor(label="import"),
+        reembed_all=header.get("embedding_model") != embedder.model_name
+        or header.get("embedding_dim") != embedder.dim,
+        model_name=embedder.model_name,
+        dim=embedder.dim,
+    )
+    handlers: dict[str, Callable[[int, dict[str, Any]], None]] = {
+        kind: getattr(state, kind) for kind in KINDS
+    }
+    position = 0
+    with transaction.atomic():
+        for number, rec in lines:
+            kind = rec.get("kind")
+            if kind not in handlers:
+                raise _invalid(number, f"unknown record kind {kind!r}")
+            order = KINDS.index(kind)
+            if order < position:
+                raise _invalid(number, f"{kind} record after {KINDS[position]} records")
+            position = order
+            if kind != "memory":
+                state.finish_memories()
+            try:
+                handlers[kind](number, rec)
+            except DomainError:
+                raise
+            except (ValueError, TypeError, DjangoValidationError, IntegrityError) as exc:
+                raise _invalid(number, f"{kind}: {exc}") from None
+            state.seen[kind] += 1
+            if progress is not None:
+                progress(1)
+        state.finish_memories()
+        expected = header["counts"]
+        for kind in KINDS:
+            if int(expected.get(kind, 0)) != state.seen[kind]:
+                raise DomainError(
+                    ErrorCode.VALIDATION_ERROR,
+                    f"the bundle has {state.seen[kind]} {kind} records, its header says "
+                    f"{expected.get(kind, 0)}",
+                )
+    return ImportResult(imported=state.imported, skipped=state.skipped, reembedded=state.reembedded)
+
+
+def bundle_filename(*, team: Team, agent_id: str | None, job_id: int | None = None) -> str:
+    who = f"{team.id}-{agent_id}" if agent_id else team.id
+    stamp = timezone.now().strftime("%Y%m%d") if job_id is None else str(job_id)
+    return f"memoryplatform-{who}-{stamp}.jsonl.gz"

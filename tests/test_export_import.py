@@ -1,0 +1,712 @@
+"""Export and import of bundles (docs/export.md): POST /export as a job, GET /export/<job_id>
+streamed from the database, POST /import with a signed gzip body; the commands; the client."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.utils import timezone
+
+from graph.models import Entity, EntityMention, Relation
+from graph.services import entity_create_or_merge, entity_mention, relation_create
+from lifecycle.models import ExportChunk, JobKind, JobRun, Persona, Scenario, WorkingArchive
+from lifecycle.services.bundle import KINDS, exports_prune
+from memories.models import IndexChange, Memory, MemoryRevision, MemoryShare
+from memories.retrieval.embeddings import get_embedder
+from memories.services import (
+    Actor,
+    memory_create,
+    memory_promote,
+    memory_share,
+    memory_supersede,
+    memory_update,
+)
+from memoryplatform.client import MemoryClient
+from tenants.services import api_key_issue
+
+from .factories import (
+    JobRunFactory,
+    PersonaFactory,
+    ScenarioFactory,
+    TeamFactory,
+    WorkingArchiveFactory,
+)
+from .helpers import SignedClient, error_code, ok_data
+
+pytestmark = pytest.mark.django_db
+
+GZIP = {"Content-Type": "application/gzip"}
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def populate(team) -> dict[str, Any]:
+    """A team with a bit of everything a bundle carries, written through the services."""
+    actor = Actor(label="tests")
+    tea, _ = memory_create(
+        team=team, scope="personal", agent_id="alice", content="Alice drinks oolong tea daily"
+    )
+    memory_update(memory=tea, actor=actor, importance=0.9, metadata={"source": "chat"})
+    old, _ = memory_create(
+        team=team, scope="personal", agent_id="alice", content="Alice lives in Berlin"
+    )
+    new, _ = memory_create(
+        team=team, scope="personal", agent_id="alice", content="Alice moved to Munich in May"
+    )
+    memory_supersede(old=old, new=new, actor=actor)
+    memory_share(memory=tea, agent_ids=["bob"], permission="write")
+    promoted, _ = memory_promote(memory=tea, actor=actor)
+    team_fact, _ = memory_create(
+        team=team, scope="team", agent_id="", content="The release train leaves every Tuesday"
+    )
+    bob, _ = memory_create(
+        team=team, scope="personal", agent_id="bob", content="Bob is learning the cello"
+    )
+    # Columns added lately travel like the others (the bundle carries every column).
+    Memory.objects.filter(pk=tea.pk).update(run_id="run-7")
+    WorkingArchiveFactory(
+        team=team,
+        agent_id="alice",
+        content="we talked about tea",
+        role="user",
+        name="Alice",
+        run_id="run-7",
+    )
+    scenario = ScenarioFactory(
+        team=team, agent_id="alice", name="Drinks", memory_ids=[tea.pk, new.pk]
+    )
+    PersonaFactory(
+        team=team,
+        agent_id="alice",
+        memory_ids=[tea.pk],
+        scenario_ids=[scenario.pk],
+        scenarios_snapshot=[
+            {"id": scenario.pk, "name": "Drinks", "summary": "tea", "memory_ids": [tea.pk]}
+        ],
+    )
+    alice_e, _ = entity_create_or_merge(
+        team=team, name="Alice", entity_type="person", agent_id="alice", source_memory=tea
+    )
+    oolong, _ = entity_create_or_merge(
+        team=team, name="Oolong", entity_type="preference", agent_id="alice", source_memory=tea
+    )
+    entity_mention(entity=oolong, memory=new)
+    relation_create(source=alice_e, target=oolong, relation_type="prefers", source_memory=tea)
+    team_e, _ = entity_create_or_merge(team=team, name="Release train", entity_type="project")
+    return {
+        "tea": tea,
+        "old": old,
+        "new": new,
+        "promoted": promoted,
+        "team_fact": team_fact,
+        "bob": bob,
+        "team_entity": team_e,
+    }
+
+
+def read_bundle(data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    lines = [json.loads(line) for line in gzip.decompress(data).splitlines()]
+    return lines[0], lines[1:]
+
+
+def make_bundle(header: dict[str, Any], records: list[dict[str, Any]]) -> bytes:
+    text = "".join(json.dumps(x) + "\n" for x in [header, *records])
+    return gzip.compress(text.encode())
+
+
+def export_bundle(api: SignedClient, capture, body: dict[str, Any] | None = None) -> bytes:
+    with capture(execute=True):
+        r = api.post("/export", body or {})
+    assert r.status_code == 202, r.content
+    job_id = ok_data(r)["job_id"]
+    job = ok_data(api.get(f"/jobs/{job_id}"))
+    assert job["status"] == "succeeded", job
+    assert job["result"]["download"] == f"/export/{job_id}"
+    r = api.get(f"/export/{job_id}")
+    assert r.status_code == 200
+    assert r["Content-Type"] == "application/gzip"
+    assert f"-{job_id}.jsonl.gz" in r["Content-Disposition"]
+    data = b"".join(r.streaming_content)
+    assert len(data) == job["result"]["bytes"] == int(r["Content-Length"])
+    return data
+
+
+def import_bundle(api: SignedClient, data: bytes, on_conflict: str | None = None):
+    path = "/import" + (f"?on_conflict={on_conflict}" if on_conflict else "")
+    return api.call("POST", path, raw=data, headers=GZIP)
+
+
+def normalise(data: bytes) -> list[dict[str, Any]]:
+    """The bundle with every id replaced by its position among its kind (references too) and
+    the team / export time left out: two bundles of the same data compare equal."""
+    header, records = read_bundle(data)
+    order: dict[str, dict[Any, str]] = {k: {} for k in KINDS}
+    for rec in records:
+        order[rec["kind"]][rec["id"]] = f"{rec['kind']}#{len(order[rec['kind']])}"
+    mem, scen, ent = order["memory"], order["scenario"], order["entity"]
+
+    def m(x: Any) -> Any:
+        return mem.get(x, x)
+
+    out: list[dict[str, Any]] = [
+        {k: v for k, v in header.items() if k not in ("exported_at", "team_id")}
+    ]
+    for rec in records:
+        r = dict(rec)
+        r["id"] = order[r["kind"]][r["id"]]
+        for key in ("superseded_by", "promoted_from", "source_memory"):
+            if r.get(key) is not None:
+                r[key] = m(r[key])
+        if r["kind"] in ("revision", "share") or r["kind"] == "mention":
+            r["memory"] = m(r["memory"])
+        if r["kind"] in ("relation",):
+            r["source"], r["target"] = ent[r["source"]], ent[r["target"]]
+        if r["kind"] == "mention":
+            r["entity"] = ent[r["entity"]]
+        for key in ("before", "after", "metadata"):
+            if isinstance(r.get(key), dict):
+                d = dict(r[key])
+                for k in ("superseded_by", "promoted_to", "promoted_from"):
+                    if d.get(k) is not None:
+                        d[k] = m(d[k])
+                if isinstance(d.get("related_to"), list):
+                    d["related_to"] = [m(x) for x in d["related_to"]]
+                r[key] = d
+        if "memory_ids" in r:
+            r["memory_ids"] = [m(x) for x in r["memory_ids"]]
+        if "scenario_ids" in r:
+            r["scenario_ids"] = [scen[x] for x in r["scenario_ids"]]
+        if "scenarios_snapshot" in r:
+            r["scenarios_snapshot"] = [
+                {
+                    **s,
+                    "id": scen.get(s["id"], s["id"]),
+                    "memory_ids": [m(x) for x in s["memory_ids"]],
+                }
+                for s in r["scenarios_snapshot"]
+            ]
+        out.append(r)
+    return out
+
+
+def team_counts(team) -> dict[str, int]:
+    return {
+        "memory": Memory.objects.filter(team=team).count(),
+        "revision": MemoryRevision.objects.filter(team=team).count(),
+        "share": MemoryShare.objects.filter(team=team).count(),
+        "archive": WorkingArchive.objects.filter(team=team).count(),
+        "scenario": Scenario.objects.filter(team=team).count(),
+        "persona": Persona.objects.filter(team=team).count(),
+        "entity": Entity.objects.filter(team=team).count(),
+        "relation": Relation.objects.filter(team=team).count(),
+        "mention": EntityMention.objects.filter(team=team).count(),
+    }
+
+
+@pytest.fixture
+def fresh(db) -> tuple[Any, SignedClient]:
+    team = TeamFactory(id="team_c", name="Team C")
+    k = api_key_issue(team=team, label="tests")
+    return team, SignedClient(Client(), k.key_id, k.secret)
+
+
+# --- round trip ----------------------------------------------------------------------------------
+
+
+def test_round_trip_into_a_fresh_team_exports_the_same_bundle(
+    team, api, fresh, django_capture_on_commit_callbacks
+):
+    rows = populate(team)
+    first = export_bundle(api, django_capture_on_commit_callbacks)
+    header, records = read_bundle(first)
+    assert header["format"] == "memoryplatform-bundle" and header["version"] == 1
+    assert header["team_id"] == team.id and header["agent_id"] is None
+    assert header["embedding_model"] == get_embedder().model_name
+    assert header["embedding_dim"] == get_embedder().dim
+    kinds = [r["kind"] for r in records]
+    assert kinds == sorted(kinds, key=KINDS.index)  # bundle order
+    assert header["counts"] == {k: kinds.count(k) for k in KINDS}
+    assert all(header["counts"][k] > 0 for k in KINDS), header["counts"]
+    by_id = {r["id"]: r for r in records if r["kind"] == "memory"}
+    assert by_id[rows["old"].pk]["superseded_by"] == rows["new"].pk
+    assert by_id[rows["promoted"].pk]["promoted_from"] == rows["tea"].pk
+    assert "search_tokens" not in by_id[rows["tea"].pk]
+    assert "content_hash" not in by_id[rows["tea"].pk]
+    assert by_id[rows["tea"].pk]["embedding"] and by_id[rows["tea"].pk]["embedding_model"]
+    assert by_id[rows["tea"].pk]["run_id"] == "run-7"
+    archived = next(r for r in records if r["kind"] == "archive")
+    assert (archived["role"], archived["name"], archived["run_id"]) == ("user", "Alice", "run-7")
+
+    target, target_api = fresh
+    changes_before = IndexChange.objects.filter(team=target).count()
+    answer = ok_data(import_bundle(target_api, first))
+    assert answer["imported"] == header["counts"]
+    assert answer["skipped"] == dict.fromkeys(KINDS, 0)
+    assert answer["reembedded"] == 0  # same model: the stored vectors are used
+    assert team_counts(target) == header["counts"]
+    assert IndexChange.objects.filter(team=target).count() > changes_before
+
+    second = export_bundle(target_api, django_capture_on_commit_callbacks)
+    assert read_bundle(second)[0]["team_id"] == "team_c"
+    assert normalise(second) == normalise(first)
+
+    tea = Memory.objects.get(team=target, scope="personal", content="Alice drinks oolong tea daily")
+    assert tea.run_id == "run-7"
+    assert WorkingArchive.objects.get(team=target).role == "user"
+    # The links point inside the new team, and its index finds what was imported.
+    old = Memory.objects.get(team=target, content="Alice lives in Berlin")
+    assert old.superseded_by.content == "Alice moved to Munich in May"
+    assert old.superseded_by.team_id == target.id
+    hits = ok_data(
+        target_api.post("/memories/personal/search", {"agent_id": "alice", "query": "oolong tea"})
+    )
+    assert hits and hits[0]["content"] == "Alice drinks oolong tea daily"
+    assert Memory.objects.get(pk=hits[0]["id"]).team_id == target.id
+    persona = Persona.objects.get(team=target)
+    scenario = Scenario.objects.get(team=target)
+    assert persona.scenario_ids == [scenario.pk] and scenario.pk != rows["tea"].pk
+    assert set(scenario.memory_ids) <= set(
+        Memory.objects.filter(team=target).values_list("pk", flat=True)
+    )
+
+
+def test_the_same_data_exports_to_the_same_bytes_but_for_the_time(
+    team, api, django_capture_on_commit_callbacks
+):
+    populate(team)
+    one = export_bundle(api, django_capture_on_commit_callbacks)
+    two = export_bundle(api, django_capture_on_commit_callbacks)
+    h1, r1 = read_bundle(one)
+    h2, r2 = read_bundle(two)
+    assert r1 == r2
+    assert {**h1, "exported_at": ""} == {**h2, "exported_at": ""}
+
+
+def test_an_export_is_stored_in_chunks_and_pruned_after_its_retention(
+    team, api, settings, django_capture_on_commit_callbacks, monkeypatch
+):
+    from lifecycle.services import bundle
+
+    monkeypatch.setattr(bundle, "CHUNK_BYTES", 512)
+    populate(team)
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    job = JobRun.objects.get(team=team, kind=JobKind.EXPORT)
+    assert job.counts["chunks"] == ExportChunk.objects.filter(job=job).count() > 1
+    assert all(len(c.data) <= 512 for c in ExportChunk.objects.filter(job=job))
+    assert read_bundle(data)[0]["format"] == "memoryplatform-bundle"
+    assert exports_prune() == 0  # still within EXPORT_RETENTION_HOURS
+    JobRun.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(hours=25))
+    call_command("prune_exports")
+    assert not ExportChunk.objects.filter(job=job).exists()
+    r = api.get(f"/export/{job.pk}")
+    assert r.status_code == 404 and error_code(r) == "NOT_FOUND"
+
+
+# --- on_conflict ---------------------------------------------------------------------------------
+
+
+def test_skip_keeps_what_is_here_and_counts_it(team, api, django_capture_on_commit_callbacks):
+    populate(team)
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    before = team_counts(team)
+    answer = ok_data(import_bundle(api, data))  # skip is the default
+    assert team_counts(team) == before
+    assert answer["imported"] == dict.fromkeys(KINDS, 0)
+    header, _ = read_bundle(data)
+    assert answer["skipped"] == header["counts"]
+
+
+def test_overwrite_updates_through_the_service_with_a_revision(
+    team, api, django_capture_on_commit_callbacks
+):
+    tea, _ = memory_create(team=team, scope="personal", agent_id="alice", content="Tea at five")
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    memory_update(memory=tea, actor=Actor(label="tests"), importance=0.1, category="changed")
+    revisions = MemoryRevision.objects.filter(memory=tea).count()
+    answer = ok_data(import_bundle(api, data, "overwrite"))
+    assert answer["imported"]["memory"] == 1 and answer["skipped"]["memory"] == 0
+    tea.refresh_from_db()
+    assert (tea.importance, tea.category) == (0.5, "general")
+    assert Memory.objects.filter(team=team).count() == 1
+    assert MemoryRevision.objects.filter(memory=tea).count() == revisions + 1
+    latest = MemoryRevision.objects.filter(memory=tea).first()
+    assert latest.after == {"importance": 0.5, "category": "general"}
+    assert latest.actor.startswith("key ")
+
+
+def test_overwrite_sets_the_other_kinds_from_the_bundle(
+    team, api, django_capture_on_commit_callbacks
+):
+    rows = populate(team)
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    share = MemoryShare.objects.get(memory=rows["tea"])
+    MemoryShare.objects.filter(pk=share.pk).update(permission="read")
+    Scenario.objects.filter(team=team).update(summary="changed since")
+    WorkingArchive.objects.filter(team=team).update(content="changed since")
+    Entity.objects.filter(team=team, name="Oolong").update(description="changed since")
+    before = team_counts(team)
+    skipped = ok_data(import_bundle(api, data))  # skip leaves the changes alone
+    assert Scenario.objects.get(team=team).summary == "changed since"
+    assert sum(skipped["imported"].values()) == 0
+    answer = ok_data(import_bundle(api, data, "overwrite"))
+    assert team_counts(team)["memory"] == before["memory"]
+    assert answer["imported"]["share"] == 1 and answer["imported"]["scenario"] == 1
+    assert MemoryShare.objects.get(pk=share.pk).permission == "write"
+    assert Scenario.objects.get(team=team).summary != "changed since"
+    assert WorkingArchive.objects.get(team=team).content == "we talked about tea"
+    assert Entity.objects.get(team=team, name="Oolong").description == ""
+
+
+def test_new_ids_inserts_everything_again(team, api, django_capture_on_commit_callbacks):
+    populate(team)
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    header, _ = read_bundle(data)
+    before = team_counts(team)
+    answer = ok_data(import_bundle(api, data, "new_ids"))
+    after = team_counts(team)
+    assert after["memory"] == 2 * before["memory"]
+    assert answer["imported"]["memory"] == header["counts"]["memory"]
+    # An entity's (name, type) is unique in its scope: the existing one is used, and what hangs
+    # on it (relations between existing entities) is the existing row too.
+    assert after["entity"] == before["entity"]
+    assert answer["skipped"]["entity"] == header["counts"]["entity"]
+    assert answer["skipped"]["relation"] == header["counts"]["relation"]
+
+
+def test_on_conflict_must_be_known(api):
+    r = import_bundle(api, make_bundle(_header(), []), "merge")
+    assert r.status_code == 400 and error_code(r) == "VALIDATION_ERROR"
+
+
+# --- isolation and access --------------------------------------------------------------------------
+
+
+def test_importing_never_touches_another_team(
+    team, api, other_team, other_api, django_capture_on_commit_callbacks
+):
+    populate(team)
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    memory_create(team=other_team, scope="personal", agent_id="zed", content="Zed's secret plan")
+    # A header naming another team changes nothing: the key's team is the target.
+    header, records = read_bundle(data)
+    forged = make_bundle({**header, "team_id": other_team.id}, records)
+    theirs = team_counts(other_team)
+    ours = team_counts(team)
+    answer = ok_data(import_bundle(api, forged, "new_ids"))
+    assert answer["imported"]["memory"] == header["counts"]["memory"]
+    assert team_counts(other_team) == theirs
+    assert team_counts(team)["memory"] == 2 * ours["memory"]
+    hits = ok_data(
+        api.post("/memories/personal/search", {"agent_id": "zed", "query": "secret plan"})
+    )
+    assert hits == []
+
+
+def test_another_teams_export_is_not_found(
+    team, api, other_api, django_capture_on_commit_callbacks
+):
+    populate(team)
+    with django_capture_on_commit_callbacks(execute=True):
+        job_id = ok_data(api.post("/export", {}))["job_id"]
+    for path in (f"/export/{job_id}", f"/jobs/{job_id}"):
+        r = other_api.get(path)
+        assert r.status_code == 404 and error_code(r) == "NOT_FOUND"
+    r = api.get(f"/export/{job_id + 1000}")
+    assert r.status_code == 404 and error_code(r) == "NOT_FOUND"
+    # A job of another kind is no export either.
+    other = JobRunFactory(team=team, kind=JobKind.COMPRESS)
+    assert api.get(f"/export/{other.pk}").status_code == 404
+
+
+def test_a_download_before_the_job_succeeded_is_a_conflict(team, api):
+    with_job = JobRunFactory(team=team, kind=JobKind.EXPORT, agent_id="", status="queued")
+    r = api.get(f"/export/{with_job.pk}")
+    assert r.status_code == 409 and error_code(r) == "CONFLICT"
+    # Without the on-commit hand-over the job stays queued: the same answer.
+    job_id = ok_data(api.post("/export", {}))["job_id"]
+    assert error_code(api.get(f"/export/{job_id}")) == "CONFLICT"
+
+
+def test_an_agent_key_exports_and_imports_only_its_own_agent(
+    team, api, agent_api, django_capture_on_commit_callbacks
+):
+    memory_create(team=team, scope="personal", agent_id="researcher", content="I read papers")
+    memory_create(team=team, scope="personal", agent_id="alice", content="Alice's own note")
+    memory_create(team=team, scope="team", agent_id="", content="A team-wide fact")
+    ScenarioFactory(team=team, agent_id="researcher", name="Reading")
+    ScenarioFactory(team=team, agent_id="alice", name="Alice things")
+
+    for body in ({}, {"agent_id": "alice"}):
+        r = agent_api.post("/export", body)
+        assert r.status_code == 403 and error_code(r) == "FORBIDDEN"
+    own = export_bundle(agent_api, django_capture_on_commit_callbacks, {"agent_id": "researcher"})
+    header, records = read_bundle(own)
+    assert header["agent_id"] == "researcher"
+    assert [r["content"] for r in records if r["kind"] == "memory"] == ["I read papers"]
+    assert [r["name"] for r in records if r["kind"] == "scenario"] == ["Reading"]
+
+    # The team's export (a team-wide key) is refused to the agent key as a whole.
+    team_bundle = export_bundle(api, django_capture_on_commit_callbacks)
+    before = team_counts(team)
+    r = import_bundle(agent_api, team_bundle, "new_ids")
+    assert r.status_code == 403 and error_code(r) == "FORBIDDEN"
+    assert team_counts(team) == before  # all or nothing
+    # Its own bundle it may import.
+    answer = ok_data(import_bundle(agent_api, own, "new_ids"))
+    assert answer["imported"]["memory"] == 1
+    # Another agent's job is as missing as another team's.
+    with django_capture_on_commit_callbacks(execute=True):
+        job_id = ok_data(api.post("/export", {"agent_id": "alice"}))["job_id"]
+    assert agent_api.get(f"/export/{job_id}").status_code == 404
+
+
+# --- embeddings --------------------------------------------------------------------------------------
+
+
+def test_a_bundle_of_another_model_is_embedded_again(
+    team, api, fresh, django_capture_on_commit_callbacks
+):
+    populate(team)
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    header, records = read_bundle(data)
+    for rec in records:
+        if rec["kind"] in ("memory", "entity"):
+            rec["embedding"] = rec["embedding"][:8]  # another model's vector: a wrong size too
+            rec["embedding_model"] = "other-model"
+    other = make_bundle({**header, "embedding_model": "other-model"}, records)
+    target, target_api = fresh
+    answer = ok_data(import_bundle(target_api, other))
+    assert answer["reembedded"] == header["counts"]["memory"] + header["counts"]["entity"]
+    model = get_embedder().model_name
+    assert set(Memory.objects.filter(team=target).values_list("embedding_model", flat=True)) == {
+        model
+    }
+    assert all(
+        len(m.embedding) == 4 * get_embedder().dim for m in Memory.objects.filter(team=target)
+    )
+    hits = ok_data(
+        target_api.post("/memories/personal/search", {"agent_id": "alice", "query": "oolong tea"})
+    )
+    assert hits[0]["content"] == "Alice drinks oolong tea daily"
+
+
+# --- malformed bundles ------------------------------------------------------------------------------
+
+
+def _header(**over: Any) -> dict[str, Any]:
+    return {
+        "format": "memoryplatform-bundle",
+        "version": 1,
+        "exported_at": "2026-01-01T00:00:00Z",
+        "team_id": "x",
+        "agent_id": None,
+        "embedding_model": get_embedder().model_name,
+        "embedding_dim": get_embedder().dim,
+        "counts": {"memory": 0},
+        **over,
+    }
+
+
+MEMORY = {
+    "kind": "memory",
+    "id": 7,
+    "scope": "personal",
+    "agent_id": "alice",
+    "content": "A memory from a bundle",
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "empty body"),
+        (b"not gzip at all", "line 1: not a complete gzip stream"),
+        (gzip.compress(b"{not json}\n"), "line 1: not JSON"),
+        (gzip.compress(b"[1, 2]\n"), "line 1: not a JSON object"),
+        (make_bundle({"format": "zip", "version": 1}, []), "line 1: not a bundle header"),
+        (make_bundle(_header(version=2), []), "line 1: bundle version 2 is not supported"),
+        (
+            gzip.compress(
+                b'{"format": "memoryplatform-bundle", "version": 1, "counts": {}}\n'
+                b'{"kind": "memory"\n'
+            ),
+            "line 2: not JSON",
+        ),
+        (make_bundle(_header(), [{"kind": "photo", "id": 1}]), "line 2: unknown record kind"),
+        (
+            make_bundle(_header(counts={"memory": 1}), [{**MEMORY, "importance": "high"}]),
+            "line 2: memory: importance must be a number",
+        ),
+        (
+            make_bundle(_header(counts={"memory": 1}), [{**MEMORY, "importance": 1.5}]),
+            "line 2: memory: importance must be within 0..1",
+        ),
+        (
+            make_bundle(_header(counts={"memory": 1}), [{**MEMORY, "content": "  "}]),
+            "line 2: memory: content is required",
+        ),
+        (
+            make_bundle(_header(counts={"memory": 1}), [{**MEMORY, "scope": "global"}]),
+            "line 2: memory: scope 'global' is not one of the allowed values",
+        ),
+        (
+            make_bundle(_header(counts={"memory": 1}), [{**MEMORY, "embedding": "%%%"}]),
+            "line 2: memory: embedding is not valid base64",
+        ),
+        (
+            make_bundle(
+                _header(counts={"memory": 1, "share": 1}),
+                [MEMORY, {"kind": "share", "id": 1, "memory": 99, "agent_id": "bob"}],
+            ),
+            "line 3: share: memory 99 is no memory of the bundle",
+        ),
+        (
+            make_bundle(
+                _header(counts={"memory": 1}),
+                [{**MEMORY, "metadata": json.loads("[" * 40 + "]" * 40)}],
+            ),
+            "line 2: JSON nested deeper than 22 levels",
+        ),
+        (
+            make_bundle(_header(counts={"memory": 2}), [MEMORY]),
+            "the bundle has 1 memory records, its header says 2",
+        ),
+        (
+            gzip.compress(b'{"format": "memoryplatform-bundle", "version": 1, "counts": {}}\n')[
+                :-6
+            ],
+            "line 2: not a complete gzip stream",
+        ),
+    ],
+)
+def test_a_malformed_bundle_is_a_validation_error_naming_the_line(team, api, body, message):
+    r = import_bundle(api, body)
+    assert r.status_code == 400, r.content
+    assert error_code(r) == "VALIDATION_ERROR"
+    assert message in r.json()["error"]
+    assert Memory.objects.filter(team=team).count() == 0
+
+
+def test_an_index_already_loaded_finds_what_an_import_wrote(team, api, other_team):
+    memory_create(team=team, scope="personal", agent_id="alice", content="Alice plays chess")
+    # The scope's index is loaded in this process before the import...
+    assert ok_data(api.post("/memories/personal/search", {"agent_id": "alice", "query": "chess"}))
+    records = [{**MEMORY, "content": "Alice keeps bees on the roof"}]
+    answer = ok_data(import_bundle(api, make_bundle(_header(counts={"memory": 1}), records)))
+    assert answer["imported"]["memory"] == 1
+    # ... and brought up to date from the change log the import wrote.
+    hits = ok_data(
+        api.post("/memories/personal/search", {"agent_id": "alice", "query": "bees on the roof"})
+    )
+    assert hits[0]["content"] == "Alice keeps bees on the roof"
+
+
+def test_a_bundle_over_the_size_limit_is_413_in_the_envelope(api, settings):
+    settings.REQUEST_BYTES_BY_PATH = {"/import": 100}
+    r = import_bundle(api, b"x" * 101)
+    assert r.status_code == 413 and error_code(r) == "PAYLOAD_TOO_LARGE"
+    # Not declared (chunked): counted as it is read.
+    settings.IMPORT_MAX_UNCOMPRESSED_BYTES = 50
+    settings.REQUEST_BYTES_BY_PATH = {"/import": 10_000}
+    r = import_bundle(api, make_bundle(_header(), []))
+    assert r.status_code == 413 and error_code(r) == "PAYLOAD_TOO_LARGE"
+
+
+def test_a_bundle_larger_than_a_json_request_is_accepted(team, api, settings):
+    settings.MAX_REQUEST_BYTES = 200
+    records = [
+        {**MEMORY, "id": i, "content": f"memory number {i} of a big bundle"} for i in range(40)
+    ]
+    data = make_bundle(_header(counts={"memory": 40}), records)
+    assert len(data) > 200
+    answer = ok_data(import_bundle(api, data))
+    assert answer["imported"]["memory"] == 40 and answer["reembedded"] == 40
+
+
+# --- signatures, the client and the commands -------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_clients_signature_covers_the_gzip_body(team, issued, version):
+    client = MemoryClient(issued.key_id, issued.secret, signature_version=version)
+    data = make_bundle(_header(counts={"memory": 1}), [MEMORY])
+    method, url, raw, headers = client._prepare(
+        "POST", "/import", None, {"on_conflict": "skip"}, raw=data, content_type="application/gzip"
+    )
+    assert raw == data and headers["Content-Type"] == "application/gzip"
+    path = url.removeprefix(client.base_url)
+    r = Client().generic(method, path, data=raw, content_type="application/gzip", headers=headers)
+    assert ok_data(r)["imported"]["memory"] == 1
+    # One byte changed after signing: refused.
+    method, url, raw, headers = client._prepare(
+        "POST", "/import", None, None, raw=data, content_type="application/gzip"
+    )
+    r = Client().generic(
+        method,
+        "/import",
+        data=raw[:-1] + bytes([raw[-1] ^ 1]),
+        content_type="application/gzip",
+        headers=headers,
+    )
+    assert r.status_code == 401 and error_code(r) == "INVALID_SIGNATURE"
+
+
+def test_the_commands_export_and_import_with_the_same_code(team, tmp_path, capsys):
+    populate(team)
+    target = TeamFactory(id="team_d", name="Team D")
+    path = tmp_path / "team.jsonl.gz"
+    call_command("export_team", "--team", team.id, "--output", str(path))
+    header, _ = read_bundle(path.read_bytes())
+    call_command("import_team", str(path), "--team", target.id, "--on-conflict", "new_ids")
+    answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert answer["imported"] == header["counts"]
+    assert team_counts(target) == header["counts"]
+    call_command("export_team", "--team", target.id, "--output", str(tmp_path / "again.gz"))
+    assert normalise((tmp_path / "again.gz").read_bytes()) == normalise(path.read_bytes())
+    agent_path = tmp_path / "alice.gz"
+    call_command("export_team", "--team", team.id, "--agent", "alice", "--output", str(agent_path))
+    header, records = read_bundle(agent_path.read_bytes())
+    assert header["agent_id"] == "alice"
+    assert {r["agent_id"] for r in records if r["kind"] == "memory"} == {"alice"}
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [{"kind": "memory", "id": [1], "scope": "team", "content": "x"}],
+        [{"kind": "memory", "id": 1, "scope": "team", "content": 5}],
+        [{"kind": "memory", "id": 1, "scope": "team", "content": "x", "created_at": "yesterday"}],
+        [{"kind": "memory", "id": 1, "scope": "team", "content": "x", "metadata": None}],
+        [{"kind": "archive", "id": 1, "agent_id": "alice", "item_id": "i1", "content": "c"}],
+        [{"kind": "archive", "id": 1, "agent_id": "a" * 65, "item_id": "i1", "content": "c"}],
+        [{"kind": "scenario", "id": {"x": 1}, "agent_id": "alice", "name": "n", "summary": "s"}],
+        [
+            {
+                "kind": "persona",
+                "id": "p",
+                "agent_id": "alice",
+                "scenarios_snapshot": [{"id": [1], "memory_ids": "no"}],
+            }
+        ],
+        [{"kind": "entity", "id": "e", "name": "X", "entity_type": "planet", "agent_id": ""}],
+        [{"kind": "entity", "id": "e", "name": "", "entity_type": "person"}],
+        [{"kind": "relation", "id": "r", "source": {"a": 1}, "target": 1}],
+        [{"kind": "mention", "id": 1, "entity": None, "memory": None}],
+        [{"kind": "revision", "id": 1, "memory": [7]}],
+    ],
+)
+def test_odd_records_are_refused_without_a_server_error(team, api, records):
+    counts: dict[str, int] = {}
+    for rec in records:
+        counts[rec["kind"]] = counts.get(rec["kind"], 0) + 1
+    r = import_bundle(api, make_bundle(_header(counts=counts), records))
+    assert r.status_code == 400, r.content
+    assert error_code(r) == "VALIDATION_ERROR"
+    assert r.json()["error"].startswith("line 2: ")
