@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +42,8 @@ from .factories import (
     WorkingArchiveFactory,
 )
 from .helpers import SignedClient, error_code, ok_data
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.django_db
 
@@ -675,6 +681,43 @@ def test_the_commands_export_and_import_with_the_same_code(team, tmp_path, capsy
     header, records = read_bundle(agent_path.read_bytes())
     assert header["agent_id"] == "alice"
     assert {r["agent_id"] for r in records if r["kind"] == "memory"} == {"alice"}
+
+
+def test_a_bundle_moves_to_a_fresh_database_and_exports_the_same(team, tmp_path):
+    """Export here, import into another installation (a fresh SQLite database, migrated from
+    scratch, the commands run as real processes), export there: the same bundle, ids mapped."""
+    populate(team)
+    path = tmp_path / "team.jsonl.gz"
+    call_command("export_team", "--team", team.id, "--output", str(path))
+    env = {
+        **os.environ,
+        "DATA_DIR": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{tmp_path}/other.sqlite3",
+        "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
+    }
+    env.pop("REDIS_URL", None)
+
+    def manage(*args: str) -> str:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    manage("migrate", "-v0")
+    manage("create_api_key", "--team", "moved", "--json")
+    answer = json.loads(
+        manage("import_team", str(path), "--team", "moved").strip().splitlines()[-1]
+    )
+    header, _ = read_bundle(path.read_bytes())
+    assert answer["imported"] == header["counts"] and answer["reembedded"] == 0
+    manage("export_team", "--team", "moved", "--output", str(tmp_path / "moved.gz"))
+    moved = (tmp_path / "moved.gz").read_bytes()
+    assert read_bundle(moved)[0]["team_id"] == "moved"
+    assert normalise(moved) == normalise(path.read_bytes())
 
 
 @pytest.mark.parametrize(
