@@ -32,7 +32,11 @@ from core.serializers import (
 )
 from core.validators import AGENT_ID
 from graph.apis import EntityOutputSerializer, RelationOutputSerializer
-from memories.apis import MemoryOutputSerializer, WorkingItemFieldsSerializer
+from memories.apis import (
+    MemoryOutputSerializer,
+    ProcedureOutputSerializer,
+    WorkingItemFieldsSerializer,
+)
 from memories.selectors import READ, check_memory_access, memory_get
 from memories.services import Actor
 from tenants.apis import principal_of
@@ -771,3 +775,25 @@ class ImportApi(APIView):
             actor=Actor.for_key(principal.api_key),
         )
         return Response(presenters.import_body(result))
+
+
+# --- procedure proposals -------------------------------------------------------------------------
+
+
+class ProposeProceduresInputSerializer(serializers.Serializer):
+    agent_id = StrictCharField(validators=[AGENT_ID])
+    min_repeats = StrictIntegerField(required=False, default=3, min_value=2, max_value=50)
+    max_memories = StrictIntegerField(required=False, default=200, min_value=1, max_value=1000)
+
+
+class ProposeProceduresOutputSerializer(serializers.Serializer):
+    proposals = ProcedureOutputSerializer(many=True, help_text="status proposed: accept with PUT")
+    count = serializers.IntegerField()
+    examined = serializers.IntegerField(help_text="preference and habit memories read")
+
+
+class ProposeProceduresApi(_AgentJobApi):
+    kind = JobKind.PROPOSE_PROCEDURES
+    input_serializer = ProposeProceduresInputSerializer
+    output_serializer = ProposeProceduresOutputSerializer
+    operation_summary = "Propose rules from feedback the agent's memories repeat"

@@ -181,6 +181,8 @@ class JobKind(models.TextChoices):
     INGEST = "ingest", "ingest"
     # POST /export: a team's or agent's bundle written for download.
     EXPORT = "export", "export"
+    # POST /lifecycle/propose-procedures: rules proposed from repeated feedback.
+    PROPOSE_PROCEDURES = "propose-procedures", "propose-procedures"
     # Not an operation: the record of working items the cap pushed into the archive.
     CAP_ARCHIVE = "cap-archive", "cap-archive"
 

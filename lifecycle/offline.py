@@ -513,6 +513,25 @@ def similarity_matrix(texts: list[str]) -> np.ndarray:
     return sim
 
 
+# Feedback said again in other words: as close as two items a compress would merge.
+REPEAT_THRESHOLD = COMPRESS_MERGE_THRESHOLD
+
+
+def repeated_points(texts: list[str], *, min_repeats: int) -> list[tuple[int, list[int]]]:
+    """Groups of at least `min_repeats` texts that say the same thing, each with its most
+    central member (the highest mean similarity to the others): `(central, members)`, largest
+    group first. What a procedure proposal is drawn from."""
+    if len(texts) < min_repeats:
+        return []
+    sim = similarity_matrix(texts)
+    groups = [g for g in agglomerate(sim, threshold=REPEAT_THRESHOLD) if len(g) >= min_repeats]
+    out: list[tuple[int, list[int]]] = []
+    for group in sorted(groups, key=lambda g: (-len(g), g[0])):
+        central = max(group, key=lambda i: (float(np.mean([sim[i, j] for j in group])), -i))
+        out.append((central, group))
+    return out
+
+
 def agglomerate(
     sim: np.ndarray, *, threshold: float, max_clusters: int | None = None
 ) -> list[list[int]]:

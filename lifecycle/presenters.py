@@ -14,7 +14,7 @@ from core.dates import iso
 from graph.extraction import GraphExtraction
 from graph.presenters import extraction_body
 from memories.models import Memory
-from memories.presenters import memory_body
+from memories.presenters import memory_body, procedure_body
 
 from .models import JobRun, Persona, PipelineConfig, Scenario, WorkingArchive
 from .results import (
@@ -30,6 +30,7 @@ from .results import (
     JobReplayed,
     JobResult,
     JobSkipped,
+    ProposalsResult,
     ScenesResult,
 )
 
@@ -207,6 +208,12 @@ def result_body(result: JobResult | JobSkipped) -> dict[str, Any]:
         return extraction_body(result)
     if isinstance(result, IngestResult):
         return ingest_body(result)
+    if isinstance(result, ProposalsResult):
+        return {
+            "proposals": [procedure_body(p) for p in result.proposals],
+            "count": len(result.proposals),
+            "examined": result.examined,
+        }
     if isinstance(result, JobReplayed):
         return result.body
     if isinstance(result, AutoRunSummary):

@@ -12,7 +12,7 @@ from typing import Any, TypeAlias
 
 from graph.extraction import GraphExtraction
 from lifecycle.models import Persona, Scenario
-from memories.models import Memory
+from memories.models import Memory, Procedure
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,12 @@ class IngestResult:
 
 
 @dataclass(frozen=True)
+class ProposalsResult:
+    proposals: list[Procedure]  # the rules proposed (status proposed), waiting to be accepted
+    examined: int  # memories read
+
+
+@dataclass(frozen=True)
 class JobReplayed:
     """A retried job whose first run had committed already: what that run answered."""
 
@@ -144,6 +150,7 @@ JobResult: TypeAlias = (
     | GraphExtraction
     | AutoRunSummary
     | IngestResult
+    | ProposalsResult
     | JobReplayed
     | ExportResult
 )

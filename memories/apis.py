@@ -36,6 +36,7 @@ from .filters import FilterError, parse_filters, with_run_id
 from .models import (
     Memory,
     MemoryScope,
+    ProcedureStatus,
     RemovedBy,
     RevisionAction,
     SharePermission,
@@ -964,3 +965,216 @@ class WorkingAgentApi(APIView):
         )
         cleared = get_working_store().clear(team_id=principal.team.id, agent_id=agent_id)
         return Response({"cleared": cleared})
+
+
+# --- episodic memory ---------------------------------------------------------------------------
+
+OUTCOMES = ("success", "failure")
+
+
+class EpisodeInputSerializer(serializers.Serializer):
+    agent_id = StrictCharField(validators=[AGENT_ID])
+    task = _content_field(validators=[_validate_content], help_text="what was to be done")
+    outcome = serializers.ChoiceField(choices=OUTCOMES)
+    steps = serializers.ListField(
+        child=StrictCharField(max_length=2000), required=False, default=list, max_length=50
+    )
+    lesson = StrictCharField(
+        required=False, default="", allow_blank=True, max_length=4000, trim_whitespace=False
+    )
+    importance = StrictFloatField(required=False, default=0.5, min_value=0.0, max_value=1.0)
+    run_id = StrictCharField(required=False, default="", allow_blank=True, validators=[AGENT_ID])
+
+
+class EpisodeOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField(help_text="the personal memory holding the episode")
+    agent_id = serializers.CharField()
+    task = serializers.CharField()
+    outcome = serializers.ChoiceField(choices=OUTCOMES)
+    steps = serializers.ListField(child=serializers.CharField())
+    lesson = serializers.CharField()
+    importance = serializers.FloatField()
+    created_at = serializers.DateTimeField()
+    run_id = serializers.CharField(required=False)
+    score = serializers.FloatField(required=False, help_text="search only")
+
+
+class EpisodeSearchInputSerializer(serializers.Serializer):
+    agent_id = StrictCharField(validators=[AGENT_ID])
+    task = StrictCharField(max_length=4000, help_text="the task at hand")
+    outcome = serializers.ChoiceField(choices=OUTCOMES, required=False)
+    limit = StrictIntegerField(required=False, default=5, min_value=1, max_value=50)
+    min_score = StrictFloatField(required=False, default=0.3, min_value=0.0, max_value=1.0)
+
+
+def _own_agent(request: Request, agent_id: str) -> Team:
+    principal = principal_of(request)
+    require_agent(
+        AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
+    )
+    return principal.team
+
+
+class EpisodeCreateApi(APIView):
+    """A past case (a task, how it went, the steps, the lesson) to be found again by the task."""
+
+    @api_operation(
+        request=EpisodeInputSerializer,
+        response=EpisodeOutputSerializer,
+        statuses=(201,),
+        errors=(403,),
+        summary="Record an episode: a task, its outcome, steps and lesson",
+    )
+    def post(self, request: Request) -> Response:
+        data = validated_body(request, EpisodeInputSerializer)
+        team = _own_agent(request, data["agent_id"])
+        memory = services.episode_create(team=team, **data)
+        usage_record(team=team, agent_id=data["agent_id"], kind=KIND_WRITE)
+        return Response(presenters.episode_body(memory), status=201)
+
+
+class EpisodeSearchApi(APIView):
+    @api_operation(
+        request=EpisodeSearchInputSerializer,
+        response=EpisodeOutputSerializer(many=True),
+        errors=(403,),
+        summary="Episodes of tasks like this one (few-shot examples), best first",
+    )
+    def post(self, request: Request) -> Response:
+        data = validated_body(request, EpisodeSearchInputSerializer)
+        team = _own_agent(request, data["agent_id"])
+        filters: dict[str, Any] = {"category": services.EPISODE_CATEGORY}
+        if data.get("outcome"):
+            filters["metadata.outcome"] = data["outcome"]
+        hits = services.memory_recall(
+            query=search.SearchQuery(
+                team=team,
+                scope=MemoryScope.PERSONAL,
+                agent_id=data["agent_id"],
+                text=data["task"],
+                limit=data["limit"],
+                min_score=data["min_score"],
+                filters=parse_filters(filters),
+            ),
+            acting_agent=principal_of(request).agent_id,
+        )
+        return Response([presenters.episode_body(h.memory, score=h.score) for h in hits])
+
+
+# --- procedural memory -------------------------------------------------------------------------
+
+
+class ProcedureInputSerializer(serializers.Serializer):
+    rule = StrictCharField(max_length=2000, help_text="what the agent is to do, in its words")
+
+
+class ProcedureUpdateSerializer(serializers.Serializer):
+    rule = StrictCharField(required=False, max_length=2000)
+    status = serializers.ChoiceField(
+        choices=ProcedureStatus.values,
+        required=False,
+        help_text="active accepts a proposal, rejected refuses it",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError("Give rule or status.")
+        return attrs
+
+
+class ProcedureOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    agent_id = serializers.CharField()
+    rule = serializers.CharField()
+    status = serializers.ChoiceField(choices=ProcedureStatus.values)
+    # A field named like Field.source: fine for DRF (declared fields leave the class), not
+    # for the stubs.
+    source = serializers.CharField(  # type: ignore[assignment]
+        help_text="agent, team, lifecycle or console"
+    )
+    evidence = serializers.ListField(
+        child=serializers.IntegerField(), help_text="a proposal: the memories it repeats"
+    )
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class ProcedureDeletedSerializer(serializers.Serializer):
+    deleted = serializers.IntegerField(help_text="the id removed")
+
+
+class ProcedureListOutputSerializer(serializers.Serializer):
+    procedures = ProcedureOutputSerializer(many=True)
+
+
+def _procedure_source(request: Request) -> str:
+    return "agent" if principal_of(request).agent_id is not None else "team"
+
+
+class ProcedureListApi(APIView):
+    """The agent's own rules: it reads them before acting and edits them itself."""
+
+    @api_operation(
+        parameters=[
+            OpenApiParameter(
+                "status", str, enum=ProcedureStatus.values, description="only these (default all)"
+            )
+        ],
+        response=ProcedureListOutputSerializer,
+        errors=(403,),
+        summary="An agent's rules (procedural memory) and the proposals waiting for it",
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        _check_agent_id(agent_id)
+        team = _own_agent(request, agent_id)
+        status = request.query_params.get("status", "")
+        if status and status not in ProcedureStatus.values:
+            raise ValidationFailed(
+                {"status": [f"one of {', '.join(ProcedureStatus.values)}"]}, "status: invalid"
+            )
+        rows = selectors.procedure_list(team=team, agent_id=agent_id, status=status or None)
+        return Response({"procedures": [presenters.procedure_body(p) for p in rows]})
+
+    @api_operation(
+        request=ProcedureInputSerializer,
+        response=ProcedureOutputSerializer,
+        statuses=(201,),
+        errors=(403,),
+        summary="Add a rule the agent follows from now on",
+    )
+    def post(self, request: Request, agent_id: str) -> Response:
+        _check_agent_id(agent_id)
+        team = _own_agent(request, agent_id)
+        data = validated_body(request, ProcedureInputSerializer)
+        procedure = services.procedure_create(
+            team=team, agent_id=agent_id, rule=data["rule"], source=_procedure_source(request)
+        )
+        return Response(presenters.procedure_body(procedure), status=201)
+
+
+class ProcedureDetailApi(APIView):
+    @api_operation(
+        request=ProcedureUpdateSerializer,
+        response=ProcedureOutputSerializer,
+        errors=(403, 404),
+        summary="Edit a rule, or accept / reject a proposed one",
+    )
+    def put(self, request: Request, agent_id: str, procedure_id: int) -> Response:
+        _check_agent_id(agent_id)
+        team = _own_agent(request, agent_id)
+        data = validated_body(request, ProcedureUpdateSerializer)
+        procedure = selectors.procedure_get(team=team, agent_id=agent_id, procedure_id=procedure_id)
+        procedure = services.procedure_update(procedure=procedure, **data)
+        return Response(presenters.procedure_body(procedure))
+
+    @api_operation(
+        response=ProcedureDeletedSerializer,
+        errors=(403, 404),
+        summary="Remove a rule",
+    )
+    def delete(self, request: Request, agent_id: str, procedure_id: int) -> Response:
+        _check_agent_id(agent_id)
+        team = _own_agent(request, agent_id)
+        procedure = selectors.procedure_get(team=team, agent_id=agent_id, procedure_id=procedure_id)
+        services.procedure_delete(procedure=procedure)
+        return Response({"deleted": procedure_id})

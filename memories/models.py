@@ -304,3 +304,40 @@ class TrashedMemory(models.Model):
 
     def __str__(self) -> str:
         return f"trashed memory {self.memory_id} of {self.team_id} ({self.removed_by})"
+
+
+class ProcedureStatus(models.TextChoices):
+    ACTIVE = "active", "active"  # the agent follows it
+    PROPOSED = "proposed", "proposed"  # the lifecycle suggests it; not followed until accepted
+    REJECTED = "rejected", "rejected"  # refused: kept so the same rule is not proposed again
+
+
+class Procedure(models.Model):
+    """Procedural memory: a rule an agent follows ("answer concisely", "run the tests before a
+    commit"). The one memory the agent edits itself (`/procedures/<agent_id>`); the lifecycle may
+    only propose one, from repeated feedback, for the agent or a lead to accept."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    agent_id = models.CharField(max_length=64)
+    rule = models.TextField()
+    status = models.CharField(
+        max_length=10, choices=ProcedureStatus.choices, default=ProcedureStatus.ACTIVE
+    )
+    # Who wrote it: "agent" (an agent-scoped key), "team" (a team-wide key), "lifecycle"
+    # (a proposal), "console".
+    source = models.CharField(max_length=20)
+    # The memories a proposal was drawn from (ids; the feedback it repeats).
+    evidence = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=ProcedureStatus.values), name="procedure_status_valid"
+            )
+        ]
+        indexes = [models.Index(fields=["team", "agent_id", "status"], name="procedure_agent")]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.agent_id} ({self.status}): {self.rule[:40]}"

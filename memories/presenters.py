@@ -13,7 +13,7 @@ from typing import Any
 
 from core.dates import iso
 
-from .models import Memory, MemoryShare, TrashedMemory
+from .models import Memory, MemoryShare, Procedure, TrashedMemory
 from .retrieval.search import SearchHit
 from .selectors import MemoryHistory
 from .working import WorkingItem
@@ -119,4 +119,37 @@ def memory_history_body(history: MemoryHistory) -> dict[str, Any]:
         ],
         "supersedes": history.supersedes,
         "superseded_by": history.memory.superseded_by_id,
+    }
+
+
+def episode_body(memory: Memory, *, score: float | None = None) -> dict[str, Any]:
+    """An episode (a personal memory of category `episode`) as the episodes endpoints show it."""
+    meta = memory.metadata or {}
+    body: dict[str, Any] = {
+        "id": memory.pk,
+        "agent_id": memory.agent_id,
+        "task": memory.content,
+        "outcome": meta.get("outcome"),
+        "steps": meta.get("steps", []),
+        "lesson": meta.get("lesson", ""),
+        "importance": memory.importance,
+        "created_at": iso(memory.created_at),
+    }
+    if memory.run_id:
+        body["run_id"] = memory.run_id
+    if score is not None:
+        body["score"] = round(float(score), 4)
+    return body
+
+
+def procedure_body(p: Procedure) -> dict[str, Any]:
+    return {
+        "id": p.pk,
+        "agent_id": p.agent_id,
+        "rule": p.rule,
+        "status": p.status,
+        "source": p.source,
+        "evidence": p.evidence,
+        "created_at": iso(p.created_at),
+        "updated_at": iso(p.updated_at),
     }

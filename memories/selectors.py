@@ -12,7 +12,7 @@ from core.errors import Forbidden, NotFound
 from tenants.models import Agent, Team
 
 from .filters import filters_q
-from .models import Memory, MemoryRevision, MemoryScope, MemoryShare
+from .models import Memory, MemoryRevision, MemoryScope, MemoryShare, Procedure
 
 READ = "read"
 WRITE = "write"
@@ -262,3 +262,19 @@ def memory_history(*, memory: Memory) -> MemoryHistory:
         revisions=list(revisions),
         supersedes=list(supersedes.values_list("id", flat=True)),
     )
+
+
+def procedure_list(*, team: Team, agent_id: str, status: str | None = None) -> QuerySet[Procedure]:
+    """An agent's rules, oldest first (the order the agent wrote them in)."""
+    qs = Procedure.objects.filter(team=team, agent_id=agent_id)
+    if status:
+        qs = qs.filter(status=status)
+    return qs.order_by("created_at", "id")
+
+
+def procedure_get(*, team: Team, agent_id: str, procedure_id: int) -> Procedure:
+    """One rule of the agent; another team's or agent's is as missing as one that never was."""
+    procedure = Procedure.objects.filter(team=team, agent_id=agent_id, pk=procedure_id).first()
+    if procedure is None:
+        raise NotFound("procedure")
+    return procedure

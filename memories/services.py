@@ -21,7 +21,16 @@ from tenants.services import agent_register
 from tenants.usage import KIND_SEARCH, usage_record
 
 from . import locks
-from .models import Memory, MemoryRevision, MemoryScope, MemoryShare, RevisionAction, TrashedMemory
+from .models import (
+    Memory,
+    MemoryRevision,
+    MemoryScope,
+    MemoryShare,
+    Procedure,
+    ProcedureStatus,
+    RevisionAction,
+    TrashedMemory,
+)
 from .retrieval import index
 from .retrieval.dedup import conflict_reason
 from .retrieval.embeddings import embed_passages, get_embedder, to_bytes
@@ -659,3 +668,82 @@ def memories_bulk_share(
         memory_share(memory=memory, agent_ids=grantees, permission=permission)
         done += 1
     return BulkResult(done=done, skipped=skipped)
+
+
+# --- episodic memory: past cases, found again by the task ---------------------------------------
+
+EPISODE_CATEGORY = "episode"
+
+
+def episode_create(
+    *,
+    team: Team,
+    agent_id: str,
+    task: str,
+    outcome: str,
+    steps: list[str],
+    lesson: str,
+    importance: float = 0.5,
+    run_id: str = "",
+    metadata: dict[str, Any] | None = None,
+) -> Memory:
+    """An episode is a personal memory whose content is the task (what a later search by a
+    similar task matches) and whose metadata holds how it went. Every episode is kept: two runs
+    of the same task are two cases, so dedup does not apply."""
+    memory, _ = memory_create(
+        team=team,
+        scope=MemoryScope.PERSONAL,
+        agent_id=agent_id,
+        content=task,
+        importance=importance,
+        category=EPISODE_CATEGORY,
+        metadata={
+            **(metadata or {}),
+            "kind": "episode",
+            "outcome": outcome,
+            "steps": steps,
+            "lesson": lesson,
+        },
+        enable_dedup=False,
+        run_id=run_id,
+    )
+    return memory
+
+
+# --- procedural memory: the agent's own rules ------------------------------------------------------
+
+
+def procedure_create(
+    *,
+    team: Team,
+    agent_id: str,
+    rule: str,
+    source: str,
+    status: str = ProcedureStatus.ACTIVE,
+    evidence: list[int] | None = None,
+) -> Procedure:
+    agent_register(team=team, agent_id=agent_id)
+    return Procedure.objects.create(
+        team=team,
+        agent_id=agent_id,
+        rule=rule,
+        status=status,
+        source=source,
+        evidence=list(evidence or []),
+    )
+
+
+def procedure_update(
+    *, procedure: Procedure, rule: str | None = None, status: str | None = None
+) -> Procedure:
+    """Edits a rule, or accepts (`active`) / rejects a proposal."""
+    if rule is not None:
+        procedure.rule = rule
+    if status is not None:
+        procedure.status = status
+    procedure.save(update_fields=["rule", "status", "updated_at"])
+    return procedure
+
+
+def procedure_delete(*, procedure: Procedure) -> None:
+    procedure.delete()

@@ -65,6 +65,7 @@ __all__ = [
     "CleanupResult",
     "CompressResult",
     "EntityRef",
+    "Episode",
     "ExtractFactsResult",
     "ExtractedFact",
     "GeneratedPersona",
@@ -83,6 +84,9 @@ __all__ = [
     "MemoryPage",
     "Persona",
     "PipelineConfig",
+    "Procedure",
+    "ProcedureList",
+    "Proposals",
     "Revision",
     "Scenario",
     "ScenariosResult",
@@ -397,6 +401,44 @@ class AutoRunAction(TypedDict):
 
 class AutoRunResult(TypedDict):
     results: list[AutoRunAction]  # empty when the pipeline is disabled
+
+
+class Episode(TypedDict):
+    """A past case (`POST /episodes`): the task, how it went, its steps and lesson."""
+
+    id: int
+    agent_id: str
+    task: str
+    outcome: Literal["success", "failure"]
+    steps: list[str]
+    lesson: str
+    importance: float
+    created_at: str
+    run_id: NotRequired[str]
+    score: NotRequired[float]  # episodes_search only
+
+
+class Procedure(TypedDict):
+    """A rule of an agent (`/procedures/<agent_id>`); `proposed` ones wait to be accepted."""
+
+    id: int
+    agent_id: str
+    rule: str
+    status: Literal["active", "proposed", "rejected"]
+    source: str
+    evidence: list[int]
+    created_at: str
+    updated_at: str
+
+
+class ProcedureList(TypedDict):
+    procedures: list[Procedure]
+
+
+class Proposals(TypedDict):
+    proposals: list[Procedure]
+    count: int
+    examined: int
 
 
 class Job(TypedDict):
@@ -1019,6 +1061,85 @@ class _Endpoints:
     @_endpoint
     def auto_run(self) -> _Call[AutoRunResult]:
         return _post("/lifecycle/auto-run", {})
+
+    # --- episodic and procedural memory --------------------------------------------------------
+
+    @_endpoint
+    def record_episode(
+        self,
+        agent_id: str,
+        task: str,
+        outcome: Literal["success", "failure"],
+        steps: list[str] | None = None,
+        lesson: str = "",
+        importance: float = 0.5,
+        run_id: str | None = None,
+    ) -> _Call[Episode]:
+        """Keeps a past case, to be found again by a similar task (`search_episodes`)."""
+        body: dict[str, Any] = {
+            "agent_id": agent_id,
+            "task": task,
+            "outcome": outcome,
+            "steps": steps or [],
+            "lesson": lesson,
+            "importance": importance,
+        }
+        if run_id:
+            body["run_id"] = run_id
+        return _post("/episodes", body)
+
+    @_endpoint
+    def search_episodes(
+        self,
+        agent_id: str,
+        task: str,
+        outcome: Literal["success", "failure"] | None = None,
+        limit: int = 5,
+        min_score: float = 0.3,
+    ) -> _Call[list[Episode]]:
+        """Episodes of tasks like `task`, best first (few-shot examples)."""
+        body: dict[str, Any] = {
+            "agent_id": agent_id,
+            "task": task,
+            "limit": limit,
+            "min_score": min_score,
+        }
+        if outcome:
+            body["outcome"] = outcome
+        return _post("/episodes/search", body)
+
+    @_endpoint
+    def list_procedures(self, agent_id: str, status: str | None = None) -> _Call[ProcedureList]:
+        """The agent's rules, oldest first; `status="proposed"`: the proposals waiting."""
+        return _get(f"/procedures/{quote(agent_id, safe='')}", params={"status": status})
+
+    @_endpoint
+    def add_procedure(self, agent_id: str, rule: str) -> _Call[Procedure]:
+        return _post(f"/procedures/{quote(agent_id, safe='')}", {"rule": rule})
+
+    @_endpoint
+    def update_procedure(
+        self,
+        agent_id: str,
+        procedure_id: int,
+        rule: str | None = None,
+        status: Literal["active", "proposed", "rejected"] | None = None,
+    ) -> _Call[Procedure]:
+        """Edits a rule, or accepts (`status="active"`) / rejects a proposal."""
+        body = {k: v for k, v in (("rule", rule), ("status", status)) if v is not None}
+        return _put(f"/procedures/{quote(agent_id, safe='')}/{int(procedure_id)}", body)
+
+    @_endpoint
+    def delete_procedure(self, agent_id: str, procedure_id: int) -> _Call[dict[str, int]]:
+        return _delete(f"/procedures/{quote(agent_id, safe='')}/{int(procedure_id)}")
+
+    @_endpoint
+    def propose_procedures(self, agent_id: str, min_repeats: int = 3) -> _Call[Proposals]:
+        """Rules proposed from feedback the agent's memories repeat (never applied until
+        accepted with update_procedure(..., status="active"))."""
+        return _post(
+            "/lifecycle/propose-procedures", {"agent_id": agent_id, "min_repeats": min_repeats}
+        )
 
     # --- jobs: what an asynchronous request (ingest with async_, export) queued ----------------
 

@@ -27,6 +27,7 @@ from memories.models import (
     MemoryRevision,
     MemoryScope,
     MemoryShare,
+    Procedure,
     PurgeRun,
     PurgeStatus,
     ScopeLock,
@@ -485,3 +486,15 @@ class IdempotentRequestFactory(_PlainFactory):
     request_hash = factory.LazyFunction(lambda: uuid.uuid4().hex * 2)
     status_code = 200
     body = factory.LazyFunction(lambda: {"archived": 1, "facts": []})
+
+
+class ProcedureFactory(_PlainFactory):
+    """A rule of an agent (procedural memory)."""
+
+    class Meta:
+        model = Procedure
+
+    team = factory.SubFactory(TeamFactory)
+    agent_id = "researcher"
+    rule = factory.Sequence(lambda n: f"Rule {n}: answer briefly")
+    source = "agent"

@@ -415,3 +415,29 @@ def test_ingest_and_the_run_id_filters_with_both_clients(live_server, keys, new_
     job = client.wait_for_job(accepted["job_id"], timeout=30)
     assert (job["kind"], job["status"]) == ("ingest", "succeeded")
     assert job["result"] is not None and job["result"]["archived"] == 1
+
+
+def test_episodes_and_procedures_with_both_clients(live_server, keys, new_client):
+    client = new_client(keys["team_a"].key_id, keys["team_a"].secret, base_url=live_server.url)
+    failed = client.record_episode(
+        "a1",
+        "Deploy the billing service to production",
+        "failure",
+        steps=["built the image", "switched traffic"],
+        lesson="Migrate before building.",
+        run_id="s-9",
+    )
+    assert (failed["outcome"], failed["run_id"]) == ("failure", "s-9")
+    found = client.search_episodes("a1", "deploy billing", min_score=0)
+    assert [e["id"] for e in found] == [failed["id"]] and found[0]["lesson"].startswith("Migrate")
+    assert client.search_episodes("a1", "deploy billing", outcome="success", min_score=0) == []
+    rule = client.add_procedure("a1", "Answer in at most three sentences.")
+    assert rule["status"] == "active"
+    edited = client.update_procedure("a1", rule["id"], rule="Answer in two sentences.")
+    assert edited["rule"] == "Answer in two sentences."
+    assert client.list_procedures("a1")["procedures"] == [edited]
+    assert client.propose_procedures("a1") == {"proposals": [], "count": 0, "examined": 0}
+    assert client.delete_procedure("a1", rule["id"]) == {"deleted": rule["id"]}
+    with pytest.raises(MemoryAPIError) as exc:
+        client.update_procedure("a1", rule["id"], status="rejected")
+    assert exc.value.code == "NOT_FOUND"

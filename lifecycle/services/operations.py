@@ -30,18 +30,21 @@ from django.utils import timezone
 
 from lifecycle.llm import get_engine
 from lifecycle.models import ArchiveReason, JobKind, JobRun, Persona, Scenario, WorkingArchive
+from lifecycle.offline import REPEAT_THRESHOLD, repeated_points, similarity_matrix
 from lifecycle.schemas import Fact
 from llm import Usage
-from memories.models import Memory, MemoryScope
+from memories.models import Memory, MemoryScope, Procedure, ProcedureStatus
 from memories.purge import memories_trash
 from memories.retrieval.dedup import conflict_reason, preference_terms
 from memories.retrieval.embeddings import embed_passages
+from memories.selectors import procedure_list
 from memories.services import (
     Actor,
     DedupHit,
     memory_create,
     memory_find_similar,
     memory_supersede,
+    procedure_create,
 )
 from memories.working import WorkingItem, get_working_store
 from tenants.models import Team
@@ -53,6 +56,7 @@ from ..results import (
     CleanupResult,
     CompressResult,
     ExtractFactsResult,
+    ProposalsResult,
     ScenesResult,
 )
 from . import jobs
@@ -512,3 +516,49 @@ def cleanup(
         )
     result = CleanupResult(cleaned=len(trashed), remaining=scope_qs.count(), trashed=trashed)
     return result, Usage(), "rules"
+
+
+# Feedback worth a rule is what the agent was told about how to work: preferences and habits.
+FEEDBACK_CATEGORIES = ("preference", "habit")
+
+
+def propose_procedures(
+    *,
+    team: Team,
+    agent_id: str,
+    min_repeats: int = 3,
+    max_memories: int = 200,
+    job_id: int | None = None,
+) -> tuple[ProposalsResult, Usage, str]:
+    """Proposes a rule for every point of feedback the agent's memories repeat `min_repeats`
+    times or more (offline.repeated_points; the rule is the feedback's most central wording).
+    A proposal is never followed until the agent or a lead accepts it (PUT status active), and
+    a point that already has a rule — active, proposed or rejected — is not proposed again."""
+    memories = list(
+        Memory.objects.filter(
+            team=team,
+            scope=MemoryScope.PERSONAL,
+            agent_id=agent_id,
+            superseded_by__isnull=True,
+            category__in=FEEDBACK_CATEGORIES,
+        ).order_by("-created_at", "-id")[:max_memories]
+    )
+    texts = [m.content for m in memories]
+    known = [p.rule for p in procedure_list(team=team, agent_id=agent_id)]
+    proposals: list[Procedure] = []
+    for central, group in repeated_points(texts, min_repeats=min_repeats):
+        rule = texts[central]
+        if known and max(similarity_matrix([rule, *known])[0, 1:]) >= REPEAT_THRESHOLD:
+            continue  # this point has a rule already (or was refused)
+        proposals.append(
+            procedure_create(
+                team=team,
+                agent_id=agent_id,
+                rule=rule,
+                source="lifecycle",
+                status=ProcedureStatus.PROPOSED,
+                evidence=sorted(memories[i].pk for i in group),
+            )
+        )
+        known.append(rule)
+    return ProposalsResult(proposals=proposals, examined=len(memories)), Usage(), "offline"

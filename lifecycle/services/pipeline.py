@@ -290,6 +290,12 @@ def _ingest(c: JobContext) -> Outcome:
         return JobReplayed(body=replayed.body, status_code=replayed.status_code), Usage(), ""
 
 
+def _propose_procedures(c: JobContext) -> Outcome:
+    return operations.propose_procedures(
+        team=c.team, agent_id=c.agent_id, job_id=c.job_id, **c.params
+    )
+
+
 def _auto_run(c: JobContext) -> Outcome:
     return _auto_run_outcome(team=c.team, job_id=c.job_id)
 
@@ -311,6 +317,7 @@ HANDLERS: dict[str, JobHandler] = {
     JobKind.EXTRACT_GRAPH: _extract_graph,
     JobKind.AUTO_RUN: _auto_run,
     JobKind.INGEST: _ingest,
+    JobKind.PROPOSE_PROCEDURES: _propose_procedures,
     JobKind.EXPORT: _export,
 }
 

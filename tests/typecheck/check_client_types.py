@@ -14,6 +14,7 @@ from memoryplatform.client import (
     BatchResult,
     CleanupResult,
     CompressResult,
+    Episode,
     Health,
     ImportResult,
     IngestMessage,
@@ -25,6 +26,9 @@ from memoryplatform.client import (
     MemoryDetail,
     MemoryHistory,
     MemoryPage,
+    Procedure,
+    ProcedureList,
+    Proposals,
     SearchHit,
     Stats,
     Team,
@@ -55,6 +59,9 @@ def check_sync(client: MemoryClient) -> None:
     assert_type(client.get_job(1), Job)
     assert_type(client.wait_for_job(1, timeout=5), Job)
     assert_type(client.export(), JobAccepted)
+    assert_type(client.search_episodes("a", "deploy"), list[Episode])
+    assert_type(client.list_procedures("a"), ProcedureList)
+    assert_type(client.update_procedure("a", 1, status="active"), Procedure)
     assert_type(client.download_export(1), bytes)
     assert_type(client.import_bundle(b"", on_conflict="skip"), ImportResult)
     messages = [{"role": "user", "content": "I drink green tea"}]
@@ -89,6 +96,8 @@ async def check_async(client: AsyncMemoryClient) -> None:
     assert_type(await client.get_job(1), Job)
     assert_type(await client.wait_for_job(1, interval=0.1), Job)
     assert_type(await client.export("a1"), JobAccepted)
+    assert_type(await client.record_episode("a", "deploy", "success"), Episode)
+    assert_type(await client.propose_procedures("a"), Proposals)
     assert_type(await client.download_export(1), bytes)
     assert_type(await client.import_bundle(b""), ImportResult)
     assert_type(

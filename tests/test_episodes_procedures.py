@@ -1,0 +1,238 @@
+"""Episodic memory (past cases found again by the task) and procedural memory (the agent's own
+rules, which it edits itself; the lifecycle only proposes)."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from memories.models import Memory, Procedure
+from tenants.services import api_key_issue
+
+from .factories import AgentFactory, MemoryFactory
+from .helpers import SignedClient, error_code, ok_data
+
+pytestmark = pytest.mark.django_db
+
+DEPLOY = {
+    "agent_id": "researcher",
+    "task": "Deploy the billing service to production",
+    "outcome": "failure",
+    "steps": ["built the image", "ran the migration", "switched traffic"],
+    "lesson": "Run the migration before building the image: the build reads the schema.",
+}
+
+
+def _other_api(other_team) -> SignedClient:
+    k = api_key_issue(team=other_team)
+    return SignedClient(Client(), k.key_id, k.secret)
+
+
+# --- episodes ------------------------------------------------------------------------------------
+
+
+def test_an_episode_is_kept_and_found_again_by_a_similar_task(api):
+    failed = api.post("/episodes", DEPLOY)
+    assert failed.status_code == 201
+    body = failed.json()["data"]
+    assert (body["task"], body["outcome"], body["steps"], body["lesson"]) == (
+        DEPLOY["task"],
+        "failure",
+        DEPLOY["steps"],
+        DEPLOY["lesson"],
+    )
+    worked = ok_data(api.post("/episodes", {**DEPLOY, "outcome": "success", "lesson": "ok"}))
+    # The same task twice is two cases: both kept (no dedup between episodes).
+    assert worked["id"] != body["id"]
+    ok_data(
+        api.post(
+            "/episodes",
+            {"agent_id": "researcher", "task": "写一份周报给团队", "outcome": "success"},
+        )
+    )
+    hits = ok_data(
+        api.post(
+            "/episodes/search",
+            {"agent_id": "researcher", "task": "deploy billing to prod", "min_score": 0},
+        )
+    )
+    assert {h["id"] for h in hits[:2]} == {body["id"], worked["id"]}
+    assert all("score" in h for h in hits)
+    failures = ok_data(
+        api.post(
+            "/episodes/search",
+            {
+                "agent_id": "researcher",
+                "task": "deploy billing",
+                "outcome": "failure",
+                "min_score": 0,
+            },
+        )
+    )
+    assert [h["id"] for h in failures] == [body["id"]]
+    # An episode is a personal memory of category `episode`, traceable like any other.
+    memory = Memory.objects.get(pk=body["id"])
+    assert (memory.category, memory.scope, memory.metadata["outcome"]) == (
+        "episode",
+        "personal",
+        "failure",
+    )
+
+
+def test_episode_search_never_returns_ordinary_memories(api):
+    api.post("/memories/personal", {"agent_id": "researcher", "content": DEPLOY["task"]})
+    assert (
+        ok_data(
+            api.post(
+                "/episodes/search",
+                {"agent_id": "researcher", "task": DEPLOY["task"], "min_score": 0},
+            )
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({**DEPLOY, "outcome": "meh"}, "outcome"),
+        ({**DEPLOY, "task": "   "}, "task"),
+        ({**DEPLOY, "steps": "one step"}, "steps"),
+        ({**DEPLOY, "steps": ["x"] * 51}, "steps"),
+        ({k: v for k, v in DEPLOY.items() if k != "agent_id"}, "agent_id"),
+        ({**DEPLOY, "importance": 2}, "importance"),
+    ],
+)
+def test_a_bad_episode_is_a_400_naming_the_field(api, body, field):
+    response = api.post("/episodes", body)
+    assert response.status_code == 400 and error_code(response) == "VALIDATION_ERROR"
+    assert field in response.json()["details"]
+    assert not Memory.objects.exists()
+
+
+def test_episodes_are_the_agents_own_and_the_teams_own(team, agent, agent_api, api, other_team):
+    ok_data(api.post("/episodes", DEPLOY))
+    AgentFactory(team=team, agent_id="trader")
+    refused = agent_api.post("/episodes", {**DEPLOY, "agent_id": "trader"})
+    assert refused.status_code == 403
+    assert (
+        agent_api.post("/episodes/search", {"agent_id": "trader", "task": "x"}).status_code == 403
+    )
+    # Another team searching the same agent id finds nothing of this team's.
+    theirs = ok_data(
+        _other_api(other_team).post(
+            "/episodes/search", {"agent_id": "researcher", "task": DEPLOY["task"], "min_score": 0}
+        )
+    )
+    assert theirs == []
+
+
+# --- procedures ----------------------------------------------------------------------------------
+
+
+def test_the_agent_keeps_its_own_rules(team, agent, agent_api):
+    made = agent_api.post("/procedures/researcher", {"rule": "Answer in at most three sentences."})
+    assert made.status_code == 201
+    rule = made.json()["data"]
+    assert (rule["status"], rule["source"], rule["evidence"]) == ("active", "agent", [])
+    second = ok_data(agent_api.post("/procedures/researcher", {"rule": "回答使用中文。"}))
+    listed = ok_data(agent_api.get("/procedures/researcher"))["procedures"]
+    assert [p["rule"] for p in listed] == ["Answer in at most three sentences.", "回答使用中文。"]
+    edited = ok_data(
+        agent_api.put(f"/procedures/researcher/{rule['id']}", {"rule": "Answer in two sentences."})
+    )
+    assert edited["rule"] == "Answer in two sentences." and edited["status"] == "active"
+    assert ok_data(agent_api.delete(f"/procedures/researcher/{second['id']}")) == {
+        "deleted": second["id"]
+    }
+    assert agent_api.delete(f"/procedures/researcher/{second['id']}").status_code == 404
+    assert [p["id"] for p in ok_data(agent_api.get("/procedures/researcher"))["procedures"]] == [
+        rule["id"]
+    ]
+
+
+def test_procedure_input_is_checked(api):
+    assert error_code(api.post("/procedures/researcher", {"rule": ""})) == "VALIDATION_ERROR"
+    assert error_code(api.post("/procedures/researcher", {})) == "VALIDATION_ERROR"
+    assert error_code(api.get("/procedures/researcher?status=maybe")) == "VALIDATION_ERROR"
+    made = ok_data(api.post("/procedures/researcher", {"rule": "Be brief."}))
+    assert error_code(api.put(f"/procedures/researcher/{made['id']}", {})) == "VALIDATION_ERROR"
+    bad = api.put(f"/procedures/researcher/{made['id']}", {"status": "archived"})
+    assert error_code(bad) == "VALIDATION_ERROR"
+    assert api.get("/procedures/not%20an%20id").status_code == 400
+
+
+def test_rules_are_the_agents_and_the_teams_own(team, agent, agent_api, api, other_team):
+    AgentFactory(team=team, agent_id="trader")
+    traders = ok_data(api.post("/procedures/trader", {"rule": "Never exceed 3x leverage."}))
+    assert ok_data(api.get("/procedures/trader"))["procedures"][0]["source"] == "team"
+    # An agent key cannot read, add to, change or remove another agent's rules.
+    assert agent_api.get("/procedures/trader").status_code == 403
+    assert agent_api.post("/procedures/trader", {"rule": "x"}).status_code == 403
+    assert agent_api.put(f"/procedures/trader/{traders['id']}", {"rule": "x"}).status_code == 403
+    assert agent_api.delete(f"/procedures/trader/{traders['id']}").status_code == 403
+    # Another team: the same agent id holds nothing, and this team's rule id is as missing as
+    # one that does not exist.
+    other = _other_api(other_team)
+    assert ok_data(other.get("/procedures/trader")) == {"procedures": []}
+    foreign = other.put(f"/procedures/trader/{traders['id']}", {"rule": "x"})
+    missing = other.put("/procedures/trader/99999999", {"rule": "x"})
+    assert foreign.status_code == missing.status_code == 404
+    assert foreign.json() == missing.json()
+    assert other.delete(f"/procedures/trader/{traders['id']}").json() == missing.json()
+    assert Procedure.objects.get(pk=traders["id"]).rule == "Never exceed 3x leverage."
+
+
+FEEDBACK = [
+    "The user wants short answers without long explanations.",
+    "The user asked again for shorter answers, no long explanations.",
+    "The user prefers short answers and dislikes long explanations.",
+]
+
+
+def test_repeated_feedback_is_proposed_as_a_rule_never_applied_until_accepted(
+    team, agent, agent_api
+):
+    for text in FEEDBACK:
+        MemoryFactory(team=team, agent_id="researcher", content=text, category="preference")
+    MemoryFactory(
+        team=team, agent_id="researcher", content="The user likes green tea.", category="preference"
+    )
+    answer = ok_data(agent_api.post("/lifecycle/propose-procedures", {"agent_id": "researcher"}))
+    assert answer["count"] == 1 and answer["examined"] == 4
+    (proposal,) = answer["proposals"]
+    assert proposal["status"] == "proposed" and proposal["source"] == "lifecycle"
+    assert proposal["rule"] in FEEDBACK
+    assert len(proposal["evidence"]) == 3
+    # Proposed, not followed: the agent's active rules are unchanged until it accepts.
+    assert ok_data(agent_api.get("/procedures/researcher?status=active")) == {"procedures": []}
+    # Asking again proposes nothing new: that point has a rule (here, a proposal) already.
+    again = ok_data(agent_api.post("/lifecycle/propose-procedures", {"agent_id": "researcher"}))
+    assert again["count"] == 0
+    accepted = ok_data(
+        agent_api.put(f"/procedures/researcher/{proposal['id']}", {"status": "active"})
+    )
+    assert accepted["status"] == "active"
+    assert [
+        p["id"]
+        for p in ok_data(agent_api.get("/procedures/researcher?status=active"))["procedures"]
+    ] == [proposal["id"]]
+
+
+def test_a_rejected_proposal_is_not_proposed_again(team, agent, api):
+    for text in FEEDBACK:
+        MemoryFactory(team=team, agent_id="researcher", content=text, category="preference")
+    (proposal,) = ok_data(api.post("/lifecycle/propose-procedures", {"agent_id": "researcher"}))[
+        "proposals"
+    ]
+    ok_data(api.put(f"/procedures/researcher/{proposal['id']}", {"status": "rejected"}))
+    assert (
+        ok_data(api.post("/lifecycle/propose-procedures", {"agent_id": "researcher"}))["count"] == 0
+    )
+
+
+def test_too_little_feedback_proposes_nothing(team, agent, api):
+    for text in FEEDBACK[:2]:
+        MemoryFactory(team=team, agent_id="researcher", content=text, category="preference")
+    answer = ok_data(api.post("/lifecycle/propose-procedures", {"agent_id": "researcher"}))
+    assert answer == {"proposals": [], "count": 0, "examined": 2}
