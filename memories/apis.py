@@ -1121,7 +1121,7 @@ class ProcedureListApi(APIView):
             )
         ],
         response=ProcedureListOutputSerializer,
-        errors=(403,),
+        errors=(400, 403),
         summary="An agent's rules (procedural memory) and the proposals waiting for it",
     )
     def get(self, request: Request, agent_id: str) -> Response:
@@ -1139,7 +1139,7 @@ class ProcedureListApi(APIView):
         request=ProcedureInputSerializer,
         response=ProcedureOutputSerializer,
         statuses=(201,),
-        errors=(403,),
+        errors=(400, 403),
         summary="Add a rule the agent follows from now on",
     )
     def post(self, request: Request, agent_id: str) -> Response:
@@ -1156,7 +1156,7 @@ class ProcedureDetailApi(APIView):
     @api_operation(
         request=ProcedureUpdateSerializer,
         response=ProcedureOutputSerializer,
-        errors=(403, 404),
+        errors=(400, 403, 404),
         summary="Edit a rule, or accept / reject a proposed one",
     )
     def put(self, request: Request, agent_id: str, procedure_id: int) -> Response:
@@ -1169,7 +1169,7 @@ class ProcedureDetailApi(APIView):
 
     @api_operation(
         response=ProcedureDeletedSerializer,
-        errors=(403, 404),
+        errors=(400, 403, 404),
         summary="Remove a rule",
     )
     def delete(self, request: Request, agent_id: str, procedure_id: int) -> Response:
