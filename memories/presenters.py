@@ -13,7 +13,7 @@ from typing import Any
 
 from core.dates import iso
 
-from .models import Memory, MemoryShare, TrashedMemory
+from .models import Memory, MemoryShare, ProfileField, ProfileRevision, TrashedMemory
 from .retrieval.search import SearchHit
 from .selectors import MemoryHistory
 from .working import WorkingItem
@@ -119,4 +119,38 @@ def memory_history_body(history: MemoryHistory) -> dict[str, Any]:
         ],
         "supersedes": history.supersedes,
         "superseded_by": history.memory.superseded_by_id,
+    }
+
+
+def profile_body(
+    agent_id: str, fields: list[ProfileField], *, changed: list[str] | None = None
+) -> dict[str, Any]:
+    """`GET /profile/<agent_id>` (and PUT's answer, with the keys it `changed`)."""
+    body: dict[str, Any] = {
+        "agent_id": agent_id,
+        "fields": {
+            f.key: {
+                "value": f.value,
+                "updated_at": iso(f.updated_at),
+                "source": f.source,
+                "source_memory_id": f.source_memory_id,
+            }
+            for f in fields
+        },
+    }
+    if changed is not None:
+        body["changed"] = changed
+    return body
+
+
+def profile_revision_body(r: ProfileRevision) -> dict[str, Any]:
+    # "" is how the row says "no value" (a new key's before, a deleted key's after).
+    return {
+        "key": r.key,
+        "before": r.before or None,
+        "after": r.after or None,
+        "source": r.source,
+        "source_memory_id": r.source_memory_id,
+        "by": r.by,
+        "at": iso(r.at),
     }

@@ -12,7 +12,14 @@ from core.errors import Forbidden, NotFound
 from tenants.models import Agent, Team
 
 from .filters import filters_q
-from .models import Memory, MemoryRevision, MemoryScope, MemoryShare
+from .models import (
+    Memory,
+    MemoryRevision,
+    MemoryScope,
+    MemoryShare,
+    ProfileField,
+    ProfileRevision,
+)
 
 READ = "read"
 WRITE = "write"
@@ -262,3 +269,17 @@ def memory_history(*, memory: Memory) -> MemoryHistory:
         revisions=list(revisions),
         supersedes=list(supersedes.values_list("id", flat=True)),
     )
+
+
+# --- the agent profile -------------------------------------------------------------------------
+
+
+def profile_fields(*, team: Team, agent_id: str) -> list[ProfileField]:
+    """An agent's profile, by key; [] for an agent without one (or of another team)."""
+    return list(ProfileField.objects.filter(team=team, agent_id=agent_id).order_by("key"))
+
+
+def profile_history(*, team: Team, agent_id: str, limit: int) -> list[ProfileRevision]:
+    """The agent's profile changes, newest first."""
+    qs = ProfileRevision.objects.filter(team=team, agent_id=agent_id).order_by("-id")
+    return list(qs[:limit])
