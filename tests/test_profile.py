@@ -8,10 +8,12 @@ import pytest
 
 from memories.models import Memory, ProfileField, ProfileRevision
 from memories.profile import profile_fields_in
-from tenants.services import agent_delete
+from memoryplatform.client import MemoryAPIError
+from tenants.services import agent_delete, api_key_issue, team_upsert
 
 from .factories import AgentFactory
 from .helpers import SignedClient, error_code, ok_data
+from .test_client_live import new_client  # noqa: F401  (the fixture: both clients)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -319,3 +321,31 @@ def test_the_persona_starts_from_the_profile(api):
         "Profile: location: Singapore; occupation: backend engineer. "
     )
     assert persona["preferences"] == ["I prefer short answers."]
+
+
+# --- the clients ----------------------------------------------------------------------------------
+
+
+def test_both_clients_read_write_and_delete_profile_fields(live_server, new_client):  # noqa: F811
+    team, _ = team_upsert(team_id="team_p", name="P")
+    key = api_key_issue(team=team)
+    client = new_client(key.key_id, key.secret, base_url=live_server.url)
+    written = client.set_profile("a1", {"occupation": "SRE", "timezone": "UTC+8"})
+    assert sorted(written["changed"]) == ["occupation", "timezone"]
+    assert client.get_profile("a1")["fields"]["occupation"]["value"] == "SRE"
+    assert client.set_profile("a1", {"occupation": "SRE"})["changed"] == []
+    assert client.delete_profile_field("a1", "timezone") is None
+    assert list(client.get_profile("a1")["fields"]) == ["occupation"]
+    history = client.profile_history("a1")["revisions"]
+    # Newest first; one request's revisions in the order of its keys.
+    assert [(r["key"], r["after"]) for r in history] == [
+        ("timezone", None),
+        ("timezone", "UTC+8"),
+        ("occupation", "SRE"),
+    ]
+    with pytest.raises(MemoryAPIError) as missing:
+        client.delete_profile_field("a1", "timezone")
+    assert missing.value.status == 404
+    with pytest.raises(MemoryAPIError) as bad:
+        client.set_profile("a1", {"timezone": "Mars/Olympus"})
+    assert bad.value.status == 400 and "fields.timezone" in bad.value.details

@@ -24,6 +24,9 @@ from memoryplatform.client import (
     MemoryDetail,
     MemoryHistory,
     MemoryPage,
+    Profile,
+    ProfileHistory,
+    ProfileSetResult,
     SearchHit,
     Stats,
     Team,
@@ -53,6 +56,11 @@ def check_sync(client: MemoryClient) -> None:
     assert_type(client.cleanup(dry_run=True), CleanupResult)
     assert_type(client.get_job(1), Job)
     assert_type(client.wait_for_job(1, timeout=5), Job)
+    assert_type(client.get_profile("a"), Profile)
+    assert_type(client.set_profile("a", {"occupation": "SRE"}), ProfileSetResult)
+    assert_type(client.delete_profile_field("a", "occupation"), None)
+    assert_type(client.profile_history("a", limit=5), ProfileHistory)
+    assert_type(client.get_profile("a")["fields"]["occupation"]["value"], str)
     messages = [{"role": "user", "content": "I drink green tea"}]
     assert_type(client.ingest("a", messages, run_id="r"), IngestResult | JobAccepted)
     typed: list[IngestMessage] = [{"role": "user", "content": "I drink tea", "name": "alice"}]
@@ -84,6 +92,8 @@ async def check_async(client: AsyncMemoryClient) -> None:
     assert_type(await client.list_trash(page=2), TrashPage)
     assert_type(await client.get_job(1), Job)
     assert_type(await client.wait_for_job(1, interval=0.1), Job)
+    assert_type(await client.get_profile("a"), Profile)
+    assert_type(await client.profile_history("a"), ProfileHistory)
     assert_type(
         await client.ingest("a", [], idempotency_key="k", async_=True), IngestResult | JobAccepted
     )
