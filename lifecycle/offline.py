@@ -43,7 +43,8 @@ What it does
   re-derived with the rules above): preferences, habits, expertise (+ the names of the first 3
   scenarios: the caller passes them most relevant first), communication_style = the preferences
   about replies/communication/style (回复 沟通 风格 简洁 详细 / reply, concise, detailed...), and
-  a template summary in the majority language of the memories.
+  a template summary in the majority language of the memories, opened by the agent's profile
+  fields when it has any ("Profile: occupation: …; location: …. ", "档案：…。").
 
 Similarity = 0.5 × calibrated embedding score + 0.5 × keyword overlap (cosine of the top-8
 keywords of each text, weighted by jieba's IDF). Why both: the small multilingual e5 model puts
