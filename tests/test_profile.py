@@ -349,3 +349,33 @@ def test_both_clients_read_write_and_delete_profile_fields(live_server, new_clie
     with pytest.raises(MemoryAPIError) as bad:
         client.set_profile("a1", {"timezone": "Mars/Olympus"})
     assert bad.value.status == 400 and "fields.timezone" in bad.value.details
+
+
+def test_the_llm_engine_gets_the_profile_as_its_first_data_block(fake_llm):
+    from lifecycle.llm import get_engine
+
+    from .test_lifecycle_engines import _block, _reply, _user_message
+
+    _reply(fake_llm, {"summary": "后端工程师，住在上海。"})
+    draft, _ = get_engine().persona(
+        [(1, "用户偏好简洁回复", "preference")], [], [("location", "上海")]
+    )
+    assert draft.summary == "后端工程师，住在上海。"
+    user = _user_message(fake_llm)
+    assert "上海" in _block(user, "profile")
+    assert user.index("<profile>") < user.index("<memories>")
+    # No profile: the prompt is as it was.
+    _reply(fake_llm, {"summary": "x"})
+    get_engine().persona([(1, "用户偏好简洁回复", "preference")], [])
+    assert "<profile>" not in _user_message(fake_llm)
+
+
+def test_the_offline_persona_opens_with_the_profile_in_the_memories_language():
+    from lifecycle.offline import OfflineEngine
+
+    draft, _ = OfflineEngine().persona(
+        [(1, "用户偏好简洁回复", "preference")], [], [("occupation", "后端工程师")]
+    )
+    assert draft.summary.startswith("档案：occupation：后端工程师。")
+    alone, _ = OfflineEngine().persona([], [], [("timezone", "UTC+8")])
+    assert alone.summary.startswith("Profile: timezone: UTC+8. ")
