@@ -657,7 +657,8 @@ def _profile_locked(*, team: Team, agent_id: str, keys: list[str]) -> dict[str, 
 def _profile_create(
     *, team: Team, agent_id: str, key: str, value: str, source: str, source_memory_id: int | None
 ) -> bool:
-    """Inserts a new key; False when a concurrent write inserted it first."""
+    """Inserts a new key; False when another write inserted it first (writers hold the scope
+    lock, so only one that bypassed it could)."""
     try:
         with transaction.atomic():  # a savepoint: the outer transaction survives a lost race
             ProfileField.objects.create(
@@ -689,7 +690,11 @@ def _profile_write(
     a field set through the API or the console is left alone, and keys past the agent's limit
     are skipped rather than refused."""
     changes: list[ProfileChange] = []
+    # The agent's personal-scope lock (the one its memory writes take; extraction and ingest
+    # already hold it here): row locks alone deadlock when writers insert the same new key.
+    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
     with transaction.atomic():
+        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
         current = _profile_locked(team=team, agent_id=agent_id, keys=list(fields))
         new_keys = [k for k in fields if k not in current]
         if new_keys:
@@ -764,7 +769,9 @@ def profile_field_delete(
     *, team: Team, agent_id: str, key: str, actor: Actor, source: str = ProfileSource.API
 ) -> ProfileChange:
     """Removes one key (its history stays); NotFound when the agent has no such key."""
+    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
     with transaction.atomic():
+        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
         row = _profile_locked(team=team, agent_id=agent_id, keys=[key]).get(key)
         if row is None:
             raise NotFound("profile field")

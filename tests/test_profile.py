@@ -4,10 +4,15 @@ over a value set through the API); read first by the persona."""
 
 from __future__ import annotations
 
+import itertools
+import threading
+
 import pytest
+from django.db import connection
 
 from memories.models import Memory, ProfileField, ProfileRevision
 from memories.profile import profile_fields_in
+from memories.services import Actor, profile_set
 from memoryplatform.client import MemoryAPIError
 from tenants.services import agent_delete, api_key_issue, team_upsert
 
@@ -120,6 +125,35 @@ def test_timezone_takes_a_zone_or_a_utc_offset(api):
     ok_data(_put(api, {"timezone": "UTC+8"}))
     ok_data(_put(api, {"timezone": "Europe/Berlin"}))
     assert _values(api) == {"timezone": "Europe/Berlin"}
+
+
+def test_concurrent_writes_of_a_new_key_keep_one_row_and_every_change(team):
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite's in-memory test database fails concurrent writers; MariaDB covers it")
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def write(value: str) -> None:
+        barrier.wait()
+        try:
+            profile_set(team=team, agent_id="a", fields={"location": value}, actor=Actor())
+        except BaseException as exc:  # reported below: a thread's exception is otherwise lost
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=write, args=[f"city {i}"]) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    row = ProfileField.objects.get(team=team, agent_id="a", key="location")
+    revisions = list(ProfileRevision.objects.filter(agent_id="a").order_by("id"))
+    # One insert, then each later write changed the value it found: a chain, nothing lost.
+    assert revisions[0].before == "" and revisions[-1].after == row.value
+    assert all(a.after == b.before for a, b in itertools.pairwise(revisions))
+    assert len(revisions) == 4
 
 
 def test_the_agent_limit_of_keys(api, settings):
