@@ -641,7 +641,7 @@ def profile_check(fields: dict[str, Any]) -> dict[str, str]:
         else:
             clean[key] = value.strip()
     if errors:
-        raise ValidationFailed(errors, "fields: " + ", ".join(sorted(errors)))
+        raise ValidationFailed(errors, "invalid " + ", ".join(sorted(errors)))
     return clean
 
 
