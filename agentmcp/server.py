@@ -338,6 +338,14 @@ async def persona_get(agent_id: AgentId = None) -> dict[str, Any]:
     return await _run(tools.persona_get, agent_id=agent_id)
 
 
+@mcp.tool(name="profile_get", annotations=READ_ONLY)
+async def profile_get(agent_id: AgentId = None) -> dict[str, Any]:
+    """The agent's profile: exactly-known fields by key (occupation, location, timezone,
+    language, tools, cloud_platform, …), each with its value, source and time. Read this for
+    such facts rather than searching memories; {} fields when none are known yet."""
+    return await _run(tools.profile_get, agent_id=agent_id)
+
+
 @mcp.tool(name="graph_neighbors", annotations=READ_ONLY)
 async def graph_neighbors(
     entity: Annotated[

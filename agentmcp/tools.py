@@ -40,7 +40,7 @@ from memories.apis import (
     write_validated,
 )
 from memories.models import Memory, MemoryRevision, MemoryScope, RemovedBy
-from memories.presenters import memory_body, search_hit_body, working_item_body
+from memories.presenters import memory_body, profile_body, search_hit_body, working_item_body
 from memories.retrieval.search import SearchHit
 from memories.selectors import DELETE, READ, WRITE
 from memories.services import Actor
@@ -308,6 +308,13 @@ def persona_get(principal: McpPrincipal, *, agent_id: str | None = None) -> dict
     if persona is None:
         raise NotFound("persona")
     return persona_body(persona)
+
+
+def profile_get(principal: McpPrincipal, *, agent_id: str | None = None) -> dict[str, Any]:
+    """GET /profile/{agent_id}: the agent's profile fields by key ({} when it has none)."""
+    agent = acting_agent_for(principal, agent_id, required=True)
+    fields = memory_selectors.profile_fields(team=principal.team, agent_id=agent)
+    return profile_body(agent, fields)
 
 
 def graph_neighbors(

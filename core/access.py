@@ -18,6 +18,7 @@ class AgentResource(StrEnum):
 
     PERSONAL_MEMORIES = "personal memories"
     ENTITIES = "entities"
+    PROFILE = "profile"
     TEAM = "team"
 
 
@@ -26,6 +27,7 @@ _DENIED = {
         "an agent-scoped key can only use its own agent's personal memories"
     ),
     AgentResource.ENTITIES: "an agent-scoped key can only use its own agent's entities",
+    AgentResource.PROFILE: "an agent-scoped key can only use its own agent's profile",
     AgentResource.TEAM: "an agent-scoped key cannot change the team",
 }
 

@@ -128,12 +128,15 @@ class LLMEngine:
         return drafts, usage
 
     def persona(
-        self, facts: list[tuple[int, str, str]], scenarios: list[tuple[str, str, str]]
+        self,
+        facts: list[tuple[int, str, str]],
+        scenarios: list[tuple[str, str, str]],
+        profile: list[tuple[str, str]] | None = None,
     ) -> tuple[PersonaDraft, Usage]:
-        if not facts and not scenarios:
+        if not facts and not scenarios and not profile:
             return PersonaDraft(), Usage()
         language = dominant_language([t for _, t, _ in facts] + [s for _, _, s in scenarios])
-        messages = prompts.persona_messages(facts, scenarios, language)
+        messages = prompts.persona_messages(facts, scenarios, language, profile or [])
         data, usage = self.client.chat_json(messages, what="persona")
         if data is None:
             return PersonaDraft(), usage

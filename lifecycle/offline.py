@@ -43,7 +43,8 @@ What it does
   re-derived with the rules above): preferences, habits, expertise (+ the names of the first 3
   scenarios: the caller passes them most relevant first), communication_style = the preferences
   about replies/communication/style (回复 沟通 风格 简洁 详细 / reply, concise, detailed...), and
-  a template summary in the majority language of the memories.
+  a template summary in the majority language of the memories, opened by the agent's profile
+  fields when it has any ("Profile: occupation: …; location: …. ", "档案：…。").
 
 Similarity = 0.5 × calibrated embedding score + 0.5 × keyword overlap (cosine of the top-8
 keywords of each text, weighted by jieba's IDF). Why both: the small multilingual e5 model puts
@@ -747,7 +748,10 @@ class OfflineEngine:
         return drafts, Usage()
 
     def persona(
-        self, facts: list[tuple[int, str, str]], scenarios: list[tuple[str, str, str]]
+        self,
+        facts: list[tuple[int, str, str]],
+        scenarios: list[tuple[str, str, str]],
+        profile: list[tuple[str, str]] | None = None,
     ) -> tuple[PersonaDraft, Usage]:
         buckets: dict[str, list[tuple[int, str]]] = {c: [] for c in CATEGORIES}
         seen: set[str] = set()
@@ -770,7 +774,7 @@ class OfflineEngine:
         ]
         style_items = [text for _, text in prefs if _is_style(text)]
         all_texts = [t for _, t, _ in facts if t] + [n for _, n, _ in scenarios if n]
-        lang = dominant_language(all_texts)
+        lang = dominant_language(all_texts + [v for _, v in profile or []])
 
         expertise = [t for _, t in skills]
         for _, name in used_scenarios:
@@ -786,7 +790,8 @@ class OfflineEngine:
             habits=[t for _, t in habits],
             expertise=expertise,
             communication_style=style,
-            summary=_persona_summary(
+            summary=_profile_line(lang, profile or [])
+            + _persona_summary(
                 lang,
                 n_memories=len(facts),
                 n_scenarios=len(scenarios),
@@ -821,6 +826,19 @@ _SUMMARY_PHRASES = {
     "lead": ("{head}的画像：", "{head}: "),
     "end": ("。", "."),
 }
+
+
+def _profile_line(lang: str, profile: list[tuple[str, str]]) -> str:
+    """The profile fields, exact and first: "Profile: occupation: X; location: Y. " """
+    if not profile:
+        return ""
+    zh = lang == "zh"
+    pairs = [f"{key}{'：' if zh else ': '}{trim_text(value, 60)}" for key, value in profile]
+    return (
+        ("档案：" if zh else "Profile: ")
+        + ("；" if zh else "; ").join(pairs)
+        + ("。" if zh else ". ")
+    )
 
 
 def _persona_summary(

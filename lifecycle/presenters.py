@@ -155,7 +155,11 @@ def ingest_body(r: IngestResult) -> dict[str, Any]:
         if d.supersedes is not None:
             fact["supersedes"] = d.supersedes
         facts.append(fact)
-    return {"archived": r.archived, "facts": facts}
+    body: dict[str, Any] = {"archived": r.archived, "facts": facts}
+    if r.profile:
+        # Only when the ingest changed the agent's profile: other answers stay as they were.
+        body["profile"] = r.profile
+    return body
 
 
 def auto_run_summary_body(r: AutoRunSummary) -> dict[str, Any]:

@@ -90,7 +90,10 @@ Reply with JSON exactly like:
 
 
 def persona_messages(
-    facts: list[tuple[int, str, str]], scenarios: list[tuple[str, str, str]], language: str
+    facts: list[tuple[int, str, str]],
+    scenarios: list[tuple[str, str, str]],
+    language: str,
+    profile: list[tuple[str, str]] | None = None,
 ) -> list[dict[str, str]]:
     fact_records = [
         {"id": memory_id, "category": category, "text": _cut(text)}
@@ -106,7 +109,8 @@ agent's memories and scenario summaries.
 - habits: recurring behaviour and routines.
 - expertise: their domains, skills and tools.
 - communication_style: how they want to be answered (length, tone, format); "" if unknown.
-- summary: 2-4 sentences describing them.
+- summary: 2-4 sentences describing them; start from the profile fields (exact, set or \
+confirmed for this user: they win over any memory that disagrees).
 - memory_ids: the ids of the memories you used; scenario_ids: the ids of the scenarios you used.
 - Only include what the records support; use empty lists when there is nothing.
 - {_language_rule(language)}
@@ -114,6 +118,8 @@ agent's memories and scenario summaries.
 Reply with JSON exactly like:
 {{"preferences": ["..."], "habits": ["..."], "expertise": ["..."], "communication_style": "...", \
 "summary": "...", "memory_ids": [1, 2], "scenario_ids": ["..."]}}"""
-    return chat_messages(
-        task, data_block("memories", fact_records), data_block("scenarios", scenario_records)
-    )
+    blocks = [data_block("memories", fact_records), data_block("scenarios", scenario_records)]
+    if profile:
+        records = [{"key": key, "value": _cut(value)} for key, value in profile]
+        blocks.insert(0, data_block("profile", records))
+    return chat_messages(task, *blocks)

@@ -6,7 +6,7 @@ the JSON shape.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeAlias
 
@@ -95,6 +95,7 @@ class IngestDecision:
 class IngestResult:
     archived: int  # messages kept in the archive (L0)
     facts: list[IngestDecision]
+    profile: dict[str, str] = field(default_factory=dict)  # profile fields changed: key -> value
 
 
 @dataclass(frozen=True)

@@ -266,7 +266,11 @@ class LifecycleEngine(Protocol):
         ...
 
     def persona(
-        self, facts: list[tuple[int, str, str]], scenarios: list[tuple[str, str, str]]
+        self,
+        facts: list[tuple[int, str, str]],
+        scenarios: list[tuple[str, str, str]],
+        profile: list[tuple[str, str]] | None = None,
     ) -> tuple[PersonaDraft, Usage]:
-        """facts = (memory_id, content, category); scenarios = (scenario_id, name, summary)."""
+        """facts = (memory_id, content, category); scenarios = (scenario_id, name, summary);
+        profile = the agent's profile fields (key, value), exact: they come first."""
         ...

@@ -37,10 +37,12 @@ from .models import (
     Memory,
     MemoryScope,
     ProcedureStatus,
+    ProfileSource,
     RemovedBy,
     RevisionAction,
     SharePermission,
 )
+from .profile import MAX_FIELDS_PER_WRITE, VALUE_MAX_CHARS, WELL_KNOWN_KEYS
 from .retrieval import search
 from .selectors import DELETE, READ, WRITE
 from .services import Actor
@@ -1178,3 +1180,149 @@ class ProcedureDetailApi(APIView):
         procedure = selectors.procedure_get(team=team, agent_id=agent_id, procedure_id=procedure_id)
         services.procedure_delete(procedure=procedure)
         return Response({"deleted": procedure_id})
+
+
+# --- the agent profile --------------------------------------------------------------------------
+
+PROFILE_HISTORY_LIMIT = QueryInt("limit", default=50, minimum=1, maximum=500)
+
+
+class ProfileFieldOutputSerializer(serializers.Serializer):
+    value = serializers.CharField()
+    updated_at = serializers.DateTimeField()
+    # A field named "source" (the stubs see Field.source).
+    source = serializers.ChoiceField(  # type: ignore[assignment]
+        choices=ProfileSource.values, help_text="api, console, extraction or ingest"
+    )
+    source_memory_id = serializers.IntegerField(
+        allow_null=True, help_text="the memory an extracted or ingested value was read from"
+    )
+
+
+class ProfileOutputSerializer(serializers.Serializer):
+    agent_id = serializers.CharField()
+    # A field named "fields" (the metaclass moves it aside; the stubs see Serializer.fields).
+    fields = serializers.DictField(  # type: ignore[assignment]
+        child=ProfileFieldOutputSerializer(), help_text="by key"
+    )
+
+
+class ProfileSetOutputSerializer(ProfileOutputSerializer):
+    changed = serializers.ListField(
+        child=serializers.CharField(), help_text="the keys whose value this request changed"
+    )
+
+
+class ProfileSetInputSerializer(serializers.Serializer):
+    fields = JSONObjectField(  # type: ignore[assignment]  # as ProfileOutputSerializer's
+        help_text=f"key -> value (a string of at most {VALUE_MAX_CHARS} characters); the keys "
+        "not named are left as they are"
+    )
+
+    def validate_fields(self, value: dict[str, Any]) -> dict[str, Any]:
+        if not value:
+            raise serializers.ValidationError("Give at least one key.")
+        if len(value) > MAX_FIELDS_PER_WRITE:
+            raise serializers.ValidationError(f"At most {MAX_FIELDS_PER_WRITE} keys a request.")
+        return value
+
+
+class ProfileRevisionOutputSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    before = serializers.CharField(allow_null=True, help_text="null: the key was new")
+    after = serializers.CharField(allow_null=True, help_text="null: the key was deleted")
+    source = serializers.ChoiceField(choices=ProfileSource.values)  # type: ignore[assignment]
+    source_memory_id = serializers.IntegerField(allow_null=True)
+    by = serializers.CharField(help_text='who: "key mk_…", "user alice", "lifecycle"')
+    at = serializers.DateTimeField()
+
+
+class ProfileHistoryOutputSerializer(serializers.Serializer):
+    agent_id = serializers.CharField()
+    revisions = ProfileRevisionOutputSerializer(many=True, help_text="newest first")
+
+
+def _profile_agent(request: Request, agent_id: str) -> str:
+    """The path's agent, checked: well formed, and one the key may act for (403 otherwise)."""
+    _check_agent_id(agent_id)
+    require_agent(
+        AgentResource.PROFILE, acting_agent=principal_of(request).agent_id, agent_id=agent_id
+    )
+    return agent_id
+
+
+class ProfileApi(APIView):
+    @api_operation(
+        response=ProfileOutputSerializer,
+        errors=(403,),
+        summary="An agent's profile: its exactly-known fields, by key",
+        description="Kept apart from the memories (docs/lifecycle.md, Profile). An agent without "
+        "a profile — or of another team — answers `fields: {}`.",
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        principal = principal_of(request)
+        agent_id = _profile_agent(request, agent_id)
+        fields = selectors.profile_fields(team=principal.team, agent_id=agent_id)
+        return Response(presenters.profile_body(agent_id, fields))
+
+    @api_operation(
+        request=ProfileSetInputSerializer,
+        response=ProfileSetOutputSerializer,
+        errors=(403,),
+        summary="Set profile fields (the keys given are overwritten, the others kept)",
+        description="A revision is recorded per changed key; a value equal to the stored one "
+        "changes nothing. Keys: `^[a-z][a-z0-9_]{0,63}$` (well-known: "
+        + ", ".join(WELL_KNOWN_KEYS)
+        + "); `timezone` must be an IANA zone or a UTC offset. A bad key or value is a 400 "
+        "naming `fields.<key>`. A value set here is never overwritten by extraction or ingest.",
+    )
+    def put(self, request: Request, agent_id: str) -> Response:
+        principal = principal_of(request)
+        agent_id = _profile_agent(request, agent_id)
+        data = validated_body(request, ProfileSetInputSerializer)
+        changes = services.profile_set(
+            team=principal.team,
+            agent_id=agent_id,
+            fields=data["fields"],
+            actor=Actor.for_key(principal.api_key),
+        )
+        fields = selectors.profile_fields(team=principal.team, agent_id=agent_id)
+        return Response(presenters.profile_body(agent_id, fields, changed=[c.key for c in changes]))
+
+
+class ProfileFieldApi(APIView):
+    @api_operation(
+        errors=(403, 404),
+        summary="Delete one profile field (its history stays)",
+        description="404 when the agent has no such key (or is another team's).",
+    )
+    def delete(self, request: Request, agent_id: str, key: str) -> Response:
+        principal = principal_of(request)
+        agent_id = _profile_agent(request, agent_id)
+        services.profile_field_delete(
+            team=principal.team, agent_id=agent_id, key=key, actor=Actor.for_key(principal.api_key)
+        )
+        return Response(None)
+
+
+class ProfileHistoryApi(APIView):
+    @api_operation(
+        parameters=[PROFILE_HISTORY_LIMIT.parameter],
+        response=ProfileHistoryOutputSerializer,
+        errors=(403,),
+        summary="What changed in an agent's profile, newest first",
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        principal = principal_of(request)
+        agent_id = _profile_agent(request, agent_id)
+        revisions = selectors.profile_history(
+            team=principal.team,
+            agent_id=agent_id,
+            limit=PROFILE_HISTORY_LIMIT.parse(request.query_params),
+        )
+        return Response(
+            {
+                "agent_id": agent_id,
+                "revisions": [presenters.profile_revision_body(r) for r in revisions],
+            }
+        )

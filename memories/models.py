@@ -341,3 +341,73 @@ class Procedure(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team_id}/{self.agent_id} ({self.status}): {self.rule[:40]}"
+
+
+class ProfileSource(models.TextChoices):
+    """Who wrote a profile field. API and console values are a person's or an agent's word:
+    extraction and ingest never overwrite them (memories.services.profile_learn)."""
+
+    API = "api", "api"  # PUT /profile/<agent_id>
+    CONSOLE = "console", "console"  # the web admin
+    EXTRACTION = "extraction", "extraction"  # POST /lifecycle/extract-facts
+    INGEST = "ingest", "ingest"  # POST /memories/ingest
+
+
+class ProfileField(models.Model):
+    """One key of an agent's profile: a slow-changing value read exactly (occupation, timezone,
+    …), kept apart from the vector memories and overwritten in place, every change recorded as
+    a ProfileRevision. Keys and values: memories.profile."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    agent_id = models.CharField(max_length=64)
+    key = models.CharField(max_length=64)
+    value = models.TextField()
+    source = models.CharField(max_length=10, choices=ProfileSource.choices)
+    # The memory the value was read from (extraction, ingest); a plain id: the memory may be
+    # trashed or erased while the field stays.
+    source_memory_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["key"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "agent_id", "key"], name="uniq_profile_key"),
+            models.CheckConstraint(
+                condition=models.Q(source__in=ProfileSource.values),
+                name="profile_source_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.agent_id}: {self.key}"
+
+
+class ProfileRevision(models.Model):
+    """One change of a profile field: set (`before` empty), changed, or deleted (`after` empty);
+    a value is never empty, so "" is unambiguous (the API shows it as null). Keyed by
+    team/agent/key rather than by the field row, so a deleted field keeps its history."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    agent_id = models.CharField(max_length=64)
+    key = models.CharField(max_length=64)
+    before = models.TextField(blank=True, default="")
+    after = models.TextField(blank=True, default="")
+    source = models.CharField(max_length=10, choices=ProfileSource.choices)
+    source_memory_id = models.BigIntegerField(null=True, blank=True)
+    # Who: "key mk_…", "user alice", "lifecycle" (memories.services.Actor.label).
+    by = models.CharField(max_length=200)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(source__in=ProfileSource.values),
+                name="profile_revision_source_valid",
+            )
+        ]
+        indexes = [models.Index(fields=["team", "agent_id", "-id"], name="profile_history")]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.agent_id}: {self.key} {self.before!r} -> {self.after!r}"

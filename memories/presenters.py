@@ -13,7 +13,14 @@ from typing import Any
 
 from core.dates import iso
 
-from .models import Memory, MemoryShare, Procedure, TrashedMemory
+from .models import (
+    Memory,
+    MemoryShare,
+    Procedure,
+    ProfileField,
+    ProfileRevision,
+    TrashedMemory,
+)
 from .retrieval.search import SearchHit
 from .selectors import MemoryHistory
 from .working import WorkingItem
@@ -152,4 +159,38 @@ def procedure_body(p: Procedure) -> dict[str, Any]:
         "evidence": p.evidence,
         "created_at": iso(p.created_at),
         "updated_at": iso(p.updated_at),
+    }
+
+
+def profile_body(
+    agent_id: str, fields: list[ProfileField], *, changed: list[str] | None = None
+) -> dict[str, Any]:
+    """`GET /profile/<agent_id>` (and PUT's answer, with the keys it `changed`)."""
+    body: dict[str, Any] = {
+        "agent_id": agent_id,
+        "fields": {
+            f.key: {
+                "value": f.value,
+                "updated_at": iso(f.updated_at),
+                "source": f.source,
+                "source_memory_id": f.source_memory_id,
+            }
+            for f in fields
+        },
+    }
+    if changed is not None:
+        body["changed"] = changed
+    return body
+
+
+def profile_revision_body(r: ProfileRevision) -> dict[str, Any]:
+    # "" is how the row says "no value" (a new key's before, a deleted key's after).
+    return {
+        "key": r.key,
+        "before": r.before or None,
+        "after": r.after or None,
+        "source": r.source,
+        "source_memory_id": r.source_memory_id,
+        "by": r.by,
+        "at": iso(r.at),
     }

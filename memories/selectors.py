@@ -12,7 +12,15 @@ from core.errors import Forbidden, NotFound
 from tenants.models import Agent, Team
 
 from .filters import filters_q
-from .models import Memory, MemoryRevision, MemoryScope, MemoryShare, Procedure
+from .models import (
+    Memory,
+    MemoryRevision,
+    MemoryScope,
+    MemoryShare,
+    Procedure,
+    ProfileField,
+    ProfileRevision,
+)
 
 READ = "read"
 WRITE = "write"
@@ -278,3 +286,17 @@ def procedure_get(*, team: Team, agent_id: str, procedure_id: int) -> Procedure:
     if procedure is None:
         raise NotFound("procedure")
     return procedure
+
+
+# --- the agent profile -------------------------------------------------------------------------
+
+
+def profile_fields(*, team: Team, agent_id: str) -> list[ProfileField]:
+    """An agent's profile, by key; [] for an agent without one (or of another team)."""
+    return list(ProfileField.objects.filter(team=team, agent_id=agent_id).order_by("key"))
+
+
+def profile_history(*, team: Team, agent_id: str, limit: int) -> list[ProfileRevision]:
+    """The agent's profile changes, newest first."""
+    qs = ProfileRevision.objects.filter(team=team, agent_id=agent_id).order_by("-id")
+    return list(qs[:limit])

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from core.errors import ValidationFailed
+from core.errors import NotFound, ValidationFailed
 from core.metrics import SEARCH_LATENCY, WRITE_LATENCY, timed
 from tenants.models import ApiKey, Team
 from tenants.services import agent_register
@@ -28,9 +28,13 @@ from .models import (
     MemoryShare,
     Procedure,
     ProcedureStatus,
+    ProfileField,
+    ProfileRevision,
+    ProfileSource,
     RevisionAction,
     TrashedMemory,
 )
+from .profile import MAX_FIELDS_PER_AGENT, key_error, value_error
 from .retrieval import index
 from .retrieval.dedup import conflict_reason
 from .retrieval.embeddings import embed_passages, get_embedder, to_bytes
@@ -464,7 +468,8 @@ def memory_unshare(*, memory: Memory, agent_ids: list[str] | None) -> int:
 
 
 def purge_agent(*, team: Team, agent_id: str) -> int:
-    """Deletes an agent's personal memories and the shares granted to it (agent deletion).
+    """Deletes an agent's personal memories, its profile and the shares granted to it (agent
+    deletion).
 
     Final: nothing goes to the trash, and what the agent's personal memories left there goes too.
     """
@@ -474,6 +479,8 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
         )
     )
     MemoryShare.objects.filter(team=team, agent_id=agent_id).delete()
+    ProfileField.objects.filter(team=team, agent_id=agent_id).delete()
+    ProfileRevision.objects.filter(team=team, agent_id=agent_id).delete()
     TrashedMemory.objects.filter(team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id).delete()
     return memories_delete(team=team, memory_ids=ids)
 
@@ -747,3 +754,201 @@ def procedure_update(
 
 def procedure_delete(*, procedure: Procedure) -> None:
     procedure.delete()
+
+
+# --- the agent profile (memories.profile has its keys, values and classifier) -------------------
+
+# Values a person or an agent set on purpose: extraction and ingest leave them alone.
+_AUTHORITATIVE = frozenset({ProfileSource.API, ProfileSource.CONSOLE})
+
+
+@dataclass(frozen=True)
+class ProfileChange:
+    key: str
+    before: str | None  # None: the key was new
+    after: str | None  # None: the key was deleted
+
+
+def profile_check(fields: dict[str, Any]) -> dict[str, str]:
+    """The fields stripped, or ValidationFailed naming each bad one (`fields.<key>`)."""
+    errors: dict[str, list[str]] = {}
+    clean: dict[str, str] = {}
+    for key, value in fields.items():
+        problem = key_error(key) or value_error(key, value)
+        if problem is not None:
+            errors[f"fields.{key}"] = [problem]
+        else:
+            clean[key] = value.strip()
+    if errors:
+        raise ValidationFailed(errors, "invalid " + ", ".join(sorted(errors)))
+    return clean
+
+
+def _profile_locked(*, team: Team, agent_id: str, keys: list[str]) -> dict[str, ProfileField]:
+    return {
+        f.key: f
+        for f in ProfileField.objects.select_for_update().filter(
+            team=team, agent_id=agent_id, key__in=keys
+        )
+    }
+
+
+def _profile_create(
+    *, team: Team, agent_id: str, key: str, value: str, source: str, source_memory_id: int | None
+) -> bool:
+    """Inserts a new key; False when another write inserted it first (writers hold the scope
+    lock, so only one that bypassed it could)."""
+    try:
+        with transaction.atomic():  # a savepoint: the outer transaction survives a lost race
+            ProfileField.objects.create(
+                team=team,
+                agent_id=agent_id,
+                key=key,
+                value=value,
+                source=source,
+                source_memory_id=source_memory_id,
+            )
+    except IntegrityError:
+        return False
+    return True
+
+
+def _profile_write(
+    *,
+    team: Team,
+    agent_id: str,
+    fields: dict[str, str],
+    source: str,
+    by: str,
+    source_memory_id: int | None = None,
+    keep_authoritative: bool = False,
+) -> list[ProfileChange]:
+    """Sets each key in one transaction, the rows locked: a new or changed value writes the field
+    and a revision; an unchanged one no revision (a person confirming an extracted value still
+    makes it theirs: its source becomes theirs). With `keep_authoritative` (extraction, ingest)
+    a field set through the API or the console is left alone, and keys past the agent's limit
+    are skipped rather than refused."""
+    changes: list[ProfileChange] = []
+    # The agent's personal-scope lock (the one its memory writes take; extraction and ingest
+    # already hold it here): row locks alone deadlock when writers insert the same new key.
+    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with transaction.atomic():
+        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+        current = _profile_locked(team=team, agent_id=agent_id, keys=list(fields))
+        new_keys = [k for k in fields if k not in current]
+        if new_keys:
+            held = ProfileField.objects.filter(team=team, agent_id=agent_id).count()
+            room = max(MAX_FIELDS_PER_AGENT - held, 0)
+            if len(new_keys) > room:
+                if not keep_authoritative:
+                    raise ValidationFailed(
+                        {"fields": [f"A profile holds at most {MAX_FIELDS_PER_AGENT} keys."]},
+                        "fields: too many keys",
+                    )
+                new_keys = new_keys[:room]
+        for key, value in fields.items():
+            row = current.get(key)
+            if row is None:
+                if key not in new_keys:
+                    continue
+                if _profile_create(
+                    team=team,
+                    agent_id=agent_id,
+                    key=key,
+                    value=value,
+                    source=source,
+                    source_memory_id=source_memory_id,
+                ):
+                    changes.append(ProfileChange(key, None, value))
+                    continue
+                row = _profile_locked(team=team, agent_id=agent_id, keys=[key])[key]
+            if keep_authoritative and row.source in _AUTHORITATIVE:
+                continue
+            if row.value == value:
+                if not keep_authoritative and row.source != source:
+                    row.source, row.source_memory_id = source, source_memory_id
+                    row.save(update_fields=["source", "source_memory_id", "updated_at"])
+                continue
+            changes.append(ProfileChange(key, row.value, value))
+            row.value, row.source, row.source_memory_id = value, source, source_memory_id
+            row.save(update_fields=["value", "source", "source_memory_id", "updated_at"])
+        ProfileRevision.objects.bulk_create(
+            [
+                ProfileRevision(
+                    team=team,
+                    agent_id=agent_id,
+                    key=c.key,
+                    before=c.before or "",
+                    after=c.after or "",
+                    source=source,
+                    source_memory_id=source_memory_id,
+                    by=by,
+                )
+                for c in changes
+            ]
+        )
+    return changes
+
+
+def profile_set(
+    *,
+    team: Team,
+    agent_id: str,
+    fields: dict[str, Any],
+    actor: Actor,
+    source: str = ProfileSource.API,
+) -> list[ProfileChange]:
+    """Overwrites the given keys (others untouched); the changes, one revision each."""
+    clean = profile_check(fields)
+    agent_register(team=team, agent_id=agent_id)
+    return _profile_write(team=team, agent_id=agent_id, fields=clean, source=source, by=actor.label)
+
+
+def profile_field_delete(
+    *, team: Team, agent_id: str, key: str, actor: Actor, source: str = ProfileSource.API
+) -> ProfileChange:
+    """Removes one key (its history stays); NotFound when the agent has no such key."""
+    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with transaction.atomic():
+        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+        row = _profile_locked(team=team, agent_id=agent_id, keys=[key]).get(key)
+        if row is None:
+            raise NotFound("profile field")
+        row.delete()
+        change = ProfileChange(key, row.value, None)
+        ProfileRevision.objects.create(
+            team=team,
+            agent_id=agent_id,
+            key=key,
+            before=row.value,
+            after="",
+            source=source,
+            by=actor.label,
+        )
+    return change
+
+
+def profile_learn(
+    *,
+    team: Team,
+    agent_id: str,
+    fields: dict[str, str],
+    source: str,
+    source_memory_id: int | None,
+    actor: Actor,
+) -> dict[str, str]:
+    """What the lifecycle read from a fact (`memories.profile.profile_fields_in`): written
+    unless a person or an agent set that key (source api / console). The keys it changed."""
+    valid = {k: v.strip() for k, v in fields.items() if not (key_error(k) or value_error(k, v))}
+    if not valid:
+        return {}
+    changes = _profile_write(
+        team=team,
+        agent_id=agent_id,
+        fields=valid,
+        source=source,
+        by=actor.label,
+        source_memory_id=source_memory_id,
+        keep_authoritative=True,
+    )
+    return {c.key: c.after for c in changes if c.after is not None}

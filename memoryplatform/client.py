@@ -86,6 +86,11 @@ __all__ = [
     "PipelineConfig",
     "Procedure",
     "ProcedureList",
+    "Profile",
+    "ProfileField",
+    "ProfileHistory",
+    "ProfileRevision",
+    "ProfileSetResult",
     "Proposals",
     "Revision",
     "Scenario",
@@ -494,6 +499,38 @@ class IngestMessage(TypedDict):
 class IngestResult(TypedDict):
     archived: int  # messages archived
     facts: list[IngestFact]
+    profile: NotRequired[dict[str, str]]  # only when it changed profile fields: key -> value
+
+
+class ProfileField(TypedDict):
+    value: str
+    updated_at: str
+    source: Literal["api", "console", "extraction", "ingest"]
+    source_memory_id: int | None  # the memory an extracted or ingested value was read from
+
+
+class Profile(TypedDict):
+    agent_id: str
+    fields: dict[str, ProfileField]
+
+
+class ProfileSetResult(Profile):
+    changed: list[str]  # the keys whose value the request changed
+
+
+class ProfileRevision(TypedDict):
+    key: str
+    before: str | None  # None: the key was new
+    after: str | None  # None: the key was deleted
+    source: Literal["api", "console", "extraction", "ingest"]
+    source_memory_id: int | None
+    by: str
+    at: str
+
+
+class ProfileHistory(TypedDict):
+    agent_id: str
+    revisions: list[ProfileRevision]  # newest first
 
 
 # --- one definition of each endpoint for both clients -----------------------------------------
@@ -988,6 +1025,25 @@ class _Endpoints:
             body["fact_roles"] = list(fact_roles)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
         return _post("/memories/ingest", body, headers=headers)
+
+    # --- the agent profile (exact fields by key, apart from the memories) --------------------
+
+    @_endpoint
+    def get_profile(self, agent_id: str) -> _Call[Profile]:
+        return _get(f"/profile/{quote(agent_id, safe='')}")
+
+    @_endpoint
+    def set_profile(self, agent_id: str, fields: Mapping[str, str]) -> _Call[ProfileSetResult]:
+        """Overwrites the keys given (the others stay); one revision per changed key."""
+        return _put(f"/profile/{quote(agent_id, safe='')}", {"fields": dict(fields)})
+
+    @_endpoint
+    def delete_profile_field(self, agent_id: str, key: str) -> _Call[None]:
+        return _delete(f"/profile/{quote(agent_id, safe='')}/{quote(key, safe='')}")
+
+    @_endpoint
+    def profile_history(self, agent_id: str, limit: int = 50) -> _Call[ProfileHistory]:
+        return _get(f"/profile/{quote(agent_id, safe='')}/history", params={"limit": limit})
 
     # --- working memory -----------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ from memories.models import (
     MemoryScope,
     MemoryShare,
     Procedure,
+    ProfileField,
+    ProfileRevision,
     PurgeRun,
     PurgeStatus,
     ScopeLock,
@@ -498,3 +500,29 @@ class ProcedureFactory(_PlainFactory):
     agent_id = "researcher"
     rule = factory.Sequence(lambda n: f"Rule {n}: answer briefly")
     source = "agent"
+
+
+class ProfileFieldFactory(_PlainFactory):
+    """A key of an agent's profile (PUT /profile/<agent_id> writes them with a revision)."""
+
+    class Meta:
+        model = ProfileField
+
+    team = factory.SubFactory(TeamFactory)
+    agent_id = "researcher"
+    key = factory.Sequence(lambda n: f"key_{n}")
+    value = "value"
+    source = "api"
+
+
+class ProfileRevisionFactory(_PlainFactory):
+    class Meta:
+        model = ProfileRevision
+
+    team = factory.SubFactory(TeamFactory)
+    agent_id = "researcher"
+    key = factory.Sequence(lambda n: f"key_{n}")
+    before = ""
+    after = "value"
+    source = "api"
+    by = "tests"

@@ -41,6 +41,7 @@ TOOLS = {
     "working_list": [],
     "ingest_messages": ["messages"],
     "persona_get": [],
+    "profile_get": [],
     "graph_neighbors": ["entity"],
 }
 
@@ -496,3 +497,21 @@ def test_an_ingest_batch_with_one_bad_message_stores_none(mcp_url, agent_token, 
     assert any("content" in name for name in refused["details"]), refused
     assert listed["items"] == []
     assert not WorkingArchive.objects.exists()
+
+
+def test_profile_get_reads_the_agents_own_profile(mcp_url, team_a, agent_token):
+    from memories.services import Actor, profile_set
+
+    profile_set(team=team_a, agent_id="a1", fields={"timezone": "UTC+8"}, actor=Actor())
+    profile_set(team=team_a, agent_id="a2", fields={"timezone": "UTC-5"}, actor=Actor())
+
+    async def go():
+        async with session(mcp_url, agent_token) as c:
+            own = ok(await c.call_tool("profile_get", {}))
+            other = error_code(await c.call_tool("profile_get", {"agent_id": "a2"}))
+        return own, other
+
+    own, other = run(go())
+    assert own["agent_id"] == "a1" and own["fields"]["timezone"]["value"] == "UTC+8"
+    assert own["fields"]["timezone"]["source"] == "api"
+    assert other == "FORBIDDEN"

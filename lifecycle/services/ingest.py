@@ -98,6 +98,7 @@ def ingest(
             ]
         )
         decisions: list[IngestDecision] = []
+        profile: dict[str, str] = {}
         for fact in facts:
             sources = [item_ids[readable[j]] for j in fact.source_indexes if 0 <= j < len(readable)]
             stored = store_fact(
@@ -112,6 +113,7 @@ def ingest(
             decisions.append(
                 IngestDecision(_DECISIONS[stored.outcome], stored.memory, stored.supersedes)
             )
-        result = IngestResult(archived=len(messages), facts=decisions)
+            profile.update(stored.profile)
+        result = IngestResult(archived=len(messages), facts=decisions, profile=profile)
         idempotency_record(team=team, key=idempotency, status_code=200, body=ingest_body(result))
     return result, usage, engine.name

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -34,10 +34,11 @@ from lifecycle.offline import REPEAT_THRESHOLD, repeated_points, similarity_matr
 from lifecycle.schemas import Fact
 from llm import Usage
 from memories.models import Memory, MemoryScope, Procedure, ProcedureStatus
+from memories.profile import profile_fields_in
 from memories.purge import memories_trash
 from memories.retrieval.dedup import conflict_reason, preference_terms
 from memories.retrieval.embeddings import embed_passages
-from memories.selectors import procedure_list
+from memories.selectors import procedure_list, profile_fields
 from memories.services import (
     Actor,
     DedupHit,
@@ -45,6 +46,7 @@ from memories.services import (
     memory_find_similar,
     memory_supersede,
     procedure_create,
+    profile_learn,
 )
 from memories.working import WorkingItem, get_working_store
 from tenants.models import Team
@@ -228,11 +230,13 @@ def _compress(
 @dataclass(frozen=True)
 class StoredFact:
     """What became of one extracted fact: `duplicate` (already known: `memory` is the one that
-    says it), `superseded` (`memory` is new and replaced `supersedes`) or `created`."""
+    says it), `superseded` (`memory` is new and replaced `supersedes`) or `created`; `profile`:
+    the agent's profile fields it changed (key -> new value)."""
 
     outcome: Literal["duplicate", "superseded", "created"]
     memory: Memory
     supersedes: int | None = None
+    profile: dict[str, str] = field(default_factory=dict)
 
 
 def store_fact(
@@ -246,7 +250,44 @@ def store_fact(
     run_id: str = "",
 ) -> StoredFact:
     """Writes one fact: skipped as a duplicate, written as an update (superseding), or written.
-    Never deletes: an updated memory stays, marked superseded, in the new one's history."""
+    Never deletes: an updated memory stays, marked superseded, in the new one's history.
+
+    A fact that states a profile field ("I work as a …", "我住在…": memories.profile) also sets
+    that field, with `source` and the memory's id, in the caller's transaction — unless a person
+    or an agent set the field through the API or the console."""
+    stored = _store_fact(
+        team=team,
+        agent_id=agent_id,
+        fact=fact,
+        source_items=source_items,
+        job_id=job_id,
+        source=source,
+        run_id=run_id,
+    )
+    found = profile_fields_in(fact.content)
+    if not found:
+        return stored
+    changed = profile_learn(
+        team=team,
+        agent_id=agent_id,
+        fields=found,
+        source=source,
+        source_memory_id=stored.memory.pk,
+        actor=SYSTEM,
+    )
+    return replace(stored, profile=changed)
+
+
+def _store_fact(
+    *,
+    team: Team,
+    agent_id: str,
+    fact: Fact,
+    source_items: list[str],
+    job_id: int | None,
+    source: str,
+    run_id: str,
+) -> StoredFact:
     vector = embed_passages([fact.content])[0]
     similar = memory_find_similar(
         team=team,
@@ -396,10 +437,13 @@ def generate_persona(
     scenarios = list(
         Scenario.objects.filter(team=team, agent_id=agent_id).order_by("-created_at")[:max_items]
     )
+    # The profile is exact (set, or read from a fact and not contradicted since): it comes first.
+    profile = [(f.key, f.value) for f in profile_fields(team=team, agent_id=agent_id)]
     engine = get_engine()
     draft, usage = engine.persona(
         [(m.pk, m.content, m.category) for m in memories],
         [(s.id, s.name, s.summary) for s in scenarios],
+        profile,
     )
     used = {s.id: s for s in scenarios}
     persona = Persona.objects.create(

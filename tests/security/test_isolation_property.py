@@ -130,6 +130,7 @@ class Isolation(RuleBasedStateMachine):
         self.entities: list[EntityRecord] = []
         self.working: dict[tuple[str, str], set[str]] = {}
         self.jobs: list[tuple[int, str, str]] = []  # (job id, team, agent)
+        self.profiles: dict[tuple[str, str], dict[str, str]] = {}  # (team, agent) -> fields
         self.acting: str | None = None
         self.snapshots = {team: self._snapshot(team) for team in self.team_ids}
 
@@ -506,6 +507,64 @@ class Isolation(RuleBasedStateMachine):
             mine.clear()
         else:
             assert {i["content"] for i in r.json()["data"]} == mine
+
+    # --- the agent profile ----------------------------------------------------------------
+
+    @rule(
+        actor=st.sampled_from(ACTORS),
+        agent=st.sampled_from(AGENTS),
+        key=st.sampled_from(("location", "timezone", "favourite_word")),
+        delete=st.booleans(),
+        data=st.data(),
+    )
+    def profile_write(
+        self, actor: str, agent: str, key: str, delete: bool, data: st.DataObject
+    ) -> None:
+        client = self.api(actor)
+        mine = self.profiles.setdefault((team_of(actor), agent), {})
+        value = "UTC+8" if key == "timezone" else self._token(data)
+        if delete:
+            r = client.delete(f"/profile/{agent}/{key}")
+        else:
+            r = client.put(f"/profile/{agent}", {"fields": {key: value}})
+        own = agent_of(actor)
+        if own is not None and agent != own:
+            assert (r.status_code, r.json()["code"]) == (403, "FORBIDDEN")
+            return
+        if delete and key not in mine:
+            missing = client.delete(f"/profile/{agent}/never_set_key")
+            self._assert_same_as_missing(r, missing)
+            return
+        assert r.status_code == 200, r.content
+        if delete:
+            del mine[key]
+        else:
+            mine[key] = value
+
+    @rule(actor=st.sampled_from(ACTORS), agent=st.sampled_from(AGENTS))
+    def profile_read(self, actor: str, agent: str) -> None:
+        client = self.api(actor)
+        r = client.get(f"/profile/{agent}")
+        history = client.get(f"/profile/{agent}/history?limit=500")
+        own = agent_of(actor)
+        if own is not None and agent != own:
+            for answer in (r, history):
+                assert (answer.status_code, answer.json()["code"]) == (403, "FORBIDDEN")
+            return
+        fields = r.json()["data"]["fields"]
+        assert {k: f["value"] for k, f in fields.items()} == self.profiles.get(
+            (team_of(actor), agent), {}
+        )
+        # The history holds this team's values only.
+        theirs = {
+            v
+            for (team, _), values in self.profiles.items()
+            if team != team_of(actor)
+            for v in values.values()
+            if v != "UTC+8"
+        }
+        for revision in history.json()["data"]["revisions"]:
+            assert revision["before"] not in theirs and revision["after"] not in theirs
 
     # --- agents and team paths ------------------------------------------------------------
 

@@ -28,6 +28,9 @@ from memoryplatform.client import (
     MemoryPage,
     Procedure,
     ProcedureList,
+    Profile,
+    ProfileHistory,
+    ProfileSetResult,
     Proposals,
     SearchHit,
     Stats,
@@ -64,6 +67,11 @@ def check_sync(client: MemoryClient) -> None:
     assert_type(client.update_procedure("a", 1, status="active"), Procedure)
     assert_type(client.download_export(1), bytes)
     assert_type(client.import_bundle(b"", on_conflict="skip"), ImportResult)
+    assert_type(client.get_profile("a"), Profile)
+    assert_type(client.set_profile("a", {"occupation": "SRE"}), ProfileSetResult)
+    assert_type(client.delete_profile_field("a", "occupation"), None)
+    assert_type(client.profile_history("a", limit=5), ProfileHistory)
+    assert_type(client.get_profile("a")["fields"]["occupation"]["value"], str)
     messages = [{"role": "user", "content": "I drink green tea"}]
     assert_type(client.ingest("a", messages, run_id="r"), IngestResult | JobAccepted)
     typed: list[IngestMessage] = [{"role": "user", "content": "I drink tea", "name": "alice"}]
@@ -100,6 +108,8 @@ async def check_async(client: AsyncMemoryClient) -> None:
     assert_type(await client.propose_procedures("a"), Proposals)
     assert_type(await client.download_export(1), bytes)
     assert_type(await client.import_bundle(b""), ImportResult)
+    assert_type(await client.get_profile("a"), Profile)
+    assert_type(await client.profile_history("a"), ProfileHistory)
     assert_type(
         await client.ingest("a", [], idempotency_key="k", async_=True), IngestResult | JobAccepted
     )
