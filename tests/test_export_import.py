@@ -21,7 +21,15 @@ from graph.models import Entity, EntityMention, Relation
 from graph.services import entity_create_or_merge, entity_mention, relation_create
 from lifecycle.models import ExportChunk, JobKind, JobRun, Persona, Scenario, WorkingArchive
 from lifecycle.services.bundle import KINDS, exports_prune
-from memories.models import IndexChange, Memory, MemoryRevision, MemoryShare
+from memories.models import (
+    IndexChange,
+    Memory,
+    MemoryRevision,
+    MemoryShare,
+    Procedure,
+    ProfileField,
+    ProfileRevision,
+)
 from memories.retrieval.embeddings import get_embedder
 from memories.services import (
     Actor,
@@ -30,6 +38,9 @@ from memories.services import (
     memory_share,
     memory_supersede,
     memory_update,
+    procedure_create,
+    profile_learn,
+    profile_set,
 )
 from memoryplatform.client import MemoryClient
 from tenants.services import api_key_issue
@@ -106,6 +117,27 @@ def populate(team) -> dict[str, Any]:
     entity_mention(entity=oolong, memory=new)
     relation_create(source=alice_e, target=oolong, relation_type="prefers", source_memory=tea)
     team_e, _ = entity_create_or_merge(team=team, name="Release train", entity_type="project")
+    # Procedural memory and the profile (a value read from a memory, one set by the API and
+    # its history).
+    procedure_create(team=team, agent_id="alice", rule="Answer in Chinese.", source="agent")
+    procedure_create(
+        team=team,
+        agent_id="alice",
+        rule="Alice drinks oolong tea daily",
+        source="lifecycle",
+        status="proposed",
+        evidence=[tea.pk],
+    )
+    profile_set(team=team, agent_id="alice", fields={"location": "Berlin"}, actor=actor)
+    profile_set(team=team, agent_id="alice", fields={"location": "Munich"}, actor=actor)
+    profile_learn(
+        team=team,
+        agent_id="alice",
+        fields={"occupation": "tea taster"},
+        source="extraction",
+        source_memory_id=tea.pk,
+        actor=actor,
+    )
     return {
         "tea": tea,
         "old": old,
@@ -187,6 +219,10 @@ def normalise(data: bytes) -> list[dict[str, Any]]:
                 r[key] = d
         if "memory_ids" in r:
             r["memory_ids"] = [m(x) for x in r["memory_ids"]]
+        if r["kind"] == "procedure":
+            r["evidence"] = [m(x) for x in r["evidence"]]
+        if r["kind"] in ("profile", "profile_revision") and r["source_memory_id"] is not None:
+            r["source_memory_id"] = m(r["source_memory_id"])
         if "scenario_ids" in r:
             r["scenario_ids"] = [scen[x] for x in r["scenario_ids"]]
         if "scenarios_snapshot" in r:
@@ -213,6 +249,9 @@ def team_counts(team) -> dict[str, int]:
         "entity": Entity.objects.filter(team=team).count(),
         "relation": Relation.objects.filter(team=team).count(),
         "mention": EntityMention.objects.filter(team=team).count(),
+        "procedure": Procedure.objects.filter(team=team).count(),
+        "profile": ProfileField.objects.filter(team=team).count(),
+        "profile_revision": ProfileRevision.objects.filter(team=team).count(),
     }
 
 

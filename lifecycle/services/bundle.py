@@ -40,7 +40,17 @@ from core.errors import DomainError, ErrorCode, Forbidden
 from graph.models import Entity, EntityMention, Relation
 from graph.resolution import normalise_name
 from graph.services import embedding_text, entity_find, entity_update
-from memories.models import Memory, MemoryRevision, MemoryScope, MemoryShare
+from memories.models import (
+    Memory,
+    MemoryRevision,
+    MemoryScope,
+    MemoryShare,
+    Procedure,
+    ProfileField,
+    ProfileRevision,
+)
+from memories.profile import key_error as profile_key_error
+from memories.profile import value_error as profile_value_error
 from memories.retrieval.embeddings import embed_passages, get_embedder, to_bytes
 from memories.retrieval.text import content_hash
 from memories.services import Actor, memories_insert, memories_link, memory_update
@@ -63,6 +73,9 @@ KINDS = (
     "entity",
     "relation",
     "mention",
+    "procedure",
+    "profile",
+    "profile_revision",
 )
 CHUNK_BYTES = 1024 * 1024  # one ExportChunk row at most
 ON_CONFLICT = ("skip", "overwrite", "new_ids")
@@ -101,6 +114,11 @@ SPECS: dict[str, _Spec] = {
         {"source": "entity", "target": "entity", "source_memory": "memory"},
     ),
     "mention": _Spec(EntityMention, _COMMON_EXCLUDE, {"entity": "entity", "memory": "memory"}),
+    # Procedural memory and the agent profile: their memory ids (a proposal's evidence, the
+    # memory a profile value was read from) are plain columns, remapped like metadata ids.
+    "procedure": _Spec(Procedure, _COMMON_EXCLUDE, {}),
+    "profile": _Spec(ProfileField, _COMMON_EXCLUDE, {}),
+    "profile_revision": _Spec(ProfileRevision, _COMMON_EXCLUDE, {}),
 }
 
 
@@ -119,7 +137,13 @@ def _querysets(*, team: Team, agent_id: str | None) -> dict[str, QuerySet[Any]]:
     scenarios = Scenario.objects.filter(team=team)
     personas = Persona.objects.filter(team=team)
     entities = Entity.objects.filter(team=team)
+    procedures = Procedure.objects.filter(team=team)
+    profile = ProfileField.objects.filter(team=team)
+    profile_revisions = ProfileRevision.objects.filter(team=team)
     if agent_id is not None:
+        procedures = procedures.filter(agent_id=agent_id)
+        profile = profile.filter(agent_id=agent_id)
+        profile_revisions = profile_revisions.filter(agent_id=agent_id)
         memories = memories.filter(scope=MemoryScope.PERSONAL, agent_id=agent_id)
         archive = archive.filter(agent_id=agent_id)
         scenarios = scenarios.filter(agent_id=agent_id)
@@ -141,6 +165,9 @@ def _querysets(*, team: Team, agent_id: str | None) -> dict[str, QuerySet[Any]]:
         "mention": EntityMention.objects.filter(
             team=team, entity__in=entities, memory__in=memories
         ).order_by("id"),
+        "procedure": procedures.order_by("id"),
+        "profile": profile.order_by("agent_id", "key"),
+        "profile_revision": profile_revisions.order_by("id"),
     }
 
 
@@ -466,6 +493,9 @@ class _Import:
     metadata_of: dict[Any, Memory] = field(default_factory=dict)
     memories_done: bool = False
     sources: set[Any] = field(default_factory=set)
+    # (agent, key) of the profile fields kept as they were here (skipped): their history is
+    # this server's; every other key's history comes along (a deleted key's too).
+    profile_kept: set[tuple[str, str]] = field(default_factory=set)
 
     # -- helpers
 
@@ -849,6 +879,62 @@ class _Import:
             columns,
         )
         self.imported["mention"] += 1
+
+    def procedure(self, line: int, rec: dict[str, Any]) -> None:
+        columns = _columns("procedure", rec)
+        agent_id = self._agent_row(line, "procedure", columns)
+        columns["evidence"] = self._memory_ids(columns.get("evidence"))
+        if self.on_conflict != "new_ids":
+            existing = (
+                Procedure.objects.filter(
+                    team=self.team, agent_id=agent_id, rule=columns.get("rule", "")
+                )
+                .order_by("id")
+                .first()
+            )
+            if existing is not None:
+                if self.on_conflict == "skip":
+                    self.skipped["procedure"] += 1
+                else:
+                    _update(existing, columns, ["status", "source", "evidence"])
+                    self.imported["procedure"] += 1
+                return
+        if not columns.get("rule", "").strip():
+            raise _invalid(line, "procedure: rule is required")
+        _insert(Procedure(team=self.team, **columns), columns)
+        self.imported["procedure"] += 1
+
+    def profile(self, line: int, rec: dict[str, Any]) -> None:
+        columns = _columns("profile", rec)
+        agent_id = self._agent_row(line, "profile", columns)
+        key, value = columns.get("key", ""), columns.get("value", "")
+        if profile_key_error(key) or profile_value_error(key, value):
+            raise _invalid(
+                line, f"profile: {profile_key_error(key) or profile_value_error(key, value)}"
+            )
+        columns["source_memory_id"] = self.memory_id(columns.get("source_memory_id"))
+        # One value per key (a unique constraint): even new_ids meets the existing one.
+        existing = ProfileField.objects.filter(team=self.team, agent_id=agent_id, key=key).first()
+        if existing is not None:
+            if self.on_conflict == "overwrite":
+                _update(existing, columns, ["value", "source", "source_memory_id"])
+                self.imported["profile"] += 1
+            else:
+                self.profile_kept.add((agent_id, key))
+                self.skipped["profile"] += 1
+            return
+        _insert(ProfileField(team=self.team, **columns), columns)
+        self.imported["profile"] += 1
+
+    def profile_revision(self, line: int, rec: dict[str, Any]) -> None:
+        columns = _columns("profile_revision", rec)
+        agent_id = self._agent_row(line, "profile_revision", columns)
+        if (agent_id, columns.get("key", "")) in self.profile_kept:
+            self.skipped["profile_revision"] += 1  # the value kept here has its own history
+            return
+        columns["source_memory_id"] = self.memory_id(columns.get("source_memory_id"))
+        _insert(ProfileRevision(team=self.team, **columns), columns)
+        self.imported["profile_revision"] += 1
 
 
 def bundle_read_header(data: bytes) -> dict[str, Any]:
