@@ -280,6 +280,18 @@ def procedure_list(*, team: Team, agent_id: str, status: str | None = None) -> Q
     return qs.order_by("created_at", "id")
 
 
+def procedures_of_team(*, team: Team, status: str | None = None) -> QuerySet[Procedure]:
+    """Every agent's rules of the team (the console), by agent then age."""
+    qs = Procedure.objects.filter(team=team)
+    if status:
+        qs = qs.filter(status=status)
+    return qs.order_by("agent_id", "created_at", "id")
+
+
+def procedure_of_team(*, team: Team, procedure_id: int) -> Procedure | None:
+    return Procedure.objects.filter(team=team, pk=procedure_id).first()
+
+
 def procedure_get(*, team: Team, agent_id: str, procedure_id: int) -> Procedure:
     """One rule of the agent; another team's or agent's is as missing as one that never was."""
     procedure = Procedure.objects.filter(team=team, agent_id=agent_id, pk=procedure_id).first()

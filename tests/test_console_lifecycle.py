@@ -454,3 +454,52 @@ def test_list_pages_do_not_query_per_row(team, viewer):
     few = {p: queries(p) for p in ("", "jobs/", "personas/")}
     add(20)
     assert {p: queries(p) for p in ("", "jobs/", "personas/")} == few
+
+
+# --- agents' rules (procedural memory) -----------------------------------------------------------
+
+
+def test_a_lead_accepts_or_rejects_proposed_rules_and_a_viewer_only_sees_them(
+    team, lead, viewer, other_team
+):
+    from memories.models import Procedure
+    from memories.services import procedure_create
+
+    proposed = procedure_create(
+        team=team,
+        agent_id="researcher",
+        rule="Answer briefly.",
+        source="lifecycle",
+        status="proposed",
+        evidence=[],
+    )
+    other = procedure_create(team=team, agent_id="trader", rule="回答使用中文。", source="agent")
+    theirs = procedure_create(
+        team=other_team, agent_id="researcher", rule="Team B's rule.", source="agent"
+    )
+    page = viewer.get(url(team, "procedures/"))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Answer briefly." in html and "回答使用中文。" in html
+    assert "Team B's rule." not in html
+    assert "decision" not in html  # a viewer gets no buttons
+    # Proposals first.
+    assert html.index("Answer briefly.") < html.index("回答使用中文。")
+    decide = url(team, f"procedures/{proposed.pk}/decide/")
+    assert viewer.post(decide, {"decision": "accept"}).status_code == 403
+    listed = lead.get(url(team, "procedures/?status=proposed")).content.decode()
+    assert listed.count("procedure-proposed") == 1 and "回答使用中文。" not in listed
+    assert lead.post(decide, {"decision": "accept"}).status_code == 302
+    proposed.refresh_from_db()
+    assert proposed.status == "active"
+    reject = url(team, f"procedures/{other.pk}/decide/")
+    lead.post(reject, {"decision": "reject"})
+    other.refresh_from_db()
+    assert other.status == "rejected"
+    lead.post(reject, {"decision": "frobnicate"})
+    other.refresh_from_db()
+    assert other.status == "rejected"
+    # Another team's rule through this team's URL: not found, untouched.
+    foreign = url(team, f"procedures/{theirs.pk}/decide/")
+    assert lead.post(foreign, {"decision": "reject"}).status_code == 404
+    assert Procedure.objects.get(pk=theirs.pk).status == "active"

@@ -15,4 +15,10 @@ urlpatterns = [
     path("personas/<str:persona_id>/", views.persona_detail, name="lifecycle-persona"),
     path("scenarios/<str:scenario_id>/", views.scenario_detail, name="lifecycle-scenario"),
     path("memories/<int:memory_id>/sources/", views.memory_sources, name="lifecycle-sources"),
+    path("procedures/", views.procedure_list, name="lifecycle-procedures"),
+    path(
+        "procedures/<int:procedure_id>/decide/",
+        views.procedure_decide,
+        name="lifecycle-procedure-decide",
+    ),
 ]

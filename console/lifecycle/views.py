@@ -21,7 +21,9 @@ from console import access
 from lifecycle import presenters, selectors
 from lifecycle.models import JobRun, JobStatus
 from lifecycle.services import pipeline
-from memories.models import Memory
+from memories import selectors as memory_selectors
+from memories import services as memory_services
+from memories.models import Memory, ProcedureStatus
 from tenants import selectors as tenant_selectors
 from tenants.models import Team
 
@@ -221,3 +223,38 @@ def memory_sources(request: HttpRequest, team: Team, memory_id: int) -> HttpResp
         "supersedes": list(memory.supersedes.filter(team=team).order_by("pk")),
     }
     return _page(request, "sources", context)
+
+
+@access.console_view()
+def procedure_list(request: HttpRequest, team: Team) -> HttpResponse:
+    """Every agent's rules (procedural memory), the proposals waiting for a decision first."""
+    status = request.GET.get("status", "")
+    if status not in ("", *ProcedureStatus.values):
+        status = ""
+    rows = list(memory_selectors.procedures_of_team(team=team, status=status or None))
+    rows.sort(key=lambda p: p.status != ProcedureStatus.PROPOSED)  # stable: agent, age kept
+    context = {"procedures": rows, "status": status, "statuses": ProcedureStatus.values}
+    return _page(request, "procedures", context)
+
+
+# A lead's decision on a rule: accept a proposal, reject it, or stop following an active rule.
+DECISIONS = {"accept": ProcedureStatus.ACTIVE, "reject": ProcedureStatus.REJECTED}
+
+
+@require_POST
+@access.console_view(lead=True)
+def procedure_decide(request: HttpRequest, team: Team, procedure_id: int) -> HttpResponse:
+    procedure = _found(
+        memory_selectors.procedure_of_team(team=team, procedure_id=procedure_id), "rule"
+    )
+    decision = request.POST.get("decision", "")
+    if decision not in DECISIONS:
+        messages.error(request, "Choose accept or reject.")
+        return redirect("console:lifecycle-procedures", team_id=team.id)
+    memory_services.procedure_update(procedure=procedure, status=DECISIONS[decision])
+    messages.success(
+        request,
+        f"Rule #{procedure.pk} of {procedure.agent_id} "
+        + ("accepted: the agent follows it now." if decision == "accept" else "rejected."),
+    )
+    return redirect("console:lifecycle-procedures", team_id=team.id)

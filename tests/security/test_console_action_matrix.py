@@ -30,8 +30,14 @@ import console.urls
 from graph.models import ENTITY_TYPES, Entity
 from lifecycle.models import JobRun, Persona, Scenario
 from memories import purge
-from memories.models import Memory, MemoryRevision, PurgeRun, TrashedMemory
-from memories.services import Actor, memory_create, memory_share, memory_update
+from memories.models import Memory, MemoryRevision, Procedure, PurgeRun, TrashedMemory
+from memories.services import (
+    Actor,
+    memory_create,
+    memory_share,
+    memory_update,
+    procedure_create,
+)
 from tenants.models import ApiKey, McpToken, Team
 from tenants.services import agent_ensure, api_key_issue, mcp_token_issue
 from tests.factories import TeamFactory
@@ -75,6 +81,7 @@ class Objects:
     persona: Persona
     scenario: Scenario
     entity: Entity
+    procedure: Procedure
     ids: dict[str, Any] = field(default_factory=dict)
 
 
@@ -132,6 +139,13 @@ def _objects(team: Team, owner: AbstractBaseUser) -> Objects:
         entity=Entity.objects.create(
             team=team, name="Acme", normalized_name="acme", entity_type=ENTITY_TYPES[0]
         ),
+        procedure=procedure_create(
+            team=team,
+            agent_id="owner",
+            rule="Answer briefly.",
+            source="lifecycle",
+            status="proposed",
+        ),
     )
 
 
@@ -148,6 +162,7 @@ def _path_values(o: Objects) -> dict[str, Any]:
         "persona_id": o.persona.pk,
         "scenario_id": o.scenario.pk,
         "entity_id": str(o.entity.pk),
+        "procedure_id": o.procedure.pk,
     }
 
 
@@ -219,6 +234,7 @@ WRITES: dict[str, Payload] = {
         "warmup_compress_every_n": "1",
     },
     "lifecycle-run": lambda o: {"cleanup-dry_run": "true"},
+    "lifecycle-procedure-decide": lambda o: {"decision": "accept"},
     "keys-issue": lambda o: {"label": "from the matrix"},
     "keys-rotate": lambda o: {"grace_hours": "0"},
     "keys-revoke": lambda o: {},
@@ -239,6 +255,7 @@ READS = {
     "lifecycle-persona",
     "lifecycle-scenario",
     "lifecycle-sources",
+    "lifecycle-procedures",
     "graph",
     "graph-data",
     "graph-entity",
