@@ -95,6 +95,32 @@ def sources_body(
     }
 
 
+def archive_item_body(a: WorkingArchive) -> dict[str, Any]:
+    """An archived item (L0) as `POST /lifecycle/archive/search` lists it: `id` is the item's
+    own id (what `metadata.source_items` records), not the archive row's."""
+    return {
+        "id": a.item_id,
+        "agent_id": a.agent_id,
+        "role": a.role,
+        "name": a.name,
+        "run_id": a.run_id,
+        "content": a.content,
+        "created_at": iso(a.item_created_at),
+        "archived_at": iso(a.archived_at),
+        "reason": a.reason,
+        "job_id": a.job_id,
+    }
+
+
+def archive_detail_body(a: WorkingArchive, *, derived: list[Memory]) -> dict[str, Any]:
+    """`GET /lifecycle/archive/<item_id>`: the item and the memories derived from it."""
+    return {
+        **archive_item_body(a),
+        "derived_memory_ids": [m.pk for m in derived],
+        "derived_memories": [memory_body(m) for m in derived],
+    }
+
+
 def compress_body(r: CompressResult) -> dict[str, Any]:
     body: dict[str, Any] = {
         "compressed": r.compressed,

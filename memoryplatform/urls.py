@@ -62,6 +62,9 @@ API_ROUTES: tuple[tuple[str, type[View], str], ...] = (
     ("lifecycle/auto-config", lifecycle_apis.AutoConfigApi, "lifecycle-auto-config"),
     ("lifecycle/auto-run", lifecycle_apis.AutoRunApi, "lifecycle-auto-run"),
     ("lifecycle/sources/<int:memory_id>", lifecycle_apis.SourcesApi, "lifecycle-sources"),
+    # Before the item route: "search" is no item id (those are uuid4 hex).
+    ("lifecycle/archive/search", lifecycle_apis.ArchiveSearchApi, "lifecycle-archive-search"),
+    ("lifecycle/archive/<str:item_id>", lifecycle_apis.ArchiveItemApi, "lifecycle-archive-item"),
     ("graph", graph_apis.GraphApi, "graph"),
     ("graph/entities", graph_apis.EntityListCreateApi, "graph-entities"),
     ("graph/entities/<str:entity_id>", graph_apis.EntityDetailApi, "graph-entity-detail"),
