@@ -81,3 +81,11 @@ def prune_idempotency_keys_task() -> int:
     from .services.idempotency import idempotency_prune
 
     return idempotency_prune()
+
+
+@shared_task(name="lifecycle.prune_archive", ignore_result=True)
+def prune_archive_task() -> int:
+    """Deletes archive rows older than ARCHIVE_RETENTION_DAYS (none while it is 0)."""
+    from .services.archive import archive_prune
+
+    return archive_prune()

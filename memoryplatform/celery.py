@@ -42,6 +42,8 @@ app.conf.beat_schedule = {
     },
     # Purged memories past TRASH_RETENTION_DAYS (console purge trash, memories.purge).
     "empty-expired-trash": {"task": "memories.empty_expired_trash", "schedule": crontab(minute=41)},
+    # Archive rows (L0) past ARCHIVE_RETENTION_DAYS; nothing while it is 0 (keep forever).
+    "prune-archive": {"task": "lifecycle.prune_archive", "schedule": crontab(minute=53)},
 }
 
 
