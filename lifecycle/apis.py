@@ -9,6 +9,8 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.core import signing
 from django.db import transaction
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema_view
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -43,6 +45,10 @@ from .selectors import (
     archive_page,
     job_get,
     memory_supersedes,
+    memory_traces,
+    persona_latest,
+    persona_scenarios,
+    scenarios_of_agent,
     working_sources,
 )
 from .services import ingest, operations, pipeline
@@ -404,6 +410,60 @@ class PersonaApi(APIView):
     @api_operation(response=DeletedOutputSerializer, errors=(403, 404), summary="Delete a persona")
     def delete(self, request: Request, key: str) -> Response:
         return _delete_of_agent(request, Persona, key, what="persona")
+
+
+# --- Markdown exports: persona -> scenarios -> memories -> archived sources -----------------
+# Routed before `lifecycle/persona/<str:key>` and `lifecycle/scenarios/<str:key>` (urls.py),
+# which would otherwise take "a1.md" for an agent id. The document is answered as itself
+# (text/markdown); an error still goes through the exception handler, in the JSON envelope.
+
+_MARKDOWN = "text/markdown; charset=utf-8"
+
+
+def _markdown(text: str) -> HttpResponse:
+    return HttpResponse(text, content_type=_MARKDOWN)
+
+
+class PersonaMarkdownApi(APIView):
+    @api_operation(
+        response=OpenApiTypes.STR,
+        media_type="text/markdown",
+        errors=(403, 404),
+        summary="The agent's latest persona as Markdown, traced down to the archived messages",
+        description="Persona → the scenarios it was built from (as it saw them) → their "
+        "memories (id, content) → the archived items (L0) each memory came from (id, role, "
+        "time, content); then the persona's memories in no scenario. 404 without a persona.",
+    )
+    def get(self, request: Request, agent_id: str) -> HttpResponse:
+        agent_id = _agent(request, agent_id)
+        team = principal_of(request).team
+        persona = persona_latest(team=team, agent_id=agent_id)
+        if persona is None:
+            raise NotFound("persona")
+        scenarios = persona_scenarios(team=team, persona=persona)
+        ids = [i for s in scenarios for i in s.memory_ids] + list(persona.memory_ids or [])
+        traces = memory_traces(team=team, agent_id=agent_id, memory_ids=ids)
+        text = presenters.persona_markdown(persona, scenarios=scenarios, traces=traces)
+        return _markdown(text)
+
+
+class ScenariosMarkdownApi(APIView):
+    @api_operation(
+        response=OpenApiTypes.STR,
+        media_type="text/markdown",
+        errors=(403,),
+        summary="The agent's scenarios as Markdown, traced down to the archived messages",
+        description="Each scenario, newest first → its memories (id, content) → the archived "
+        "items (L0) each memory came from (id, role, time, content).",
+    )
+    def get(self, request: Request, agent_id: str) -> HttpResponse:
+        agent_id = _agent(request, agent_id)
+        team = principal_of(request).team
+        scenarios = scenarios_of_agent(team=team, agent_id=agent_id)
+        ids = [i for s in scenarios for i in s.memory_ids]
+        traces = memory_traces(team=team, agent_id=agent_id, memory_ids=ids)
+        text = presenters.scenarios_markdown(agent_id, scenarios=scenarios, traces=traces)
+        return _markdown(text)
 
 
 class AutoConfigInputSerializer(serializers.Serializer):

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from memories.models import Memory
+from memories.models import Memory, MemoryScope
 from tenants.models import Team
 
 from .models import JobRun, JobStatus, Persona, Scenario, WorkingArchive
@@ -259,3 +259,61 @@ def memories_in_order(*, team: Team, memory_ids: list[Any]) -> list[tuple[int, M
     ids = [int(i) for i in memory_ids if isinstance(i, int) or (isinstance(i, str) and i.isdigit())]
     found = {m.pk: m for m in Memory.objects.filter(team=team, pk__in=ids)}
     return [(i, found.get(i)) for i in ids]
+
+
+@dataclass(frozen=True)
+class MemoryTrace:
+    """A memory named by a persona or a scenario, with the archived items (L0) it came from;
+    `memory` is None when it is gone or not the agent's to show."""
+
+    memory_id: int
+    memory: Memory | None
+    sources: list[WorkingArchive]
+
+
+def memory_traces(*, team: Team, agent_id: str, memory_ids: list[Any]) -> list[MemoryTrace]:
+    """The memories of these ids in the given order, each with its archived sources (oldest
+    first), in two queries. Only the agent's own personal memories and the team's are shown:
+    the export is the agent's, whatever ids a stored list holds."""
+    pairs = memories_in_order(team=team, memory_ids=memory_ids)
+    shown = {
+        i: m
+        for i, m in pairs
+        if m is not None and (m.scope == MemoryScope.TEAM or m.agent_id == agent_id)
+    }
+    wanted = {item for m in shown.values() for item in memory_source_item_ids(memory=m)}
+    by_item: dict[str, list[WorkingArchive]] = {}
+    for row in WorkingArchive.objects.filter(team=team, item_id__in=wanted).order_by(
+        "item_created_at", "id"
+    ):
+        by_item.setdefault(row.item_id, []).append(row)
+    traces: list[MemoryTrace] = []
+    for i, _ in pairs:
+        m = shown.get(i)
+        sources: list[WorkingArchive] = []
+        if m is not None:
+            for item in dict.fromkeys(memory_source_item_ids(memory=m)):
+                sources += by_item.get(item, [])
+        traces.append(MemoryTrace(memory_id=i, memory=m, sources=sources))
+    return traces
+
+
+def scenarios_of_agent(*, team: Team, agent_id: str) -> list[ScenarioSeen]:
+    """The agent's stored scenarios, newest first (as GET /lifecycle/scenarios/<agent_id>)."""
+    rows = Scenario.objects.filter(team=team, agent_id=agent_id).order_by("-created_at", "id")
+    return [
+        ScenarioSeen(
+            id=s.id,
+            name=s.name,
+            summary=s.summary,
+            memory_ids=list(s.memory_ids or []),
+            agent_id=s.agent_id,
+            live=True,
+            from_snapshot=False,
+        )
+        for s in rows
+    ]
+
+
+def persona_latest(*, team: Team, agent_id: str) -> Persona | None:
+    return Persona.objects.filter(team=team, agent_id=agent_id).order_by("-created_at").first()

@@ -101,10 +101,20 @@ def test_lookups_declare_404_and_signed_operations_their_auth_errors(schema):
     assert "401" not in schema["paths"]["/health"]["get"]["responses"]
 
 
+# The Markdown exports answer the document itself (their errors are enveloped like any other).
+DOCUMENTS = {
+    ("/lifecycle/persona/{agent_id}.md", "get"),
+    ("/lifecycle/scenarios/{agent_id}.md", "get"),
+}
+
+
 def test_every_answer_is_enveloped_and_every_error_names_its_codes(schema):
     components = schema["components"]["schemas"]
     for path, method, operation in _operations(schema):
         for status, response in operation["responses"].items():
+            if (path, method) in DOCUMENTS and status == "200":
+                assert response["content"] == {"text/markdown": {"schema": {"type": "string"}}}
+                continue
             body = response["content"]["application/json"]["schema"]
             if status.startswith("2"):
                 assert body["required"] == ["ok", "data"], (method, path, status)

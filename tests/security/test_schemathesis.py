@@ -48,8 +48,14 @@ AGENT_KEY_ARGS = ("--team", TEAM, "--agent", KEY_AGENT)
 
 @schemathesis.check
 def envelope(ctx: Any, response: Any, case: Any) -> None:
-    """Every answer is the JSON envelope, and an error's code belongs to its HTTP status."""
+    """Every answer is the JSON envelope, and an error's code belongs to its HTTP status; but
+    a Markdown export's success is the document itself (content_type_conformance checks that
+    its operation declares it)."""
     content_type = (response.headers.get("content-type") or [""])[0]
+    if response.status_code < 400 and content_type.startswith("text/markdown"):
+        assert case.path.endswith(".md"), f"a document from {case.path}"
+        assert response.content.decode("utf-8").startswith("# "), "not a Markdown document"
+        return
     assert content_type.startswith("application/json"), f"not JSON: {content_type!r}"
     payload = json.loads(response.content)
     assert isinstance(payload, dict), "the body is not an object"
