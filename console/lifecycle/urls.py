@@ -15,4 +15,6 @@ urlpatterns = [
     path("personas/<str:persona_id>/", views.persona_detail, name="lifecycle-persona"),
     path("scenarios/<str:scenario_id>/", views.scenario_detail, name="lifecycle-scenario"),
     path("memories/<int:memory_id>/sources/", views.memory_sources, name="lifecycle-sources"),
+    # Not `item_id`: the trash pages name their (integer) items so.
+    path("archive/<str:archive_item_id>/", views.archive_item, name="lifecycle-archive-item"),
 ]

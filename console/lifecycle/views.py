@@ -3,8 +3,9 @@
 Pipeline config: saved through `pipeline.config_update` after the API's own serializer
 validated it. Run now: queued with `pipeline.run_later` (trigger "admin"), the same dispatch the
 API and the workers use, recorded as a JobRun. Drill-down: persona -> scenarios (as the persona
-saw them) -> memories -> archived working-memory sources, all read through lifecycle selectors
-filtered by the team, so another team's ids answer 404.
+saw them) -> memories -> archived working-memory sources, and back from an archived item to the
+memories derived from it, all read through lifecycle selectors filtered by the team, so another
+team's ids answer 404.
 """
 
 from __future__ import annotations
@@ -221,3 +222,16 @@ def memory_sources(request: HttpRequest, team: Team, memory_id: int) -> HttpResp
         "supersedes": list(memory.supersedes.filter(team=team).order_by("pk")),
     }
     return _page(request, "sources", context)
+
+
+@access.console_view()
+def archive_item(request: HttpRequest, team: Team, archive_item_id: str) -> HttpResponse:
+    """An archived item (L0) and the memories derived from it (GET /lifecycle/archive/<id>)."""
+    item = _found(selectors.archive_item_get(team=team, item_id=archive_item_id), "archived item")
+    context = {
+        "item": item,
+        "derived": selectors.archive_derived_memories(team=team, item=item),
+        "scan_window_hours": int(selectors.ARCHIVE_DERIVED_WINDOW.total_seconds() // 3600),
+        "scan_limit": selectors.ARCHIVE_DERIVED_SCAN,
+    }
+    return _page(request, "archive_item", context)

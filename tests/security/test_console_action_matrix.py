@@ -28,7 +28,7 @@ from django.utils import timezone
 
 import console.urls
 from graph.models import ENTITY_TYPES, Entity
-from lifecycle.models import JobRun, Persona, Scenario
+from lifecycle.models import JobRun, Persona, Scenario, WorkingArchive
 from memories import purge
 from memories.models import Memory, MemoryRevision, PurgeRun, TrashedMemory
 from memories.services import Actor, memory_create, memory_share, memory_update
@@ -75,6 +75,7 @@ class Objects:
     persona: Persona
     scenario: Scenario
     entity: Entity
+    archived: WorkingArchive
     ids: dict[str, Any] = field(default_factory=dict)
 
 
@@ -132,6 +133,15 @@ def _objects(team: Team, owner: AbstractBaseUser) -> Objects:
         entity=Entity.objects.create(
             team=team, name="Acme", normalized_name="acme", entity_type=ENTITY_TYPES[0]
         ),
+        archived=WorkingArchive.objects.create(
+            team=team,
+            agent_id="owner",
+            item_id=f"{team.id}item".ljust(32, "0")[:32],
+            content="an archived message",
+            item_created_at=timezone.now(),
+            reason="ingested",
+            role="user",
+        ),
     )
 
 
@@ -148,6 +158,7 @@ def _path_values(o: Objects) -> dict[str, Any]:
         "persona_id": o.persona.pk,
         "scenario_id": o.scenario.pk,
         "entity_id": str(o.entity.pk),
+        "archive_item_id": o.archived.item_id,
     }
 
 
@@ -239,6 +250,7 @@ READS = {
     "lifecycle-persona",
     "lifecycle-scenario",
     "lifecycle-sources",
+    "lifecycle-archive-item",
     "graph",
     "graph-data",
     "graph-entity",
