@@ -639,34 +639,41 @@ class ArchiveSearchApi(APIView):
     def post(self, request: Request) -> Response:
         data = validated_body(request, ArchiveSearchInputSerializer)
         principal = principal_of(request)
-        agent_id = data["agent_id"]
-        if agent_id:
-            _agent(request, agent_id)
-        elif principal.agent_id is not None:
-            agent_id = principal.agent_id
-        after = _archive_cursor(data["cursor"])
-        query = ArchiveQuery(
-            agent_id=agent_id,
-            run_id=data["run_id"],
-            role=data.get("role", ""),
-            reason=data.get("reason", ""),
-            since=data.get("since"),
-            until=data.get("until"),
-            query=data["query"],
-        )
-        rows, next_key = archive_page(
-            team=principal.team, query=query, after=after, page_size=data["page_size"]
-        )
-        cursor = (
-            signing.dumps(
-                {"at": next_key[0].isoformat(), "id": next_key[1]}, salt=_ARCHIVE_CURSOR_SALT
-            )
-            if next_key is not None
-            else None
-        )
         return Response(
-            {"items": [presenters.archive_item_body(r) for r in rows], "next_cursor": cursor}
+            archive_search_validated(
+                team=principal.team, acting_agent=principal.agent_id, data=data
+            )
         )
+
+
+def archive_search_validated(
+    *, team: Team, acting_agent: str | None, data: dict[str, Any]
+) -> dict[str, Any]:
+    """Runs a validated archive search body (ArchiveSearchInputSerializer) for a key or token
+    acting for `acting_agent` (None: team-wide) → the page's body. The MCP tool searches
+    through here too."""
+    agent_id = data["agent_id"]
+    if agent_id:
+        require_agent(AgentResource.PERSONAL_MEMORIES, acting_agent=acting_agent, agent_id=agent_id)
+    elif acting_agent is not None:
+        agent_id = acting_agent
+    after = _archive_cursor(data["cursor"])
+    query = ArchiveQuery(
+        agent_id=agent_id,
+        run_id=data["run_id"],
+        role=data.get("role", ""),
+        reason=data.get("reason", ""),
+        since=data.get("since"),
+        until=data.get("until"),
+        query=data["query"],
+    )
+    rows, next_key = archive_page(team=team, query=query, after=after, page_size=data["page_size"])
+    cursor = (
+        signing.dumps({"at": next_key[0].isoformat(), "id": next_key[1]}, salt=_ARCHIVE_CURSOR_SALT)
+        if next_key is not None
+        else None
+    )
+    return {"items": [presenters.archive_item_body(r) for r in rows], "next_cursor": cursor}
 
 
 class ArchiveItemApi(APIView):
