@@ -331,6 +331,50 @@ async def ingest_messages(
     )
 
 
+@mcp.tool(name="archive_search", annotations=READ_ONLY)
+async def archive_search(
+    query: Annotated[
+        str,
+        Field(
+            description="Text the message must contain (case-insensitive; a text filter, not "
+            "semantic search). Empty: every message.",
+            max_length=500,
+        ),
+    ] = "",
+    agent_id: Annotated[
+        str | None,
+        Field(description="Only this agent's archive (an agent token: always its own)."),
+    ] = None,
+    run_id: Annotated[str, Field(description="Only the messages of this session.")] = "",
+    role: Annotated[
+        Literal["user", "assistant", "system", "tool"] | None,
+        Field(description="Only the messages of this role."),
+    ] = None,
+    reason: Annotated[
+        Literal["ingested", "consumed", "evicted"] | None,
+        Field(description="Why it was archived."),
+    ] = None,
+    since: Annotated[str | None, Field(description="ISO 8601: said at or after.")] = None,
+    until: Annotated[str | None, Field(description="ISO 8601: said at or before.")] = None,
+    cursor: Annotated[str, Field(description="next_cursor of the previous page.")] = "",
+    page_size: Annotated[int, Field(description="Items per page.", ge=1, le=200)] = 20,
+) -> dict[str, Any]:
+    """Search the archive: every message handed over with ingest_messages, and the working
+    memory the platform condensed, word for word, newest first."""
+    return await _run(
+        tools.archive_search,
+        query=query,
+        agent_id=agent_id,
+        run_id=run_id,
+        role=role,
+        reason=reason,
+        since=since,
+        until=until,
+        cursor=cursor,
+        page_size=page_size,
+    )
+
+
 @mcp.tool(name="persona_get", annotations=READ_ONLY)
 async def persona_get(agent_id: AgentId = None) -> dict[str, Any]:
     """The agent's latest persona (preferences, habits, expertise, communication style,

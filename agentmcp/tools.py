@@ -22,7 +22,12 @@ from graph import services as graph_services
 from graph import traversal
 from graph.resolution import normalise_name
 from graph.selectors import entities_visible, entity_get, parse_uuid
-from lifecycle.apis import IngestInputSerializer, ingest_validated
+from lifecycle.apis import (
+    ArchiveSearchInputSerializer,
+    IngestInputSerializer,
+    archive_search_validated,
+    ingest_validated,
+)
 from lifecycle.presenters import persona_body
 from lifecycle.selectors import persona_list
 from lifecycle.services.ingest import MAX_MESSAGES
@@ -296,6 +301,39 @@ def ingest_messages(
     )
     _status, body = ingest_validated(team=principal.team, agent_id=agent, data=data)
     return body
+
+
+def archive_search(
+    principal: McpPrincipal,
+    *,
+    query: str = "",
+    agent_id: str | None = None,
+    run_id: str = "",
+    role: str | None = None,
+    reason: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    cursor: str = "",
+    page_size: int = 20,
+) -> dict[str, Any]:
+    """POST /lifecycle/archive/search: archived messages and working items, newest first →
+    `{"items", "next_cursor"}`. An agent token searches its own agent's archive only."""
+    data = _valid(
+        ArchiveSearchInputSerializer(
+            data=_given(
+                query=query,
+                agent_id=agent_id or None,
+                run_id=run_id,
+                role=role,
+                reason=reason,
+                since=since,
+                until=until,
+                cursor=cursor,
+                page_size=page_size,
+            )
+        )
+    )
+    return archive_search_validated(team=principal.team, acting_agent=principal.agent_id, data=data)
 
 
 # --- persona and graph --------------------------------------------------------------------------

@@ -82,15 +82,18 @@ def api_operation(
     operation_id: str | None = None,
     public: bool = False,
     extra_responses: Mapping[int, Any] | None = None,
+    media_type: str = "application/json",
 ) -> Callable[[F], F]:
     """Documents one operation.
 
     `response` is the serializer of `data` (None: `data` is null); `statuses` are the success
     statuses the view answers; `errors` the error statuses specific to the operation (the hook
-    adds those that follow from its shape). `public` operations need no signature.
+    adds those that follow from its shape). `public` operations need no signature. Another
+    `media_type` (a Markdown export) describes a success answered as that document itself, not
+    in the envelope; its errors are still enveloped JSON.
     """
-    success = {
-        status: OpenApiResponse(
+    success: dict[Any, OpenApiResponse] = {
+        (status if media_type == "application/json" else (status, media_type)): OpenApiResponse(
             response=response,
             description={200: "OK", 201: "Created"}.get(status, ""),
         )
@@ -134,7 +137,7 @@ def _error_component(status: int) -> dict[str, Any]:
 def _wrap_success(response: dict[str, Any]) -> None:
     content = response.get("content") or {}
     if content and "application/json" not in content:
-        return  # a file (an export's download): not in the envelope
+        return  # a file or document answered as itself (an export, a Markdown page)
     inner = content.get("application/json", {}).get("schema", NULL_DATA_SCHEMA)
     response["content"] = {
         "application/json": {

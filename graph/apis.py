@@ -66,6 +66,15 @@ class EntityOutputSerializer(serializers.Serializer):
     last_accessed_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+    source_conversation_id = serializers.CharField(
+        required=False,
+        help_text="only when read from an ingested conversation: the source memory's run_id",
+    )
+    source_message_id = serializers.CharField(
+        required=False,
+        help_text="only when read from an ingested conversation: the archived message "
+        "(GET /lifecycle/archive/<item_id>)",
+    )
     score = serializers.FloatField(required=False, help_text="with q only: 0..1")
 
 
@@ -80,6 +89,15 @@ class RelationOutputSerializer(serializers.Serializer):
     source_memory_id = serializers.IntegerField(allow_null=True)
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+    source_conversation_id = serializers.CharField(
+        required=False,
+        help_text="only when read from an ingested conversation: the source memory's run_id",
+    )
+    source_message_id = serializers.CharField(
+        required=False,
+        help_text="only when read from an ingested conversation: the archived message "
+        "(GET /lifecycle/archive/<item_id>)",
+    )
 
 
 def _page_of(name: str, item: serializers.Serializer) -> serializers.Serializer:

@@ -65,6 +65,11 @@ class Entity(models.Model):
     source_memory = models.ForeignKey(
         Memory, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # When that memory came from an ingested conversation (POST /memories/ingest): its run id
+    # and the archived message (lifecycle's WorkingArchive item id) it was read from. Blank
+    # otherwise (graph.services.message_source).
+    source_conversation_id = models.CharField(max_length=64, blank=True, default="")
+    source_message_id = models.CharField(max_length=32, blank=True, default="")
     access_count = models.PositiveIntegerField(default=0)
     last_accessed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -109,6 +114,9 @@ class Relation(models.Model):
     source_memory = models.ForeignKey(
         Memory, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # As on Entity: the conversation and message the source memory was ingested from.
+    source_conversation_id = models.CharField(max_length=64, blank=True, default="")
+    source_message_id = models.CharField(max_length=32, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -48,6 +48,7 @@ def entity_row_body(row: EntityRow, *, score: float | None = None) -> dict[str, 
         "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
     }
+    _with_message_source(data, row["source_conversation_id"], row["source_message_id"])
     if score is not None:
         data["score"] = round(float(score), 4)
     return data
@@ -61,9 +62,18 @@ def scored_entity_body(item: ScoredEntity) -> dict[str, Any]:
     return entity_body(item.entity, score=item.score)
 
 
+def _with_message_source(data: dict[str, Any], conversation: str, message: str) -> None:
+    # Only when set: an entity or relation not read from an ingested conversation keeps the
+    # body it always had, byte for byte.
+    if conversation:
+        data["source_conversation_id"] = conversation
+    if message:
+        data["source_message_id"] = message
+
+
 def relation_row_body(row: RelationRow) -> dict[str, Any]:
     """The relation object (`RelationOutputSerializer`) from its plain values."""
-    return {
+    data: dict[str, Any] = {
         "id": str(row["id"]),
         "team_id": row["team_id"],
         "source_entity_id": str(row["source_id"]),
@@ -75,6 +85,8 @@ def relation_row_body(row: RelationRow) -> dict[str, Any]:
         "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
     }
+    _with_message_source(data, row["source_conversation_id"], row["source_message_id"])
+    return data
 
 
 def relation_body(relation: Relation) -> dict[str, Any]:

@@ -43,6 +43,8 @@ ENTITY_ROW_FIELDS = (
     "description",
     "properties",
     "source_memory_id",
+    "source_conversation_id",
+    "source_message_id",
     "access_count",
     "last_accessed_at",
     "created_at",
@@ -62,6 +64,8 @@ class EntityRow(TypedDict):
     description: str
     properties: dict[str, Any]
     source_memory_id: int | None
+    source_conversation_id: str
+    source_message_id: str
     access_count: int
     last_accessed_at: datetime | None
     created_at: datetime
@@ -83,6 +87,8 @@ RELATION_ROW_FIELDS = (
     "description",
     "properties",
     "source_memory_id",
+    "source_conversation_id",
+    "source_message_id",
     "created_at",
     "updated_at",
 )
@@ -99,6 +105,8 @@ class RelationRow(TypedDict):
     description: str
     properties: dict[str, Any]
     source_memory_id: int | None
+    source_conversation_id: str
+    source_message_id: str
     created_at: datetime
     updated_at: datetime
 

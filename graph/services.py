@@ -63,6 +63,30 @@ def entity_find(*, team: Team, agent_id: str, name: str, entity_type: str) -> En
     return next((e for e in candidates if same_name(e.name, name)), None)
 
 
+# `metadata.source` of a memory written from an ingested conversation (lifecycle's ingest).
+INGEST_SOURCE = "ingest"
+
+
+def message_source(memory: Memory | None) -> tuple[str, str]:
+    """`(conversation id, message id)` of a memory that came from an ingested conversation: its
+    `run_id` and the first archived message of `metadata.source_items`; `("", "")` for any
+    other memory (written directly, compressed from working memory) or none."""
+    if memory is None:
+        return "", ""
+    metadata = memory.metadata if isinstance(memory.metadata, dict) else {}
+    if metadata.get("source") != INGEST_SOURCE:
+        return "", ""
+    items = metadata.get("source_items")
+    first = items[0] if isinstance(items, list) and items else ""
+    message = str(first)[:32] if isinstance(first, str | int) else ""
+    return memory.run_id, message
+
+
+def _source_fields(memory: Memory | None) -> dict[str, str]:
+    conversation, message = message_source(memory)
+    return {"source_conversation_id": conversation, "source_message_id": message}
+
+
 def entity_create_or_merge(
     *,
     team: Team,
@@ -104,6 +128,7 @@ def entity_create_or_merge(
                 embedding=to_bytes(vector),
                 embedding_model=get_embedder().model_name,
                 source_memory=source_memory,
+                **_source_fields(source_memory),
             )
             if source_memory is not None:
                 entity_mention(entity=entity, memory=source_memory)
@@ -149,6 +174,8 @@ def entity_merge(
             entity.embedding_model = get_embedder().model_name
         if entity.source_memory_id is None and source_memory is not None:
             entity.source_memory = source_memory
+            for name, value in _source_fields(source_memory).items():
+                setattr(entity, name, value)
         entity.save()
         if source_memory is not None:
             entity_mention(entity=entity, memory=source_memory)
@@ -246,6 +273,7 @@ def relation_create(
                 description=(description or "").strip(),
                 properties=properties or {},
                 source_memory=source_memory,
+                **_source_fields(source_memory),
             )
     except IntegrityError:
         # Created concurrently: idempotent all the same.

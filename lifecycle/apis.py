@@ -3,11 +3,13 @@ extraction runs as a lifecycle job). Thin: validate, check the agent, run the se
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, ClassVar
 
 from django.conf import settings
+from django.core import signing
 from django.db import transaction
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -44,9 +46,23 @@ from tenants.models import Team
 from tenants.services import agent_ensure
 
 from . import presenters
-from .models import JobKind, JobStatus, Persona, Scenario
+from .models import ArchiveReason, JobKind, JobStatus, Persona, Scenario
 from .results import JobReplayed
-from .selectors import export_chunks, export_ready, job_get, memory_supersedes, working_sources
+from .selectors import (
+    ArchiveQuery,
+    archive_derived_memories,
+    archive_item_get,
+    archive_page,
+    export_chunks,
+    export_ready,
+    job_get,
+    memory_supersedes,
+    memory_traces,
+    persona_latest,
+    persona_scenarios,
+    scenarios_of_agent,
+    working_sources,
+)
 from .services import bundle, ingest, operations, pipeline
 from .services.idempotency import (
     IdempotencyKey,
@@ -408,6 +424,60 @@ class PersonaApi(APIView):
         return _delete_of_agent(request, Persona, key, what="persona")
 
 
+# --- Markdown exports: persona -> scenarios -> memories -> archived sources -----------------
+# Routed before `lifecycle/persona/<str:key>` and `lifecycle/scenarios/<str:key>` (urls.py),
+# which would otherwise take "a1.md" for an agent id. The document is answered as itself
+# (text/markdown); an error still goes through the exception handler, in the JSON envelope.
+
+_MARKDOWN = "text/markdown; charset=utf-8"
+
+
+def _markdown(text: str) -> HttpResponse:
+    return HttpResponse(text, content_type=_MARKDOWN)
+
+
+class PersonaMarkdownApi(APIView):
+    @api_operation(
+        response=OpenApiTypes.STR,
+        media_type="text/markdown",
+        errors=(403, 404),
+        summary="The agent's latest persona as Markdown, traced down to the archived messages",
+        description="Persona → the scenarios it was built from (as it saw them) → their "
+        "memories (id, content) → the archived items (L0) each memory came from (id, role, "
+        "time, content); then the persona's memories in no scenario. 404 without a persona.",
+    )
+    def get(self, request: Request, agent_id: str) -> HttpResponse:
+        agent_id = _agent(request, agent_id)
+        team = principal_of(request).team
+        persona = persona_latest(team=team, agent_id=agent_id)
+        if persona is None:
+            raise NotFound("persona")
+        scenarios = persona_scenarios(team=team, persona=persona)
+        ids = [i for s in scenarios for i in s.memory_ids] + list(persona.memory_ids or [])
+        traces = memory_traces(team=team, agent_id=agent_id, memory_ids=ids)
+        text = presenters.persona_markdown(persona, scenarios=scenarios, traces=traces)
+        return _markdown(text)
+
+
+class ScenariosMarkdownApi(APIView):
+    @api_operation(
+        response=OpenApiTypes.STR,
+        media_type="text/markdown",
+        errors=(403,),
+        summary="The agent's scenarios as Markdown, traced down to the archived messages",
+        description="Each scenario, newest first → its memories (id, content) → the archived "
+        "items (L0) each memory came from (id, role, time, content).",
+    )
+    def get(self, request: Request, agent_id: str) -> HttpResponse:
+        agent_id = _agent(request, agent_id)
+        team = principal_of(request).team
+        scenarios = scenarios_of_agent(team=team, agent_id=agent_id)
+        ids = [i for s in scenarios for i in s.memory_ids]
+        traces = memory_traces(team=team, agent_id=agent_id, memory_ids=ids)
+        text = presenters.scenarios_markdown(agent_id, scenarios=scenarios, traces=traces)
+        return _markdown(text)
+
+
 class AutoConfigInputSerializer(serializers.Serializer):
     compress_every_n = StrictIntegerField(required=False, min_value=0, max_value=10000)
     compress_target_count = StrictIntegerField(required=False, min_value=1, max_value=50)
@@ -467,6 +537,175 @@ class SourcesApi(APIView):
         archived = list(working_sources(team=principal.team, memory=memory))
         supersedes = memory_supersedes(memory=memory)
         return Response(presenters.sources_body(memory, supersedes=supersedes, archived=archived))
+
+
+# --- the archive (L0): search it, and follow an item to what was derived from it -------------
+
+_ARCHIVE_CURSOR_SALT = "lifecycle.archive.cursor"
+
+
+class ArchiveSearchInputSerializer(serializers.Serializer):
+    agent_id = StrictCharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        validators=[AGENT_ID],
+        help_text="only this agent's items (an agent-scoped key: always its own)",
+    )
+    run_id = StrictCharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        validators=[AGENT_ID],
+        help_text="only the messages ingested with this run_id",
+    )
+    role = serializers.ChoiceField(
+        choices=ingest.ROLES, required=False, help_text="only ingested messages of this role"
+    )
+    reason = serializers.ChoiceField(
+        choices=ArchiveReason.values,
+        required=False,
+        help_text="consumed (by compress / extract-facts), evicted (by the cap), ingested",
+    )
+    since = serializers.DateTimeField(
+        required=False, help_text="items said or written at or after this time (ISO 8601)"
+    )
+    until = serializers.DateTimeField(
+        required=False, help_text="items said or written at or before this time (ISO 8601)"
+    )
+    query = StrictCharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=500,
+        trim_whitespace=False,
+        help_text="a case-insensitive substring of the content: a text filter, not semantic search",
+    )
+    cursor = StrictCharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="next_cursor of the previous page (with the same filters)",
+    )
+    page_size = StrictIntegerField(required=False, default=50, min_value=1, max_value=200)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        since, until = attrs.get("since"), attrs.get("until")
+        if since is not None and until is not None and since > until:
+            raise serializers.ValidationError({"until": ["must not be before since"]})
+        return attrs
+
+
+class ArchiveItemOutputSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="the item's id, as metadata.source_items records it")
+    agent_id = serializers.CharField()
+    role = serializers.CharField(
+        allow_blank=True, help_text="ingested messages: user, assistant, system, tool"
+    )
+    name = serializers.CharField(allow_blank=True, help_text="ingested messages: the speaker")
+    run_id = serializers.CharField(allow_blank=True, help_text="ingested messages: the run")
+    content = serializers.CharField()
+    created_at = serializers.DateTimeField(help_text="when it was said or written")
+    archived_at = serializers.DateTimeField()
+    reason = serializers.ChoiceField(choices=ArchiveReason.values)
+    job_id = serializers.IntegerField(allow_null=True, help_text="the job that archived it")
+
+
+class ArchivePageSerializer(serializers.Serializer):
+    items = ArchiveItemOutputSerializer(many=True, help_text="newest first")
+    next_cursor = serializers.CharField(allow_null=True, help_text="null on the last page")
+
+
+class ArchiveDetailOutputSerializer(ArchiveItemOutputSerializer):
+    derived_memory_ids = serializers.ListField(child=serializers.IntegerField())
+    derived_memories = MemoryOutputSerializer(
+        many=True, help_text="memories whose metadata.source_items holds this item, by id"
+    )
+
+
+def _archive_cursor(raw: str) -> tuple[datetime, int] | None:
+    """The opaque cursor (signed, so a made-up one is refused rather than misread)."""
+    if not raw:
+        return None
+    invalid = ValidationFailed({"cursor": ["not a cursor this API gave"]}, "cursor: invalid")
+    try:
+        key = signing.loads(raw, salt=_ARCHIVE_CURSOR_SALT)
+        at, pk = datetime.fromisoformat(key["at"]), key["id"]
+    except (signing.BadSignature, KeyError, TypeError, ValueError):
+        raise invalid from None
+    if not isinstance(pk, int) or pk < 1:
+        raise invalid
+    return at, pk
+
+
+class ArchiveSearchApi(APIView):
+    @api_operation(
+        request=ArchiveSearchInputSerializer,
+        response=ArchivePageSerializer,
+        errors=(403,),
+        summary="Search the archive (L0): ingested messages and consumed or evicted working items",
+        description="Filters combine (AND); `query` is a case-insensitive substring match on the "
+        "content (any script), not semantic search. Newest item first (by its own time), "
+        "cursor-paged. An agent-scoped key sees its own agent's items only.",
+    )
+    def post(self, request: Request) -> Response:
+        data = validated_body(request, ArchiveSearchInputSerializer)
+        principal = principal_of(request)
+        return Response(
+            archive_search_validated(
+                team=principal.team, acting_agent=principal.agent_id, data=data
+            )
+        )
+
+
+def archive_search_validated(
+    *, team: Team, acting_agent: str | None, data: dict[str, Any]
+) -> dict[str, Any]:
+    """Runs a validated archive search body (ArchiveSearchInputSerializer) for a key or token
+    acting for `acting_agent` (None: team-wide) → the page's body. The MCP tool searches
+    through here too."""
+    agent_id = data["agent_id"]
+    if agent_id:
+        require_agent(AgentResource.PERSONAL_MEMORIES, acting_agent=acting_agent, agent_id=agent_id)
+    elif acting_agent is not None:
+        agent_id = acting_agent
+    after = _archive_cursor(data["cursor"])
+    query = ArchiveQuery(
+        agent_id=agent_id,
+        run_id=data["run_id"],
+        role=data.get("role", ""),
+        reason=data.get("reason", ""),
+        since=data.get("since"),
+        until=data.get("until"),
+        query=data["query"],
+    )
+    rows, next_key = archive_page(team=team, query=query, after=after, page_size=data["page_size"])
+    cursor = (
+        signing.dumps({"at": next_key[0].isoformat(), "id": next_key[1]}, salt=_ARCHIVE_CURSOR_SALT)
+        if next_key is not None
+        else None
+    )
+    return {"items": [presenters.archive_item_body(r) for r in rows], "next_cursor": cursor}
+
+
+class ArchiveItemApi(APIView):
+    @api_operation(
+        response=ArchiveDetailOutputSerializer,
+        errors=(403, 404),
+        summary="An archived item and the memories derived from it",
+        description="`item_id` is the item's id (`metadata.source_items`, `GET "
+        "/lifecycle/sources/<memory_id>`, the archive search). Derived memories are looked "
+        "for among the item's agent's memories written by the same job within an hour of the "
+        "archiving, at most 1000 of them.",
+    )
+    def get(self, request: Request, item_id: str) -> Response:
+        team = principal_of(request).team
+        item = archive_item_get(team=team, item_id=item_id)
+        if item is None:
+            raise NotFound("archive item")
+        _agent(request, item.agent_id)
+        derived = archive_derived_memories(team=team, item=item)
+        return Response(presenters.archive_detail_body(item, derived=derived))
 
 
 class JobOutputSerializer(serializers.Serializer):

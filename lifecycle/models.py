@@ -159,6 +159,8 @@ class WorkingArchive(models.Model):
             models.Index(fields=["team", "agent_id", "item_id"], name="archive_item"),
             models.Index(fields=["team", "reason"], name="archive_reason"),
             models.Index(fields=["team", "run_id"], name="archive_run"),
+            # The retention's scan (lifecycle.services.archive.archive_prune).
+            models.Index(fields=["archived_at"], name="archive_age"),
         ]
 
     def __str__(self) -> str:

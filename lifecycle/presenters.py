@@ -33,6 +33,7 @@ from .results import (
     ProposalsResult,
     ScenesResult,
 )
+from .selectors import MemoryTrace, ScenarioSeen
 
 
 def scenario_body(s: Scenario) -> dict[str, Any]:
@@ -95,6 +96,32 @@ def sources_body(
             }
             for a in archived
         ],
+    }
+
+
+def archive_item_body(a: WorkingArchive) -> dict[str, Any]:
+    """An archived item (L0) as `POST /lifecycle/archive/search` lists it: `id` is the item's
+    own id (what `metadata.source_items` records), not the archive row's."""
+    return {
+        "id": a.item_id,
+        "agent_id": a.agent_id,
+        "role": a.role,
+        "name": a.name,
+        "run_id": a.run_id,
+        "content": a.content,
+        "created_at": iso(a.item_created_at),
+        "archived_at": iso(a.archived_at),
+        "reason": a.reason,
+        "job_id": a.job_id,
+    }
+
+
+def archive_detail_body(a: WorkingArchive, *, derived: list[Memory]) -> dict[str, Any]:
+    """`GET /lifecycle/archive/<item_id>`: the item and the memories derived from it."""
+    return {
+        **archive_item_body(a),
+        "derived_memory_ids": [m.pk for m in derived],
+        "derived_memories": [memory_body(m) for m in derived],
     }
 
 
@@ -255,3 +282,104 @@ def job_body(job: JobRun) -> dict[str, Any]:
         "error": job.error or None,
         "retry_of": job.retry_of_id,
     }
+
+
+# --- Markdown exports: persona -> scenarios -> memories -> archived sources, top-down ---------
+
+
+def _quote(text: str, indent: str = "") -> list[str]:
+    """Stored text as a blockquote, so whatever Markdown it holds cannot break the outline."""
+    return [f"{indent}> {line}".rstrip() for line in text.splitlines() or [""]]
+
+
+def _source_lines(a: WorkingArchive) -> list[str]:
+    who = a.role or a.reason
+    if a.name:
+        who += f" ({a.name})"
+    head = f"- `{a.item_id}` · {who} · {iso(a.item_created_at)}"
+    if a.run_id:
+        head += f" · run `{a.run_id}`"
+    return [head, *_quote(a.content, "  ")]
+
+
+def _memory_lines(trace: MemoryTrace, level: str) -> list[str]:
+    m = trace.memory
+    if m is None:
+        return [f"{level} Memory #{trace.memory_id}", "", "_No longer stored._", ""]
+    facts = [f"importance {m.importance:g}", m.category or "uncategorised", iso(m.created_at)]
+    if m.run_id:
+        facts.append(f"run `{m.run_id}`")
+    if m.superseded_by_id is not None:
+        facts.append(f"superseded by #{m.superseded_by_id}")
+    lines = [f"{level} Memory #{m.pk}", "", " · ".join(facts), "", *_quote(m.content), ""]
+    if trace.sources:
+        lines += ["Archived sources:", ""]
+        for a in trace.sources:
+            lines += _source_lines(a)
+    else:
+        lines.append("_No archived sources (written directly, or past the archive's retention)._")
+    return [*lines, ""]
+
+
+def _scenario_lines(seen: ScenarioSeen, traces: dict[int, MemoryTrace], level: str) -> list[str]:
+    lines = [f"{level} Scenario: {seen.name} (`{seen.id}`)", "", *_quote(seen.summary), ""]
+    if seen.from_snapshot and not seen.live:
+        lines += ["_As the persona saw it; no longer stored._", ""]
+    for memory_id in _int_ids(seen.memory_ids):
+        lines += _memory_lines(traces[memory_id], level + "#")
+    return lines
+
+
+def _int_ids(ids: list[Any]) -> list[int]:
+    return [int(i) for i in ids if isinstance(i, int) or (isinstance(i, str) and i.isdigit())]
+
+
+def persona_markdown(
+    p: Persona, *, scenarios: list[ScenarioSeen], traces: list[MemoryTrace]
+) -> str:
+    """`GET /lifecycle/persona/<agent_id>.md`: the persona, the scenarios it was built from (as
+    it saw them), their memories, and the archived items each memory came from; then the
+    persona's memories that are in none of those scenarios."""
+    by_id = {t.memory_id: t for t in traces}
+    lines = [
+        f"# Persona of `{p.agent_id}`",
+        "",
+        f"Persona `{p.id}`, built {iso(p.created_at)} from {len(scenarios)} scenario(s) and "
+        f"{len(p.memory_ids or [])} memory(ies) of its own.",
+        "",
+    ]
+    if p.summary:
+        lines += ["## Summary", "", *_quote(p.summary), ""]
+    if p.communication_style:
+        lines += ["## Communication style", "", *_quote(p.communication_style), ""]
+    for title, values in (
+        ("Preferences", p.preferences),
+        ("Habits", p.habits),
+        ("Expertise", p.expertise),
+    ):
+        if values:
+            lines += [f"## {title}", "", *[f"- {v}" for v in values], ""]
+    covered: set[int] = set()
+    for seen in scenarios:
+        lines += _scenario_lines(seen, by_id, "##")
+        covered.update(_int_ids(seen.memory_ids))
+    rest = [t for t in traces if t.memory_id not in covered]
+    if rest:
+        lines += ["## Other memories", ""]
+        for t in rest:
+            lines += _memory_lines(t, "###")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def scenarios_markdown(
+    agent_id: str, *, scenarios: list[ScenarioSeen], traces: list[MemoryTrace]
+) -> str:
+    """`GET /lifecycle/scenarios/<agent_id>.md`: the agent's scenarios, newest first, each with
+    its memories and their archived sources."""
+    by_id = {t.memory_id: t for t in traces}
+    lines = [f"# Scenarios of `{agent_id}`", ""]
+    if not scenarios:
+        lines.append("_No scenarios yet._")
+    for seen in scenarios:
+        lines += _scenario_lines(seen, by_id, "##")
+    return "\n".join(lines).rstrip() + "\n"

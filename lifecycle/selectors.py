@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
-from memories.models import Memory
+from memories.models import Memory, MemoryScope
 from tenants.models import Team
 
 from .models import ExportChunk, JobRun, JobStatus, Persona, Scenario, WorkingArchive
@@ -31,6 +32,88 @@ def working_sources(*, team: Team, memory: Memory) -> QuerySet[WorkingArchive]:
     return WorkingArchive.objects.filter(
         team=team, item_id__in=memory_source_item_ids(memory=memory)
     ).order_by("item_created_at", "id")
+
+
+@dataclass(frozen=True)
+class ArchiveQuery:
+    """What `POST /lifecycle/archive/search` narrows the archive to; empty means any."""
+
+    agent_id: str = ""
+    run_id: str = ""
+    role: str = ""
+    reason: str = ""
+    since: datetime | None = None  # on the item's own time (when it was said or written)
+    until: datetime | None = None
+    query: str = ""  # a case-insensitive substring of the content: a text filter, not semantic
+
+
+def archive_page(
+    *,
+    team: Team,
+    query: ArchiveQuery,
+    after: tuple[datetime, int] | None,
+    page_size: int,
+) -> tuple[list[WorkingArchive], tuple[datetime, int] | None]:
+    """One page of the team's archive (L0), newest item first (by the item's time, then by row),
+    and the key the next page starts after (None on the last page). Keyset paging on
+    (item time, row id): rows archived meanwhile with older times land in their place without
+    shifting the pages already read."""
+    qs = WorkingArchive.objects.filter(team=team)
+    if query.agent_id:
+        qs = qs.filter(agent_id=query.agent_id)
+    if query.run_id:
+        qs = qs.filter(run_id=query.run_id)
+    if query.role:
+        qs = qs.filter(role=query.role)
+    if query.reason:
+        qs = qs.filter(reason=query.reason)
+    if query.since is not None:
+        qs = qs.filter(item_created_at__gte=query.since)
+    if query.until is not None:
+        qs = qs.filter(item_created_at__lte=query.until)
+    if query.query:
+        # LIKE through the database's collation: case-insensitive for Latin scripts on SQLite
+        # (ASCII) and MariaDB (utf8mb4_unicode_ci); CJK has no case, so a plain substring.
+        qs = qs.filter(content__icontains=query.query)
+    if after is not None:
+        at, pk = after
+        qs = qs.filter(Q(item_created_at__lt=at) | Q(item_created_at=at, pk__lt=pk))
+    rows = list(qs.order_by("-item_created_at", "-id")[: page_size + 1])
+    more = len(rows) > page_size
+    rows = rows[:page_size]
+    return rows, ((rows[-1].item_created_at, rows[-1].pk) if more else None)
+
+
+def archive_item_get(*, team: Team, item_id: str) -> WorkingArchive | None:
+    """The team's archive row of a working item or ingested message, by the item's id (the one
+    `metadata.source_items` records). Item ids are uuid4 hex; should one have been archived twice,
+    the first row is the one derived memories were written with."""
+    return WorkingArchive.objects.filter(team=team, item_id=item_id).order_by("id").first()
+
+
+# The reverse link (item -> memories) has no index: `metadata.source_items` is a JSON list, which
+# SQLite cannot search by element. A derived memory is written in the same transaction as the
+# item's archive row (compress, extract-facts, ingest), by the same job and for the same agent,
+# so the scan is bounded to that agent's memories of that job written within
+# ARCHIVE_DERIVED_WINDOW of the row, at most ARCHIVE_DERIVED_SCAN of them, and filtered here.
+ARCHIVE_DERIVED_WINDOW = timedelta(hours=1)
+ARCHIVE_DERIVED_SCAN = 1000
+
+
+def archive_derived_memories(*, team: Team, item: WorkingArchive) -> list[Memory]:
+    """The team's memories whose `metadata.source_items` holds this item's id, by id (see the
+    bound above). Empty for an evicted item (nothing was derived from it) or a message ingested
+    without `infer`."""
+    qs = Memory.objects.filter(
+        team=team,
+        agent_id=item.agent_id,
+        created_at__gte=item.archived_at - ARCHIVE_DERIVED_WINDOW,
+        created_at__lte=item.archived_at + ARCHIVE_DERIVED_WINDOW,
+    )
+    if item.job_id is not None:
+        qs = qs.filter(metadata__job_id=item.job_id)
+    candidates = qs.defer("embedding", "search_tokens").order_by("id")[:ARCHIVE_DERIVED_SCAN]
+    return [m for m in candidates if item.item_id in memory_source_item_ids(memory=m)]
 
 
 def memory_supersedes(*, memory: Memory) -> list[int]:
@@ -192,3 +275,61 @@ def export_chunks(*, job: JobRun) -> Iterator[bytes]:
         data = ExportChunk.objects.filter(job=job, seq=seq).values_list("data", flat=True).first()
         if data is not None:
             yield bytes(data)
+
+
+@dataclass(frozen=True)
+class MemoryTrace:
+    """A memory named by a persona or a scenario, with the archived items (L0) it came from;
+    `memory` is None when it is gone or not the agent's to show."""
+
+    memory_id: int
+    memory: Memory | None
+    sources: list[WorkingArchive]
+
+
+def memory_traces(*, team: Team, agent_id: str, memory_ids: list[Any]) -> list[MemoryTrace]:
+    """The memories of these ids in the given order, each with its archived sources (oldest
+    first), in two queries. Only the agent's own personal memories and the team's are shown:
+    the export is the agent's, whatever ids a stored list holds."""
+    pairs = memories_in_order(team=team, memory_ids=memory_ids)
+    shown = {
+        i: m
+        for i, m in pairs
+        if m is not None and (m.scope == MemoryScope.TEAM or m.agent_id == agent_id)
+    }
+    wanted = {item for m in shown.values() for item in memory_source_item_ids(memory=m)}
+    by_item: dict[str, list[WorkingArchive]] = {}
+    for row in WorkingArchive.objects.filter(team=team, item_id__in=wanted).order_by(
+        "item_created_at", "id"
+    ):
+        by_item.setdefault(row.item_id, []).append(row)
+    traces: list[MemoryTrace] = []
+    for i, _ in pairs:
+        m = shown.get(i)
+        sources: list[WorkingArchive] = []
+        if m is not None:
+            for item in dict.fromkeys(memory_source_item_ids(memory=m)):
+                sources += by_item.get(item, [])
+        traces.append(MemoryTrace(memory_id=i, memory=m, sources=sources))
+    return traces
+
+
+def scenarios_of_agent(*, team: Team, agent_id: str) -> list[ScenarioSeen]:
+    """The agent's stored scenarios, newest first (as GET /lifecycle/scenarios/<agent_id>)."""
+    rows = Scenario.objects.filter(team=team, agent_id=agent_id).order_by("-created_at", "id")
+    return [
+        ScenarioSeen(
+            id=s.id,
+            name=s.name,
+            summary=s.summary,
+            memory_ids=list(s.memory_ids or []),
+            agent_id=s.agent_id,
+            live=True,
+            from_snapshot=False,
+        )
+        for s in rows
+    ]
+
+
+def persona_latest(*, team: Team, agent_id: str) -> Persona | None:
+    return Persona.objects.filter(team=team, agent_id=agent_id).order_by("-created_at").first()

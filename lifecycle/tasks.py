@@ -89,3 +89,11 @@ def prune_exports_task() -> int:
     from .services.bundle import exports_prune
 
     return exports_prune()
+
+
+@shared_task(name="lifecycle.prune_archive", ignore_result=True)
+def prune_archive_task() -> int:
+    """Deletes archive rows older than ARCHIVE_RETENTION_DAYS (none while it is 0)."""
+    from .services.archive import archive_prune
+
+    return archive_prune()

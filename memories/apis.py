@@ -1254,7 +1254,7 @@ def _profile_agent(request: Request, agent_id: str) -> str:
 class ProfileApi(APIView):
     @api_operation(
         response=ProfileOutputSerializer,
-        errors=(403,),
+        errors=(400, 403),
         summary="An agent's profile: its exactly-known fields, by key",
         description="Kept apart from the memories (docs/lifecycle.md, Profile). An agent without "
         "a profile — or of another team — answers `fields: {}`.",
@@ -1268,7 +1268,7 @@ class ProfileApi(APIView):
     @api_operation(
         request=ProfileSetInputSerializer,
         response=ProfileSetOutputSerializer,
-        errors=(403,),
+        errors=(400, 403),
         summary="Set profile fields (the keys given are overwritten, the others kept)",
         description="A revision is recorded per changed key; a value equal to the stored one "
         "changes nothing. Keys: `^[a-z][a-z0-9_]{0,63}$` (well-known: "
@@ -1292,7 +1292,7 @@ class ProfileApi(APIView):
 
 class ProfileFieldApi(APIView):
     @api_operation(
-        errors=(403, 404),
+        errors=(400, 403, 404),
         summary="Delete one profile field (its history stays)",
         description="404 when the agent has no such key (or is another team's).",
     )
@@ -1309,7 +1309,7 @@ class ProfileHistoryApi(APIView):
     @api_operation(
         parameters=[PROFILE_HISTORY_LIMIT.parameter],
         response=ProfileHistoryOutputSerializer,
-        errors=(403,),
+        errors=(400, 403),
         summary="What changed in an agent's profile, newest first",
     )
     def get(self, request: Request, agent_id: str) -> Response:

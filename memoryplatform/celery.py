@@ -44,6 +44,8 @@ app.conf.beat_schedule = {
     "empty-expired-trash": {"task": "memories.empty_expired_trash", "schedule": crontab(minute=41)},
     # Export bundles (ExportChunk rows) past EXPORT_RETENTION_HOURS (docs/export.md).
     "prune-exports": {"task": "lifecycle.prune_exports", "schedule": crontab(minute=29)},
+    # Archive rows (L0) past ARCHIVE_RETENTION_DAYS; nothing while it is 0 (keep forever).
+    "prune-archive": {"task": "lifecycle.prune_archive", "schedule": crontab(minute=53)},
 }
 
 

@@ -67,12 +67,26 @@ API_ROUTES: tuple[tuple[str, type[View], str], ...] = (
     ("lifecycle/cleanup", lifecycle_apis.CleanupApi, "lifecycle-cleanup"),
     ("lifecycle/extract-facts", lifecycle_apis.ExtractFactsApi, "lifecycle-extract-facts"),
     ("lifecycle/aggregate-scenes", lifecycle_apis.AggregateApi, "lifecycle-aggregate"),
+    # The Markdown exports before the `<str:key>` routes, which would match "a1.md" too.
+    (
+        "lifecycle/scenarios/<str:agent_id>.md",
+        lifecycle_apis.ScenariosMarkdownApi,
+        "lifecycle-scenarios-markdown",
+    ),
     ("lifecycle/scenarios/<str:key>", lifecycle_apis.ScenariosApi, "lifecycle-scenarios"),
     ("lifecycle/generate-persona", lifecycle_apis.GeneratePersonaApi, "lifecycle-persona-generate"),
+    (
+        "lifecycle/persona/<str:agent_id>.md",
+        lifecycle_apis.PersonaMarkdownApi,
+        "lifecycle-persona-markdown",
+    ),
     ("lifecycle/persona/<str:key>", lifecycle_apis.PersonaApi, "lifecycle-persona"),
     ("lifecycle/auto-config", lifecycle_apis.AutoConfigApi, "lifecycle-auto-config"),
     ("lifecycle/auto-run", lifecycle_apis.AutoRunApi, "lifecycle-auto-run"),
     ("lifecycle/sources/<int:memory_id>", lifecycle_apis.SourcesApi, "lifecycle-sources"),
+    # Before the item route: "search" is no item id (those are uuid4 hex).
+    ("lifecycle/archive/search", lifecycle_apis.ArchiveSearchApi, "lifecycle-archive-search"),
+    ("lifecycle/archive/<str:item_id>", lifecycle_apis.ArchiveItemApi, "lifecycle-archive-item"),
     ("graph", graph_apis.GraphApi, "graph"),
     ("graph/entities", graph_apis.EntityListCreateApi, "graph-entities"),
     ("graph/entities/<str:entity_id>", graph_apis.EntityDetailApi, "graph-entity-detail"),

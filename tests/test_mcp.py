@@ -40,6 +40,7 @@ TOOLS = {
     "working_add": ["content"],
     "working_list": [],
     "ingest_messages": ["messages"],
+    "archive_search": [],
     "persona_get": [],
     "profile_get": [],
     "graph_neighbors": ["entity"],
@@ -515,3 +516,42 @@ def test_profile_get_reads_the_agents_own_profile(mcp_url, team_a, agent_token):
     assert own["agent_id"] == "a1" and own["fields"]["timezone"]["value"] == "UTC+8"
     assert own["fields"]["timezone"]["source"] == "api"
     assert other == "FORBIDDEN"
+
+
+def test_archive_search_finds_what_was_ingested_and_only_the_callers(mcp_url, team_a, agent_token):
+    """The archive of ingested messages, through MCP as over REST: an agent token searches its
+    own agent's archive, another agent is FORBIDDEN, another team sees nothing."""
+    token_b = McpTokenFactory(team=TeamFactory(id="mcp_b")).token
+
+    async def go():
+        async with session(mcp_url, agent_token) as a:
+            ok(
+                await a.call_tool(
+                    "ingest_messages",
+                    {
+                        "run_id": "s-1",
+                        "infer": False,
+                        "messages": [
+                            {"role": "user", "content": "我下周去上海出差"},
+                            {"role": "assistant", "content": "Noted: Shanghai next week."},
+                        ],
+                    },
+                )
+            )
+            found = ok(await a.call_tool("archive_search", {"query": "上海"}))
+            english = ok(await a.call_tool("archive_search", {"query": "SHANGHAI"}))
+            users = ok(await a.call_tool("archive_search", {"run_id": "s-1", "role": "user"}))
+            other = error_code(await a.call_tool("archive_search", {"agent_id": "a2"}))
+            bad = data(await a.call_tool("archive_search", {"since": "yesterday"}))
+        async with session(mcp_url, token_b) as b:
+            theirs = ok(await b.call_tool("archive_search", {"query": "上海"}))
+        return found, english, users, other, bad, theirs
+
+    found, english, users, other, bad, theirs = run(go())
+    assert [i["content"] for i in found["items"]] == ["我下周去上海出差"]
+    assert found["items"][0]["agent_id"] == "a1" and found["next_cursor"] is None
+    assert [i["role"] for i in english["items"]] == ["assistant"]
+    assert [i["content"] for i in users["items"]] == ["我下周去上海出差"]
+    assert other == "FORBIDDEN"
+    assert bad["code"] == "VALIDATION_ERROR" and "since" in bad["details"]
+    assert theirs["items"] == []

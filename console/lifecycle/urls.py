@@ -21,4 +21,6 @@ urlpatterns = [
         views.procedure_decide,
         name="lifecycle-procedure-decide",
     ),
+    # Not `item_id`: the trash pages name their (integer) items so.
+    path("archive/<str:archive_item_id>/", views.archive_item, name="lifecycle-archive-item"),
 ]

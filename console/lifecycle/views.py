@@ -3,8 +3,9 @@
 Pipeline config: saved through `pipeline.config_update` after the API's own serializer
 validated it. Run now: queued with `pipeline.run_later` (trigger "admin"), the same dispatch the
 API and the workers use, recorded as a JobRun. Drill-down: persona -> scenarios (as the persona
-saw them) -> memories -> archived working-memory sources, all read through lifecycle selectors
-filtered by the team, so another team's ids answer 404.
+saw them) -> memories -> archived working-memory sources, and back from an archived item to the
+memories derived from it, all read through lifecycle selectors filtered by the team, so another
+team's ids answer 404.
 """
 
 from __future__ import annotations
@@ -258,3 +259,16 @@ def procedure_decide(request: HttpRequest, team: Team, procedure_id: int) -> Htt
         + ("accepted: the agent follows it now." if decision == "accept" else "rejected."),
     )
     return redirect("console:lifecycle-procedures", team_id=team.id)
+
+
+@access.console_view()
+def archive_item(request: HttpRequest, team: Team, archive_item_id: str) -> HttpResponse:
+    """An archived item (L0) and the memories derived from it (GET /lifecycle/archive/<id>)."""
+    item = _found(selectors.archive_item_get(team=team, item_id=archive_item_id), "archived item")
+    context = {
+        "item": item,
+        "derived": selectors.archive_derived_memories(team=team, item=item),
+        "scan_window_hours": int(selectors.ARCHIVE_DERIVED_WINDOW.total_seconds() // 3600),
+        "scan_limit": selectors.ARCHIVE_DERIVED_SCAN,
+    }
+    return _page(request, "archive_item", context)

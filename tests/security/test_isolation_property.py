@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from lifecycle.models import WorkingArchive
 from tenants.services import agent_upsert, api_key_issue, team_upsert
 
 from ..helpers import SignedClient
@@ -131,6 +132,7 @@ class Isolation(RuleBasedStateMachine):
         self.working: dict[tuple[str, str], set[str]] = {}
         self.jobs: list[tuple[int, str, str]] = []  # (job id, team, agent)
         self.profiles: dict[tuple[str, str], dict[str, str]] = {}  # (team, agent) -> fields
+        self.archived: list[tuple[str, str, str, str]] = []  # (item id, team, agent, token)
         self.acting: str | None = None
         self.snapshots = {team: self._snapshot(team) for team in self.team_ids}
 
@@ -457,6 +459,65 @@ class Isolation(RuleBasedStateMachine):
             return
         assert r.status_code == 202, r.content
         self.jobs.append((r.json()["data"]["job_id"], team_of(actor), agent))
+
+    @rule(actor=st.sampled_from(ACTORS), agent=st.sampled_from(AGENTS), data=st.data())
+    def ingest_to_archive(self, actor: str, agent: str, data: st.DataObject) -> None:
+        """A synchronous archive-only ingest: one message kept in the archive (L0)."""
+        token = self._token(data)
+        body = {
+            "agent_id": agent,
+            "messages": [{"role": "user", "content": f"said {token}"}],
+            "infer": False,
+        }
+        r = self.api(actor).post("/memories/ingest", body)
+        own = agent_of(actor)
+        if own is not None and agent != own:
+            assert (r.status_code, r.json()["code"]) == (403, "FORBIDDEN")
+            return
+        assert r.status_code == 200, r.content
+        row = WorkingArchive.objects.get(content=f"said {token}")
+        self.archived.append((row.item_id, team_of(actor), agent, token))
+
+    @rule(actor=st.sampled_from(ACTORS), agent=st.sampled_from([*AGENTS, ""]), data=st.data())
+    def archive_search(self, actor: str, agent: str, data: st.DataObject) -> None:
+        """The archive search shows exactly the caller's team's items (an agent key: its own
+        agent's), whatever words it looks for."""
+        word = data.draw(st.sampled_from(["", *WORDS]))
+        body: dict[str, Any] = {"query": word, "page_size": 200}
+        if agent:
+            body["agent_id"] = agent
+        r = self.api(actor).post("/lifecycle/archive/search", body)
+        own = agent_of(actor)
+        if own is not None and agent and agent != own:
+            assert (r.status_code, r.json()["code"]) == (403, "FORBIDDEN")
+            return
+        assert r.status_code == 200, r.content
+        visible_agent = agent or own
+        expected = {
+            item_id
+            for item_id, team, item_agent, token in self.archived
+            if team == team_of(actor)
+            and (not visible_agent or item_agent == visible_agent)
+            and word in token
+        }
+        assert {row["id"] for row in r.json()["data"]["items"]} == expected
+
+    @rule(actor=st.sampled_from(ACTORS), data=st.data())
+    def archive_lookup(self, actor: str, data: st.DataObject) -> None:
+        if not self.archived:
+            return
+        item_id, team, agent, token = data.draw(st.sampled_from(self.archived))
+        client = self.api(actor)
+        r = client.get(f"/lifecycle/archive/{item_id}")
+        if team != team_of(actor):
+            self._assert_same_as_missing(r, client.get(f"/lifecycle/archive/{uuid.uuid4().hex}"))
+            return
+        own = agent_of(actor)
+        if own is not None and own != agent:
+            assert (r.status_code, r.json()["code"]) == (403, "FORBIDDEN")
+            return
+        assert r.status_code == 200, r.content
+        assert r.json()["data"]["content"] == f"said {token}"
 
     @rule(actor=st.sampled_from(ACTORS), data=st.data())
     def job_lookup(self, actor: str, data: st.DataObject) -> None:

@@ -101,12 +101,22 @@ def test_lookups_declare_404_and_signed_operations_their_auth_errors(schema):
     assert "401" not in schema["paths"]["/health"]["get"]["responses"]
 
 
+# The Markdown exports answer the document itself (their errors are enveloped like any other).
+DOCUMENTS = {
+    ("/lifecycle/persona/{agent_id}.md", "get"),
+    ("/lifecycle/scenarios/{agent_id}.md", "get"),
+}
+
+
 def test_every_answer_is_enveloped_and_every_error_names_its_codes(schema):
     components = schema["components"]["schemas"]
     for path, method, operation in _operations(schema):
         for status, response in operation["responses"].items():
+            if (path, method) in DOCUMENTS and status == "200":
+                assert response["content"] == {"text/markdown": {"schema": {"type": "string"}}}
+                continue
             if "application/json" not in response["content"]:
-                # The one answer that is not JSON: an export's bundle, downloaded as it is.
+                # The other answer that is not JSON: an export's bundle, downloaded as it is.
                 assert (path, method, status) == ("/export/{job_id}", "get", "200")
                 assert set(response["content"]) == {"application/gzip"}
                 continue

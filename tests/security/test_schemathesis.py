@@ -71,11 +71,17 @@ schemathesis.openapi.media_type(
 
 @schemathesis.check
 def envelope(ctx: Any, response: Any, case: Any) -> None:
-    """Every answer is the JSON envelope, and an error's code belongs to its HTTP status."""
+    """Every answer is the JSON envelope, and an error's code belongs to its HTTP status; but
+    a Markdown export's success is the document itself (content_type_conformance checks that
+    its operation declares it)."""
     content_type = (response.headers.get("content-type") or [""])[0]
     if case.path == "/export/{job_id}" and case.method == "GET" and response.status_code == 200:
-        # The bundle itself (the only answer that is not the envelope).
+        # An export's bundle, downloaded as it is.
         assert content_type == "application/gzip" and response.content[:2] == b"\x1f\x8b"
+        return
+    if response.status_code < 400 and content_type.startswith("text/markdown"):
+        assert case.path.endswith(".md"), f"a document from {case.path}"
+        assert response.content.decode("utf-8").startswith("# "), "not a Markdown document"
         return
     assert content_type.startswith("application/json"), f"not JSON: {content_type!r}"
     payload = json.loads(response.content)
