@@ -71,6 +71,11 @@ def config_body(config: PipelineConfig) -> dict[str, Any]:
         "warmup_max_memories": config.warmup_max_memories,
         "warmup_compress_every_n": config.warmup_compress_every_n,
         "extract_graph": config.extract_graph,
+        "warmup_doubling": config.warmup_doubling,
+        "idle_extract_seconds": config.idle_extract_seconds,
+        "scenario_min_interval_seconds": config.scenario_min_interval_seconds,
+        "persona_every_n": config.persona_every_n,
+        "excluded_agents": list(config.excluded_agents or []),
         # False: the defaults, never saved (pipeline.config_is_saved).
         "configured": not config._state.adding,
     }

@@ -385,6 +385,11 @@ class PipelineConfig(TypedDict):
     warmup_max_memories: int
     warmup_compress_every_n: int
     extract_graph: bool
+    warmup_doubling: bool
+    idle_extract_seconds: int
+    scenario_min_interval_seconds: int
+    persona_every_n: int
+    excluded_agents: list[str]
     configured: bool  # false: the defaults, never saved
 
 
