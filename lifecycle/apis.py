@@ -159,6 +159,9 @@ class AutoConfigOutputSerializer(serializers.Serializer):
     excluded_agents = serializers.ListField(
         child=serializers.CharField(), help_text="agent id globs with no automatic jobs"
     )
+    max_memories_per_run = serializers.IntegerField(
+        help_text="an ingest writes at most this many memories per run_id (0 = unlimited)"
+    )
     configured = serializers.BooleanField(help_text="false: the defaults, never saved")
 
 
@@ -444,6 +447,7 @@ class AutoConfigInputSerializer(serializers.Serializer):
         max_length=100,
         help_text="fnmatch globs of agent ids (e.g. `bench-judge-*`): no automatic jobs for them",
     )
+    max_memories_per_run = StrictIntegerField(required=False, min_value=0, max_value=100000)
 
 
 class AutoConfigApi(APIView):
@@ -588,6 +592,11 @@ class IngestFactSerializer(serializers.Serializer):
 class IngestOutputSerializer(serializers.Serializer):
     archived = serializers.IntegerField(help_text="messages kept in the archive (L0)")
     facts = IngestFactSerializer(many=True)
+    facts_over_run_limit = serializers.IntegerField(
+        required=False,
+        help_text="only when some were: facts not written because the run already had the "
+        "pipeline config's max_memories_per_run memories (their messages are archived)",
+    )
 
 
 class JobAcceptedSerializer(serializers.Serializer):

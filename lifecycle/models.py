@@ -70,6 +70,8 @@ class PipelineConfig(models.Model):
     persona_every_n = models.PositiveIntegerField(default=50)
     # Agent ids (fnmatch globs) the automatic pipeline leaves alone.
     excluded_agents = models.JSONField(default=list, blank=True)
+    # An ingest writes at most this many memories per run (session); 0 = unlimited.
+    max_memories_per_run = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

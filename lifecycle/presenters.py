@@ -76,6 +76,7 @@ def config_body(config: PipelineConfig) -> dict[str, Any]:
         "scenario_min_interval_seconds": config.scenario_min_interval_seconds,
         "persona_every_n": config.persona_every_n,
         "excluded_agents": list(config.excluded_agents or []),
+        "max_memories_per_run": config.max_memories_per_run,
         # False: the defaults, never saved (pipeline.config_is_saved).
         "configured": not config._state.adding,
     }
@@ -164,6 +165,8 @@ def ingest_body(r: IngestResult) -> dict[str, Any]:
     if r.profile:
         # Only when the ingest changed the agent's profile: other answers stay as they were.
         body["profile"] = r.profile
+    if r.over_run_limit:
+        body["facts_over_run_limit"] = r.over_run_limit
     return body
 
 

@@ -390,6 +390,7 @@ class PipelineConfig(TypedDict):
     scenario_min_interval_seconds: int
     persona_every_n: int
     excluded_agents: list[str]
+    max_memories_per_run: int  # 0 = unlimited
     configured: bool  # false: the defaults, never saved
 
 
@@ -505,6 +506,7 @@ class IngestResult(TypedDict):
     archived: int  # messages archived
     facts: list[IngestFact]
     profile: NotRequired[dict[str, str]]  # only when it changed profile fields: key -> value
+    facts_over_run_limit: NotRequired[int]  # facts not written: the run was at its limit
 
 
 class ProfileField(TypedDict):

@@ -398,6 +398,7 @@ class TestAutoConfig:
             "scenario_min_interval_seconds": 900,
             "persona_every_n": 50,
             "excluded_agents": [],
+            "max_memories_per_run": 0,
             "configured": False,
         }
         data = ok_data(

@@ -49,6 +49,7 @@ class TestConfigFields:
             "scenario_min_interval_seconds": 60,
             "persona_every_n": 0,
             "excluded_agents": ["bench-judge-*", "tmp-?"],
+            "max_memories_per_run": 20,
         }
         data = ok_data(api.post("/lifecycle/auto-config", body))
         assert {k: data[k] for k in body} == body
@@ -320,3 +321,44 @@ class TestExcludedAgents:
         # The manual compress wrote a memory; the excluded agent still gets no persona job.
         assert not JobRun.objects.filter(agent_id="bench-judge-7", trigger="auto").exists()
         assert JobRun.objects.filter(agent_id="coder", kind="generate-persona").exists()
+
+
+class TestMaxMemoriesPerRun:
+    def _ingest(self, api, run_id: str, notes: list[str]) -> dict:
+        body = {
+            "agent_id": "i",
+            "run_id": run_id,
+            "messages": [{"role": "user", "content": n} for n in notes],
+        }
+        return ok_data(api.post("/memories/ingest", body))
+
+    def test_a_run_stops_getting_memories_at_the_limit_and_keeps_every_message(self, api):
+        from lifecycle.models import WorkingArchive
+
+        api.post(
+            "/lifecycle/auto-config",
+            {"max_memories_per_run": 2, "scenario_min_interval_seconds": 0, "persona_every_n": 0},
+        )
+        notes = [RESEARCH_NOTES[0], RESEARCH_NOTES[2], RESEARCH_NOTES[3]]
+        first = self._ingest(api, "s1", notes)
+        assert len(first["facts"]) == 2 and first["facts_over_run_limit"] >= 1
+        assert Memory.objects.filter(agent_id="i", run_id="s1").count() == 2
+        again = self._ingest(api, "s1", [RESEARCH_NOTES[4]])
+        assert again["facts"] == [] and again["facts_over_run_limit"] >= 1
+        assert Memory.objects.filter(agent_id="i", run_id="s1").count() == 2
+        # Another run has its own budget; every message of both is archived (L0).
+        other = self._ingest(api, "s2", [RESEARCH_NOTES[4]])
+        assert len(other["facts"]) == 1 and "facts_over_run_limit" not in other
+        assert WorkingArchive.objects.filter(agent_id="i", run_id="s1").count() == 4
+        assert WorkingArchive.objects.filter(agent_id="i", run_id="s2").count() == 1
+
+    def test_unlimited_by_default_and_without_a_run_id(self, api):
+        assert ok_data(api.get("/lifecycle/auto-config"))["max_memories_per_run"] == 0
+        notes = [RESEARCH_NOTES[0], RESEARCH_NOTES[2], RESEARCH_NOTES[3]]
+        assert "facts_over_run_limit" not in self._ingest(api, "s1", notes)
+        api.post("/lifecycle/auto-config", {"max_memories_per_run": 1})
+        assert len(self._ingest(api, "", [RESEARCH_NOTES[4]])["facts"]) == 1
+        assert (
+            error_code(api.post("/lifecycle/auto-config", {"max_memories_per_run": -1}))
+            == "VALIDATION_ERROR"
+        )

@@ -39,6 +39,7 @@ LABELS = {
     "scenario_min_interval_seconds": "Scenes after extraction at most every N seconds (0 = never)",
     "persona_every_n": "Persona after every N new memories (0 = never)",
     "excluded_agents": "Excluded agents (globs, comma-separated)",
+    "max_memories_per_run": "Ingest: max memories per run (0 = unlimited)",
     "target_count": "Summaries",
     "max_memories": "Max memories",
     "max_items": "Max items",

@@ -40,5 +40,10 @@ class Migration(migrations.Migration):
             name="warmup_doubling",
             field=models.BooleanField(default=True),
         ),
+        migrations.AddField(
+            model_name="pipelineconfig",
+            name="max_memories_per_run",
+            field=models.PositiveIntegerField(default=0),
+        ),
         migrations.RunPython(keep_fixed_warmups, migrations.RunPython.noop),
     ]

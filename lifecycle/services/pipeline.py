@@ -55,6 +55,7 @@ CONFIG_FIELDS = (
     "scenario_min_interval_seconds",
     "persona_every_n",
     "excluded_agents",
+    "max_memories_per_run",
 )
 
 # The idle scan (beat) queues at most this many compresses per run; the next run takes the rest.
@@ -447,6 +448,7 @@ def _ingest(c: JobContext) -> Outcome:
             run_id=p.get("run_id", ""),
             infer=p.get("infer", True),
             fact_roles=p.get("fact_roles", ingest.DEFAULT_FACT_ROLES),
+            max_memories_per_run=config_get(team=c.team).max_memories_per_run,
             job_id=c.job_id,
             idempotency=key,
         )
