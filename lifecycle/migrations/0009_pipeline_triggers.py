@@ -11,7 +11,7 @@ def keep_fixed_warmups(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("lifecycle", "0006_ingest_archive_idempotency"),
+        ("lifecycle", "0008_propose_procedures_kind"),
     ]
 
     operations = [
