@@ -160,6 +160,24 @@ class AutoConfigOutputSerializer(serializers.Serializer):
     warmup_max_memories = serializers.IntegerField()
     warmup_compress_every_n = serializers.IntegerField()
     extract_graph = serializers.BooleanField()
+    warmup_doubling = serializers.BooleanField(
+        help_text="warm-up compresses after 1, 2, 4, … items up to compress_every_n"
+    )
+    idle_extract_seconds = serializers.IntegerField(
+        help_text="compress an agent's working memory after this long without a write (0 = never)"
+    )
+    scenario_min_interval_seconds = serializers.IntegerField(
+        help_text="aggregate-scenes after a fact extraction at most once per interval (0 = never)"
+    )
+    persona_every_n = serializers.IntegerField(
+        help_text="generate-persona after every N new memories of the agent (0 = never)"
+    )
+    excluded_agents = serializers.ListField(
+        child=serializers.CharField(), help_text="agent id globs with no automatic jobs"
+    )
+    max_memories_per_run = serializers.IntegerField(
+        help_text="an ingest writes at most this many memories per run_id (0 = unlimited)"
+    )
     configured = serializers.BooleanField(help_text="false: the defaults, never saved")
 
 
@@ -487,6 +505,19 @@ class AutoConfigInputSerializer(serializers.Serializer):
     warmup_max_memories = StrictIntegerField(required=False, min_value=0, max_value=10000)
     warmup_compress_every_n = StrictIntegerField(required=False, min_value=0, max_value=10000)
     extract_graph = StrictBooleanField(required=False)
+    warmup_doubling = StrictBooleanField(required=False)
+    idle_extract_seconds = StrictIntegerField(required=False, min_value=0, max_value=604800)
+    scenario_min_interval_seconds = StrictIntegerField(
+        required=False, min_value=0, max_value=604800
+    )
+    persona_every_n = StrictIntegerField(required=False, min_value=0, max_value=100000)
+    excluded_agents = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        required=False,
+        max_length=100,
+        help_text="fnmatch globs of agent ids (e.g. `bench-judge-*`): no automatic jobs for them",
+    )
+    max_memories_per_run = StrictIntegerField(required=False, min_value=0, max_value=100000)
 
 
 class AutoConfigApi(APIView):
@@ -800,6 +831,11 @@ class IngestFactSerializer(serializers.Serializer):
 class IngestOutputSerializer(serializers.Serializer):
     archived = serializers.IntegerField(help_text="messages kept in the archive (L0)")
     facts = IngestFactSerializer(many=True)
+    facts_over_run_limit = serializers.IntegerField(
+        required=False,
+        help_text="only when some were: facts not written because the run already had the "
+        "pipeline config's max_memories_per_run memories (their messages are archived)",
+    )
 
 
 class JobAcceptedSerializer(serializers.Serializer):

@@ -59,6 +59,19 @@ class PipelineConfig(models.Model):
     # (beyond the original API) After each fact extraction, extract graph entities and relations from the
     # new facts (a separate, recorded job).
     extract_graph = models.BooleanField(default=False)
+    # Warm-up by doubling (pipeline.compress_threshold): an agent's compresses come after 1, 2,
+    # 4, … items up to compress_every_n; False keeps the fixed warmup_compress_every_n.
+    warmup_doubling = models.BooleanField(default=True)
+    # An agent with working items and no write for this long gets a compress (0 = never).
+    idle_extract_seconds = models.PositiveIntegerField(default=600)
+    # aggregate-scenes after a fact extraction at most once per this interval (0 = never).
+    scenario_min_interval_seconds = models.PositiveIntegerField(default=900)
+    # generate-persona after every N new personal memories of the agent (0 = never).
+    persona_every_n = models.PositiveIntegerField(default=50)
+    # Agent ids (fnmatch globs) the automatic pipeline leaves alone.
+    excluded_agents = models.JSONField(default=list, blank=True)
+    # An ingest writes at most this many memories per run (session); 0 = unlimited.
+    max_memories_per_run = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

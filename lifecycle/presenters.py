@@ -72,6 +72,12 @@ def config_body(config: PipelineConfig) -> dict[str, Any]:
         "warmup_max_memories": config.warmup_max_memories,
         "warmup_compress_every_n": config.warmup_compress_every_n,
         "extract_graph": config.extract_graph,
+        "warmup_doubling": config.warmup_doubling,
+        "idle_extract_seconds": config.idle_extract_seconds,
+        "scenario_min_interval_seconds": config.scenario_min_interval_seconds,
+        "persona_every_n": config.persona_every_n,
+        "excluded_agents": list(config.excluded_agents or []),
+        "max_memories_per_run": config.max_memories_per_run,
         # False: the defaults, never saved (pipeline.config_is_saved).
         "configured": not config._state.adding,
     }
@@ -186,6 +192,8 @@ def ingest_body(r: IngestResult) -> dict[str, Any]:
     if r.profile:
         # Only when the ingest changed the agent's profile: other answers stay as they were.
         body["profile"] = r.profile
+    if r.over_run_limit:
+        body["facts_over_run_limit"] = r.over_run_limit
     return body
 
 

@@ -96,6 +96,8 @@ class IngestResult:
     archived: int  # messages kept in the archive (L0)
     facts: list[IngestDecision]
     profile: dict[str, str] = field(default_factory=dict)  # profile fields changed: key -> value
+    # Facts not written: the run already had the config's max_memories_per_run memories.
+    over_run_limit: int = 0
 
 
 @dataclass(frozen=True)

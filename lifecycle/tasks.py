@@ -67,6 +67,14 @@ def schedule_cleanups_task() -> int:
     return schedule_cleanups(trigger="beat")
 
 
+@shared_task(name="lifecycle.schedule_idle_compresses", ignore_result=True)
+def schedule_idle_compresses_task() -> int:
+    """A compress for every agent whose working memory went idle (pipeline config)."""
+    from .services.pipeline import schedule_idle_compresses
+
+    return schedule_idle_compresses(trigger="beat")
+
+
 @shared_task(name="lifecycle.reclaim_jobs", ignore_result=True)
 def reclaim_jobs_task() -> int:
     """Abandons (and retries once) jobs whose lease expired: their worker died or lost them."""

@@ -24,6 +24,11 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     # Cleanup for every enabled team, per its pipeline config (docs/lifecycle.md).
     "lifecycle-cleanups": {"task": "lifecycle.schedule_cleanups", "schedule": crontab(minute=5)},
+    # Agents whose working memory has items and no write for idle_extract_seconds: compressed.
+    "lifecycle-idle-compresses": {
+        "task": "lifecycle.schedule_idle_compresses",
+        "schedule": 60.0,
+    },
     # Jobs whose lease expired (worker killed, message lost): abandoned and retried once.
     "lifecycle-reclaim-jobs": {"task": "lifecycle.reclaim_jobs", "schedule": 60.0},
     # Index change rows are only needed until every process has applied them.

@@ -385,6 +385,12 @@ class PipelineConfig(TypedDict):
     warmup_max_memories: int
     warmup_compress_every_n: int
     extract_graph: bool
+    warmup_doubling: bool
+    idle_extract_seconds: int
+    scenario_min_interval_seconds: int
+    persona_every_n: int
+    excluded_agents: list[str]
+    max_memories_per_run: int  # 0 = unlimited
     configured: bool  # false: the defaults, never saved
 
 
@@ -500,6 +506,7 @@ class IngestResult(TypedDict):
     archived: int  # messages archived
     facts: list[IngestFact]
     profile: NotRequired[dict[str, str]]  # only when it changed profile fields: key -> value
+    facts_over_run_limit: NotRequired[int]  # facts not written: the run was at its limit
 
 
 class ProfileField(TypedDict):

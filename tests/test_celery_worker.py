@@ -217,3 +217,82 @@ def test_an_export_runs_on_the_worker_and_downloads_from_the_web_node(tmp_path, 
         finally:
             worker.terminate()
             worker.wait(timeout=20)
+
+
+def _summary_reply(text: str) -> str:
+    return json.dumps(
+        {"summaries": [{"content": text, "importance": 0.7, "source_indexes": [0]}]},
+        ensure_ascii=False,
+    )
+
+
+def _wait_empty(client: MemoryClient, agent: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while client.get_working(agent) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert client.get_working(agent) == [], f"{agent}'s working memory was not compressed in time"
+
+
+def test_warm_up_doubling_idle_compress_and_excluded_agents_on_a_real_worker(
+    tmp_path, redis_required
+):
+    """The pipeline triggers (docs/lifecycle.md) through gunicorn, a Celery worker and Redis: a
+    new agent compresses after 1 then 2 items; the beat task, sent to the worker, compresses an
+    idle agent below its threshold; an excluded agent is never compressed automatically."""
+    from celery import Celery
+
+    broker = _redis_db(settings.REDIS_URL, 14)
+    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
+    with FakeOpenAI() as fake:
+        fake.chat_replies.extend(_summary_reply(f"要点 {i}") for i in range(6))
+        env = {
+            "CELERY_BROKER_URL": broker,
+            "REDIS_URL": settings.REDIS_URL,
+            "LLM_BASE_URL": fake.base_url,
+            "LLM_MODEL": "fake-chat",
+            "LLM_API_KEY": "sk-test",
+        }
+
+        def chat_calls() -> int:
+            return sum(1 for r in fake.requests if r["path"].endswith("/chat/completions"))
+
+        with live_stack(tmp_path, servers=1, extra_env=env) as stack:
+            worker = start_worker(stack)
+            try:
+                client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+                config = client.set_pipeline_config(
+                    compress_every_n=8,
+                    compress_target_count=1,
+                    warmup_max_memories=100,
+                    idle_extract_seconds=2,
+                    persona_every_n=0,
+                    excluded_agents=["bench-judge-*"],
+                )
+                assert config["warmup_doubling"] and config["excluded_agents"] == ["bench-judge-*"]
+                client.write_working("bench-judge-1", "裁判的打分说明，不应被压缩")
+                client.write_working("coder", "第一条：重构 compress 方法")
+                _wait_empty(client, "coder")  # step 1
+                assert chat_calls() == 1
+                client.write_working("coder", "第二条：返回结构化 dict")
+                time.sleep(2)
+                assert len(client.get_working("coder")) == 1  # step 2 now
+                client.write_working("coder", "第三条：同步 routes.py")
+                _wait_empty(client, "coder")
+                assert chat_calls() == 2
+
+                client.write_working("coder", "第四条：E2E curl 验证")  # step 4: waits
+                time.sleep(2.5)  # idle for longer than idle_extract_seconds
+                beat = Celery(broker=broker)
+                beat.send_task("lifecycle.schedule_idle_compresses", queue="maintenance")
+                _wait_empty(client, "coder")
+                assert chat_calls() == 3
+                triggers = sorted(
+                    client.get_job(m["metadata"]["job_id"])["trigger"]
+                    for m in client.get_recent("coder")
+                )
+                assert triggers == ["auto", "auto", "beat"]
+                # The excluded agent kept its item through the writes and the idle scan.
+                assert len(client.get_working("bench-judge-1")) == 1
+            finally:
+                worker.terminate()
+                worker.wait(timeout=20)

@@ -393,6 +393,12 @@ class TestAutoConfig:
             "warmup_max_memories": 5,
             "warmup_compress_every_n": 1,
             "extract_graph": False,
+            "warmup_doubling": True,
+            "idle_extract_seconds": 600,
+            "scenario_min_interval_seconds": 900,
+            "persona_every_n": 50,
+            "excluded_agents": [],
+            "max_memories_per_run": 0,
             "configured": False,
         }
         data = ok_data(
@@ -406,6 +412,8 @@ class TestAutoConfig:
             data["compress_target_count"],
         ) == (3, 2, 5)
         assert data["configured"] is True
+        # Setting the fixed warm-up step alone chooses it over doubling.
+        assert data["warmup_doubling"] is False
         assert ok_data(api.get("/lifecycle/auto-config"))["compress_every_n"] == 3
 
     @pytest.mark.parametrize(

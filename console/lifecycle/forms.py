@@ -34,6 +34,12 @@ LABELS = {
     "warmup_max_memories": "Warm-up while an agent has fewer than N memories",
     "warmup_compress_every_n": "Warm-up: compress every N items",
     "extract_graph": "Extract graph after fact extraction",
+    "warmup_doubling": "Warm-up by doubling (compress after 1, 2, 4, … items)",
+    "idle_extract_seconds": "Compress after this many idle seconds (0 = never)",
+    "scenario_min_interval_seconds": "Scenes after extraction at most every N seconds (0 = never)",
+    "persona_every_n": "Persona after every N new memories (0 = never)",
+    "excluded_agents": "Excluded agents (globs, comma-separated)",
+    "max_memories_per_run": "Ingest: max memories per run (0 = unlimited)",
     "target_count": "Summaries",
     "max_memories": "Max memories",
     "max_items": "Max items",
@@ -42,6 +48,17 @@ LABELS = {
     "min_importance": "Below importance",
     "agent_id": "Agent",
 }
+
+
+class CommaListField(forms.CharField):
+    """A list of strings typed as one comma- or space-separated line (e.g. agent id globs)."""
+
+    def prepare_value(self, value: Any) -> Any:
+        return ", ".join(value) if isinstance(value, list | tuple) else value
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_python(value) or ""
+        return [part for part in text.replace(",", " ").split() if part]
 
 
 def _form_field(name: str, field: serializers.Field) -> forms.Field:
@@ -60,6 +77,8 @@ def _form_field(name: str, field: serializers.Field) -> forms.Field:
         return forms.BooleanField(required=False, label=label)
     if isinstance(field, serializers.IntegerField):
         return forms.IntegerField(required=False, label=label, widget=forms.NumberInput(attrs))
+    if isinstance(field, serializers.ListField):
+        return CommaListField(required=False, label=label)
     if isinstance(field, serializers.FloatField):
         return forms.FloatField(
             required=False, label=label, widget=forms.NumberInput({**attrs, "step": "any"})

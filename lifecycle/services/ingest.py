@@ -30,7 +30,7 @@ from lifecycle.models import ArchiveReason, WorkingArchive
 from lifecycle.schemas import Fact
 from llm import Usage
 from memories import locks
-from memories.models import MemoryScope
+from memories.models import Memory, MemoryScope
 from memories.retrieval.embeddings import embed_passages
 from tenants.models import Team
 
@@ -63,9 +63,15 @@ def ingest(
     fact_roles: Sequence[str] = DEFAULT_FACT_ROLES,
     job_id: int | None = None,
     idempotency: IdempotencyKey | None = None,
+    max_memories_per_run: int = 0,
 ) -> tuple[IngestResult, Usage, str]:
     """Archives the messages and decides their facts; `(result, usage, engine name)` like every
-    lifecycle operation. Raises `idempotency.Replayed` when a twin request committed first."""
+    lifecycle operation. Raises `idempotency.Replayed` when a twin request committed first.
+
+    `max_memories_per_run` (the pipeline config's; 0 = unlimited) bounds the memories a run
+    (`run_id`) gets: once it has that many, its further facts are not decided at all — counted in
+    `over_run_limit` — while their messages are archived like any other, so nothing is lost and a
+    later extraction can still read them."""
     engine = get_engine()
     usage = Usage()
     facts: list[Fact] = []
@@ -99,7 +105,18 @@ def ingest(
         )
         decisions: list[IngestDecision] = []
         profile: dict[str, str] = {}
+        # Counted under the scope lock: two ingests of one run cannot both take the last room.
+        room: int | None = None
+        if run_id and max_memories_per_run > 0:
+            written = Memory.objects.filter(
+                team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id, run_id=run_id
+            ).count()
+            room = max(max_memories_per_run - written, 0)
+        over = 0
         for fact in facts:
+            if room is not None and room <= 0:
+                over += 1
+                continue
             sources = [item_ids[readable[j]] for j in fact.source_indexes if 0 <= j < len(readable)]
             stored = store_fact(
                 team=team,
@@ -110,10 +127,14 @@ def ingest(
                 source="ingest",
                 run_id=run_id,
             )
+            if room is not None and stored.outcome != "duplicate":
+                room -= 1
             decisions.append(
                 IngestDecision(_DECISIONS[stored.outcome], stored.memory, stored.supersedes)
             )
             profile.update(stored.profile)
-        result = IngestResult(archived=len(messages), facts=decisions, profile=profile)
+        result = IngestResult(
+            archived=len(messages), facts=decisions, profile=profile, over_run_limit=over
+        )
         idempotency_record(team=team, key=idempotency, status_code=200, body=ingest_body(result))
     return result, usage, engine.name

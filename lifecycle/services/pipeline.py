@@ -15,16 +15,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
 from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from core.localcache import TTLCache
 from graph.extraction import graph_extract
-from lifecycle.models import JobKind, JobRun, PipelineConfig
+from lifecycle.models import JobKind, JobRun, JobStatus, Persona, PipelineConfig
 from llm import Usage
 from memories.models import Memory, MemoryScope
 from memories.working import get_working_store, max_items_per_agent
@@ -47,7 +50,16 @@ CONFIG_FIELDS = (
     "warmup_max_memories",
     "warmup_compress_every_n",
     "extract_graph",
+    "warmup_doubling",
+    "idle_extract_seconds",
+    "scenario_min_interval_seconds",
+    "persona_every_n",
+    "excluded_agents",
+    "max_memories_per_run",
 )
+
+# The idle scan (beat) queues at most this many compresses per run; the next run takes the rest.
+IDLE_SCAN_BATCH = 200
 
 
 def config_get(*, team: Team) -> PipelineConfig:
@@ -83,6 +95,10 @@ def config_is_saved(config: PipelineConfig) -> bool:
 
 def config_update(*, team: Team, **fields: Any) -> PipelineConfig:
     config = config_get(team=team)
+    if "warmup_compress_every_n" in fields and "warmup_doubling" not in fields:
+        # A team that sets the fixed warm-up step (the older field) keeps it: doubling would
+        # silently ignore it (docs/lifecycle.md, precedence).
+        fields = {**fields, "warmup_doubling": False}
     for name, value in fields.items():
         if name in CONFIG_FIELDS:
             setattr(config, name, value)
@@ -91,24 +107,56 @@ def config_update(*, team: Team, **fields: Any) -> PipelineConfig:
     return config
 
 
+def is_excluded(config: PipelineConfig, agent_id: str) -> bool:
+    """The agent matches one of the config's `excluded_agents` globs: no automatic job for it
+    (manual operations still run)."""
+    return any(fnmatchcase(agent_id, pattern) for pattern in config.excluded_agents or ())
+
+
+def _doubled_step(*, config: PipelineConfig, team: Team, agent_id: str) -> int:
+    """The warm-up step by doubling: 1 item before the agent's first compress, then 2, 4, …,
+    never above compress_every_n.
+
+    The step is computed from the agent's compress jobs (JobRun, indexed by team, agent and kind)
+    rather than kept in a counter of its own: nothing more to write on the hot path, nothing to
+    drift from what really ran, and the count stops at the few jobs that matter (a LIMITed
+    subquery). Working items carry no run id, so the agent is the session here."""
+    needed = max(config.compress_every_n - 1, 0).bit_length()  # doublings that reach the cap
+    done = (
+        JobRun.objects.filter(
+            team=team, agent_id=agent_id, kind=JobKind.COMPRESS, status=JobStatus.SUCCEEDED
+        )
+        .filter(counts__compressed__gt=0)
+        .values("pk")[:needed]
+        .count()
+    )
+    return min(2**done, config.compress_every_n)
+
+
 def compress_threshold(*, config: PipelineConfig, team: Team, agent_id: str) -> int:
     """How many working items trigger a compress for this agent (0 = never).
 
-    While the agent has fewer than `warmup_max_memories` personal memories it is warming up and
-    compresses every `warmup_compress_every_n` items, so a new agent gets long-term memory fast
-    (the warm-up); afterwards every `compress_every_n`. Never above the working-memory
-    cap: an agent that reaches the cap is compressed rather than have its oldest items pushed
-    out (into the archive, see lifecycle.services.archive).
+    While the agent has fewer than `warmup_max_memories` personal memories it is warming up, so a
+    new agent gets long-term memory fast: with `warmup_doubling` its compresses come after 1,
+    2, 4, … items (`_doubled_step`), else every `warmup_compress_every_n` items; afterwards every
+    `compress_every_n`. Never above the working-memory cap: an agent that reaches the cap is
+    compressed rather than have its oldest items pushed out (into the archive, see
+    lifecycle.services.archive).
     """
     if not config.enabled or config.compress_every_n == 0:
         return 0
     threshold = config.compress_every_n
-    if config.warmup_max_memories > 0 and config.warmup_compress_every_n > 0:
+    warmup = config.warmup_doubling or config.warmup_compress_every_n > 0
+    if config.warmup_max_memories > 0 and warmup:
         personal = Memory.objects.filter(
             team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id, superseded_by__isnull=True
         ).count()
         if personal < config.warmup_max_memories:
-            threshold = config.warmup_compress_every_n
+            threshold = (
+                _doubled_step(config=config, team=team, agent_id=agent_id)
+                if config.warmup_doubling
+                else config.warmup_compress_every_n
+            )
     cap = max_items_per_agent()
     return min(threshold, cap) if cap > 0 else threshold
 
@@ -123,6 +171,8 @@ def on_working_memory_written(*, team: Team, agent_id: str) -> JobRun | None:
     config = config_get_cached(team=team)
     if not config_is_saved(config):
         return None  # automation is opt-in (see config_get)
+    if is_excluded(config, agent_id):
+        return None
     threshold = compress_threshold(config=config, team=team, agent_id=agent_id)
     if threshold <= 0:
         return None
@@ -151,6 +201,8 @@ def auto_run(*, team: Team, trigger: str = "api") -> list[AutoRunAction]:
     for agent_id in (
         Agent.objects.filter(team=team).order_by("agent_id").values_list("agent_id", flat=True)
     ):
+        if is_excluded(config, agent_id):
+            continue
         threshold = compress_threshold(config=config, team=team, agent_id=agent_id)
         if threshold <= 0 or store.count(team_id=team.id, agent_id=agent_id) < threshold:
             continue
@@ -197,6 +249,112 @@ def _maybe_extract_graph(*, team: Team, agent_id: str, facts: int) -> None:
         logger.exception("graph step after fact extraction failed for %s/%s", team.id, agent_id)
 
 
+def follow_ups(*, team: Team, agent_id: str, new_memories: int, extraction: bool) -> list[JobRun]:
+    """After a job wrote `new_memories` personal memories for the agent: queues the L2 and L3
+    steps the team's config calls for (each its own automatic job, one active per agent).
+
+    * aggregate-scenes, after a fact extraction (`extraction`: extract-facts or ingest), unless
+      one was created for the agent within `scenario_min_interval_seconds` (whatever its
+      trigger or outcome: a failing LLM is not asked again before the interval);
+    * generate-persona, once the agent has `persona_every_n` personal memories newer than its
+      latest persona (all of them for a first persona).
+
+    Opt-in like every automatic job: nothing for an unsaved or disabled config, or an agent the
+    config excludes."""
+    config = config_get(team=team)
+    if (
+        new_memories <= 0
+        or not config_is_saved(config)
+        or not config.enabled
+        or is_excluded(config, agent_id)
+    ):
+        return []
+    wanted: list[str] = []
+    if extraction and config.scenario_min_interval_seconds > 0:
+        since = timezone.now() - timedelta(seconds=config.scenario_min_interval_seconds)
+        if not JobRun.objects.filter(
+            team=team, agent_id=agent_id, kind=JobKind.AGGREGATE_SCENES, created_at__gte=since
+        ).exists():
+            wanted.append(JobKind.AGGREGATE_SCENES)
+    if config.persona_every_n > 0:
+        newer = Memory.objects.filter(
+            team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id, superseded_by__isnull=True
+        )
+        last = (
+            Persona.objects.filter(team=team, agent_id=agent_id)
+            .order_by("-created_at")
+            .values_list("created_at", flat=True)
+            .first()
+        )
+        if last is not None:
+            newer = newer.filter(created_at__gt=last)
+        if newer.values("pk")[: config.persona_every_n].count() >= config.persona_every_n:
+            wanted.append(JobKind.GENERATE_PERSONA)
+    queued: list[JobRun] = []
+    for kind in wanted:
+        job = jobs.job_create(
+            team=team,
+            kind=kind,
+            trigger="auto",
+            agent_id=agent_id,
+            active_key=f"{kind}:{team.id}:{agent_id}",
+        )
+        if job is not None:
+            transaction.on_commit(partial(enqueue, job))
+            queued.append(job)
+    return queued
+
+
+def schedule_idle_compresses(
+    *, trigger: str = "beat", limit: int = IDLE_SCAN_BATCH, now: datetime | None = None
+) -> int:
+    """Queues a compress for every agent whose working memory has items and no write for the
+    team's `idle_extract_seconds` (Celery beat, every minute): a conversation that stopped short
+    of the threshold still reaches long-term memory.
+
+    Idempotent: the job holds the same `active_key` as a write-triggered compress, so an agent
+    has at most one queued or running, and a compressed agent has nothing left to find. Bounded:
+    at most `limit` jobs per run (the next run takes the rest). Its trigger is `beat`, so the
+    worker runs it whatever the threshold (only automatic write-triggered compresses are
+    skipped below it). `now` lets tests look from the future instead of sleeping."""
+    store = get_working_store()
+    now = now or timezone.now()
+    queued = 0
+    for config in (
+        PipelineConfig.objects.filter(enabled=True, idle_extract_seconds__gt=0)
+        .select_related("team")
+        .order_by("team_id")
+    ):
+        idle_since = now - timedelta(seconds=config.idle_extract_seconds)
+        for agent_id in (
+            Agent.objects.filter(team=config.team)
+            .order_by("agent_id")
+            .values_list("agent_id", flat=True)
+        ):
+            if is_excluded(config, agent_id) or not store.count(
+                team_id=config.team_id, agent_id=agent_id
+            ):
+                continue
+            items = store.list(team_id=config.team_id, agent_id=agent_id)
+            if not items or max(i.created_at for i in items) > idle_since:
+                continue
+            job = jobs.job_create(
+                team=config.team,
+                kind=JobKind.COMPRESS,
+                trigger=trigger,
+                agent_id=agent_id,
+                params={"target_count": config.compress_target_count},
+                active_key=f"compress:{config.team_id}:{agent_id}",
+            )
+            if job is None:
+                continue  # one is queued or running already
+            transaction.on_commit(partial(enqueue, job))
+            queued += 1
+            if queued >= limit:
+                return queued
+    return queued
+
+
 # --- the job kinds' operations ----------------------------------------------------------------
 
 
@@ -217,9 +375,13 @@ JobHandler = Callable[[JobContext], Outcome]
 
 
 def _compress(c: JobContext) -> Outcome:
-    return operations.compress(
+    outcome = operations.compress(
         team=c.team, agent_id=c.agent_id, job_id=c.job_id, lease=c.lease, **c.params
     )
+    follow_ups(
+        team=c.team, agent_id=c.agent_id, new_memories=len(outcome[0].memory_ids), extraction=False
+    )
+    return outcome
 
 
 def _extract_facts(c: JobContext) -> Outcome:
@@ -227,6 +389,9 @@ def _extract_facts(c: JobContext) -> Outcome:
         team=c.team, agent_id=c.agent_id, job_id=c.job_id, lease=c.lease, **c.params
     )
     _maybe_extract_graph(team=c.team, agent_id=c.agent_id, facts=len(outcome[0].facts))
+    follow_ups(
+        team=c.team, agent_id=c.agent_id, new_memories=len(outcome[0].facts), extraction=True
+    )
     return outcome
 
 
@@ -268,7 +433,7 @@ def _ingest(c: JobContext) -> Outcome:
         else IdempotencyKey(endpoint="ingest-job", key=str(first), request_hash="")
     )
     try:
-        return ingest.ingest(
+        outcome = ingest.ingest(
             team=c.team,
             agent_id=c.agent_id,
             messages=[
@@ -283,11 +448,15 @@ def _ingest(c: JobContext) -> Outcome:
             run_id=p.get("run_id", ""),
             infer=p.get("infer", True),
             fact_roles=p.get("fact_roles", ingest.DEFAULT_FACT_ROLES),
+            max_memories_per_run=config_get(team=c.team).max_memories_per_run,
             job_id=c.job_id,
             idempotency=key,
         )
     except Replayed as replayed:
         return JobReplayed(body=replayed.body, status_code=replayed.status_code), Usage(), ""
+    new = sum(1 for d in outcome[0].facts if d.decision != "NOOP")
+    follow_ups(team=c.team, agent_id=c.agent_id, new_memories=new, extraction=True)
+    return outcome
 
 
 def _propose_procedures(c: JobContext) -> Outcome:

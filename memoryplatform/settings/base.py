@@ -162,6 +162,7 @@ CELERY_TASK_ROUTES = {
     "memories.*": {"queue": "maintenance"},
     "lifecycle.schedule_cleanups": {"queue": "maintenance"},
     "lifecycle.reclaim_jobs": {"queue": "maintenance"},
+    "lifecycle.schedule_idle_compresses": {"queue": "maintenance"},
 }
 # Redis broker: an unacknowledged job (its worker died) is delivered again after this many seconds.
 # A redelivered job that is still running elsewhere with a live lease does nothing, so this may be

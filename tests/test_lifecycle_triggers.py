@@ -1,0 +1,364 @@
+"""The automatic pipeline's triggers (docs/lifecycle.md): warm-up by doubling, the idle
+compress, scenes and persona after new memories, excluded agents — each with its config field
+(GET shows it, POST validates it). Time is moved by backdating rows or by looking from the
+future (`now=`), never by sleeping."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from lifecycle.models import JobRun, JobStatus, PipelineConfig
+from lifecycle.services import pipeline
+from memories.models import Memory
+from memories.working import get_working_store
+
+from .helpers import error_code, ok_data
+from .test_lifecycle_api import RESEARCH_NOTES, working
+
+# Jobs are enqueued on commit (inline in tests): let requests really commit.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _write(api, agent: str, n: int, start: int = 0) -> None:
+    working(
+        api,
+        agent,
+        [f"note {i}: topic {chr(97 + i % 26)} detail {i * 7}" for i in range(start, start + n)],
+    )
+
+
+def _left(api, agent: str) -> int:
+    return len(ok_data(api.get(f"/memories/working/{agent}")))
+
+
+def _compresses(agent: str) -> int:
+    return JobRun.objects.filter(
+        kind="compress", agent_id=agent, status=JobStatus.SUCCEEDED, counts__compressed__gt=0
+    ).count()
+
+
+class TestConfigFields:
+    def test_post_validates_and_get_shows_them(self, api):
+        body = {
+            "warmup_doubling": False,
+            "idle_extract_seconds": 120,
+            "scenario_min_interval_seconds": 60,
+            "persona_every_n": 0,
+            "excluded_agents": ["bench-judge-*", "tmp-?"],
+            "max_memories_per_run": 20,
+        }
+        data = ok_data(api.post("/lifecycle/auto-config", body))
+        assert {k: data[k] for k in body} == body
+        got = ok_data(api.get("/lifecycle/auto-config"))
+        assert {k: got[k] for k in body} == body
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            {"warmup_doubling": "yes"},
+            {"idle_extract_seconds": -1},
+            {"idle_extract_seconds": "600"},
+            {"scenario_min_interval_seconds": -5},
+            {"persona_every_n": -1},
+            {"excluded_agents": "bench-judge-*"},
+            {"excluded_agents": [""]},
+        ],
+    )
+    def test_validation(self, api, body):
+        assert error_code(api.post("/lifecycle/auto-config", body)) == "VALIDATION_ERROR"
+        assert not PipelineConfig.objects.exists()
+
+    def test_the_console_form_takes_globs_as_one_line(self, team, lead):
+        from .test_console_lifecycle import CONFIG, url
+
+        form = {**CONFIG, "warmup_doubling": "on", "excluded_agents": "bench-judge-*, tmp-?"}
+        assert lead.post(url(team), form).status_code == 302
+        config = PipelineConfig.objects.get(team=team)
+        assert config.excluded_agents == ["bench-judge-*", "tmp-?"] and config.warmup_doubling
+        page = lead.get(url(team)).content.decode()
+        assert 'value="bench-judge-*, tmp-?"' in page and "Excluded agents" in page
+
+
+class TestWarmupDoubling:
+    def test_a_new_agent_compresses_after_1_2_4_then_every_n(self, api):
+        api.post(
+            "/lifecycle/auto-config",
+            {"compress_every_n": 6, "compress_target_count": 1, "warmup_max_memories": 100},
+        )
+        _write(api, "a", 1)
+        assert _left(api, "a") == 0 and _compresses("a") == 1
+        _write(api, "a", 1, start=1)
+        assert _left(api, "a") == 1  # the step is 2 now
+        _write(api, "a", 1, start=2)
+        assert _left(api, "a") == 0 and _compresses("a") == 2
+        _write(api, "a", 3, start=3)
+        assert _left(api, "a") == 3  # the step is 4
+        _write(api, "a", 1, start=6)
+        assert _left(api, "a") == 0 and _compresses("a") == 3
+        _write(api, "a", 5, start=7)
+        assert _left(api, "a") == 5  # 8 would pass compress_every_n: 6 it is, for good
+        _write(api, "a", 1, start=12)
+        assert _left(api, "a") == 0 and _compresses("a") == 4
+        # Another agent is a new session: it starts at 1 again.
+        _write(api, "b", 1)
+        assert _left(api, "b") == 0 and _compresses("b") == 1
+
+    def test_warm_up_still_ends_with_warmup_max_memories(self, api):
+        api.post("/lifecycle/auto-config", {"compress_every_n": 3, "warmup_max_memories": 1})
+        api.post("/memories/personal", {"agent_id": "vet", "content": "an existing memory"})
+        _write(api, "vet", 2)
+        assert _left(api, "vet") == 2  # not warming up: compress_every_n
+        _write(api, "vet", 1, start=2)
+        assert _left(api, "vet") == 0
+
+    def test_the_fixed_step_applies_when_doubling_is_off(self, api):
+        data = ok_data(
+            api.post(
+                "/lifecycle/auto-config",
+                {"compress_every_n": 10, "warmup_compress_every_n": 2, "warmup_max_memories": 100},
+            )
+        )
+        assert data["warmup_doubling"] is False  # the older field, set alone, wins
+        _write(api, "a", 1)
+        assert _left(api, "a") == 1
+        _write(api, "a", 1, start=1)
+        assert _left(api, "a") == 0
+        _write(api, "a", 1, start=2)
+        assert _left(api, "a") == 1  # still every 2 (doubling would wait for 2 more)
+        _write(api, "a", 1, start=3)
+        assert _left(api, "a") == 0
+
+    def test_a_compress_that_consumed_nothing_does_not_advance_the_step(self, team, api):
+        api.post("/lifecycle/auto-config", {"compress_every_n": 8, "warmup_max_memories": 100})
+        api.post("/lifecycle/compress", {"agent_id": "a"})  # nothing to compress
+        config = pipeline.config_get(team=team)
+        assert pipeline.compress_threshold(config=config, team=team, agent_id="a") == 1
+
+
+class TestIdleCompress:
+    def _config(self, api, **extra):
+        api.post(
+            "/lifecycle/auto-config",
+            {"compress_every_n": 10, "warmup_max_memories": 0, "idle_extract_seconds": 600} | extra,
+        )
+
+    def test_an_idle_agent_is_compressed_once(self, api):
+        self._config(api)
+        _write(api, "a", 3)
+        assert pipeline.schedule_idle_compresses() == 0  # written just now
+        later = timezone.now() + timedelta(seconds=599)
+        assert pipeline.schedule_idle_compresses(now=later) == 0
+        assert _left(api, "a") == 3
+        later = timezone.now() + timedelta(seconds=601)
+        assert pipeline.schedule_idle_compresses(now=later) == 1
+        job = JobRun.objects.get(kind="compress")
+        assert (job.trigger, job.agent_id, job.status) == ("beat", "a", JobStatus.SUCCEEDED)
+        assert job.counts["compressed"] == 3 and _left(api, "a") == 0
+        # Idempotent: nothing left to find.
+        assert pipeline.schedule_idle_compresses(now=later) == 0
+        assert JobRun.objects.filter(kind="compress").count() == 1
+
+    def test_a_recent_write_keeps_the_agent_active(self, api):
+        self._config(api)
+        _write(api, "a", 2)
+        store = get_working_store()
+        # The newest item decides, not the oldest.
+        newest = max(i.created_at for i in store.list(team_id="team_a", agent_id="a"))
+        assert pipeline.schedule_idle_compresses(now=newest + timedelta(seconds=599)) == 0
+        assert pipeline.schedule_idle_compresses(now=newest + timedelta(seconds=601)) == 1
+
+    def test_one_active_job_per_agent(self, team, api):
+        from lifecycle.services import jobs
+
+        self._config(api)
+        _write(api, "a", 2)
+        held = jobs.job_create(
+            team=team,
+            kind="compress",
+            trigger="auto",
+            agent_id="a",
+            active_key="compress:team_a:a",
+        )
+        assert held is not None
+        later = timezone.now() + timedelta(seconds=601)
+        assert pipeline.schedule_idle_compresses(now=later) == 0
+        assert JobRun.objects.filter(kind="compress").count() == 1
+
+    def test_off_disabled_unsaved_excluded_and_bounded(self, team, api):
+        _write(api, "a", 1)
+        later = timezone.now() + timedelta(days=1)
+        assert pipeline.schedule_idle_compresses(now=later) == 0  # not configured
+        self._config(api, idle_extract_seconds=0)
+        assert pipeline.schedule_idle_compresses(now=later) == 0
+        self._config(api, enabled=False)
+        assert pipeline.schedule_idle_compresses(now=later) == 0
+        self._config(api, enabled=True, excluded_agents=["a*"])
+        _write(api, "b1", 1)
+        _write(api, "b2", 1)
+        assert pipeline.schedule_idle_compresses(now=later, limit=1) == 1
+        assert pipeline.schedule_idle_compresses(now=later, limit=1) == 1
+        assert pipeline.schedule_idle_compresses(now=later) == 0
+        assert _left(api, "a") == 1  # excluded: left alone
+        assert sorted(JobRun.objects.values_list("agent_id", flat=True)) == ["b1", "b2"]
+
+    def test_the_beat_task(self, api):
+        from lifecycle.tasks import schedule_idle_compresses_task
+        from memoryplatform.celery import app
+
+        assert app.conf.beat_schedule["lifecycle-idle-compresses"]["task"] == (
+            "lifecycle.schedule_idle_compresses"
+        )
+        self._config(api, idle_extract_seconds=1)
+        _write(api, "a", 1)
+        JobRun.objects.all().delete()
+        # One second of idleness by the store's own clock (its items cannot be backdated on Redis).
+        store = get_working_store()
+        created = store.list(team_id="team_a", agent_id="a")[0].created_at
+        while timezone.now() <= created + timedelta(seconds=1):
+            time.sleep(0.05)
+        assert schedule_idle_compresses_task() == 1
+        assert _left(api, "a") == 0
+
+
+class TestScenesAndPersona:
+    def _config(self, api, **extra):
+        api.post(
+            "/lifecycle/auto-config",
+            {"compress_every_n": 0, "scenario_min_interval_seconds": 900, "persona_every_n": 3}
+            | extra,
+        )
+
+    def _kinds(self) -> list[str]:
+        return list(
+            JobRun.objects.filter(trigger="auto").order_by("pk").values_list("kind", flat=True)
+        )
+
+    def test_scenes_after_extraction_at_most_once_per_interval(self, api):
+        self._config(api, persona_every_n=0)
+        working(api, "r", RESEARCH_NOTES[:2])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "r", "delete_after": True}))
+        assert self._kinds() == ["aggregate-scenes"]
+        scenes = JobRun.objects.get(kind="aggregate-scenes")
+        assert scenes.status == JobStatus.SUCCEEDED and scenes.agent_id == "r"
+        assert ok_data(api.get("/lifecycle/scenarios/r"))
+        working(api, "r", RESEARCH_NOTES[2:4])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "r", "delete_after": True}))
+        assert self._kinds() == ["aggregate-scenes"]  # within the interval
+        JobRun.objects.filter(pk=scenes.pk).update(
+            created_at=timezone.now() - timedelta(seconds=901)
+        )
+        working(api, "r", RESEARCH_NOTES[4:])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "r", "delete_after": True}))
+        assert self._kinds() == ["aggregate-scenes", "aggregate-scenes"]
+
+    def test_a_compress_alone_does_not_aggregate_scenes(self, api):
+        self._config(api, compress_every_n=1, persona_every_n=0)
+        _write(api, "a", 1)
+        assert self._kinds() == ["compress"]
+
+    def test_persona_after_every_n_new_memories(self, api):
+        self._config(api, scenario_min_interval_seconds=0)
+        for i in range(2):
+            api.post("/memories/personal", {"agent_id": "p", "content": f"likes topic {i} a lot"})
+        working(api, "p", [RESEARCH_NOTES[2]])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "p", "delete_after": True}))
+        assert self._kinds() == ["generate-persona"]  # 3 memories, no persona yet
+        assert ok_data(api.get("/lifecycle/persona/p"))
+        persona_at = timezone.now()
+        api.post("/memories/personal", {"agent_id": "p", "content": "one newer memory only"})
+        working(api, "p", [RESEARCH_NOTES[0]])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "p", "delete_after": True}))
+        newer = Memory.objects.filter(agent_id="p", created_at__gt=persona_at).count()
+        assert newer == 2 and self._kinds() == ["generate-persona"]
+        working(api, "p", [RESEARCH_NOTES[3]])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "p", "delete_after": True}))
+        assert self._kinds() == ["generate-persona", "generate-persona"]
+
+    def test_nothing_without_a_saved_enabled_config(self, api):
+        working(api, "r", RESEARCH_NOTES[:2])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "r"}))
+        self._config(api, enabled=False, persona_every_n=1)
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "r"}))
+        assert self._kinds() == []
+
+    def test_ingest_counts_as_extraction(self, api):
+        self._config(api, persona_every_n=0)
+        body = {
+            "agent_id": "i",
+            "run_id": "s1",
+            "messages": [{"role": "user", "content": RESEARCH_NOTES[2]}],
+        }
+        ok_data(api.post("/memories/ingest", body))
+        assert self._kinds() == ["aggregate-scenes"]
+
+
+class TestExcludedAgents:
+    def test_no_automatic_job_but_manual_operations_run(self, api):
+        api.post(
+            "/lifecycle/auto-config",
+            {
+                "compress_every_n": 1,
+                "persona_every_n": 1,
+                "idle_extract_seconds": 1,
+                "excluded_agents": ["bench-judge-*"],
+            },
+        )
+        _write(api, "bench-judge-7", 2)
+        _write(api, "coder", 1)
+        assert _left(api, "bench-judge-7") == 2 and _left(api, "coder") == 0
+        later = timezone.now() + timedelta(hours=1)
+        assert pipeline.schedule_idle_compresses(now=later) == 0
+        results = ok_data(api.post("/lifecycle/auto-run", {}))["results"]
+        assert [r.get("agent_id") for r in results if r["action"] == "compress"] == []
+        assert (
+            ok_data(api.post("/lifecycle/compress", {"agent_id": "bench-judge-7"}))["compressed"]
+            == 2
+        )
+        # The manual compress wrote a memory; the excluded agent still gets no persona job.
+        assert not JobRun.objects.filter(agent_id="bench-judge-7", trigger="auto").exists()
+        assert JobRun.objects.filter(agent_id="coder", kind="generate-persona").exists()
+
+
+class TestMaxMemoriesPerRun:
+    def _ingest(self, api, run_id: str, notes: list[str]) -> dict:
+        body = {
+            "agent_id": "i",
+            "run_id": run_id,
+            "messages": [{"role": "user", "content": n} for n in notes],
+        }
+        return ok_data(api.post("/memories/ingest", body))
+
+    def test_a_run_stops_getting_memories_at_the_limit_and_keeps_every_message(self, api):
+        from lifecycle.models import WorkingArchive
+
+        api.post(
+            "/lifecycle/auto-config",
+            {"max_memories_per_run": 2, "scenario_min_interval_seconds": 0, "persona_every_n": 0},
+        )
+        notes = [RESEARCH_NOTES[0], RESEARCH_NOTES[2], RESEARCH_NOTES[3]]
+        first = self._ingest(api, "s1", notes)
+        assert len(first["facts"]) == 2 and first["facts_over_run_limit"] >= 1
+        assert Memory.objects.filter(agent_id="i", run_id="s1").count() == 2
+        again = self._ingest(api, "s1", [RESEARCH_NOTES[4]])
+        assert again["facts"] == [] and again["facts_over_run_limit"] >= 1
+        assert Memory.objects.filter(agent_id="i", run_id="s1").count() == 2
+        # Another run has its own budget; every message of both is archived (L0).
+        other = self._ingest(api, "s2", [RESEARCH_NOTES[4]])
+        assert len(other["facts"]) == 1 and "facts_over_run_limit" not in other
+        assert WorkingArchive.objects.filter(agent_id="i", run_id="s1").count() == 4
+        assert WorkingArchive.objects.filter(agent_id="i", run_id="s2").count() == 1
+
+    def test_unlimited_by_default_and_without_a_run_id(self, api):
+        assert ok_data(api.get("/lifecycle/auto-config"))["max_memories_per_run"] == 0
+        notes = [RESEARCH_NOTES[0], RESEARCH_NOTES[2], RESEARCH_NOTES[3]]
+        assert "facts_over_run_limit" not in self._ingest(api, "s1", notes)
+        api.post("/lifecycle/auto-config", {"max_memories_per_run": 1})
+        assert len(self._ingest(api, "", [RESEARCH_NOTES[4]])["facts"]) == 1
+        assert (
+            error_code(api.post("/lifecycle/auto-config", {"max_memories_per_run": -1}))
+            == "VALIDATION_ERROR"
+        )
