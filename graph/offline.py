@@ -299,7 +299,7 @@ _ZH_PREFERS = re.compile(
 )
 _ZH_USES = re.compile(
     r"(?:使用|采用|常用|改用|换成|基于|借助|依赖|用)\s*"
-    r"([A-Za-z][A-Za-z0-9.+#_-]*(?:\s+[vV]?\d[\d.]*)?(?:\s*(?:和|与|、|及|以及|,|，)\s*[A-Za-z][A-Za-z0-9.+#_-]*(?:\s+[vV]?\d[\d.]*)?)*)"
+    r"([A-Za-z][A-Za-z0-9.+#_-]*(?:\s+[A-Z][a-z][A-Za-z0-9.+#_-]*)*(?:\s+[vV]?\d[\d.]*)?(?:\s*(?:和|与|、|及|以及|,|，)\s*[A-Za-z][A-Za-z0-9.+#_-]*(?:\s+[A-Z][a-z][A-Za-z0-9.+#_-]*)*(?:\s+[vV]?\d[\d.]*)?)*)"
 )
 _ZH_PROJECT = re.compile(
     rf"(?:负责|参与|开发|在做|正在做|主导|维护|推进)(?:了)?([{_CJK_CHAR}A-Za-z0-9_\-]{{2,20}}?项目)"
@@ -352,8 +352,11 @@ def _extract_zh(sentence: str, s: _Sentence) -> None:
             s.add(SELF_ZH, "person", start, end, kind="self")
         elif word in _PRONOUNS_ZH and s.last_person:
             s.mentions.append(Mention(start, end, s.last_person[0], "person"))
+    consumed: set[int] = set()  # Latin words already part of a multi-word name
     for i, (word, flag, start, end) in enumerate(spans):
         nxt = spans[i + 1][0] if i + 1 < len(spans) else ""
+        if i in consumed:
+            continue
         if flag.startswith("nr") and flag != "nrt" and _is_person_name(word):
             s.add(word, "person", start, end, kind="person")
         elif flag == "ns" and len(word) >= 2 and word not in _ZH_PLACE_STOP:
@@ -364,12 +367,25 @@ def _extract_zh(sentence: str, s: _Sentence) -> None:
             s.add(word + nxt, "organization", start, end + len(nxt))
         elif flag == "eng" and _latin_ok(word):
             name, stop = word, end
-            # "DeepSeek V4": a version right after a name belongs to it.
             j = i + 1
+            while True:
+                # "Spring Boot", "Google Cloud": capitalised words after a name, one space
+                # apart, are one name (jieba cuts them apart at the space).
+                k = j + 1 if j < len(spans) and spans[j][0] == " " else j
+                if k == j or k >= len(spans) or spans[k][1] != "eng":
+                    break
+                nxt_word = spans[k][0]
+                # Title-case words only: "Binance USDT" is an exchange and a coin.
+                if not nxt_word[:1].isupper() or nxt_word.isupper() or _VERSION.match(nxt_word):
+                    break
+                name, stop = f"{name} {spans[k][0]}", spans[k][3]
+                consumed.update({j, k})
+                j = k + 1
+            # "DeepSeek V4": a version right after a name belongs to it.
             while j < len(spans) and spans[j][0].isspace():
                 j += 1
             if j < len(spans) and _VERSION.match(spans[j][0]) and spans[j][1] in ("eng", "m"):
-                name, stop = f"{word} {spans[j][0]}", spans[j][3]
+                name, stop = f"{name} {spans[j][0]}", spans[j][3]
             s.add(name, "concept", start, stop, confident=False)
     s.mentions.sort(key=lambda m: m.start)
 
@@ -477,6 +493,25 @@ _KIN = (
     r"sister|brother|mother|father|son|daughter"
 )
 _EN_IS_KIN = re.compile(rf"({_NAME})\s+is\s+(?:my|the user's|our)\s+(?:{_KIN})\b")
+_ROLE = (
+    r"engineer|developer|programmer|architect|designer|manager|lead|analyst|scientist|"
+    r"researcher|trader|student|teacher|professor|doctor|nurse|lawyer|consultant|founder|"
+    r"co-founder|ceo|cto|cfo|intern|administrator|admin|writer|editor|accountant|recruiter|"
+    r"director|owner|investor|tester|marketer|salesperson|colleague|friend|coworker"
+)
+# "Bob is a backend engineer": a name with a person's role is a person.
+_EN_IS_ROLE = re.compile(
+    rf"({_NAME})\s+is\s+(?:a|an|the|our|my|their)\s+(?:[\w-]+\s+){{0,3}}?(?:{_ROLE})s?\b", re.I
+)
+# "Alice asked Bob …": who says, asks or tells things is a person, and so is who is told.
+_SPEECH = (
+    r"asked|asks|told|tells|said|says|suggested|suggests|mentioned|replied|agreed|promised|"
+    r"reminded|thanked|emailed|messaged|called|invited|hired|reviewed|approved"
+)
+_EN_SPEAKER = re.compile(rf"(?<![\w.])({_NAME})\s+(?:{_SPEECH})\b")
+_EN_ADDRESSEE = re.compile(
+    rf"\b(?:asked|told|reminded|thanked|emailed|messaged|called|invited|hired)\s+({_NAME})\b"
+)
 _EN_PATTERNS: list[tuple[str, re.Pattern[str], str]] = [
     (
         "works_at",
@@ -575,6 +610,11 @@ def _extract_en(sentence: str, s: _Sentence) -> None:
             me = s.draft.entity(SELF_EN, "person", s.memory_id)
             if person != me:
                 s.relate(me, person, "knows")
+    for pattern in (_EN_IS_ROLE, _EN_SPEAKER, _EN_ADDRESSEE):
+        for m in pattern.finditer(sentence):
+            name = m.group(1)
+            if _en_name_ok(name) and not _SELF_EN.fullmatch(name):
+                s.add(name, "person", m.start(1), m.end(1), kind="person")
     # People first ("my friend Carol ... works for Stripe"): they are the subjects of the rest.
     for relation_type, pattern, target_type in sorted(_EN_PATTERNS, key=lambda p: p[0] != "knows"):
         for m in pattern.finditer(sentence):

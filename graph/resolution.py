@@ -7,6 +7,13 @@ A near key ("postgres" / "postgresql") merges only when the names' embeddings al
 (calibrated score >= NAME_MATCH_SCORE): spelling alone would join "Java" and "JavaScript"'s
 cousins, meaning alone would join "Redis" and "Memcached".
 
+Across scripts: "新加坡" and "Singapore" are one place when both kinds of evidence agree — the
+dictionary (CC-CEDICT, memories.retrieval.gloss: the Chinese word is an entry whose English
+senses hold every word of the English name) and the embedding (names_agree, as for near keys).
+Either alone is not enough: the dictionary glosses 北京 with "capital" and "China" too, and the
+embedding puts "Alibaba Cloud" near 阿里云 without saying they are the same. Only for names of
+places, organisations and people (CROSS_SCRIPT_TYPES).
+
 Types: a confident proposal ("works at X" makes X an organisation) merges only with an entity of
 the same type. A proposal whose type is a guess (a capitalised word with no context becomes a
 `concept`) may join an existing entity of another type with the same key: that entity's type is
@@ -23,6 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memories.retrieval.embeddings import embed_passages, get_embedder
+from memories.retrieval.gloss import glossary
+from memories.retrieval.text import is_cjk, tokenize
 
 # Calibrated name-embedding score above which two near-identical keys are the same thing: the
 # embedding scale's "says the same thing" edge (memories.retrieval.embeddings).
@@ -51,6 +60,8 @@ _ORG_SUFFIXES = (
     "llc",
     "co",
 )
+# Names that are proper names in both scripts: the only types resolved across scripts.
+CROSS_SCRIPT_TYPES = frozenset({"location", "organization", "person"})
 # The user an agent works for, however a memory names them: one entity, not five.
 SELF_KEY = "user"
 _SELF_ALIASES = frozenset({"user", "theuser", "用户", "我", "i", "me", "myself"})
@@ -84,6 +95,22 @@ def keys_are_close(a: str, b: str) -> bool:
     if len(short) >= min_prefix and long_.startswith(short):
         return True
     return difflib.SequenceMatcher(None, a, b).ratio() >= SPELLING_RATIO
+
+
+def _dictionary_terms(name: str) -> frozenset[str]:
+    """The English terms CC-CEDICT gives a Chinese name as a whole entry (not read character by
+    character: "币安" is no entry, and its characters' senses say nothing about Binance)."""
+    found = glossary().forward.get(name.strip())
+    return frozenset(found.split()) if found else frozenset()
+
+
+def same_across_scripts(chinese: str, english: str) -> bool:
+    """A Chinese name and an English one name the same thing: the dictionary entry of the
+    Chinese holds every word of the English, and the embedding agrees."""
+    words = set(tokenize(english))
+    if not words or is_cjk(english) or not is_cjk(chinese):
+        return False
+    return words <= _dictionary_terms(chinese) and names_agree(chinese, english)
 
 
 def names_agree(a: str, b: str) -> bool:
@@ -139,4 +166,37 @@ class Resolver:
         for item in self._by_head.get((entity_type, key[:1]), []):
             if keys_are_close(item.key, key) and names_agree(item.name, name):
                 return item
+        if entity_type in CROSS_SCRIPT_TYPES:
+            return self._across_scripts(name, entity_type)
         return None
+
+    def _across_scripts(self, name: str, entity_type: str) -> Known | None:
+        """An entity of the type written in the other script that names the same thing."""
+        if is_cjk(name):
+            terms = _dictionary_terms(name)
+            if not terms:
+                return None
+            candidates = [
+                k for k in self._of_type(entity_type) if not is_cjk(k.name) and k.key.isascii()
+            ]
+            for item in candidates:
+                words = set(tokenize(item.name))
+                if words and words <= terms and names_agree(name, item.name):
+                    return item
+            return None
+        stems = tokenize(name)
+        if not stems:
+            return None
+        table = glossary()
+        # The Chinese words glossed with every word of the name: the entries to look for.
+        wanted = set(table.chinese(stems[0]))
+        for stem in stems[1:]:
+            wanted &= set(table.chinese(stem))
+        for word in sorted(wanted):
+            for item in self._by_key.get(normalise_name(word, entity_type), []):
+                if item.entity_type == entity_type and same_across_scripts(item.name, name):
+                    return item
+        return None
+
+    def _of_type(self, entity_type: str) -> list[Known]:
+        return [k for (t, _h), items in self._by_head.items() if t == entity_type for k in items]

@@ -182,6 +182,60 @@ class TestOffline:
         )
         assert mentioned == {m1, m2, m3}
 
+    def test_a_place_named_in_both_scripts_is_one_entity_when_dictionary_and_embedding_agree(
+        self, api
+    ):
+        singapore, xinjiapo, capital = remember(
+            api,
+            "researcher",
+            [
+                "The user lives in Singapore.",
+                "用户住在新加坡，平时用 Spring Boot 写后端。",
+                "The user moved to Beijing last year.",
+            ],
+        )
+        remember(api, "researcher", ["用户以前住在中国的首都北京。"])
+        extract(api)
+        places = Entity.objects.filter(entity_type="location")
+        one = places.get(name="Singapore")
+        mentioned = set(EntityMention.objects.filter(entity=one).values_list("memory", flat=True))
+        assert {singapore, xinjiapo} <= mentioned
+        assert not places.filter(name="新加坡").exists()
+        # Beijing = 北京 (dictionary and embedding), never "China" or "capital": the dictionary
+        # glosses 北京 with those too, the embedding does not agree.
+        beijing = places.get(normalized_name="beijing")
+        assert capital in set(
+            EntityMention.objects.filter(entity=beijing).values_list("memory", flat=True)
+        )
+        assert not places.filter(name="北京").exists()
+        assert names("skill") >= {"Spring Boot"} and not names() & {"Spring", "Boot"}
+
+    def test_no_dictionary_evidence_no_cross_script_merge(self):
+        from graph.resolution import same_across_scripts
+
+        assert same_across_scripts("新加坡", "Singapore")
+        assert same_across_scripts("美国", "United States")
+        assert not same_across_scripts("北京", "China")  # a sense of 北京, not the same place
+        assert not same_across_scripts("北京", "Capital")
+        assert not same_across_scripts("币安", "Binance")  # no dictionary entry
+        assert not same_across_scripts("Singapore", "新加坡")  # (Chinese, English) order
+
+    def test_people_are_typed_by_their_role_and_by_what_they_do(self):
+        draft = extract_offline(
+            [
+                (1, "Bob is a backend engineer who builds services with Spring Boot."),
+                (2, "Alice asked Carol to review the Spring Boot migration."),
+                (3, "用户使用 Spring Boot 和 Google Cloud 开发后端服务。"),
+                (4, "The Spring Boot docs say nothing about it."),
+            ]
+        )
+        kinds = {(e.name, e.entity_type) for e in draft.entities}
+        assert {("Bob", "person"), ("Alice", "person"), ("Carol", "person")} <= kinds
+        assert ("Spring Boot", "skill") in kinds and ("Google Cloud", "skill") in kinds
+        assert not {e.name for e in draft.entities} & {"Spring", "Boot", "Google", "Cloud"}
+        # A name that does things no person does stays a guess, not a person.
+        assert ("Spring Boot", "person") not in kinds
+
     def test_it_links_to_an_existing_entity_of_the_scope_and_never_across_types(self, api):
         existing = ok_data(
             api.post(
