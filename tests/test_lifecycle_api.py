@@ -518,6 +518,34 @@ def test_the_graph_step_after_fact_extraction_is_opt_in(api):
     assert Entity.objects.filter(team_id="team_a").exists()
 
 
+def test_an_agent_switches_the_graph_step_on_or_off_for_itself(api):
+    api.post(
+        "/lifecycle/auto-config", {"enabled": True, "extract_graph": False, "compress_every_n": 0}
+    )
+    api.post("/agents", {"agent_id": "mapper", "name": "m", "config": {"extract_graph": True}})
+    api.post("/agents", {"agent_id": "quiet", "name": "q", "config": {"extract_graph": False}})
+    api.post("/agents", {"agent_id": "plain", "name": "p", "config": {"extract_graph": "yes"}})
+    for agent in ("mapper", "quiet", "plain"):
+        working(api, agent, ["Alice works at Acme Corp in Berlin and uses Python every day."])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": agent}))
+    # The team's switch is off: only the agent that turned it on for itself gets the step (a
+    # value that is not true/false is no switch).
+    assert list(JobRun.objects.filter(kind="extract-graph").values_list("agent_id", flat=True)) == [
+        "mapper"
+    ]
+    api.post("/lifecycle/auto-config", {"extract_graph": True})
+    for agent in ("quiet", "plain"):
+        working(api, agent, ["Bob works at Initech in Paris and uses Go."])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": agent}))
+    # The team's switch is on: everyone but the agent that turned it off.
+    assert sorted(
+        JobRun.objects.filter(kind="extract-graph").values_list("agent_id", flat=True)
+    ) == [
+        "mapper",
+        "plain",
+    ]
+
+
 def test_a_derived_memory_is_traced_to_its_sources_through_the_api(manual, other_api, agent_api):
     item_ids = working(manual, "researcher", CODER_NOTES)
     data = ok_data(

@@ -231,10 +231,24 @@ def auto_run(*, team: Team, trigger: str = "api") -> list[AutoRunAction]:
     return results
 
 
+def agent_extracts_graph(*, config: PipelineConfig, team: Team, agent_id: str) -> bool:
+    """Whether the graph step follows this agent's fact extractions: the agent's own switch
+    (`"extract_graph": true|false` in its config, POST /agents) when it has one, else the
+    team's `extract_graph`."""
+    agent_config = (
+        Agent.objects.filter(team=team, agent_id=agent_id).values_list("config", flat=True).first()
+    )
+    own = agent_config.get("extract_graph") if isinstance(agent_config, dict) else None
+    return own if isinstance(own, bool) else config.extract_graph
+
+
 def _maybe_extract_graph(*, team: Team, agent_id: str, facts: int) -> None:
-    """The optional graph step after fact extraction (config `extract_graph`), as its own job."""
+    """The optional graph step after fact extraction (config `extract_graph`, or the agent's
+    own switch), as its own job."""
     config = config_get(team=team)
-    if not facts or not config_is_saved(config) or not config.enabled or not config.extract_graph:
+    if not facts or not config_is_saved(config) or not config.enabled:
+        return
+    if not agent_extracts_graph(config=config, team=team, agent_id=agent_id):
         return
     try:
         run(
