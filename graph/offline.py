@@ -688,6 +688,45 @@ def _extract_en(sentence: str, s: _Sentence) -> None:
     s.cooccurrence()
 
 
+# --- who a statement is about ------------------------------------------------------------------
+
+# "Alice asked for …", "Bob prefers …": a name, then what people (not things) do or want.
+_EN_THIRD_PARTY = re.compile(
+    rf"^\s*({_NAME})\s+(?:{_SPEECH}|wants?|wanted|needs?|needed|requests?|requested|prefers?|"
+    r"preferred|likes?|liked|loves?|dislikes?|hates?|expects?)\b"
+)
+
+
+def third_party_subject(text: str) -> str | None:
+    """The person other than the user a statement is about, when it opens with one ("Alice
+    asked for a weekly summary", "张伟喜欢喝茶"), else None: the persona must not take another
+    speaker's wishes for the user's own."""
+    m = _EN_THIRD_PARTY.match(text)
+    if m:
+        name = m.group(1)
+        if (
+            _en_name_ok(name)
+            and not _SELF_EN.fullmatch(name)
+            and name.lower()
+            not in (
+                "he",
+                "she",
+            )
+        ):
+            return name
+        return None
+    if not is_chinese(text):
+        return None
+    for token in _pseg().cut(text.strip()):
+        word, flag = token.word, token.flag
+        if word.isspace():
+            continue
+        if flag.startswith("nr") and flag != "nrt" and _is_person_name(word):
+            return str(word)
+        return None
+    return None
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 

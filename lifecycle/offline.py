@@ -79,6 +79,7 @@ from django.conf import settings
 
 from core.errors import DomainError
 from core.text import CJK, jieba_module
+from graph.offline import third_party_subject
 from llm import Usage
 from memories.retrieval.text import STOP_WORDS, normalise, tokenize
 
@@ -761,6 +762,8 @@ class OfflineEngine:
             if not text or key in seen:
                 continue
             seen.add(key)
+            if third_party_subject(text):
+                continue  # about someone else ("Alice asked for …"): not the user's own
             cat = category if category in CATEGORIES else classify(text)
             buckets[cat].append((memory_id, trim_text(text, PERSONA_ITEM_MAX_CHARS)))
 

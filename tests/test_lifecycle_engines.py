@@ -630,6 +630,21 @@ def test_offline_engine_handles_english(offline):
     assert draft.summary.startswith("Built from")
 
 
+def test_the_offline_persona_does_not_take_another_speakers_wishes_for_the_users(offline):
+    facts = [
+        (1, "The user prefers short answers without long explanations.", "preference"),
+        (2, "Alice asked for a weekly summary every Friday.", "habit"),
+        (3, "Bob prefers tabs over spaces.", "preference"),
+        (4, "张伟喜欢每天早上喝咖啡。", "habit"),
+        (5, "用户喜欢每天早上喝茶。", "habit"),
+    ]
+    draft, _ = offline.persona(facts, [])
+    kept = draft.preferences + draft.habits
+    assert any("short answers" in t for t in kept) and any("喝茶" in t for t in kept)
+    assert not any(name in t for t in kept for name in ("Alice", "Bob", "张伟"))
+    assert 2 not in draft.memory_ids and 4 not in draft.memory_ids
+
+
 def test_offline_engine_is_deterministic(offline):
     memories = [(i, t) for i, t in enumerate(RESEARCH_NOTES + RESEARCH_MEMORIES)]
     first = (
