@@ -308,6 +308,14 @@ def profile_fields(*, team: Team, agent_id: str) -> list[ProfileField]:
     return list(ProfileField.objects.filter(team=team, agent_id=agent_id).order_by("key"))
 
 
+def profiles_of_team(*, team: Team, agent_id: str = "") -> list[ProfileField]:
+    """Every agent's profile fields of the team (the console), by agent then key."""
+    qs = ProfileField.objects.filter(team=team)
+    if agent_id:
+        qs = qs.filter(agent_id=agent_id)
+    return list(qs.order_by("agent_id", "key"))
+
+
 def profile_history(*, team: Team, agent_id: str, limit: int) -> list[ProfileRevision]:
     """The agent's profile changes, newest first."""
     qs = ProfileRevision.objects.filter(team=team, agent_id=agent_id).order_by("-id")

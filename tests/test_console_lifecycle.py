@@ -503,3 +503,27 @@ def test_a_lead_accepts_or_rejects_proposed_rules_and_a_viewer_only_sees_them(
     foreign = url(team, f"procedures/{theirs.pk}/decide/")
     assert lead.post(foreign, {"decision": "reject"}).status_code == 404
     assert Procedure.objects.get(pk=theirs.pk).status == "active"
+
+
+def test_profiles_are_listed_per_agent_with_their_history_and_never_another_teams(
+    team, viewer, other_team
+):
+    from memories.services import Actor, profile_set
+    from tenants.services import agent_ensure
+
+    for agent_id in ("researcher", "trader"):
+        agent_ensure(team=team, agent_id=agent_id)
+    profile_set(team=team, agent_id="researcher", fields={"location": "Berlin"}, actor=Actor())
+    profile_set(team=team, agent_id="researcher", fields={"location": "Munich"}, actor=Actor())
+    profile_set(team=team, agent_id="trader", fields={"timezone": "UTC+8"}, actor=Actor())
+    profile_set(
+        team=other_team, agent_id="researcher", fields={"employer": "Initech"}, actor=Actor()
+    )
+    page = viewer.get(url(team, "profiles/")).content.decode()
+    assert "Munich" in page and "UTC+8" in page and "Initech" not in page
+    assert "Latest changes" not in page
+    one = viewer.get(url(team, "profiles/?agent=researcher")).content.decode()
+    assert "UTC+8" not in one and "Latest changes of researcher" in one
+    assert "Berlin" in one  # the revision's before
+    # An agent id that is not the team's shows every agent, not an error and not another team.
+    assert "Initech" not in viewer.get(url(team, "profiles/?agent=nobody")).content.decode()

@@ -16,6 +16,7 @@ urlpatterns = [
     path("scenarios/<str:scenario_id>/", views.scenario_detail, name="lifecycle-scenario"),
     path("memories/<int:memory_id>/sources/", views.memory_sources, name="lifecycle-sources"),
     path("procedures/", views.procedure_list, name="lifecycle-procedures"),
+    path("profiles/", views.profile_list, name="lifecycle-profiles"),
     path(
         "procedures/<int:procedure_id>/decide/",
         views.procedure_decide,

@@ -272,3 +272,27 @@ def archive_item(request: HttpRequest, team: Team, archive_item_id: str) -> Http
         "scan_limit": selectors.ARCHIVE_DERIVED_SCAN,
     }
     return _page(request, "archive_item", context)
+
+
+PROFILE_HISTORY_SHOWN = 20
+
+
+@access.console_view()
+def profile_list(request: HttpRequest, team: Team) -> HttpResponse:
+    """What the platform knows for certain about each agent's user (the profile: exact fields
+    written by the API or read from facts), and, for one agent, the latest changes."""
+    agent_id = request.GET.get("agent", "")
+    agent_ids = _agent_ids(team)
+    if agent_id not in agent_ids:
+        agent_id = ""
+    context = {
+        "fields": memory_selectors.profiles_of_team(team=team, agent_id=agent_id),
+        "agent": agent_id,
+        "agent_ids": agent_ids,
+        "history": memory_selectors.profile_history(
+            team=team, agent_id=agent_id, limit=PROFILE_HISTORY_SHOWN
+        )
+        if agent_id
+        else [],
+    }
+    return _page(request, "profiles", context)

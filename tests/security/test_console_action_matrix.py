@@ -267,6 +267,7 @@ READS = {
     "lifecycle-scenario",
     "lifecycle-sources",
     "lifecycle-procedures",
+    "lifecycle-profiles",
     "lifecycle-archive-item",
     "graph",
     "graph-data",
