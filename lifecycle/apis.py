@@ -1072,3 +1072,32 @@ class ProposeProceduresApi(_AgentJobApi):
     input_serializer = ProposeProceduresInputSerializer
     output_serializer = ProposeProceduresOutputSerializer
     operation_summary = "Propose rules from feedback the agent's memories repeat"
+
+
+# --- consolidation -------------------------------------------------------------------------------
+
+
+class ConsolidateInputSerializer(serializers.Serializer):
+    agent_id = StrictCharField(validators=[AGENT_ID])
+    min_fragments = StrictIntegerField(required=False, default=3, min_value=2, max_value=50)
+    max_memories = StrictIntegerField(required=False, default=200, min_value=1, max_value=1000)
+
+
+class ConsolidationSerializer(serializers.Serializer):
+    memory = MemoryOutputSerializer(help_text="the stable fact written")
+    fragments = serializers.ListField(
+        child=serializers.IntegerField(), help_text="the memories it stands for, now superseded"
+    )
+
+
+class ConsolidateOutputSerializer(serializers.Serializer):
+    consolidated = ConsolidationSerializer(many=True)
+    count = serializers.IntegerField()
+    examined = serializers.IntegerField(help_text="live memories read")
+
+
+class ConsolidateApi(_AgentJobApi):
+    kind = JobKind.CONSOLIDATE
+    input_serializer = ConsolidateInputSerializer
+    output_serializer = ConsolidateOutputSerializer
+    operation_summary = "Consolidate fragments about one thing into one stable fact"

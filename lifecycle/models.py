@@ -198,6 +198,8 @@ class JobKind(models.TextChoices):
     EXPORT = "export", "export"
     # POST /lifecycle/propose-procedures: rules proposed from repeated feedback.
     PROPOSE_PROCEDURES = "propose-procedures", "propose-procedures"
+    # POST /lifecycle/consolidate: fragments about one thing become one stable fact.
+    CONSOLIDATE = "consolidate", "consolidate"
     # Not an operation: the record of working items the cap pushed into the archive.
     CAP_ARCHIVE = "cap-archive", "cap-archive"
 
@@ -212,6 +214,7 @@ LLM_JOB_KINDS = frozenset(
         JobKind.GENERATE_PERSONA,
         JobKind.EXTRACT_GRAPH,
         JobKind.INGEST,
+        JobKind.CONSOLIDATE,
     }
 )
 

@@ -23,6 +23,7 @@ from .results import (
     CleanupPreview,
     CleanupResult,
     CompressResult,
+    ConsolidateResult,
     ExportResult,
     ExtractFactsResult,
     ImportResult,
@@ -247,6 +248,15 @@ def result_body(result: JobResult | JobSkipped) -> dict[str, Any]:
         return extraction_body(result)
     if isinstance(result, IngestResult):
         return ingest_body(result)
+    if isinstance(result, ConsolidateResult):
+        return {
+            "consolidated": [
+                {"memory": memory_body(c.memory), "fragments": c.fragments}
+                for c in result.consolidated
+            ],
+            "count": len(result.consolidated),
+            "examined": result.examined,
+        }
     if isinstance(result, ProposalsResult):
         return {
             "proposals": [procedure_body(p) for p in result.proposals],

@@ -101,6 +101,18 @@ class IngestResult:
 
 
 @dataclass(frozen=True)
+class Consolidation:
+    memory: Memory  # the stable fact written
+    fragments: list[int]  # the memories it stands for, now superseded by it
+
+
+@dataclass(frozen=True)
+class ConsolidateResult:
+    consolidated: list[Consolidation]
+    examined: int  # memories read
+
+
+@dataclass(frozen=True)
 class ProposalsResult:
     proposals: list[Procedure]  # the rules proposed (status proposed), waiting to be accepted
     examined: int  # memories read
@@ -154,6 +166,7 @@ JobResult: TypeAlias = (
     | AutoRunSummary
     | IngestResult
     | ProposalsResult
+    | ConsolidateResult
     | JobReplayed
     | ExportResult
 )

@@ -64,6 +64,8 @@ __all__ = [
     "CleanupCandidate",
     "CleanupResult",
     "CompressResult",
+    "Consolidated",
+    "ConsolidationItem",
     "EntityRef",
     "Episode",
     "ExtractFactsResult",
@@ -444,6 +446,17 @@ class Procedure(TypedDict):
 
 class ProcedureList(TypedDict):
     procedures: list[Procedure]
+
+
+class ConsolidationItem(TypedDict):
+    memory: Memory  # the stable fact written
+    fragments: list[int]  # the memories it stands for, now superseded by it
+
+
+class Consolidated(TypedDict):
+    consolidated: list[ConsolidationItem]
+    count: int
+    examined: int
 
 
 class Proposals(TypedDict):
@@ -1195,6 +1208,16 @@ class _Endpoints:
     @_endpoint
     def delete_procedure(self, agent_id: str, procedure_id: int) -> _Call[dict[str, int]]:
         return _delete(f"/procedures/{quote(agent_id, safe='')}/{int(procedure_id)}")
+
+    @_endpoint
+    def consolidate(
+        self, agent_id: str, min_fragments: int = 3, max_memories: int = 200
+    ) -> _Call[Consolidated]:
+        """Fragments about one thing become one fact; the fragments are superseded, kept."""
+        return _post(
+            "/lifecycle/consolidate",
+            {"agent_id": agent_id, "min_fragments": min_fragments, "max_memories": max_memories},
+        )
 
     @_endpoint
     def propose_procedures(self, agent_id: str, min_repeats: int = 3) -> _Call[Proposals]:

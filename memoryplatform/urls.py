@@ -94,6 +94,7 @@ API_ROUTES: tuple[tuple[str, type[View], str], ...] = (
     ("graph/relations/<str:relation_id>", graph_apis.RelationDetailApi, "graph-relation-detail"),
     ("lifecycle/extract-graph", lifecycle_apis.ExtractGraphApi, "lifecycle-extract-graph"),
     ("jobs/<int:job_id>", lifecycle_apis.JobApi, "job-detail"),
+    ("lifecycle/consolidate", lifecycle_apis.ConsolidateApi, "lifecycle-consolidate"),
     (
         "lifecycle/propose-procedures",
         lifecycle_apis.ProposeProceduresApi,

@@ -18,6 +18,7 @@ archived: the next compress removes them without summarising them again.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -57,6 +58,8 @@ from ..results import (
     CleanupPreview,
     CleanupResult,
     CompressResult,
+    ConsolidateResult,
+    Consolidation,
     ExtractFactsResult,
     ProposalsResult,
     ScenesResult,
@@ -606,3 +609,59 @@ def propose_procedures(
         )
         known.append(rule)
     return ProposalsResult(proposals=proposals, examined=len(memories)), Usage(), "offline"
+
+
+def consolidate(
+    *,
+    team: Team,
+    agent_id: str,
+    min_fragments: int = 3,
+    max_memories: int = 200,
+    job_id: int | None = None,
+) -> tuple[ConsolidateResult, Usage, str]:
+    """Fragments about one thing become one stable fact (the engine's one-summary compress of
+    them); each fragment is superseded by it — kept, with its history, out of default search,
+    traceable from the fact's `metadata.consolidated_from`. Nothing is deleted. Groups are the
+    agent's live memories that say the same point (offline.repeated_points), `min_fragments` or
+    more; pinned memories and episodes are left as they are."""
+    memories = list(
+        Memory.objects.filter(
+            team=team,
+            scope=MemoryScope.PERSONAL,
+            agent_id=agent_id,
+            superseded_by__isnull=True,
+            pinned=False,
+        )
+        .exclude(category="episode")
+        .order_by("-created_at", "-id")[:max_memories]
+    )
+    engine = get_engine()
+    usage = Usage()
+    groups = repeated_points([m.content for m in memories], min_repeats=min_fragments)
+    done: list[Consolidation] = []
+    for _central, group in groups:
+        fragments = sorted((memories[i] for i in group), key=lambda m: (m.created_at, m.pk))
+        summaries, spent = engine.compress([m.content for m in fragments], 1)
+        usage = usage.add(spent)
+        if not summaries:
+            continue
+        summary = summaries[0]
+        with transaction.atomic():
+            fact, _ = memory_create(
+                team=team,
+                scope=MemoryScope.PERSONAL,
+                agent_id=agent_id,
+                content=summary.content,
+                importance=max([summary.importance, *(m.importance for m in fragments)]),
+                category=Counter(m.category for m in fragments).most_common(1)[0][0],
+                metadata={
+                    "source": "consolidation",
+                    "consolidated_from": [m.pk for m in fragments],
+                    "job_id": job_id,
+                },
+                enable_dedup=False,
+            )
+            for fragment in fragments:
+                memory_supersede(old=fragment, new=fact, actor=SYSTEM)
+        done.append(Consolidation(memory=fact, fragments=[m.pk for m in fragments]))
+    return ConsolidateResult(consolidated=done, examined=len(memories)), usage, engine.name

@@ -479,6 +479,10 @@ def _propose_procedures(c: JobContext) -> Outcome:
     )
 
 
+def _consolidate(c: JobContext) -> Outcome:
+    return operations.consolidate(team=c.team, agent_id=c.agent_id, job_id=c.job_id, **c.params)
+
+
 def _auto_run(c: JobContext) -> Outcome:
     return _auto_run_outcome(team=c.team, job_id=c.job_id)
 
@@ -501,6 +505,7 @@ HANDLERS: dict[str, JobHandler] = {
     JobKind.AUTO_RUN: _auto_run,
     JobKind.INGEST: _ingest,
     JobKind.PROPOSE_PROCEDURES: _propose_procedures,
+    JobKind.CONSOLIDATE: _consolidate,
     JobKind.EXPORT: _export,
 }
 

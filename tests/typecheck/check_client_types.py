@@ -14,6 +14,7 @@ from memoryplatform.client import (
     BatchResult,
     CleanupResult,
     CompressResult,
+    Consolidated,
     Episode,
     Health,
     ImportResult,
@@ -106,6 +107,7 @@ async def check_async(client: AsyncMemoryClient) -> None:
     assert_type(await client.export("a1"), JobAccepted)
     assert_type(await client.record_episode("a", "deploy", "success"), Episode)
     assert_type(await client.propose_procedures("a"), Proposals)
+    assert_type(await client.consolidate("a"), Consolidated)
     assert_type(await client.download_export(1), bytes)
     assert_type(await client.import_bundle(b""), ImportResult)
     assert_type(await client.get_profile("a"), Profile)
