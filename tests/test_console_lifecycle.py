@@ -135,6 +135,8 @@ class TestRunNow:
             ("cleanup", {"dry_run": "true"}, {"would_clean", "dry_run"}),
             ("cleanup", {"dry_run": "false", "max_age_days": "0"}, {"cleaned"}),
             ("extract-graph", {"agent_id": "coder"}, set()),
+            ("consolidate", {"agent_id": "coder"}, {"count", "examined"}),
+            ("propose-procedures", {"agent_id": "coder"}, {"count", "examined"}),
             ("auto-run", {}, {"actions"}),
         ],
     )

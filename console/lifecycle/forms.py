@@ -19,9 +19,11 @@ from lifecycle.apis import (
     AutoConfigInputSerializer,
     CleanupInputSerializer,
     CompressInputSerializer,
+    ConsolidateInputSerializer,
     ExtractFactsInputSerializer,
     ExtractGraphInputSerializer,
     PersonaInputSerializer,
+    ProposeProceduresInputSerializer,
 )
 from lifecycle.models import JobKind, JobStatus, JobTrigger
 
@@ -164,6 +166,22 @@ OPERATIONS: list[Operation] = [
         "Generate persona",
         "Build a persona from the agent's memories and scenarios.",
         PersonaInputSerializer,
+        True,
+    ),
+    Operation(
+        "consolidate",
+        "Consolidate",
+        "Merge fragments that say the same thing (3 or more) into one fact; the fragments are "
+        "superseded by it, not deleted.",
+        ConsolidateInputSerializer,
+        True,
+    ),
+    Operation(
+        "propose-procedures",
+        "Propose rules",
+        "Propose a rule for feedback the agent's memories repeat; it is followed only once "
+        "accepted (Agents' rules).",
+        ProposeProceduresInputSerializer,
         True,
     ),
     Operation(
