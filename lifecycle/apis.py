@@ -178,6 +178,9 @@ class AutoConfigOutputSerializer(serializers.Serializer):
     max_memories_per_run = serializers.IntegerField(
         help_text="an ingest writes at most this many memories per run_id (0 = unlimited)"
     )
+    consolidate_min_fragments = serializers.IntegerField(
+        help_text="after a fact extraction, consolidate groups of at least this many (0 = never)"
+    )
     configured = serializers.BooleanField(help_text="false: the defaults, never saved")
 
 
@@ -518,6 +521,12 @@ class AutoConfigInputSerializer(serializers.Serializer):
         help_text="fnmatch globs of agent ids (e.g. `bench-judge-*`): no automatic jobs for them",
     )
     max_memories_per_run = StrictIntegerField(required=False, min_value=0, max_value=100000)
+    consolidate_min_fragments = StrictIntegerField(required=False, min_value=0, max_value=50)
+
+    def validate_consolidate_min_fragments(self, value: int) -> int:
+        if value == 1:
+            raise serializers.ValidationError("0 (never) or at least 2 fragments.")
+        return value
 
 
 class AutoConfigApi(APIView):

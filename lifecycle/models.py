@@ -72,6 +72,8 @@ class PipelineConfig(models.Model):
     excluded_agents = models.JSONField(default=list, blank=True)
     # An ingest writes at most this many memories per run (session); 0 = unlimited.
     max_memories_per_run = models.PositiveIntegerField(default=0)
+    # After a fact extraction, consolidate groups of at least this many fragments (0 = never).
+    consolidate_min_fragments = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

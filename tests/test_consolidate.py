@@ -106,3 +106,30 @@ def test_consolidation_is_the_agents_own(team, agent, agent_api, other_api):
     assert error_code(
         agent_api.post("/lifecycle/consolidate", {"agent_id": "researcher", "min_fragments": 1})
     ) == ("VALIDATION_ERROR")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_team_setting_consolidates_after_each_fact_extraction(team, api):
+    from .test_lifecycle_api import working
+
+    bad = api.post("/lifecycle/auto-config", {"consolidate_min_fragments": 1})
+    assert error_code(bad) == "VALIDATION_ERROR"
+    api.post(
+        "/lifecycle/auto-config",
+        {
+            "compress_every_n": 0,
+            "scenario_min_interval_seconds": 0,
+            "persona_every_n": 0,
+            "consolidate_min_fragments": 3,
+        },
+    )
+    assert ok_data(api.get("/lifecycle/auto-config"))["consolidate_min_fragments"] == 3
+    # Fragments the agent already holds; a fact extraction of something else triggers the step.
+    _remember(team, FRAGMENTS)
+    working(api, "researcher", ["The user drinks green tea every morning."])
+    ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "researcher"}))
+    job = JobRun.objects.get(kind="consolidate")
+    assert (job.trigger, job.status, job.params) == ("auto", "succeeded", {"min_fragments": 3})
+    fact = Memory.objects.get(metadata__source="consolidation")
+    assert len(fact.metadata["consolidated_from"]) == 3
+    assert Memory.objects.filter(superseded_by=fact).count() == 3

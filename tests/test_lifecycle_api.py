@@ -399,6 +399,7 @@ class TestAutoConfig:
             "persona_every_n": 50,
             "excluded_agents": [],
             "max_memories_per_run": 0,
+            "consolidate_min_fragments": 0,
             "configured": False,
         }
         data = ok_data(

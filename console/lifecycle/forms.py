@@ -42,6 +42,7 @@ LABELS = {
     "persona_every_n": "Persona after every N new memories (0 = never)",
     "excluded_agents": "Excluded agents (globs, comma-separated)",
     "max_memories_per_run": "Ingest: max memories per run (0 = unlimited)",
+    "consolidate_min_fragments": "Consolidate groups of N fragments after extraction (0 = never)",
     "target_count": "Summaries",
     "max_memories": "Max memories",
     "max_items": "Max items",

@@ -56,6 +56,7 @@ CONFIG_FIELDS = (
     "persona_every_n",
     "excluded_agents",
     "max_memories_per_run",
+    "consolidate_min_fragments",
 )
 
 # The idle scan (beat) queues at most this many compresses per run; the next run takes the rest.
@@ -270,6 +271,7 @@ def follow_ups(*, team: Team, agent_id: str, new_memories: int, extraction: bool
     * aggregate-scenes, after a fact extraction (`extraction`: extract-facts or ingest), unless
       one was created for the agent within `scenario_min_interval_seconds` (whatever its
       trigger or outcome: a failing LLM is not asked again before the interval);
+    * consolidate, after a fact extraction, when `consolidate_min_fragments` is set (≥ 2);
     * generate-persona, once the agent has `persona_every_n` personal memories newer than its
       latest persona (all of them for a first persona).
 
@@ -284,6 +286,11 @@ def follow_ups(*, team: Team, agent_id: str, new_memories: int, extraction: bool
     ):
         return []
     wanted: list[str] = []
+    params: dict[str, dict[str, Any]] = {}
+    if extraction and config.consolidate_min_fragments >= 2:
+        # Before the scenes: they then group the consolidated facts, not their fragments.
+        wanted.append(JobKind.CONSOLIDATE)
+        params[JobKind.CONSOLIDATE] = {"min_fragments": config.consolidate_min_fragments}
     if extraction and config.scenario_min_interval_seconds > 0:
         since = timezone.now() - timedelta(seconds=config.scenario_min_interval_seconds)
         if not JobRun.objects.filter(
@@ -311,6 +318,7 @@ def follow_ups(*, team: Team, agent_id: str, new_memories: int, extraction: bool
             kind=kind,
             trigger="auto",
             agent_id=agent_id,
+            params=params.get(kind, {}),
             active_key=f"{kind}:{team.id}:{agent_id}",
         )
         if job is not None:
