@@ -26,6 +26,7 @@ from memories.models import Memory, TrashedMemory
 from tenants.services import mcp_token_revoke
 
 from .factories import AgentFactory, EntityFactory, McpTokenFactory, RelationFactory, TeamFactory
+from .helpers import inside_one_rate_window
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parent.parent
@@ -292,6 +293,7 @@ def test_rate_limit_counts_each_request(mcp_url, team_a):
     token = McpTokenFactory(team=team_a, rate_limit=2).token
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+    inside_one_rate_window()
     answers = [httpx2.post(mcp_url, json=body, headers=headers) for _ in range(3)]
     assert [r.status_code for r in answers] == [200, 200, 429]
     assert answers[2].json()["code"] == "RATE_LIMITED" and answers[2].headers["Retry-After"]
