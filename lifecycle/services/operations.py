@@ -34,6 +34,7 @@ from lifecycle.models import ArchiveReason, JobKind, JobRun, Persona, Scenario, 
 from lifecycle.offline import REPEAT_THRESHOLD, repeated_points, similarity_matrix
 from lifecycle.schemas import Fact
 from llm import Usage
+from memories import locks
 from memories.models import Memory, MemoryScope, Procedure, ProcedureStatus
 from memories.profile import profile_fields_in
 from memories.purge import memories_trash
@@ -646,7 +647,16 @@ def consolidate(
         if not summaries:
             continue
         summary = summaries[0]
+        locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
         with transaction.atomic():
+            # Two consolidations of one agent at once (a manual run beside an automatic one):
+            # the second waits here, then finds the fragments superseded and writes nothing.
+            locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+            live = Memory.objects.filter(
+                pk__in=[m.pk for m in fragments], superseded_by__isnull=True
+            ).count()
+            if live < len(fragments):
+                continue
             fact, _ = memory_create(
                 team=team,
                 scope=MemoryScope.PERSONAL,
