@@ -215,6 +215,13 @@ async def memory_search(
         ),
     ] = None,
     agent_id: AgentId = None,
+    include_cold: Annotated[
+        bool,
+        Field(
+            description="Also search cold memories (long idle, out of everyday search); one "
+            "found this way is in use again."
+        ),
+    ] = False,
 ) -> dict[str, Any]:
     """Hybrid (semantic + keyword) search of the agent's personal memories, best first, each
     with a score 0..1. A team-wide token naming no agent searches the team memories."""
@@ -227,6 +234,7 @@ async def memory_search(
         include_shared=include_shared,
         filters=filters,
         agent_id=agent_id,
+        include_cold=include_cold,
     )
 
 

@@ -140,12 +140,16 @@ def memory_search(
     include_shared: bool = False,
     filters: dict[str, Any] | None = None,
     agent_id: str | None = None,
+    include_cold: bool = False,
 ) -> dict[str, Any]:
     """POST /memories/personal/search for the acting agent (its personal memories, plus the
     team's with include_team); a team-wide token naming no agent searches the team memories
     (POST /memories/team/search)."""
     agent = acting_agent_for(principal, agent_id, required=False)
-    fields = _given(query=query, limit=limit, min_score=min_score, filters=filters)
+    fields = {
+        **_given(query=query, limit=limit, min_score=min_score, filters=filters),
+        "include_cold": include_cold,
+    }
     if agent:
         scope = MemoryScope.PERSONAL
         data = _valid(

@@ -132,10 +132,17 @@ class GeneratePersonaOutputSerializer(serializers.Serializer):
 
 class CleanupCandidateSerializer(MemoryOutputSerializer):
     reason = serializers.CharField()
+    action = serializers.ChoiceField(
+        choices=["cold", "trash", "wait"],
+        help_text="cold: goes cold first; trash: cold for CLEANUP_COLD_GRACE_DAYS, goes to the "
+        "trash; wait: cold, still within the grace period",
+    )
 
 
 class CleanupOutputSerializer(serializers.Serializer):
-    cleaned = serializers.IntegerField(help_text="memories forgotten (0 on a dry run)")
+    cleaned = serializers.IntegerField(
+        help_text="memories moved to the trash (0 on a dry run); see `cooled` for the first step"
+    )
     remaining = serializers.IntegerField(help_text="memories left in the cleaned scope")
     trashed = serializers.ListField(
         child=serializers.IntegerField(),
@@ -143,8 +150,20 @@ class CleanupOutputSerializer(serializers.Serializer):
         help_text="not on a dry run: ids of the memories moved to the trash (GET /memories/trash;"
         " restorable for TRASH_RETENTION_DAYS)",
     )
+    cooled = serializers.ListField(
+        child=serializers.IntegerField(),
+        required=False,
+        help_text="not on a dry run: ids of the memories moved to the cold tier (the ladder's "
+        "first step: out of everyday search, kept; trashed by a cleanup once cold for "
+        "CLEANUP_COLD_GRACE_DAYS)",
+    )
     dry_run = serializers.BooleanField(required=False, help_text="dry runs only: true")
-    would_clean = serializers.IntegerField(required=False, help_text="dry runs only")
+    would_clean = serializers.IntegerField(
+        required=False, help_text="dry runs only: how many would go to the trash"
+    )
+    would_cool = serializers.IntegerField(
+        required=False, help_text="dry runs only: how many would go cold"
+    )
     candidates = CleanupCandidateSerializer(
         many=True, required=False, help_text="dry runs only: at most 1000, least important first"
     )

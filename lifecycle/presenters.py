@@ -169,7 +169,12 @@ def scenes_body(r: ScenesResult) -> dict[str, Any]:
 
 
 def cleanup_body(r: CleanupResult) -> dict[str, Any]:
-    return {"cleaned": r.cleaned, "remaining": r.remaining, "trashed": r.trashed}
+    return {
+        "cleaned": r.cleaned,
+        "remaining": r.remaining,
+        "trashed": r.trashed,
+        "cooled": r.cooled,
+    }
 
 
 def cleanup_preview_body(r: CleanupPreview) -> dict[str, Any]:
@@ -178,7 +183,10 @@ def cleanup_preview_body(r: CleanupPreview) -> dict[str, Any]:
         "remaining": r.remaining,
         "dry_run": True,
         "would_clean": r.would_clean,
-        "candidates": [{**memory_body(c.memory), "reason": c.reason} for c in r.candidates],
+        "would_cool": r.would_cool,
+        "candidates": [
+            {**memory_body(c.memory), "reason": c.reason, "action": c.action} for c in r.candidates
+        ],
     }
 
 

@@ -44,6 +44,10 @@ class ScenesResult:
 class CleanupCandidate:
     memory: Memory
     reason: str
+    # What this cleanup does with it (the ladder, docs/lifecycle.md "Tiers"): "cold" (out of
+    # everyday search), "trash" (cold for CLEANUP_COLD_GRACE_DAYS already) or "wait" (cold,
+    # still within the grace period).
+    action: str = "trash"
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,9 @@ class CleanupPreview:
     """A dry-run cleanup: what it would forget (at most 1000 candidates listed)."""
 
     remaining: int  # memories in scope
-    would_clean: int
+    would_clean: int  # would go to the trash
     candidates: list[CleanupCandidate]
+    would_cool: int = 0  # would go cold
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class CleanupResult:
     cleaned: int
     remaining: int
     trashed: list[int]  # the ids moved to the trash
+    cooled: list[int] = field(default_factory=list)  # the ids moved to the cold tier
 
 
 @dataclass(frozen=True)

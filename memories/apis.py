@@ -31,11 +31,12 @@ from tenants.models import Team
 from tenants.services import agent_register
 from tenants.usage import KIND_WRITE, usage_record
 
-from . import presenters, purge, selectors, services
+from . import presenters, purge, selectors, services, tiers
 from .filters import FilterError, parse_filters, with_run_id
 from .models import (
     Memory,
     MemoryScope,
+    MemoryTier,
     ProcedureStatus,
     ProfileSource,
     RemovedBy,
@@ -85,6 +86,10 @@ class MemoryOutputSerializer(MemoryFieldsSerializer):
     updated_at = serializers.DateTimeField()
     last_accessed = serializers.DateTimeField(allow_null=True)
     access_count = serializers.IntegerField()
+    tier = serializers.ChoiceField(
+        choices=MemoryTier.choices,
+        help_text="hot / warm in search; cold only with include_cold (docs/lifecycle.md, Tiers)",
+    )
     superseded_by = serializers.IntegerField(
         required=False, help_text="only on a memory replaced by a newer one"
     )
@@ -148,6 +153,9 @@ class _SearchBase(serializers.Serializer):
         help_text="only memories written in this run (session)",
     )
     include_entities = StrictBooleanField(required=False, default=False)
+    # Cold memories (memories.tiers) are out of everyday search; a cold one returned here
+    # becomes hot again.
+    include_cold = StrictBooleanField(required=False, default=False)
 
     def validate_filters(self, value: dict[str, Any]) -> dict[str, Any]:
         # Legacy keys and operators ($eq … $lte, $and / $or): memories/filters.py.
@@ -284,6 +292,7 @@ def search_query(
         filters=data["filters"],
         include_shared=data.get("include_shared", False),
         include_team=data.get("include_team", False),
+        include_cold=data.get("include_cold", False),
     )
 
 
@@ -774,10 +783,15 @@ class MemoryReadApi(APIView):
         errors=(403, 404),
         summary="One memory, personal or team, by id",
         description="With `pinned`, `superseded_by` (null when current) and `source`. Reading "
-        "does not count as a recall.",
+        "does not count as a recall, but a cold memory read by id becomes hot again (its "
+        "`last_accessed` is set, so the tiering keeps it hot).",
     )
     def get(self, request: Request, memory_id: int) -> Response:
-        return Response(presenters.memory_detail_body(_readable(request, memory_id)))
+        memory = _readable(request, memory_id)
+        if memory.tier == MemoryTier.COLD:
+            tiers.memories_promote(team=memory.team, memory_ids=[memory.pk])
+            memory.refresh_from_db()
+        return Response(presenters.memory_detail_body(memory))
 
 
 class MemoryHistoryApi(APIView):

@@ -5,7 +5,7 @@
     {"$or": [{"category": {"$in": ["rule", "preference"]}}, {"metadata.source": "demo"}]}
     {"created_at": {"$lt": "2026-01-01T00:00:00Z"}, "metadata.priority": {"$gt": 2}}
 
-Fields: `importance`, `created_at`, `category`, `run_id` and `metadata.<key>`. Operators: `$eq`, `$ne`,
+Fields: `importance`, `created_at`, `category`, `run_id`, `tier` and `metadata.<key>`. Operators: `$eq`, `$ne`,
 `$in`, `$nin`, `$gt`, `$gte`, `$lt`, `$lte`; a bare value means `$eq`. `parse_filters` checks a
 filter completely (an unknown operator or field is a `FilterError` naming it, which the API
 answers with 400); `filters_q` turns a checked filter into a Q that the caller ANDs with the
@@ -23,7 +23,7 @@ from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 
 LEGACY_KEYS = {"category", "metadata", "created_after", "created_before"}
-FIELDS = {"importance", "created_at", "category", "run_id"}
+FIELDS = {"importance", "created_at", "category", "run_id", "tier"}
 OPERATORS = {"$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte"}
 _ORDERING = {"$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
 # A metadata key is a name, never a lookup path ("a__contains" would be one for the ORM).
@@ -104,7 +104,7 @@ def _parse_node(node: Mapping[str, Any], *, depth: int) -> dict[str, Any]:
             out[key] = _parse_condition(key, value)
         else:
             raise FilterError(
-                f"Unknown filter {key} (fields: importance, created_at, category, run_id, "
+                f"Unknown filter {key} (fields: importance, created_at, category, run_id, tier, "
                 "metadata.<key>; also category, metadata, created_after, created_before)."
             )
     return out
@@ -138,7 +138,7 @@ def _operand(field: str, op: str, value: Any) -> Any:
         return float(value)
     if field == "created_at":
         return _datetime(field, value)
-    if field in ("category", "run_id") and not isinstance(value, str):
+    if field in ("category", "run_id", "tier") and not isinstance(value, str):
         raise FilterError(f"{field}: {op} takes a string.")
     if op in _ORDERING and (isinstance(value, bool) or value is None):
         raise FilterError(f"{field}: {op} takes a number or a string.")

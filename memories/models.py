@@ -34,6 +34,15 @@ class PurgeStatus(models.TextChoices):
     CHANGED = "changed", "changed"  # the set changed since the preview: nothing was purged
 
 
+class MemoryTier(models.TextChoices):
+    """Where a memory lives (docs/lifecycle.md, "Tiers"): hot and warm are in the search index,
+    cold is kept in the database only — out of everyday search, found with `include_cold`."""
+
+    HOT = "hot", "hot"  # recently active, important, pinned
+    WARM = "warm", "warm"  # online, rarely asked for
+    COLD = "cold", "cold"  # long idle: out of the in-memory index until asked for
+
+
 class RemovedBy(models.TextChoices):
     """Which path removed a memory into the trash (TrashedMemory.removed_by)."""
 
@@ -72,6 +81,10 @@ class Memory(models.Model):
     # The agent's session ("run") the memory was written in, when the writer said so (an ingested
     # conversation, or a create body's `run_id`): search and list filter on it.
     run_id = models.CharField(max_length=64, blank=True, default="")
+    # Hot / warm / cold (memories.tiers): moved by the tiering task and cleanup, back to hot when
+    # an agent asks for it. `tier_changed_at` dates the move (cleanup's cold grace period).
+    tier = models.CharField(max_length=8, choices=MemoryTier.choices, default=MemoryTier.HOT)
+    tier_changed_at = models.DateTimeField(null=True, blank=True)
     # Set when a newer fact replaced this one (lifecycle); superseded memories stay for history
     # but are left out of default search.
     superseded_by = models.ForeignKey(
@@ -94,6 +107,9 @@ class Memory(models.Model):
                 condition=models.Q(importance__gte=0.0, importance__lte=1.0),
                 name="mem_importance_range",
             ),
+            models.CheckConstraint(
+                condition=models.Q(tier__in=MemoryTier.values), name="mem_tier_valid"
+            ),
         ]
         indexes = [
             # recent: newest first within one scope
@@ -104,6 +120,8 @@ class Memory(models.Model):
             models.Index(fields=["team", "scope", "last_accessed"], name="mem_idle"),
             # the run_id filter of list and search
             models.Index(fields=["team", "run_id"], name="mem_run"),
+            # cold memories of a scope (include_cold search) and per-tier counts
+            models.Index(fields=["team", "scope", "agent_id", "tier"], name="mem_tier"),
         ]
 
     def __str__(self) -> str:

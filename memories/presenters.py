@@ -46,6 +46,7 @@ def memory_body(
         "updated_at": iso(m.updated_at),
         "last_accessed": iso(m.last_accessed),
         "access_count": m.access_count,
+        "tier": m.tier,
     }
     if m.superseded_by_id is not None:
         data["superseded_by"] = m.superseded_by_id

@@ -17,6 +17,7 @@ from .models import (
     MemoryRevision,
     MemoryScope,
     MemoryShare,
+    MemoryTier,
     Procedure,
     ProfileField,
     ProfileRevision,
@@ -75,9 +76,13 @@ def memory_recent(
     agent_id: str,
     limit: int,
     filters: Mapping[str, Any] | None = None,
+    include_cold: bool = False,
 ) -> list[Memory]:
-    """The scope's newest live memories first (what an empty search query returns)."""
+    """The scope's newest live memories first (what an empty search query returns); cold ones
+    (memories.tiers) only with `include_cold`."""
     qs = Memory.objects.filter(team=team, scope=scope, superseded_by__isnull=True)
+    if not include_cold:
+        qs = qs.exclude(tier=MemoryTier.COLD)
     if scope == MemoryScope.PERSONAL:
         qs = qs.filter(agent_id=agent_id)
     if filters:
@@ -92,6 +97,17 @@ def personal_owners(*, team: Team) -> list[str]:
         .values_list("agent_id", flat=True)
         .distinct()
     )
+
+
+def tier_counts(*, team: Team, agent_id: str | None = None) -> dict[str, int]:
+    """Live memories per tier (memories.tiers), the team's or one agent's: the console."""
+    qs = Memory.objects.filter(team=team, superseded_by__isnull=True)
+    if agent_id is not None:
+        qs = qs.filter(agent_id=agent_id)
+    counts = dict.fromkeys(MemoryTier.values, 0)
+    for row in qs.values("tier").annotate(n=Count("id")):
+        counts[row["tier"]] = row["n"]
+    return counts
 
 
 def memory_counts(*, team: Team) -> dict[str, int]:
@@ -153,6 +169,7 @@ def memory_review_queryset(
     idle_days: int | None = None,
     pinned: bool | None = None,
     superseded: bool | None = False,
+    tier: str = "",
 ) -> QuerySet[Memory]:
     """The team's memories matching the console's filters, newest first (vectors not loaded).
 
@@ -177,6 +194,8 @@ def memory_review_queryset(
         qs = qs.filter(metadata__source=source)
     if category:
         qs = qs.filter(category=category)
+    if tier:
+        qs = qs.filter(tier=tier)
     if importance_min is not None:
         qs = qs.filter(importance__gte=importance_min)
     if importance_max is not None:

@@ -20,12 +20,13 @@ from tenants.models import ApiKey, Team
 from tenants.services import agent_register
 from tenants.usage import KIND_SEARCH, usage_record
 
-from . import locks
+from . import locks, tiers
 from .models import (
     Memory,
     MemoryRevision,
     MemoryScope,
     MemoryShare,
+    MemoryTier,
     Procedure,
     ProcedureStatus,
     ProfileField,
@@ -180,6 +181,12 @@ def memory_create(
                 related=related,
             )
             if hit is not None:
+                if hit.memory.tier == MemoryTier.COLD:
+                    # Said again (the exact text of a cold memory, which near-duplicate search
+                    # cannot see): in use again, so back in everyday search — a skipped write
+                    # must never leave what it said unfindable.
+                    tiers.memories_promote(team=team, memory_ids=[hit.memory.pk])
+                    hit.memory.refresh_from_db()
                 WRITE_LATENCY.labels(outcome="dedup_skipped").observe(time.perf_counter() - start)
                 return hit.memory, hit
             if related:
@@ -426,7 +433,8 @@ def memory_recall(
 ) -> list[SearchHit]:
     """An agent's search: the hits of `memory_search`, recorded as recalled.
 
-    Touches only what was returned at or above the effective min_score = max(query.min_score,
+    Touches (and brings back to hot, if cold) only what was returned at or above the effective
+    min_score = max(query.min_score,
     SEARCH_TOUCH_MIN_SCORE): a min_score 0 search returns junk scoring 0.005, which must not look
     recalled and escape cleanup (docs/search.md, "Recall bookkeeping"). Most-recent results (an
     empty query) have no score and are all touched: an explicit fetch is a recall. Counts one
@@ -435,7 +443,13 @@ def memory_recall(
     with timed(SEARCH_LATENCY, mode=query.mode if query.text else "recent"):
         hits = memory_search(query)
     floor = max(query.min_score, settings.SEARCH_TOUCH_MIN_SCORE)
-    memories_touch(memory_ids=[h.memory.pk for h in hits if h.score is None or h.score >= floor])
+    touched = [h for h in hits if h.score is None or h.score >= floor]
+    memories_touch(memory_ids=[h.memory.pk for h in touched])
+    # A cold memory an agent was given (an include_cold search) is back in use: hot again.
+    tiers.memories_promote(
+        team=query.team,
+        memory_ids=[h.memory.pk for h in touched if h.memory.tier == MemoryTier.COLD],
+    )
     if count_usage:
         usage_record(team=query.team, agent_id=acting_agent or query.agent_id, kind=KIND_SEARCH)
     if include_entities:

@@ -25,3 +25,11 @@ def empty_expired_trash() -> int:
     from .purge import trash_empty_expired
 
     return trash_empty_expired()
+
+
+@shared_task(name="memories.retier_memories", ignore_result=True)
+def retier_memories() -> dict[str, int]:
+    """Hot / warm / cold by the tier rule (memories.tiers), every team; idempotent."""
+    from .tiers import memories_retier
+
+    return memories_retier().moves

@@ -47,6 +47,8 @@ app.conf.beat_schedule = {
     },
     # Purged memories past TRASH_RETENTION_DAYS (console purge trash, memories.purge).
     "empty-expired-trash": {"task": "memories.empty_expired_trash", "schedule": crontab(minute=41)},
+    # Hot / warm / cold tiers by idleness, importance and recalls (memories.tiers).
+    "retier-memories": {"task": "memories.retier_memories", "schedule": crontab(minute=47)},
     # Export bundles (ExportChunk rows) past EXPORT_RETENTION_HOURS (docs/export.md).
     "prune-exports": {"task": "lifecycle.prune_exports", "schedule": crontab(minute=29)},
     # Archive rows (L0) past ARCHIVE_RETENTION_DAYS; nothing while it is 0 (keep forever).

@@ -90,3 +90,18 @@ def inside_one_rate_window(seconds_needed: float = 10.0) -> None:
     left = window - time.time() % window
     if left < seconds_needed:
         time.sleep(left + 0.05)
+
+
+def long_cold(*ids: int) -> None:
+    """Puts memories in the cold tier since longer than CLEANUP_COLD_GRACE_DAYS: the ladder's
+    last step, so a cleanup that finds them candidates moves them to the trash (docs/lifecycle.md,
+    "Tiers")."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from memories.models import Memory, MemoryTier
+
+    since = timezone.now() - timedelta(days=settings.CLEANUP_COLD_GRACE_DAYS + 1)
+    Memory.objects.filter(pk__in=ids).update(tier=MemoryTier.COLD, tier_changed_at=since)

@@ -1,5 +1,5 @@
 """POST /lifecycle/consolidate: fragments about one thing become one stable fact; the fragments
-are superseded (kept, traceable), never deleted."""
+go cold (kept, traceable, found with include_cold), never deleted."""
 
 from __future__ import annotations
 
@@ -40,15 +40,15 @@ def test_fragments_become_one_fact_and_stay_traceable(team, api):
     assert fact.metadata["source"] == "consolidation"
     assert sorted(fact.metadata["consolidated_from"]) == sorted(m.pk for m in fragments)
     assert "short answers" in fact.content and fact.category == "preference"
-    # Nothing deleted: each fragment is superseded by the fact, with a revision.
+    # Nothing deleted: each fragment is cold and points at the fact, with a revision.
     for m in fragments:
         m.refresh_from_db()
-        assert m.superseded_by_id == fact.pk
-    assert ok_data(api.get(f"/memories/{fact.pk}/history"))["supersedes"] == sorted(
-        m.pk for m in fragments
-    )
+        assert (m.tier, m.metadata["consolidated_into"]) == ("cold", fact.pk)
+        assert m.superseded_by_id is None
+        history = ok_data(api.get(f"/memories/{m.pk}/history"))["revisions"]
+        assert history[-1]["after"]["metadata"]["consolidated_into"] == fact.pk
     other.refresh_from_db()
-    assert other.superseded_by_id is None
+    assert other.tier == "hot" and "consolidated_into" not in other.metadata
     # Search now finds the one fact, not three fragments.
     hits = ok_data(
         api.post(
@@ -58,6 +58,14 @@ def test_fragments_become_one_fact_and_stay_traceable(team, api):
     )
     assert fact.pk in [h["id"] for h in hits]
     assert not {m.pk for m in fragments} & {h["id"] for h in hits}
+    # The fragments are still found when asked for: an include_cold search.
+    cold_hits = ok_data(
+        api.post(
+            "/memories/personal/search",
+            {"agent_id": "researcher", "query": "short answers", "include_cold": True},
+        )
+    )
+    assert {m.pk for m in fragments} <= {h["id"] for h in cold_hits}
     job = JobRun.objects.get(kind="consolidate")
     assert (job.status, job.counts["count"]) == ("succeeded", 1)
     # Run again: nothing left to consolidate.
@@ -68,7 +76,7 @@ def test_too_few_fragments_pinned_memories_and_episodes_are_left_alone(team, api
     _remember(team, FRAGMENTS[:2])
     _remember(team, FRAGMENTS[2:], pinned=True)
     assert ok_data(api.post("/lifecycle/consolidate", {"agent_id": "researcher"}))["count"] == 0
-    assert not Memory.objects.filter(superseded_by__isnull=False).exists()
+    assert not Memory.objects.filter(tier="cold").exists()
 
 
 def test_the_llm_engine_writes_the_fact(team, api, fake_llm):
@@ -102,7 +110,7 @@ def test_consolidation_is_the_agents_own(team, agent, agent_api, other_api):
     assert (
         ok_data(other_api.post("/lifecycle/consolidate", {"agent_id": "researcher"}))["count"] == 0
     )
-    assert not Memory.objects.filter(superseded_by__isnull=False).exists()
+    assert not Memory.objects.filter(tier="cold").exists()
     assert error_code(
         agent_api.post("/lifecycle/consolidate", {"agent_id": "researcher", "min_fragments": 1})
     ) == ("VALIDATION_ERROR")
@@ -132,4 +140,4 @@ def test_a_team_setting_consolidates_after_each_fact_extraction(team, api):
     assert (job.trigger, job.status, job.params) == ("auto", "succeeded", {"min_fragments": 3})
     fact = Memory.objects.get(metadata__source="consolidation")
     assert len(fact.metadata["consolidated_from"]) == 3
-    assert Memory.objects.filter(superseded_by=fact).count() == 3
+    assert Memory.objects.filter(metadata__consolidated_into=fact.pk, tier="cold").count() == 3

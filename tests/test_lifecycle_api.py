@@ -11,7 +11,7 @@ from django.utils import timezone
 from lifecycle.models import JobRun, Persona, Scenario, WorkingArchive
 from memories.models import Memory, MemoryRevision
 
-from .helpers import error_code, ok_data
+from .helpers import error_code, long_cold, ok_data
 
 pytestmark = pytest.mark.django_db
 
@@ -348,6 +348,8 @@ class TestCleanup:
         assert Memory.objects.count() == 5
 
     def test_it_removes_only_unimportant_and_idle_never_pinned(self, manual, aged):
+        # Every memory cold for longer than the grace period: the ladder's last step.
+        long_cold(*aged.values())
         data = ok_data(
             manual.post("/lifecycle/cleanup", {"max_age_days": 90, "min_importance": 0.2})
         )
@@ -357,6 +359,7 @@ class TestCleanup:
         assert JobRun.objects.get(kind="cleanup").counts == {"cleaned": 2, "remaining": 3}
 
     def test_agent_scoped_cleanup(self, manual, aged):
+        long_cold(aged["old_low"], aged["other_agent"])
         data = ok_data(
             manual.post(
                 "/lifecycle/cleanup", {"max_age_days": 90, "min_importance": 0.2, "agent_id": "b"}
@@ -364,6 +367,61 @@ class TestCleanup:
         )
         assert data["cleaned"] == 1 and not Memory.objects.filter(pk=aged["other_agent"]).exists()
         assert Memory.objects.filter(pk=aged["old_low"]).exists()
+
+    def test_the_ladder_goes_cold_then_trash_after_the_grace_period(self, manual, aged, settings):
+        candidates = {aged["old_low"], aged["other_agent"]}
+        body = {"max_age_days": 90, "min_importance": 0.2}
+        preview = ok_data(manual.post("/lifecycle/cleanup", {**body, "dry_run": True}))
+        assert (preview["would_clean"], preview["would_cool"]) == (0, 2)
+        assert {c["action"] for c in preview["candidates"]} == {"cold"}
+        # First run: the candidates go cold, nothing is trashed, nothing else moves.
+        first = ok_data(manual.post("/lifecycle/cleanup", body))
+        assert first["cleaned"] == 0 and first["trashed"] == []
+        assert set(first["cooled"]) == candidates
+        tiers = dict(Memory.objects.values_list("pk", "tier"))
+        assert {pk for pk, tier in tiers.items() if tier == "cold"} == candidates
+        # Cold, out of everyday search; still there with include_cold.
+        hits = ok_data(
+            manual.post("/memories/personal/search", {"agent_id": "a", "query": "lunch note"})
+        )
+        assert aged["old_low"] not in {h["id"] for h in hits}
+        # Within the grace period a second run waits.
+        second = ok_data(manual.post("/lifecycle/cleanup", body))
+        assert second["cleaned"] == 0 and second["cooled"] == []
+        assert {
+            c["action"]
+            for c in ok_data(manual.post("/lifecycle/cleanup", {**body, "dry_run": True}))[
+                "candidates"
+            ]
+        } == {"wait"}
+        # Past it, the cold candidates go to the trash (restorable).
+        settings.CLEANUP_COLD_GRACE_DAYS = 0
+        third = ok_data(manual.post("/lifecycle/cleanup", body))
+        assert set(third["trashed"]) == candidates and third["cleaned"] == 2
+        assert not Memory.objects.filter(pk__in=candidates).exists()
+
+    def test_a_cold_memory_asked_for_leaves_the_ladder(self, manual, aged):
+        ok_data(manual.post("/lifecycle/cleanup", {"max_age_days": 90, "min_importance": 0.2}))
+        assert Memory.objects.get(pk=aged["old_low"]).tier == "cold"
+        hits = ok_data(
+            manual.post(
+                "/memories/personal/search",
+                {
+                    "agent_id": "a",
+                    "query": "old unimportant note about lunch",
+                    "include_cold": True,
+                },
+            )
+        )
+        assert hits[0]["id"] == aged["old_low"] and hits[0]["tier"] == "cold"
+        memory = Memory.objects.get(pk=aged["old_low"])
+        assert memory.tier == "hot" and memory.access_count == 1
+        long_cold(aged["other_agent"])
+        data = ok_data(
+            manual.post("/lifecycle/cleanup", {"max_age_days": 90, "min_importance": 0.2})
+        )
+        # Recalled just now: no longer idle, so no longer a candidate.
+        assert data["trashed"] == [aged["other_agent"]] and data["cooled"] == []
 
     def test_cleanup_never_touches_another_team(self, manual, aged, other_api):
         assert (

@@ -18,7 +18,7 @@ from lifecycle.services import jobs, pipeline
 from memories.models import Memory
 from memories.working import get_working_store
 
-from .helpers import ok_data
+from .helpers import long_cold, ok_data
 
 pytestmark = pytest.mark.django_db
 
@@ -181,6 +181,7 @@ class TestCommands:
             )
         )["id"]
         Memory.objects.filter(pk=mid).update(last_accessed=timezone.now() - timedelta(days=40))
+        long_cold(mid)  # the ladder's last step (docs/lifecycle.md, "Tiers")
         args = ["run_lifecycle", "--team", "team_a", "--op", "cleanup"]
         out = StringIO()
         # The team's defaults (idle 90 days, importance < 0.2) would not take it; these do.
@@ -211,6 +212,15 @@ class TestCommands:
             )
         )["id"]
         Memory.objects.filter(pk=mid).update(last_accessed=timezone.now() - timedelta(days=200))
+        args = ["--team", "team_a", "--max-age-days", "90", "--min-importance", "0.2"]
+        out = StringIO()
+        call_command("cleanup_memories", *args, stdout=out)
+        assert "dry run: 0 memories would go to the trash and 1 would go cold" in out.getvalue()
+        out = StringIO()
+        call_command("cleanup_memories", *args, "--apply", stdout=out)
+        assert "1 went cold" in out.getvalue()
+        assert Memory.objects.get(pk=mid).tier == "cold"
+        long_cold(mid)  # the grace period passed
         out = StringIO()
         call_command(
             "cleanup_memories",
@@ -223,7 +233,7 @@ class TestCommands:
             stdout=out,
         )
         assert (
-            "dry run: 1 memories would be deleted" in out.getvalue()
+            "dry run: 1 memories would go to the trash" in out.getvalue()
             and "stale trivia" in out.getvalue()
         )
         assert Memory.objects.filter(pk=mid).exists()
@@ -239,7 +249,8 @@ class TestCommands:
             "--apply",
             stdout=out,
         )
-        assert "deleted 1" in out.getvalue() and not Memory.objects.filter(pk=mid).exists()
+        assert "moved 1 memories to the trash" in out.getvalue()
+        assert not Memory.objects.filter(pk=mid).exists()
 
 
 @pytest.mark.django_db(transaction=True)

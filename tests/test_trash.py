@@ -15,7 +15,7 @@ from lifecycle.services import pipeline
 from memories.models import Memory, MemoryRevision, MemoryShare, TrashedMemory
 
 from .console_helpers import member_client
-from .helpers import error_code, ok_data
+from .helpers import error_code, long_cold, ok_data
 
 pytestmark = pytest.mark.django_db
 
@@ -57,10 +57,12 @@ def manual(api):
 
 @pytest.fixture
 def stale(manual):
-    """One unimportant, idle personal memory (a cleanup candidate) and one that is not."""
+    """One unimportant, idle personal memory (a cleanup candidate, cold for longer than the
+    ladder's grace period) and one that is not."""
     old = write(manual, "stale trivia about the cafeteria menu", importance=0.1)
     keep = write(manual, "the backup rule that must stay", importance=0.9)
     age(old, keep)
+    long_cold(old)
     return {"old": old, "keep": keep}
 
 

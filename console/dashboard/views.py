@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from console import access
+from memories import selectors as memory_selectors
 from tenants.models import Team
 from tenants.usage import usage_flush
 
@@ -85,6 +86,7 @@ def build_charts(*, team: Team, days: int, mode: str) -> dict[str, Any]:
         values=[s + w for _, s, w in by_activity],
     )
     stored = {k: mem.scope_before.get(k, 0) + sum(v) for k, v in mem.by_scope_daily.items()}
+    tiers = memory_selectors.tier_counts(team=team)
     return {
         "charts": [
             memory_scope,
@@ -98,6 +100,9 @@ def build_charts(*, team: Team, days: int, mode: str) -> dict[str, Any]:
             "memories": sum(stored.values()),
             "personal": stored.get("personal", 0),
             "team_memories": stored.get("team", 0),
+            "hot": tiers["hot"],
+            "warm": tiers["warm"],
+            "cold": tiers["cold"],
             "searches": sum(usage.searches),
             "writes": sum(usage.writes),
             "jobs": sum(jobs.succeeded) + sum(jobs.failed) + sum(jobs.other),

@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
-from memories.models import MemoryScope, SharePermission
+from memories.models import MemoryScope, MemoryTier, SharePermission
 
 ALL = [("", "all")]
 PERMISSIONS = SharePermission.choices
@@ -52,6 +52,7 @@ class FilterForm(forms.Form):
     scope = forms.ChoiceField(required=False, choices=ALL + MemoryScope.choices)
     source = forms.ChoiceField(required=False)
     category = forms.ChoiceField(required=False)
+    tier = forms.ChoiceField(required=False, choices=ALL + MemoryTier.choices)
     importance_min = _importance(required=False, label="importance ≥")
     importance_max = _importance(required=False, label="importance ≤")
     idle_days = forms.IntegerField(
@@ -86,6 +87,7 @@ class FilterForm(forms.Form):
             "scope": d.get("scope") or "",
             "source": d.get("source") or "",
             "category": d.get("category") or "",
+            "tier": d.get("tier") or "",
             "importance_min": d.get("importance_min"),
             "importance_max": d.get("importance_max"),
             "idle_days": d.get("idle_days"),

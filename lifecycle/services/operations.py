@@ -22,9 +22,10 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -35,7 +36,7 @@ from lifecycle.offline import REPEAT_THRESHOLD, repeated_points, similarity_matr
 from lifecycle.schemas import Fact
 from llm import Usage
 from memories import locks
-from memories.models import Memory, MemoryScope, Procedure, ProcedureStatus
+from memories.models import Memory, MemoryScope, MemoryTier, Procedure, ProcedureStatus
 from memories.profile import profile_fields_in
 from memories.purge import memories_trash
 from memories.retrieval.dedup import conflict_reason, preference_terms
@@ -47,9 +48,11 @@ from memories.services import (
     memory_create,
     memory_find_similar,
     memory_supersede,
+    memory_update,
     procedure_create,
     profile_learn,
 )
+from memories.tiers import memories_set_tier
 from memories.working import WorkingItem, get_working_store
 from tenants.models import Team
 
@@ -492,6 +495,26 @@ def _cleanup_scope(team: Team, agent_id: str | None) -> QuerySet[Memory]:
     return qs
 
 
+def _ladder_step(memory: Memory, ready_before: datetime) -> str:
+    """What the cleanup ladder does with a candidate: cold first; the trash once it has been
+    cold for CLEANUP_COLD_GRACE_DAYS (docs/lifecycle.md, "Tiers")."""
+    if memory.tier != MemoryTier.COLD:
+        return "cold"
+    if memory.tier_changed_at is None or memory.tier_changed_at <= ready_before:
+        return "trash"
+    return "wait"
+
+
+def _cold_ready_before() -> datetime:
+    return timezone.now() - timedelta(days=settings.CLEANUP_COLD_GRACE_DAYS)
+
+
+def _ready_q(ready_before: datetime) -> Q:
+    return Q(tier=MemoryTier.COLD) & (
+        Q(tier_changed_at__isnull=True) | Q(tier_changed_at__lte=ready_before)
+    )
+
+
 def cleanup_preview(
     *,
     team: Team,
@@ -499,19 +522,23 @@ def cleanup_preview(
     min_importance: float = 0.2,
     agent_id: str | None = None,
 ) -> CleanupPreview:
-    """What `cleanup` would forget (reads only): the first 1000, least important first."""
+    """What `cleanup` would do (reads only): the first 1000 candidates, least important first,
+    each with its ladder step."""
     qs = _cleanup_queryset(team, max_age_days, min_importance, agent_id)
+    ready_before = _cold_ready_before()
     candidates = [
         CleanupCandidate(
             memory=m,
             reason=f"importance {m.importance:g} < {min_importance:g} and "
             f"not accessed for more than {max_age_days} days",
+            action=_ladder_step(m, ready_before),
         )
         for m in qs.order_by("importance", "id")[:1000]
     ]
     return CleanupPreview(
         remaining=_cleanup_scope(team, agent_id).count(),
-        would_clean=qs.count(),
+        would_clean=qs.filter(_ready_q(ready_before)).count(),
+        would_cool=qs.exclude(tier=MemoryTier.COLD).count(),
         candidates=candidates,
     )
 
@@ -526,12 +553,16 @@ def cleanup(
     job_id: int | None = None,
     removed_by: str | None = None,
 ) -> tuple[CleanupResult | CleanupPreview, Usage, str]:
-    """Forgets memories that are both unimportant and idle; pinned ones never.
+    """Forgets memories that are both unimportant and idle, by a ladder; pinned ones never.
 
-    Forgotten memories go to the trash (restorable for TRASH_RETENTION_DAYS); `trashed` lists
-    their ids. `removed_by` says which path ran it (auto-run passes "auto"); without it, it
-    follows the job's trigger: api -> "cleanup", beat -> "beat", command -> "command".
-    `dry_run` forgets nothing and returns `cleanup_preview`.
+    A candidate that is not cold yet goes cold (out of everyday search and of the in-memory
+    index, kept: `cooled` lists them); one that has been cold for CLEANUP_COLD_GRACE_DAYS goes
+    to the trash (restorable for TRASH_RETENTION_DAYS; `trashed` lists them), and the trash is
+    emptied after that. So nothing goes from "in use" to "gone" in one step, and a memory an
+    agent asks for again on the way (an include_cold search, a read by id) is hot again and no
+    longer a candidate. `removed_by` says which path ran it (auto-run passes "auto"); without
+    it, it follows the job's trigger: api -> "cleanup", beat -> "beat", command -> "command".
+    `dry_run` changes nothing and returns `cleanup_preview`.
     """
     if dry_run:
         preview = cleanup_preview(
@@ -550,19 +581,34 @@ def cleanup(
         removed_by = CLEANUP_REMOVED_BY.get(trigger or "", "cleanup")
     reason = (
         f"cleanup: importance < {min_importance:g} and not accessed for more than "
-        f"{max_age_days} days" + (f" (job #{job_id})" if job_id else "")
+        f"{max_age_days} days, cold for {settings.CLEANUP_COLD_GRACE_DAYS} days"
+        + (f" (job #{job_id})" if job_id else "")
     )
-    ids = list(qs.order_by("id").values_list("pk", flat=True))
+    # Read both sets before changing anything: what goes cold now is not trashed by this run.
+    ready = qs.filter(_ready_q(_cold_ready_before()))
+    ids = list(ready.order_by("id").values_list("pk", flat=True))
+    cool = list(qs.exclude(tier=MemoryTier.COLD).order_by("id").values_list("pk", flat=True))
     trashed: list[int] = []
     # In chunks: each loads the rows with their vectors to snapshot them into the trash.
     for start in range(0, len(ids), CLEANUP_CHUNK):
         trashed += memories_trash(
             team=team,
-            memories=list(qs.filter(pk__in=ids[start : start + CLEANUP_CHUNK])),
+            memories=list(ready.filter(pk__in=ids[start : start + CLEANUP_CHUNK])),
             removed_by=removed_by,
             reason=reason,
         )
-    result = CleanupResult(cleaned=len(trashed), remaining=scope_qs.count(), trashed=trashed)
+    cooled: list[int] = []
+    for start in range(0, len(cool), CLEANUP_CHUNK):
+        chunk = cool[start : start + CLEANUP_CHUNK]
+        # Still candidates (not recalled, pinned or re-weighted in between): checked again.
+        still = list(
+            qs.filter(pk__in=chunk).exclude(tier=MemoryTier.COLD).values_list("pk", flat=True)
+        )
+        memories_set_tier(team=team, memory_ids=still, tier=MemoryTier.COLD)
+        cooled += still
+    result = CleanupResult(
+        cleaned=len(trashed), remaining=scope_qs.count(), trashed=trashed, cooled=cooled
+    )
     return result, Usage(), "rules"
 
 
@@ -621,10 +667,11 @@ def consolidate(
     job_id: int | None = None,
 ) -> tuple[ConsolidateResult, Usage, str]:
     """Fragments about one thing become one stable fact (the engine's one-summary compress of
-    them); each fragment is superseded by it — kept, with its history, out of default search,
-    traceable from the fact's `metadata.consolidated_from`. Nothing is deleted. Groups are the
-    agent's live memories that say the same point (offline.repeated_points), `min_fragments` or
-    more; pinned memories and episodes are left as they are."""
+    them); each fragment is demoted to the cold tier with `metadata.consolidated_into` = the
+    fact — kept, out of everyday search, found by an `include_cold` search, traceable both ways
+    (the fact's `metadata.consolidated_from` lists them). Nothing is deleted. Groups are the
+    agent's live, not cold memories that say the same point (offline.repeated_points),
+    `min_fragments` or more; pinned memories and episodes are left as they are."""
     memories = list(
         Memory.objects.filter(
             team=team,
@@ -634,6 +681,10 @@ def consolidate(
             pinned=False,
         )
         .exclude(category="episode")
+        .exclude(tier=MemoryTier.COLD)
+        # A fragment already consolidated (then asked for, hot again) stays out: its fact
+        # holds the point.
+        .exclude(metadata__has_key="consolidated_into")
         .order_by("-created_at", "-id")[:max_memories]
     )
     engine = get_engine()
@@ -650,11 +701,13 @@ def consolidate(
         locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
         with transaction.atomic():
             # Two consolidations of one agent at once (a manual run beside an automatic one):
-            # the second waits here, then finds the fragments superseded and writes nothing.
+            # the second waits here, then finds the fragments cold and writes nothing.
             locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
-            live = Memory.objects.filter(
-                pk__in=[m.pk for m in fragments], superseded_by__isnull=True
-            ).count()
+            live = (
+                Memory.objects.filter(pk__in=[m.pk for m in fragments], superseded_by__isnull=True)
+                .exclude(tier=MemoryTier.COLD)
+                .count()
+            )
             if live < len(fragments):
                 continue
             fact, _ = memory_create(
@@ -672,6 +725,11 @@ def consolidate(
                 enable_dedup=False,
             )
             for fragment in fragments:
-                memory_supersede(old=fragment, new=fact, actor=SYSTEM)
+                memory_update(
+                    memory=fragment,
+                    actor=SYSTEM,
+                    metadata={**fragment.metadata, "consolidated_into": fact.pk},
+                )
+            memories_set_tier(team=team, memory_ids=[m.pk for m in fragments], tier=MemoryTier.COLD)
         done.append(Consolidation(memory=fact, fragments=[m.pk for m in fragments]))
     return ConsolidateResult(consolidated=done, examined=len(memories)), usage, engine.name

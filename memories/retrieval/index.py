@@ -41,7 +41,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from core.metrics import INDEX_LOADS, INDEX_MEMORIES, INDEX_SCOPES, timed
-from memories.models import IndexChange, Memory, MemoryScope
+from memories.models import IndexChange, Memory, MemoryScope, MemoryTier
 
 from .embeddings import Embedder, from_bytes
 from .text import is_cjk, tokenize, tokens_from_storage
@@ -63,7 +63,8 @@ class Row:
     content: str
     embedding: bytes | memoryview | None
     embedding_model: str
-    superseded: bool
+    # Superseded or cold (memories.tiers): kept in the database, not in this index.
+    hidden: bool
     search_tokens: str = ""
     created: float = 0.0  # created_at as a Unix timestamp (neighbours: SEARCH_NEIGHBOUR_SECONDS)
 
@@ -339,7 +340,7 @@ class ScopeIndex:
         fresh: list[Row] = []
         for row in {r.id: r for r in rows}.values():  # the last state of each memory wins
             self.remove(row.id)
-            if not row.superseded:  # superseded memories stay in the database, not in search
+            if not row.hidden:  # superseded and cold memories stay in the database only
                 fresh.append(row)
         if not fresh:
             return
@@ -623,7 +624,9 @@ class IndexRegistry:
             )
         )
         ix.last_change_id = max(ix.applied_changes, default=ix.change_floor)
-        qs = Memory.objects.filter(team_id=team_id, scope=scope, superseded_by__isnull=True)
+        qs = Memory.objects.filter(
+            team_id=team_id, scope=scope, superseded_by__isnull=True
+        ).exclude(tier=MemoryTier.COLD)
         if scope == MemoryScope.PERSONAL:
             qs = qs.filter(agent_id=agent_id)
         rows = qs.order_by("id").values_list(
@@ -677,6 +680,7 @@ class IndexRegistry:
                     "superseded_by_id",
                     "search_tokens",
                     "created_at",
+                    "tier",
                 )
             }
             if live_ids
@@ -690,7 +694,15 @@ class IndexRegistry:
                     ix.remove(mid)  # deleted (or gone since the change was logged)
                 else:
                     upserts.append(
-                        Row(r[0], r[1], r[2], r[3], r[4] is not None, r[5], r[6].timestamp())
+                        Row(
+                            r[0],
+                            r[1],
+                            r[2],
+                            r[3],
+                            r[4] is not None or r[7] == MemoryTier.COLD,
+                            r[5],
+                            r[6].timestamp(),
+                        )
                     )
             ix.upsert_many(upserts)
             ix.synced_at = now

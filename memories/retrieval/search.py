@@ -35,7 +35,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from memories import selectors
-from memories.models import Memory, MemoryScope
+from memories.models import Memory, MemoryScope, MemoryTier
 from tenants.models import Team
 
 from . import gloss, index
@@ -64,6 +64,8 @@ class SearchQuery:
     filters: Mapping[str, Any] = field(default_factory=dict)
     include_shared: bool = False
     include_team: bool = False
+    # Cold memories (memories.tiers) are out of everyday search; True searches them too.
+    include_cold: bool = False
 
 
 @dataclass
@@ -291,6 +293,65 @@ def _top_candidates(
         ]
 
 
+def _direct_candidates(
+    rows: Any,
+    qvec: np.ndarray | None,
+    qtokens: tuple[str, ...],
+    mode: str,
+    dense_weight: float,
+    query_cjk: bool = False,
+) -> list[Candidate]:
+    """Memories outside the in-memory index (shared with the agent, or cold), scored straight
+    from their rows: one matrix product for the dense side, and the plain share of the query
+    words present for the lexical side (too few documents, or documents outside the scope's
+    statistics, for a meaningful idf)."""
+    embedder = get_embedder()
+    items = list(rows.values_list("id", "content", "embedding", "embedding_model"))
+    if not items:
+        return []
+    dense_all = np.zeros(len(items), dtype=np.float32)
+    cjk = np.array([is_cjk(content) for _, content, _, _ in items], dtype=bool)
+    if qvec is not None:
+        usable = [
+            i
+            for i, (_, _, emb, model) in enumerate(items)
+            if emb and model == embedder.model_name and len(emb) == qvec.shape[0] * 4
+        ]
+        if usable:
+            matrix = np.vstack([from_bytes(items[i][2]) for i in usable])
+            raw = matrix @ qvec.astype(np.float32)
+            where = np.array(usable)
+            other = cjk[where] != query_cjk
+            dense_all[where] = np.where(
+                other, embedder.cross_score(raw, query_cjk=query_cjk), embedder.score(raw)
+            )
+    out = []
+    qset = set(qtokens)
+    words = gloss.alternatives(qtokens) if qtokens else []
+    weight = settings.SEARCH_XLING_LEXICAL_WEIGHT
+    for i, (mid, content, _, _) in enumerate(items):
+        dense = float(dense_all[i])
+        held = set(tokenize(content)) if qset else set()
+        lexical = len(qset & held) / len(qset) if qset else 0.0
+        score = (
+            dense
+            if mode == "vector"
+            else lexical
+            if mode == "keyword"
+            else float(fuse(np.array([dense]), np.array([lexical]), dense_weight)[0])
+        )
+        if mode == "hybrid" and bool(cjk[i]) != query_cjk:
+            # Cross-script, as in _score_candidates (a plain share of the query's words here).
+            across = dense
+            if weight > 0 and words and qvec is not None:
+                share = sum(1 for terms in words if terms & held) / len(words)
+                across = float(bridge(np.array([dense]), np.array([share]), weight)[0])
+            score = max(score, across)
+        if score > 0:
+            out.append(Candidate(mid, score, dense, lexical))
+    return out
+
+
 def _shared_candidates(
     team: Team,
     agent_id: str,
@@ -300,50 +361,40 @@ def _shared_candidates(
     dense_weight: float,
     filters: Mapping[str, Any],
     query_cjk: bool = False,
+    include_cold: bool = False,
 ) -> list[Candidate]:
     """Memories other agents shared with this one: few, so scored directly from their rows."""
     ids = selectors.shared_memory_ids(team=team, agent_id=agent_id)
     if not ids:
         return []
-    embedder = get_embedder()
     rows = Memory.objects.filter(
         Q(team=team, pk__in=ids, superseded_by__isnull=True) & selectors.memory_filters_q(filters)
     )
-    out = []
-    qset = set(qtokens)
-    for m in rows.only("id", "content", "embedding", "embedding_model"):
-        dense = 0.0
-        if qvec is not None and m.embedding and m.embedding_model == embedder.model_name:
-            vec = from_bytes(m.embedding)
-            if vec.shape == qvec.shape:
-                raw = float(vec @ qvec)
-                dense = float(
-                    embedder.cross_score(raw, query_cjk=query_cjk)
-                    if is_cjk(m.content) != query_cjk
-                    else embedder.score(raw)
-                )
-        # Too few documents for a meaningful idf: plain share of the query words present.
-        lexical = len(qset & set(tokenize(m.content))) / len(qset) if qset else 0.0
-        score = (
-            dense
-            if mode == "vector"
-            else lexical
-            if mode == "keyword"
-            else float(fuse(np.array([dense]), np.array([lexical]), dense_weight)[0])
-        )
-        if mode == "hybrid" and is_cjk(m.content) != query_cjk:
-            # Cross-script, as in _score_candidates (a plain share of the query's words here).
-            across = dense
-            weight = settings.SEARCH_XLING_LEXICAL_WEIGHT
-            if weight > 0 and qtokens and qvec is not None:
-                words = gloss.alternatives(qtokens)
-                held = set(tokenize(m.content))
-                share = sum(1 for terms in words if terms & held) / len(words) if words else 0.0
-                across = float(bridge(np.array([dense]), np.array([share]), weight)[0])
-            score = max(score, across)
-        if score > 0:
-            out.append(Candidate(m.pk, score, dense, lexical))
-    return out
+    if not include_cold:
+        rows = rows.exclude(tier=MemoryTier.COLD)
+    return _direct_candidates(rows, qvec, qtokens, mode, dense_weight, query_cjk)
+
+
+def _cold_candidates(
+    team: Team,
+    scope: str,
+    agent_id: str,
+    qvec: np.ndarray | None,
+    qtokens: tuple[str, ...],
+    mode: str,
+    dense_weight: float,
+    filters: Mapping[str, Any],
+    query_cjk: bool = False,
+) -> list[Candidate]:
+    """A scope's cold memories (memories.tiers): not in the index, scored from their rows when
+    a search asks for them (`include_cold`)."""
+    rows = Memory.objects.filter(
+        Q(team=team, scope=scope, tier=MemoryTier.COLD, superseded_by__isnull=True)
+        & selectors.memory_filters_q(filters)
+    )
+    if scope == MemoryScope.PERSONAL:
+        rows = rows.filter(agent_id=agent_id)
+    return _direct_candidates(rows, qvec, qtokens, mode, dense_weight, query_cjk)
 
 
 def _apply_budgets(
@@ -395,10 +446,24 @@ def memory_search(query: SearchQuery) -> list[SearchHit]:
         candidates.extend(
             _top_candidates(ix, qvec, qtokens, mode, want, allowed, dense_weight, query_cjk)
         )
+        if query.include_cold:
+            candidates.extend(
+                _cold_candidates(
+                    team, sc, ag, qvec, qtokens, mode, dense_weight, filters, query_cjk
+                )
+            )
     shared: set[int] = set()
     if query.include_shared and scope == MemoryScope.PERSONAL:
         shared_candidates = _shared_candidates(
-            team, agent_id, qvec, qtokens, mode, dense_weight, filters, query_cjk
+            team,
+            agent_id,
+            qvec,
+            qtokens,
+            mode,
+            dense_weight,
+            filters,
+            query_cjk,
+            include_cold=query.include_cold,
         )
         shared = {c.memory_id for c in shared_candidates}
         candidates.extend(shared_candidates)
@@ -420,6 +485,7 @@ def memory_search(query: SearchQuery) -> list[SearchHit]:
         for mid, m in rows.items()
         if m.team_id == team.id
         and m.superseded_by_id is None
+        and (query.include_cold or m.tier != MemoryTier.COLD)
         and (
             (m.scope, m.agent_id if m.scope == MemoryScope.PERSONAL else "") in allowed_scopes
             or mid in shared
@@ -447,6 +513,7 @@ def _recent(query: SearchQuery) -> list[SearchHit]:
         agent_id=query.agent_id,
         limit=query.limit,
         filters=query.filters,
+        include_cold=query.include_cold,
     )
     return _apply_budgets(
         [(m, None) for m in memories], query.max_chars_per_memory, query.max_total_chars
@@ -465,7 +532,8 @@ def memory_review_search(
     """(memory id, score) of the team's memories matching `query`, best first, team-wide.
 
     The API's own hybrid search, run over the team scope and every agent's personal scope (or the
-    one agent / scope asked for), merged by score. A lead reviewing memories is not an agent
+    one agent / scope asked for), merged by score. Cold memories are included: a lead reviews
+    everything the team holds (memories.tiers), and what they find stays cold. A lead reviewing memories is not an agent
     recalling them (that would make every reviewed memory look fresh to idle cleanup and
     purges), so this only reads.
     """
@@ -480,7 +548,13 @@ def memory_review_search(
     for sc, ag in scopes:
         for hit in memory_search(
             SearchQuery(
-                team=team, scope=sc, agent_id=ag, text=query, limit=limit, min_score=min_score
+                team=team,
+                scope=sc,
+                agent_id=ag,
+                text=query,
+                limit=limit,
+                min_score=min_score,
+                include_cold=True,
             )
         ):
             if sc == MemoryScope.TEAM and agent_id and hit.memory.agent_id != agent_id:

@@ -325,6 +325,16 @@ WORKING_MEMORY_MAX_ITEMS_PER_AGENT = env.int("WORKING_MEMORY_MAX_ITEMS_PER_AGENT
 # Days a removed memory stays restorable in the trash (any removal but team/agent deletion and
 # ?purge=true; then a beat job empties it). memories.purge, docs/console/purge.md.
 TRASH_RETENTION_DAYS = env.int("TRASH_RETENTION_DAYS", default=30)
+# Tiers (memories.tiers, docs/lifecycle.md "Tiers"): a memory whose retention (the search's
+# Ebbinghaus curve: idle days against a stability that grows with importance and recalls) is at
+# least TIER_HOT_RETENTION is hot, below TIER_COLD_RETENTION cold (out of the in-memory index),
+# warm between; pinned memories and those of importance >= TIER_HOT_IMPORTANCE stay hot.
+TIER_HOT_RETENTION = env.float("TIER_HOT_RETENTION", default=0.5)
+TIER_COLD_RETENTION = env.float("TIER_COLD_RETENTION", default=0.1)
+TIER_HOT_IMPORTANCE = env.float("TIER_HOT_IMPORTANCE", default=0.8)
+# Cleanup's ladder: a candidate that is not cold yet goes cold; one cold for at least this many
+# days goes to the trash (then gone after TRASH_RETENTION_DAYS).
+CLEANUP_COLD_GRACE_DAYS = env.int("CLEANUP_COLD_GRACE_DAYS", default=7)
 # Days an archive row (L0: ingested messages, consumed and evicted working items) is kept after
 # it was archived; then a beat job deletes it (lifecycle.services.archive.archive_prune). 0 keeps
 # the archive forever (every derived memory stays traceable to its sources).

@@ -14,8 +14,9 @@ from tenants.models import Team
 
 class Command(BaseCommand):
     help = (
-        "Show (or with --apply, move to the trash) memories with importance < X not accessed for "
-        "N days; pinned ones never."
+        "Show (or with --apply, apply the cleanup ladder to) memories with importance < X not "
+        "accessed for N days: not cold yet -> cold; cold for CLEANUP_COLD_GRACE_DAYS -> trash. "
+        "Pinned ones never."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -24,7 +25,9 @@ class Command(BaseCommand):
         parser.add_argument("--min-importance", type=float, required=True)
         parser.add_argument("--agent", default="")
         parser.add_argument(
-            "--apply", action="store_true", help="really remove, to the trash (default: dry run)"
+            "--apply",
+            action="store_true",
+            help="really move them, cold or to the trash (default: dry run)",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -42,10 +45,12 @@ class Command(BaseCommand):
                 m = c.memory
                 self.stdout.write(
                     f"#{m.pk} [{m.scope}/{m.agent_id or '-'}] {m.content[:70]!r} — {c.reason}"
+                    f" → {c.action}"
                 )
             self.stdout.write(
-                f"dry run: {preview.would_clean} memories would be deleted, "
-                f"{preview.remaining} in scope. Add --apply to delete them."
+                f"dry run: {preview.would_clean} memories would go to the trash and "
+                f"{preview.would_cool} would go cold, {preview.remaining} in scope. "
+                "Add --apply to do it."
             )
             return
         result = pipeline.run(
@@ -57,7 +62,9 @@ class Command(BaseCommand):
         )
         assert isinstance(result, CleanupResult)
         self.stdout.write(
-            f"deleted {result.cleaned} memories; {result.remaining} remain. They are in the "
-            f"trash, restorable for {settings.TRASH_RETENTION_DAYS} days "
-            "(GET /memories/trash, POST /memories/trash/<id>/restore)."
+            f"moved {result.cleaned} memories to the trash, restorable for "
+            f"{settings.TRASH_RETENTION_DAYS} days (GET /memories/trash, POST "
+            f"/memories/trash/<id>/restore); {len(result.cooled)} went cold (out of everyday "
+            f"search, trashed by a cleanup {settings.CLEANUP_COLD_GRACE_DAYS} days from now "
+            f"if still idle); {result.remaining} remain."
         )

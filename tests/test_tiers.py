@@ -1,0 +1,249 @@
+"""Hot / warm / cold tiers (memories.tiers, docs/lifecycle.md "Tiers"): the rule, the tiering
+pass, cold memories out of the index and of everyday search but found with include_cold, and
+an agent's access bringing one back to hot."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from memories import tasks, tiers
+from memories.models import IndexChange, Memory, MemoryShare
+from memories.retrieval import index
+from memories.retrieval.embeddings import get_embedder
+
+from .factories import MemoryFactory
+from .helpers import error_code, ok_data
+
+pytestmark = pytest.mark.django_db
+
+
+def idle(memory: Memory, days: float, **fields) -> None:
+    when = timezone.now() - timedelta(days=days)
+    Memory.objects.filter(pk=memory.pk).update(last_accessed=when, created_at=when, **fields)
+
+
+def search_ids(api, query, agent="researcher", **extra) -> list[int]:
+    body = {"agent_id": agent, "query": query, **extra}
+    return [h["id"] for h in ok_data(api.post("/memories/personal/search", body))]
+
+
+class TestRule:
+    NOW = timezone.now()
+
+    def tier(self, *, days, importance=0.5, access_count=0, pinned=False) -> str:
+        last = self.NOW - timedelta(days=days)
+        return tiers.tier_for(
+            importance=importance,
+            access_count=access_count,
+            last_accessed=last,
+            created_at=last,
+            pinned=pinned,
+            now=self.NOW,
+        )
+
+    def test_idleness_moves_a_memory_down_and_recalls_and_importance_hold_it(self):
+        # importance 0.5: stability 45 days; retention 0.5 at ~31 days, 0.1 at ~104 days.
+        assert self.tier(days=1) == "hot"
+        assert self.tier(days=60) == "warm"
+        assert self.tier(days=120) == "cold"
+        # Recalled often: a longer memory (stability x (1 + ln 21) ~ x4).
+        assert self.tier(days=120, access_count=20) == "hot"
+        assert self.tier(days=0.5, importance=0.0) == "hot"
+        assert self.tier(days=80, importance=0.0) == "cold"
+
+    def test_pinned_and_important_memories_stay_hot(self):
+        assert self.tier(days=3650, pinned=True) == "hot"
+        assert self.tier(days=3650, importance=0.8) == "hot"
+        assert self.tier(days=3650, importance=0.79) == "cold"
+
+    def test_the_thresholds_are_settings(self, settings):
+        settings.TIER_COLD_RETENTION = 0.0
+        assert self.tier(days=3650) == "warm"
+        settings.TIER_HOT_RETENTION = 0.0
+        assert self.tier(days=3650) == "hot"
+
+
+class TestTiering:
+    def test_the_pass_moves_memories_and_is_idempotent(self, team, other_team):
+        fresh = MemoryFactory(team=team, content="the user deploys on Fridays")
+        quiet = MemoryFactory(team=team, content="the user once tried Haskell")
+        old = MemoryFactory(team=team, content="the user liked a cafe in 2019")
+        pinned = MemoryFactory(team=team, content="the production database password rule")
+        theirs = MemoryFactory(team=other_team, content="another team's old note")
+        idle(quiet, 60)
+        idle(old, 200)
+        idle(pinned, 200, pinned=True)
+        idle(theirs, 200)
+        result = tiers.memories_retier(team=team)
+        assert result.examined == 4
+        assert result.moves == {"hot->warm": 1, "hot->cold": 1}
+        got = dict(Memory.objects.values_list("pk", "tier"))
+        assert (got[fresh.pk], got[quiet.pk], got[old.pk], got[pinned.pk]) == (
+            "hot",
+            "warm",
+            "cold",
+            "hot",
+        )
+        assert got[theirs.pk] == "hot"  # another team's pass, not this one's
+        assert tiers.memories_retier(team=team).moves == {}
+        # The beat task runs the pass for every team.
+        assert tasks.retier_memories() == {"hot->cold": 1}
+        assert Memory.objects.get(pk=theirs.pk).tier == "cold"
+
+    def test_a_move_into_or_out_of_cold_is_logged_for_every_process_index(self, team):
+        old = MemoryFactory(team=team, content="a long forgotten detail")
+        quiet = MemoryFactory(team=team, content="a quiet detail")
+        idle(old, 200)
+        idle(quiet, 60)
+        before = IndexChange.objects.count()
+        tiers.memories_retier(team=team)
+        # hot -> warm changes nothing the index holds; hot -> cold is logged.
+        assert list(
+            IndexChange.objects.filter(id__gt=before).values_list("memory_id", flat=True)
+        ) == [old.pk]
+
+
+class TestColdSearch:
+    @pytest.fixture
+    def cold(self, team):
+        memory = MemoryFactory(team=team, content="The user's first laptop was a ThinkPad X220.")
+        MemoryFactory(team=team, content="The user works on a payments service in Go.")
+        idle(memory, 300)
+        return memory
+
+    def test_a_cold_memory_leaves_a_loaded_index_and_everyday_search(self, team, api, cold):
+        # The scope's index is loaded while the memory is still hot ...
+        assert cold.pk in search_ids(api, "ThinkPad laptop")
+        idle(cold, 300)  # (that search was a recall)
+        tiers.memories_retier(team=team)
+        assert Memory.objects.get(pk=cold.pk).tier == "cold"
+        # ... and follows the move (index change log): gone from search and from the index.
+        assert cold.pk not in search_ids(api, "ThinkPad laptop", min_score=0)
+        ix = index.registry.get(
+            team_id=team.id, scope="personal", agent_id="researcher", embedder=get_embedder()
+        )
+        assert cold.pk not in ix.slot_of
+        # An empty query (most recent) leaves it out too.
+        assert cold.pk not in search_ids(api, "")
+        assert cold.pk in search_ids(api, "", include_cold=True)
+
+    def test_a_fresh_index_does_not_load_cold_memories(self, team, api, cold):
+        tiers.memories_retier(team=team)
+        index.registry.clear()
+        ix = index.registry.get(
+            team_id=team.id, scope="personal", agent_id="researcher", embedder=get_embedder()
+        )
+        assert cold.pk not in ix.slot_of and ix.alive_count == 1
+
+    def test_include_cold_finds_it_and_the_access_makes_it_hot(self, team, api, cold):
+        tiers.memories_retier(team=team)
+        hits = ok_data(
+            api.post(
+                "/memories/personal/search",
+                {"agent_id": "researcher", "query": "ThinkPad laptop", "include_cold": True},
+            )
+        )
+        assert hits[0]["id"] == cold.pk and hits[0]["tier"] == "cold"
+        memory = Memory.objects.get(pk=cold.pk)
+        assert memory.tier == "hot" and memory.access_count == 1
+        # Hot again: back in everyday search, and the next pass keeps it there.
+        assert cold.pk in search_ids(api, "ThinkPad laptop")
+        tiers.memories_retier(team=team)
+        assert Memory.objects.get(pk=cold.pk).tier == "hot"
+
+    def test_a_weak_include_cold_result_is_not_promoted(self, team, api, cold):
+        tiers.memories_retier(team=team)
+        hits = ok_data(
+            api.post(
+                "/memories/personal/search",
+                {
+                    "agent_id": "researcher",
+                    "query": "which computer does the user garden with",
+                    "include_cold": True,
+                    "min_score": 0,
+                },
+            )
+        )
+        weak = [h for h in hits if h["id"] == cold.pk]
+        assert weak and weak[0]["score"] < 0.3
+        assert Memory.objects.get(pk=cold.pk).tier == "cold"
+
+    def test_reading_it_by_id_makes_it_hot(self, team, api, cold):
+        tiers.memories_retier(team=team)
+        body = ok_data(api.get(f"/memories/{cold.pk}"))
+        assert body["tier"] == "hot"
+        memory = Memory.objects.get(pk=cold.pk)
+        assert memory.tier == "hot" and memory.access_count == 0  # not a recall
+        assert cold.pk in search_ids(api, "ThinkPad laptop")
+
+    def test_the_list_filters_on_tier(self, team, api, cold):
+        tiers.memories_retier(team=team)
+        filters = json.dumps({"tier": "cold"})
+        items = ok_data(api.get(f"/memories?filters={filters}"))["items"]
+        assert [m["id"] for m in items] == [cold.pk]
+        bad = json.dumps({"tier": 3})
+        assert error_code(api.get(f"/memories?filters={bad}")) == "VALIDATION_ERROR"
+
+    def test_a_cold_shared_memory_only_with_include_cold(self, team, api, cold):
+        MemoryShare.objects.create(memory=cold, team=team, agent_id="writer", permission="read")
+        tiers.memories_retier(team=team)
+        body = {"query": "ThinkPad laptop", "include_shared": True}
+        assert cold.pk not in search_ids(api, agent="writer", **body)
+        assert cold.pk in search_ids(api, agent="writer", include_cold=True, **body)
+
+    def test_another_team_never_sees_or_wakes_it(self, team, api, other_api, cold):
+        tiers.memories_retier(team=team)
+        for body in (
+            {"query": "ThinkPad laptop", "include_cold": True, "min_score": 0},
+            {"query": "", "include_cold": True},
+        ):
+            hits = ok_data(
+                other_api.post("/memories/personal/search", {"agent_id": "researcher", **body})
+            )
+            assert hits == []
+        assert error_code(other_api.get(f"/memories/{cold.pk}")) == "NOT_FOUND"
+        assert Memory.objects.get(pk=cold.pk).tier == "cold"
+
+
+def test_writing_a_cold_memory_again_brings_it_back(team, api):
+    memory = MemoryFactory(team=team, content="The user's first car was a red Volvo 240.")
+    idle(memory, 300)
+    tiers.memories_retier(team=team)
+    data = ok_data(
+        api.post(
+            "/memories/personal",
+            {"agent_id": "researcher", "content": "The user's first car was a red Volvo 240."},
+        )
+    )
+    assert data["id"] == memory.pk and data["dedup_skipped"] is True and data["tier"] == "hot"
+    assert memory.pk in search_ids(api, "first car Volvo")
+
+
+class TestConsole:
+    def test_the_dashboard_counts_tiers_and_the_list_filters_on_them(self, team, other_team):
+        from .console_helpers import member_client
+
+        hot = MemoryFactory(team=team, content="the user deploys on Fridays")
+        cold = MemoryFactory(team=team, content="the user liked a cafe in 2019")
+        idle(cold, 300)
+        theirs = MemoryFactory(team=other_team, content="another team's old note")
+        idle(theirs, 300)
+        tiers.memories_retier()
+        lead = member_client(team, "lead_tiers", "lead")
+        page = lead.get(f"/review/{team.id}/dashboard/").content.decode()
+        tiles = page.split('id="total-tiers"')[1].split("</li>")[0]
+        assert "<strong>1</strong> hot" in tiles and "<strong>1</strong> cold" in tiles
+        assert "<strong>0</strong> warm" in tiles
+        listed = lead.get(f"/review/{team.id}/memories/?tier=cold").content.decode()
+        assert f'data-id="{cold.pk}"' in listed and f'data-id="{hot.pk}"' not in listed
+        assert f'data-id="{theirs.pk}"' not in listed
+        # The console's search finds cold memories (a lead reviews everything) and leaves them
+        # cold: reading is not an agent's recall.
+        found = lead.get(f"/review/{team.id}/memories/?q=cafe+2019").content.decode()
+        assert f'data-id="{cold.pk}"' in found
+        assert Memory.objects.get(pk=cold.pk).tier == "cold"
+        assert lead.get(f"/review/{team.id}/memories/?tier=lukewarm").status_code == 200
