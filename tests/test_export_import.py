@@ -211,11 +211,12 @@ def normalise(data: bytes) -> list[dict[str, Any]]:
         for key in ("before", "after", "metadata"):
             if isinstance(r.get(key), dict):
                 d = dict(r[key])
-                for k in ("superseded_by", "promoted_to", "promoted_from"):
+                for k in ("superseded_by", "promoted_to", "promoted_from", "consolidated_into"):
                     if d.get(k) is not None:
                         d[k] = m(d[k])
-                if isinstance(d.get("related_to"), list):
-                    d["related_to"] = [m(x) for x in d["related_to"]]
+                for k in ("related_to", "consolidated_from"):
+                    if isinstance(d.get(k), list):
+                        d[k] = [m(x) for x in d[k]]
                 r[key] = d
         if "memory_ids" in r:
             r["memory_ids"] = [m(x) for x in r["memory_ids"]]
@@ -320,6 +321,33 @@ def test_round_trip_into_a_fresh_team_exports_the_same_bundle(
     assert set(scenario.memory_ids) <= set(
         Memory.objects.filter(team=target).values_list("pk", flat=True)
     )
+
+
+def test_a_consolidation_moves_with_its_tiers_and_links(
+    team, api, fresh, django_capture_on_commit_callbacks
+):
+    for text in (
+        "The user wants short answers without long explanations.",
+        "The user asked again for shorter answers, no long explanations.",
+        "The user prefers short answers and dislikes long explanations.",
+    ):
+        memory_create(team=team, scope="personal", agent_id="alice", content=text)
+    done = ok_data(api.post("/lifecycle/consolidate", {"agent_id": "alice"}))["consolidated"]
+    assert len(done) == 1
+    bundle = export_bundle(api, django_capture_on_commit_callbacks)
+    target, target_api = fresh
+    ok_data(import_bundle(target_api, bundle))
+    fact = Memory.objects.get(team=target, metadata__source="consolidation")
+    fragments = Memory.objects.filter(team=target, tier="cold")
+    assert fragments.count() == 3
+    assert {f.metadata["consolidated_into"] for f in fragments} == {fact.pk}
+    assert sorted(fact.metadata["consolidated_from"]) == sorted(f.pk for f in fragments)
+    # Cold on this side too: out of everyday search, found with include_cold.
+    body = {"agent_id": "alice", "query": "short answers long explanations"}
+    hits = ok_data(target_api.post("/memories/personal/search", body))
+    assert [h["id"] for h in hits] == [fact.pk]
+    hits = ok_data(target_api.post("/memories/personal/search", {**body, "include_cold": True}))
+    assert {f.pk for f in fragments} <= {h["id"] for h in hits}
 
 
 def test_the_same_data_exports_to_the_same_bytes_but_for_the_time(

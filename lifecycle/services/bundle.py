@@ -82,8 +82,8 @@ ON_CONFLICT = ("skip", "overwrite", "new_ids")
 _EMBED_BATCH = 64
 # Keys of JSON columns that hold memory ids (memory metadata, revision before/after): remapped on
 # import like the foreign keys.
-_MEMORY_ID_KEYS = ("superseded_by", "promoted_to", "promoted_from")
-_MEMORY_ID_LIST_KEYS = ("related_to",)
+_MEMORY_ID_KEYS = ("superseded_by", "promoted_to", "promoted_from", "consolidated_into")
+_MEMORY_ID_LIST_KEYS = ("related_to", "consolidated_from")
 
 
 @dataclass(frozen=True)
