@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core import signing
-from drf_spectacular.utils import OpenApiParameter, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema_view
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -173,6 +173,8 @@ class PersonalSearchInputSerializer(_SearchBase):
     agent_id = StrictCharField(validators=[AGENT_ID])
     include_shared = StrictBooleanField(required=False, default=False)
     include_team = StrictBooleanField(required=False, default=False)
+    # The agent's profile fields the query is about, first in the answer (search.profile_search).
+    include_profile = StrictBooleanField(required=False, default=False)
 
 
 class TeamSearchInputSerializer(_SearchBase):
@@ -306,12 +308,17 @@ def _search(
         require_agent(
             AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
         )
+    query = search_query(team=principal.team, scope=scope, agent_id=agent_id, data=data)
     hits = services.memory_recall(
-        query=search_query(team=principal.team, scope=scope, agent_id=agent_id, data=data),
-        acting_agent=principal.agent_id,
-        include_entities=data["include_entities"],
+        query=query, acting_agent=principal.agent_id, include_entities=data["include_entities"]
     )
-    return Response([presenters.search_hit_body(hit) for hit in hits])
+    body = [presenters.search_hit_body(hit) for hit in hits]
+    if data.get("include_profile") and query.text.strip():
+        found = search.profile_search(
+            team=principal.team, agent_id=agent_id, text=query.text, min_score=query.min_score
+        )
+        body = [presenters.profile_hit_body(h.field, h.score) for h in found] + body
+    return Response(body)
 
 
 def _recent(request: Request, scope: str, agent_id: str) -> Response:
@@ -541,10 +548,32 @@ class PersonalCreateApi(_MemoryCreateApi):
     input_serializer = PersonalCreateInputSerializer
 
 
+class ProfileHitSerializer(serializers.Serializer):
+    """Documentation of a profile field in a search answer (presenters.profile_hit_body)."""
+
+    kind = serializers.CharField(help_text='"profile" (memories have no `kind`)')
+    id = serializers.IntegerField(allow_null=True, help_text="always null: not a memory")
+    team_id = serializers.CharField()
+    agent_id = serializers.CharField()
+    scope = serializers.CharField(help_text='"profile"')
+    key = serializers.CharField()
+    value = serializers.CharField()
+    content = serializers.CharField(help_text='"key: value"')
+    # A field named "source" (the stubs see Field.source).
+    source = serializers.CharField(help_text="who set it: api, extraction, ingest…")  # type: ignore[assignment]
+    updated_at = serializers.DateTimeField()
+    score = serializers.FloatField()
+
+
 class PersonalSearchApi(APIView):
     @api_operation(
         request=PersonalSearchInputSerializer,
-        response=MemoryOutputSerializer(many=True),
+        response=PolymorphicProxySerializer(
+            component_name="PersonalSearchResult",
+            serializers=[MemoryOutputSerializer, ProfileHitSerializer],
+            resource_type_field_name=None,
+            many=True,
+        ),
         errors=(403,),
         summary="Hybrid search of an agent's personal memories",
     )

@@ -195,3 +195,21 @@ def profile_revision_body(r: ProfileRevision) -> dict[str, Any]:
         "by": r.by,
         "at": iso(r.at),
     }
+
+
+def profile_hit_body(field: ProfileField, score: float) -> dict[str, Any]:
+    """A profile field in a search answer (`include_profile`): told apart from memories by
+    `kind: "profile"` and `id: null`; `content` reads as "key: value"."""
+    return {
+        "kind": "profile",
+        "id": None,
+        "team_id": field.team_id,
+        "agent_id": field.agent_id,
+        "scope": "profile",
+        "key": field.key,
+        "value": field.value,
+        "content": f"{field.key}: {field.value}",
+        "source": field.source,
+        "updated_at": iso(field.updated_at),
+        "score": round(float(score), 4),
+    }

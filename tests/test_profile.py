@@ -413,3 +413,51 @@ def test_the_offline_persona_opens_with_the_profile_in_the_memories_language():
     assert draft.summary.startswith("档案：occupation：后端工程师。")
     alone, _ = OfflineEngine().persona([], [], [("timezone", "UTC+8")])
     assert alone.summary.startswith("Profile: timezone: UTC+8. ")
+
+
+# --- search with include_profile ------------------------------------------------------------------
+
+
+def _search(api: SignedClient, query: str, agent_id: str = "researcher", **extra) -> list[dict]:
+    body = {"agent_id": agent_id, "query": query, **extra}
+    return ok_data(api.post("/memories/personal/search", body))
+
+
+def test_a_search_can_bring_the_profile_fields_it_is_about(api, other_api):
+    ok_data(
+        _put(
+            api,
+            {
+                "occupation": "backend engineer",
+                "location": "Singapore",
+                "cloud_platform": "AWS",
+                "tools": "vim, tmux",
+            },
+        )
+    )
+    ok_data(
+        api.post(
+            "/memories/personal",
+            {"agent_id": "researcher", "content": "The user is debugging a Kafka consumer lag."},
+        )
+    )
+    # Without asking: memories only, as every client expects.
+    plain = _search(api, "what does the user do for a living")
+    assert all(h.get("kind") != "profile" for h in plain)
+    found = _search(api, "what does the user do for a living", include_profile=True)
+    profile = [h for h in found if h.get("kind") == "profile"]
+    assert profile and profile[0]["key"] == "occupation" and profile[0]["id"] is None
+    assert profile[0]["content"] == "occupation: backend engineer"
+    assert found[: len(profile)] == profile  # first, before the memories
+    assert "vim" not in {h["value"] for h in profile}  # only what the query is about
+    # Across languages, with the same min_score meaning.
+    zh = _search(api, "用户住在哪个城市", include_profile=True)
+    assert [h["key"] for h in zh if h.get("kind") == "profile"][:1] == ["location"]
+    # Nothing the query is about: no field.
+    assert not [
+        h
+        for h in _search(api, "favourite pizza topping", include_profile=True)
+        if h.get("kind") == "profile"
+    ]
+    # Another team's agent of the same id has no profile here.
+    assert _search(other_api, "what does the user do for a living", include_profile=True) == []

@@ -35,11 +35,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from memories import selectors
-from memories.models import Memory, MemoryScope, MemoryTier
+from memories.models import Memory, MemoryScope, MemoryTier, ProfileField
 from tenants.models import Team
 
 from . import gloss, index
-from .embeddings import embed_query, from_bytes, get_embedder
+from .embeddings import embed_passages, embed_query, from_bytes, get_embedder
 from .scoring import bridge, fuse, strength, with_neighbours
 from .text import is_cjk, tokenize
 
@@ -562,3 +562,77 @@ def memory_review_search(
             score = float(hit.score or 0.0)
             scored[hit.memory.pk] = max(scored.get(hit.memory.pk, 0.0), score)
     return sorted(scored.items(), key=lambda pair: -pair[1])[:limit]
+
+
+# --- profile fields in a search (include_profile) ---------------------------------------------
+
+# At most this many profile fields come with a search: the profile is read whole elsewhere
+# (GET /profile/<agent_id>); a search adds only the fields it is about.
+PROFILE_SEARCH_LIMIT = 5
+
+
+@dataclass
+class ProfileHit:
+    field: ProfileField
+    score: float
+
+
+# How people ask about the well-known keys, in English and Chinese: matched with the field, so
+# "what does the user do for a living" finds `occupation` and 用户住在哪个城市 `location`. No
+# "user" in them: every field is about the user, so the word tells them apart from nothing.
+PROFILE_KEY_WORDS = {
+    "occupation": "job work profession role what they do for a living 职业 工作 做什么",
+    "employer": "employer company organisation workplace where they work 公司 单位 在哪工作",
+    "location": "location city country region home where they live 住在 城市 所在地 哪里",
+    "timezone": "timezone time zone local time 时区 时间",
+    "language": "language speaks answers in 语言 说什么语言",
+    "programming_language": "programming language codes in 编程语言",
+    "tools": "tools editor software works with 工具 软件",
+    "cloud_platform": "cloud platform hosting where systems run deploy 云平台 云服务",
+}
+
+
+def _profile_text(key: str, value: str) -> str:
+    """What a field is matched as: its key in words, how people ask about a well-known key, and
+    the value — whatever language the value is in."""
+    return f"{key.replace('_', ' ')} ({PROFILE_KEY_WORDS.get(key, '')}): {value}"
+
+
+def profile_search(
+    *, team: Team, agent_id: str, text: str, min_score: float, limit: int = PROFILE_SEARCH_LIMIT
+) -> list[ProfileHit]:
+    """The agent's profile fields a search is about, best first: each scored as its text
+    (`_profile_text`) with the scale of memory scores — the calibrated dense score (cross-script
+    curve across scripts, joined by the dictionary's word evidence as for memories) fused with
+    the share of the query's words it holds — and kept at or above `min_score`. The profile is
+    small (at most 100 fields) and its passage vectors are cached by the embedder."""
+    fields = selectors.profile_fields(team=team, agent_id=agent_id)
+    if not fields or not text.strip():
+        return []
+    embedder = get_embedder()
+    texts = [_profile_text(f.key, f.value) for f in fields]
+    qvec = embed_query(text)
+    raw = embed_passages(texts) @ qvec
+    qtokens = tokenize(text)
+    qset = set(qtokens)
+    query_cjk = is_cjk(text)
+    words = gloss.alternatives(qtokens) if qtokens else []
+    weight = settings.SEARCH_XLING_LEXICAL_WEIGHT
+    hits: list[ProfileHit] = []
+    for f, body, r in zip(fields, texts, raw, strict=True):
+        held = set(tokenize(body)) | set(tokenize(f.value))
+        lexical = len(qset & held) / len(qset) if qset else 0.0
+        other = is_cjk(body) != query_cjk
+        dense = float(
+            embedder.cross_score(np.array([r]), query_cjk=query_cjk)[0]
+            if other
+            else embedder.score(np.array([r]))[0]
+        )
+        score = float(fuse(np.array([dense]), np.array([lexical]), settings.SEARCH_DENSE_WEIGHT)[0])
+        if other and weight > 0 and words:
+            share = sum(1 for terms in words if terms & held) / len(words)
+            score = max(score, float(bridge(np.array([dense]), np.array([share]), weight)[0]))
+        if score >= min_score:
+            hits.append(ProfileHit(field=f, score=score))
+    hits.sort(key=lambda h: -h.score)
+    return hits[:limit]
