@@ -247,3 +247,17 @@ class TestConsole:
         assert f'data-id="{cold.pk}"' in found
         assert Memory.objects.get(pk=cold.pk).tier == "cold"
         assert lead.get(f"/review/{team.id}/memories/?tier=lukewarm").status_code == 200
+
+
+def test_the_command_runs_the_pass(team, other_team):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    old = MemoryFactory(team=team, content="an old note")
+    idle(old, 300)
+    out = StringIO()
+    call_command("retier_memories", "--team", team.id, stdout=out)
+    assert out.getvalue().strip() == "examined 1 memories; moves: hot->cold: 1"
+    with pytest.raises(CommandError):
+        call_command("retier_memories", "--team", "nope", stdout=StringIO())
