@@ -167,7 +167,7 @@
           "text-wrap": "ellipsis", "text-max-width": 120 } },
         { selector: "node[kind = 'identity']", style: { "background-color": "#f2f4f7",
           "background-opacity": 0.6, "border-width": 1.5, "border-style": "dashed",
-          "border-color": "#667085", shape: "round-rectangle", "text-valign": "top",
+          "border-color": "#667085", shape: "round-rectangle", "text-valign": "top", "text-margin-y": -4,
           "font-size": 10, color: "#475467", padding: 8 } },
         { selector: "node[centre = 1]", style: { width: 34, height: 34, "border-width": 3, "border-color": "#1d2330" } },
         { selector: "node:selected", style: { "border-width": 4, "border-color": "#2f5bd3" } },
