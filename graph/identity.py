@@ -160,9 +160,14 @@ class TeamLinker:
                 return str(mine)
             existing = mine if mine is not None else theirs
             if existing is not None:
-                identity = EntityIdentity.objects.select_for_update().get(
-                    team=self.team, pk=existing
+                found = (
+                    EntityIdentity.objects.select_for_update()
+                    .filter(team=self.team, pk=existing)
+                    .first()
                 )
+                if found is None:
+                    return None  # another team's (never written here): prune_identities undoes it
+                identity = found
             else:
                 # Labelled by the team-wide member when there is one, else by the older entity.
                 label = known if known.agent_id == "" else match

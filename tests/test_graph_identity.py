@@ -141,6 +141,23 @@ class TestWhatNeverLinks:
         link_team(team=team)
         assert identity_of(mine) is None
 
+    def test_a_match_linked_to_another_teams_identity_is_left_alone(self, team, other_team):
+        foreign = EntityIdentityFactory(team=other_team, name="Gate")
+        wrong = entity(team, "Gate", "organization", "alice")
+        Entity.objects.filter(pk=wrong.pk).update(identity=foreign)  # as a bug would
+        late = entity(team, "Gate", "organization", "bob")
+        assert TeamLinker(team).link(late) is None  # never joins it, never fails
+        assert identity_of(late) is None
+
+    def test_deleting_the_team_takes_its_identities_and_no_other(self, team, other_team):
+        from tenants.services import team_delete
+
+        EntityIdentityFactory(team=team, name="Bitget")
+        kept = EntityIdentityFactory(team=other_team, name="Bitget")
+        team_delete(team=team)
+        assert list(EntityIdentity.objects.all()) == [kept]
+        assert Entity.objects.filter(identity=kept).count() == 2
+
 
 class TestBackfill:
     def test_a_second_run_links_and_creates_nothing(self, team):
