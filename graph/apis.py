@@ -75,6 +75,11 @@ class EntityOutputSerializer(serializers.Serializer):
         help_text="only when read from an ingested conversation: the archived message "
         "(GET /lifecycle/archive/<item_id>)",
     )
+    identity_id = serializers.UUIDField(
+        required=False,
+        help_text="team-wide keys only, when linked: the team-level identity this entity shares "
+        "with the same organisation, place, project, concept or skill in other agents' graphs",
+    )
     score = serializers.FloatField(required=False, help_text="with q only: 0..1")
 
 
@@ -245,7 +250,12 @@ class EntityListCreateApi(APIView):
             q=q,
             **_paging(request),
         )
-        return Response(presenters.page_body(entities, presenters.scored_entity_body))
+        team_view = principal.agent_id is None
+        return Response(
+            presenters.page_body(
+                entities, lambda e: presenters.scored_entity_body(e, with_identity=team_view)
+            )
+        )
 
     @api_operation(
         request=EntityCreateInputSerializer,
@@ -268,7 +278,10 @@ class EntityListCreateApi(APIView):
             description=data.get("description") or "",
             properties=data.get("properties") or {},
         )
-        return upserted(presenters.entity_body(entity), created=created)
+        return upserted(
+            presenters.entity_body(entity, with_identity=principal.agent_id is None),
+            created=created,
+        )
 
 
 class EntityDetailApi(APIView):
@@ -290,7 +303,9 @@ class EntityDetailApi(APIView):
         services.entities_touch(entity_ids=[entity.pk])
         entity.refresh_from_db(fields=["access_count", "last_accessed_at"])
         detail = selectors.entity_detail(entity=entity, acting_agent=principal.agent_id)
-        return Response(presenters.entity_detail_body(detail))
+        return Response(
+            presenters.entity_detail_body(detail, with_identity=principal.agent_id is None)
+        )
 
     @api_operation(
         request=EntityUpdateInputSerializer,
@@ -307,7 +322,8 @@ class EntityDetailApi(APIView):
             description=data.get("description"),
             properties=data.get("properties"),
         )
-        return Response(presenters.entity_body(entity))
+        team_view = principal_of(request).agent_id is None
+        return Response(presenters.entity_body(entity, with_identity=team_view))
 
     @api_operation(
         errors=(403, 404),
@@ -477,4 +493,4 @@ class GraphApi(APIView):
             )
         # Rendering the graph is a recall of its entities (as search is of memories).
         graph.mark_accessed(services.entities_touch(entity_ids=graph.entity_ids))
-        return Response(presenters.subgraph_body(graph))
+        return Response(presenters.subgraph_body(graph, with_identity=principal.agent_id is None))

@@ -11,7 +11,9 @@ written:
 * every entity and relation is tied to the memory it came from (`source_memory`, plus an
   `EntityMention` per memory); an entity the LLM cannot tie to an input memory is skipped;
 * each proposal is resolved against the scope's entities (graph.resolution): the same thing
-  named slightly differently merges into the existing entity; a relation is created once.
+  named slightly differently merges into the existing entity; a relation is created once;
+* each entity written is linked to the team-level identity of the same thing in other scopes
+  (graph.identity), never merged with it.
 
 Memory text is untrusted: the LLM prompt carries it as a JSON data block with the shared system
 prompt (`llm.prompts`), which tells the model to ignore instructions inside it.
@@ -43,6 +45,7 @@ from memories.retrieval.embeddings import embed_passages
 from tenants.models import Team
 
 from . import services
+from .identity import TeamLinker
 from .models import ENTITY_TYPES, RELATION_TYPES, Entity, Relation
 from .offline import SELF_EN, SELF_ZH, GraphDraft, extract_offline, is_chinese
 from .resolution import SELF_KEY, Known, Resolver, normalise_name
@@ -403,6 +406,9 @@ def _write(
     if texts:
         embed_passages(texts)
     resolver = _resolver(team, agent_id)
+    # Across scopes: the same organisation, place, project, concept or skill in another agent's
+    # graph (or the team-wide one) gets the same team-level identity (graph.identity).
+    linker = TeamLinker(team)
     written: dict[int, ExtractedEntity] = {}
     # Typed proposals first, so a guess in this run joins what a rule or the model typed.
     order = sorted(range(len(draft.entities)), key=lambda i: not draft.entities[i].confident)
@@ -446,6 +452,7 @@ def _write(
             created = False
         for mid in mids[1:]:
             services.entity_mention(entity=entity, memory=memories[mid])
+        linker.link(entity)
         written[i] = ExtractedEntity(entity, created)
     relations = []
     created_relations = 0

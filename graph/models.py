@@ -46,6 +46,39 @@ ENTITY_TYPES: tuple[str, ...] = tuple(EntityType.values)
 RELATION_TYPES: tuple[str, ...] = tuple(RelationType.values)
 
 
+class EntityIdentity(models.Model):
+    """One thing of the team that several entities stand for (docs/graph.md "Team identity").
+
+    Each agent keeps its own entity (its description, relations and memories stay private to it);
+    an identity only says that two or more entities of the team — of different agents, or an
+    agent's and a team-wide one — name the same organisation, place, project, concept or skill.
+    Written by graph.identity (at extraction, and by `manage.py link_team_entities`), read by
+    the team-wide views. Never by an agent-scoped key: it would tell one agent what another
+    agent's memories mention.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="entity_identities")
+    # How the team-wide views label the group: the first member's name and the most specific
+    # type among the members (a `concept` member joins a typed one).
+    name = models.CharField(max_length=255)
+    entity_type = models.CharField(max_length=16, choices=EntityType.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(entity_type__in=EntityType.values),
+                name="identity_type_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["team", "-created_at"], name="identity_team_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.entity_type}) in {self.team_id}"
+
+
 class Entity(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="entities")
@@ -70,6 +103,17 @@ class Entity(models.Model):
     # otherwise (graph.services.message_source).
     source_conversation_id = models.CharField(max_length=64, blank=True, default="")
     source_message_id = models.CharField(max_length=32, blank=True, default="")
+    # The team-level thing this entity names, shared with other agents' entities (null: none
+    # found yet, or a type that is never shared, like a person). Always an identity of `team`
+    # (graph.identity checks it). Not part of the entity's own data: moving it leaves
+    # `updated_at` alone, and a rename clears it (the name it was linked by is gone).
+    identity = models.ForeignKey(
+        EntityIdentity,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="members",
+    )
     access_count = models.PositiveIntegerField(default=0)
     last_accessed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -32,8 +32,15 @@ from .traversal import Subgraph
 T = TypeVar("T")
 
 
-def entity_row_body(row: EntityRow, *, score: float | None = None) -> dict[str, Any]:
-    """The entity object (`EntityOutputSerializer`) from its plain values."""
+def entity_row_body(
+    row: EntityRow, *, score: float | None = None, with_identity: bool = False
+) -> dict[str, Any]:
+    """The entity object (`EntityOutputSerializer`) from its plain values.
+
+    `with_identity`: the caller sees the whole team (a team-wide key, the console's team view),
+    so the entity's team-level identity is shown when it has one. Never to an agent-scoped
+    caller: the link says that another agent's memories name the same thing.
+    """
     data: dict[str, Any] = {
         "id": str(row["id"]),
         "team_id": row["team_id"],
@@ -49,17 +56,21 @@ def entity_row_body(row: EntityRow, *, score: float | None = None) -> dict[str, 
         "updated_at": iso(row["updated_at"]),
     }
     _with_message_source(data, row["source_conversation_id"], row["source_message_id"])
+    if with_identity and row["identity_id"] is not None:
+        data["identity_id"] = str(row["identity_id"])
     if score is not None:
         data["score"] = round(float(score), 4)
     return data
 
 
-def entity_body(entity: Entity, *, score: float | None = None) -> dict[str, Any]:
-    return entity_row_body(entity_row(entity), score=score)
+def entity_body(
+    entity: Entity, *, score: float | None = None, with_identity: bool = False
+) -> dict[str, Any]:
+    return entity_row_body(entity_row(entity), score=score, with_identity=with_identity)
 
 
-def scored_entity_body(item: ScoredEntity) -> dict[str, Any]:
-    return entity_body(item.entity, score=item.score)
+def scored_entity_body(item: ScoredEntity, *, with_identity: bool = False) -> dict[str, Any]:
+    return entity_body(item.entity, score=item.score, with_identity=with_identity)
 
 
 def _with_message_source(data: dict[str, Any], conversation: str, message: str) -> None:
@@ -102,17 +113,17 @@ def page_body(page: Page[T], render: Callable[[T], dict[str, Any]]) -> dict[str,
     }
 
 
-def entity_detail_body(detail: EntityDetail) -> dict[str, Any]:
+def entity_detail_body(detail: EntityDetail, *, with_identity: bool = False) -> dict[str, Any]:
     return {
-        "entity": entity_body(detail.entity),
+        "entity": entity_body(detail.entity, with_identity=with_identity),
         "outgoing_relations": [relation_body(r) for r in detail.outgoing],
         "incoming_relations": [relation_body(r) for r in detail.incoming],
     }
 
 
-def subgraph_body(graph: Subgraph) -> dict[str, Any]:
+def subgraph_body(graph: Subgraph, *, with_identity: bool = False) -> dict[str, Any]:
     return {
-        "entities": [entity_row_body(e) for e in graph.entities],
+        "entities": [entity_row_body(e, with_identity=with_identity) for e in graph.entities],
         "relations": [relation_row_body(r) for r in graph.relations],
         "truncated": graph.truncated,
     }
@@ -155,11 +166,13 @@ def memory_entities_body(
     return {mid: [entity_ref_body(e) for e in entities] for mid, entities in found.items()}
 
 
-def entity_console_body(detail: EntityConsoleDetail) -> dict[str, Any]:
+def entity_console_body(
+    detail: EntityConsoleDetail, *, with_identity: bool = False
+) -> dict[str, Any]:
     """The console's entity side panel: `entity_detail_body` with the name and type of the
     other end of each relation, and snippets of the memories the entity was read from."""
     me = str(detail.detail.entity.pk)
-    body = entity_detail_body(detail.detail)
+    body = entity_detail_body(detail.detail, with_identity=with_identity)
     for r in body["outgoing_relations"] + body["incoming_relations"]:
         other_id = r["target_entity_id"] if r["source_entity_id"] == me else r["source_entity_id"]
         other = detail.ends.get(other_id)

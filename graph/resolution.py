@@ -18,6 +18,11 @@ Types: a confident proposal ("works at X" makes X an organisation) merges only w
 the same type. A proposal whose type is a guess (a capitalised word with no context becomes a
 `concept`) may join an existing entity of another type with the same key: that entity's type is
 the better evidence. Never otherwise across types.
+
+Across agents (graph.identity): the same evidence links two agents' entities to one team-level
+identity, but only for TEAM_TYPES — names that denote the same thing whoever says them. A person
+is not one of them: "用户" / "the user" is each agent's own user, and two agents' "Alice" may well
+be two people; nor are preferences, goals and facts, which are about an agent's user.
 """
 
 from __future__ import annotations
@@ -65,6 +70,9 @@ CROSS_SCRIPT_TYPES = frozenset({"location", "organization", "person"})
 # The user an agent works for, however a memory names them: one entity, not five.
 SELF_KEY = "user"
 _SELF_ALIASES = frozenset({"user", "theuser", "用户", "我", "i", "me", "myself"})
+# Types whose names mean the same thing to every agent of a team: the only ones linked across
+# agents (graph.identity).
+TEAM_TYPES = frozenset({"organization", "location", "project", "concept", "skill"})
 
 
 def normalise_name(name: str, entity_type: str | None = None) -> str:
@@ -83,6 +91,16 @@ def normalise_name(name: str, entity_type: str | None = None) -> str:
                 break
     # A name that is only a version or a number ("3.13", "2024") keeps its digits.
     return (key or plain or text)[:255]
+
+
+def team_linkable(name: str, entity_type: str) -> bool:
+    """May this entity share a team-level identity with other agents' entities? Only for
+    TEAM_TYPES, and never a name of the user (a `concept` "用户" is still some agent's user)."""
+    return (
+        entity_type in TEAM_TYPES
+        and normalise_name(name, "person") != SELF_KEY
+        and normalise_name(name, entity_type) != SELF_KEY
+    )
 
 
 def keys_are_close(a: str, b: str) -> bool:
@@ -150,9 +168,24 @@ class Resolver:
         self._by_key.setdefault(item.key, []).append(item)
         self._by_head.setdefault((item.entity_type, item.key[:1]), []).append(item)
 
-    def resolve(self, *, name: str, entity_type: str, confident: bool = True) -> Known | None:
+    def same_key(self, key: str, *, other_than: str | None = None) -> list[Known]:
+        """The entities with this resolution key, in the order they were added (`other_than`:
+        leave out the entities of this scope, an agent id or "" for team-wide)."""
+        return [k for k in self._by_key.get(key, []) if k.agent_id != other_than]
+
+    def resolve(
+        self,
+        *,
+        name: str,
+        entity_type: str,
+        confident: bool = True,
+        other_than: str | None = None,
+    ) -> Known | None:
+        """The entity this proposal stands for, if any. `other_than` = a scope (agent id, "" for
+        team-wide) whose entities are never the answer: linking across agents (graph.identity)
+        looks for the same thing in the *other* scopes."""
         key = normalise_name(name, entity_type)
-        same_key = self._by_key.get(key, [])
+        same_key = self.same_key(key, other_than=other_than)
         # Prefer the agent's own entity over a team-wide one: the list is in that order.
         for item in same_key:
             if item.entity_type == entity_type:
@@ -164,20 +197,26 @@ class Resolver:
             if typed:
                 return typed[0]
         for item in self._by_head.get((entity_type, key[:1]), []):
+            if item.agent_id == other_than:
+                continue
             if keys_are_close(item.key, key) and names_agree(item.name, name):
                 return item
         if entity_type in CROSS_SCRIPT_TYPES:
-            return self._across_scripts(name, entity_type)
+            return self._across_scripts(name, entity_type, other_than)
         return None
 
-    def _across_scripts(self, name: str, entity_type: str) -> Known | None:
+    def _across_scripts(
+        self, name: str, entity_type: str, other_than: str | None = None
+    ) -> Known | None:
         """An entity of the type written in the other script that names the same thing."""
         if is_cjk(name):
             terms = _dictionary_terms(name)
             if not terms:
                 return None
             candidates = [
-                k for k in self._of_type(entity_type) if not is_cjk(k.name) and k.key.isascii()
+                k
+                for k in self._of_type(entity_type)
+                if k.agent_id != other_than and not is_cjk(k.name) and k.key.isascii()
             ]
             for item in candidates:
                 words = set(tokenize(item.name))
@@ -193,7 +232,7 @@ class Resolver:
         for stem in stems[1:]:
             wanted &= set(table.chinese(stem))
         for word in sorted(wanted):
-            for item in self._by_key.get(normalise_name(word, entity_type), []):
+            for item in self.same_key(normalise_name(word, entity_type), other_than=other_than):
                 if item.entity_type == entity_type and same_across_scripts(item.name, name):
                     return item
         return None

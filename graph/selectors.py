@@ -19,7 +19,7 @@ from django.db.models import Q, QuerySet
 from core.errors import Forbidden, NotFound
 from tenants.models import Team
 
-from .models import Entity, EntityMention, Relation
+from .models import Entity, EntityIdentity, EntityMention, Relation
 
 if TYPE_CHECKING:
     from memories.models import Memory
@@ -45,6 +45,7 @@ ENTITY_ROW_FIELDS = (
     "source_memory_id",
     "source_conversation_id",
     "source_message_id",
+    "identity_id",
     "access_count",
     "last_accessed_at",
     "created_at",
@@ -66,6 +67,7 @@ class EntityRow(TypedDict):
     source_memory_id: int | None
     source_conversation_id: str
     source_message_id: str
+    identity_id: uuid.UUID | None  # shown to team-wide callers only (presenters)
     access_count: int
     last_accessed_at: datetime | None
     created_at: datetime
@@ -336,6 +338,47 @@ def graph_agent_ids(*, team: Team) -> list[str]:
         .order_by("agent_id")
     )
     return list(rows)
+
+
+@dataclass(frozen=True)
+class IdentityGroup:
+    """A team-level identity as the team view draws it: its label and the drawn members."""
+
+    id: str
+    name: str
+    entity_type: str
+    members: list[str]  # entity ids, in the order drawn
+
+
+def identity_groups(*, team: Team, entities: list[EntityRow]) -> list[IdentityGroup]:
+    """The identities that join two or more of these entities (a team-wide view's rows). One
+    query; an identity of another team is never read (and can never be linked, graph.identity).
+    """
+    members: dict[str, list[str]] = {}
+    for row in entities:
+        if row["identity_id"] is not None:
+            members.setdefault(str(row["identity_id"]), []).append(row["id"])
+    shared = {pk: ids for pk, ids in members.items() if len(ids) > 1}
+    if not shared:
+        return []
+    labels = EntityIdentity.objects.filter(team=team, pk__in=list(shared)).values_list(
+        "id", "name", "entity_type"
+    )
+    groups = [IdentityGroup(str(pk), name, t, shared[str(pk)]) for pk, name, t in labels]
+    return sorted(groups, key=lambda g: (g.name, g.id))
+
+
+def identity_members(*, team: Team, entity: Entity) -> list[Entity]:
+    """The other entities of the team sharing `entity`'s identity (team-wide views only: an
+    agent must not learn what another agent's graph holds). Oldest first."""
+    if entity.identity_id is None:
+        return []
+    return list(
+        Entity.objects.filter(team=team, identity_id=entity.identity_id)
+        .exclude(pk=entity.pk)
+        .only("id", "team_id", "agent_id", "name", "entity_type")
+        .order_by("created_at", "id")
+    )
 
 
 SOURCE_MEMORIES_LIMIT = 50

@@ -217,6 +217,10 @@ def entity_update(
     try:
         with transaction.atomic():
             entity = Entity.objects.select_for_update().get(pk=entity.pk)
+            if not same_name(new_name, entity.name):
+                # Linked across agents by its old name: the new one may name something else
+                # (graph.identity links it again at the next extraction or link run).
+                entity.identity = None
             entity.name = new_name
             entity.normalized_name = normalise_name(new_name, entity.entity_type)
             entity.description = new_description

@@ -8,7 +8,8 @@ import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from graph.models import Entity, EntityMention, Relation
+from graph.identity import TeamLinker
+from graph.models import Entity, EntityIdentity, EntityMention, Relation
 from graph.services import entity_create_or_merge, entity_mention, relation_create
 from lifecycle.models import (
     ArchiveReason,
@@ -375,6 +376,34 @@ class RelationFactory(factory.django.DjangoModelFactory):
             )
         )
         return _update_after(relation, kwargs)
+
+
+class EntityIdentityFactory(factory.django.DjangoModelFactory):
+    """A team-level identity as graph.identity writes it: linking `members` (entities of one
+    team naming the same thing in different scopes), by default two agents' entities of
+    `name`. The identity's label and type are the linker's, not the factory's."""
+
+    class Meta:
+        model = EntityIdentity
+
+    team = factory.SubFactory(TeamFactory)
+    name = factory.Sequence(lambda n: f"Organisation {n}")
+    entity_type = "organization"
+
+    @classmethod
+    def _create(
+        cls, model_class: type[EntityIdentity], *args: Any, **kwargs: Any
+    ) -> EntityIdentity:
+        team, name, entity_type = kwargs.pop("team"), kwargs.pop("name"), kwargs.pop("entity_type")
+        members = kwargs.pop("members", None) or [
+            EntityFactory(team=team, name=name, entity_type=entity_type, agent_id=agent)
+            for agent in ("alice", "bob")
+        ]
+        linker = TeamLinker(team)
+        found = {linker.link(m) for m in members}
+        if len(found) != 1 or None in found:
+            raise ValueError("the members do not name one thing of one team")
+        return _update_after(EntityIdentity.objects.get(team=team, pk=found.pop()), kwargs)
 
 
 class EntityMentionFactory(factory.django.DjangoModelFactory):

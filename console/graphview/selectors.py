@@ -81,9 +81,19 @@ def console_graph(*, team: Team, query: GraphQuery) -> dict[str, Any]:
             max_nodes=query.max_nodes,
             max_edges=query.max_edges,
         )
-    body = graph_presenters.subgraph_body(graph)
+    # The team's view groups the entities of different agents that are one thing (their
+    # team-level identity); a view as one agent sees it stays that agent's view.
+    team_view = not query.agent
+    body = graph_presenters.subgraph_body(graph, with_identity=team_view)
+    groups = (
+        graph_selectors.identity_groups(team=team, entities=graph.entities) if team_view else []
+    )
     body.update(
         {
+            "identities": [
+                {"id": g.id, "name": g.name, "entity_type": g.entity_type, "members": g.members}
+                for g in groups
+            ],
             "centre": centre,
             "matches": matches,
             "agent": query.agent or None,
@@ -101,4 +111,16 @@ def console_entity(*, team: Team, entity_id: str, agent: str = "") -> dict[str, 
     detail = graph_selectors.entity_console_detail(
         team=team, entity=entity, acting_agent=acting_agent
     )
-    return graph_presenters.entity_console_body(detail)
+    body = graph_presenters.entity_console_body(detail, with_identity=not agent)
+    if not agent:
+        # Team view: the same thing in the other agents' graphs (graph.identity).
+        body["same_as"] = [
+            {
+                "id": str(e.pk),
+                "name": e.name,
+                "entity_type": e.entity_type,
+                "agent_id": e.agent_id or None,
+            }
+            for e in graph_selectors.identity_members(team=team, entity=entity)
+        ]
+    return body

@@ -107,7 +107,11 @@ SPECS: dict[str, _Spec] = {
     "archive": _Spec(WorkingArchive, _COMMON_EXCLUDE, {}),
     "scenario": _Spec(Scenario, _COMMON_EXCLUDE, {}),
     "persona": _Spec(Persona, _COMMON_EXCLUDE, {}),
-    "entity": _Spec(Entity, _COMMON_EXCLUDE | {"normalized_name"}, {"source_memory": "memory"}),
+    # The team-level identity is the server's own link between entities, derived again
+    # after an import (`manage.py link_team_entities`), never carried across teams.
+    "entity": _Spec(
+        Entity, _COMMON_EXCLUDE | {"normalized_name", "identity"}, {"source_memory": "memory"}
+    ),
     "relation": _Spec(
         Relation,
         _COMMON_EXCLUDE,

@@ -105,3 +105,40 @@ def test_lead_explores_the_graph_and_reads_the_dashboard(browser, live_server, l
     browser.find_element(By.CSS_SELECTOR, "details summary").click()
     assert browser.find_element(By.CSS_SELECTOR, "details table").is_displayed()
     shot("dashboard-numbers")
+
+
+def test_the_team_view_boxes_one_thing_remembered_by_two_agents(browser, live_server, login, shot):
+    from graph.identity import link_team
+
+    team = TeamFactory(id="team_graph_shared", name="Shared bots")
+    MembershipFactory(user=UserFactory(username="lead_graph_shared"), team=team, role="lead")
+    for agent in ("alice", "bob"):
+        graph_services.entity_create_or_merge(
+            team=team, name="Binance", entity_type="organization", agent_id=agent
+        )
+    graph_services.entity_create_or_merge(
+        team=team, name="用户", entity_type="person", agent_id="alice"
+    )
+    link_team(team=team)
+    login("lead_graph_shared")
+    wait = WebDriverWait(browser, 20)
+
+    browser.get(f"{live_server.url}/review/team_graph_shared/graph/")
+    wait.until(lambda d: d.execute_script("return !!(window.cy && window.cy.nodes().length)"))
+    boxes = browser.execute_script(
+        "return window.cy.nodes('[kind = \"identity\"]').map(n => [n.data('label'),"
+        " n.children().length])"
+    )
+    assert boxes == [["Binance · 2 entities", 2]]
+    assert "1 shared across agents" in browser.find_element(By.ID, "graph-status").text
+    browser.execute_script("window.cy.nodes('[kind = \"identity\"]').children()[0].emit('tap')")
+    wait.until(ec.visibility_of_element_located((By.ID, "graph-same-as")))
+    assert "team-wide" not in browser.find_element(By.ID, "graph-same-as").text
+    assert "agent " in browser.find_element(By.ID, "graph-same-as").text
+    shot("graph-identity-box")
+
+    # As one agent sees it: no box, no list.
+    browser.get(f"{live_server.url}/review/team_graph_shared/graph/?agent=alice")
+    wait.until(lambda d: d.execute_script("return !!(window.cy && window.cy.nodes().length)"))
+    assert browser.execute_script("return window.cy.nodes('[kind = \"identity\"]').length") == 0
+    assert browser.execute_script("return window.cy.nodes().length") == 2

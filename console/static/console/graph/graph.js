@@ -71,6 +71,16 @@
       });
       panelBody.appendChild(t);
     }
+    if (d.same_as && d.same_as.length) {
+      // Team view only: the same thing in other agents' graphs (its team-level identity).
+      panelBody.appendChild(el("h3", { text: "Same thing elsewhere (" + d.same_as.length + ")" }));
+      var same = el("ul", { id: "graph-same-as" });
+      d.same_as.forEach(function (o) {
+        same.appendChild(el("li", {}, [entityButton(o.id, o.name, o.entity_type), " ",
+          el("span", { className: "muted", text: o.agent_id ? "agent " + o.agent_id : "team-wide" })]));
+      });
+      panelBody.appendChild(same);
+    }
     var centreBtn = el("button", { type: "button", className: "secondary", text: "Centre the graph here" });
     centreBtn.addEventListener("click", function () { centreOn(e.id); });
     panelBody.appendChild(el("p", {}, [centreBtn]));
@@ -128,9 +138,20 @@
 
   function draw(data) {
     var elements = [];
+    // The team view draws the entities of different agents that are one thing (a team-level
+    // identity) inside one box labelled with its name.
+    var parentOf = {};
+    (data.identities || []).forEach(function (g) {
+      var gid = "identity:" + g.id;
+      elements.push({ group: "nodes", data: { id: gid, kind: "identity",
+        label: g.name + " · " + g.members.length + " entities" } });
+      g.members.forEach(function (m) { parentOf[m] = gid; });
+    });
     data.entities.forEach(function (e) {
-      elements.push({ group: "nodes", data: { id: e.id, label: e.name, type: e.entity_type,
-        colour: TYPE_COLOURS[e.entity_type] || "#667085", centre: e.id === data.centre ? 1 : 0 } });
+      var node = { id: e.id, label: e.name, type: e.entity_type,
+        colour: TYPE_COLOURS[e.entity_type] || "#667085", centre: e.id === data.centre ? 1 : 0 };
+      if (parentOf[e.id]) { node.parent = parentOf[e.id]; }
+      elements.push({ group: "nodes", data: node });
     });
     data.relations.forEach(function (r) {
       elements.push({ group: "edges", data: { id: r.id, source: r.source_entity_id,
@@ -144,6 +165,10 @@
         { selector: "node", style: { "background-color": "data(colour)", label: "data(label)",
           "font-size": 11, "text-valign": "bottom", "text-margin-y": 3, width: 22, height: 22,
           "text-wrap": "ellipsis", "text-max-width": 120 } },
+        { selector: "node[kind = 'identity']", style: { "background-color": "#f2f4f7",
+          "background-opacity": 0.6, "border-width": 1.5, "border-style": "dashed",
+          "border-color": "#667085", shape: "round-rectangle", "text-valign": "top", "text-margin-y": -4,
+          "font-size": 10, color: "#475467", padding: 8 } },
         { selector: "node[centre = 1]", style: { width: 34, height: 34, "border-width": 3, "border-color": "#1d2330" } },
         { selector: "node:selected", style: { "border-width": 4, "border-color": "#2f5bd3" } },
         { selector: "edge", style: { width: 1.5, "line-color": "#98a2b3", "target-arrow-color": "#98a2b3",
@@ -166,7 +191,10 @@
     });
     // A handful of nodes would otherwise be fitted at a huge zoom.
     if (cy.zoom() > 1.5) { cy.zoom(1.5); cy.center(); }
-    cy.on("tap", "node", function (evt) { selectNode(evt.target); });
+    cy.on("tap", "node", function (evt) {
+      if (evt.target.data("kind") === "identity") { return; }  // a group box, not an entity
+      selectNode(evt.target);
+    });
     document.getElementById("graph-fit").addEventListener("click", function () { cy.fit(undefined, 30); });
     document.getElementById("graph-zoom-in").addEventListener("click", function () {
       cy.zoom({ level: cy.zoom() * 1.25, renderedPosition: { x: cy.width() / 2, y: cy.height() / 2 } });
@@ -183,6 +211,9 @@
   function status(data) {
     var text = data.entities.length + " entities, " + data.relations.length + " relations";
     if (data.agent) { text += " · as agent " + data.agent + " sees it (own + team-wide)"; }
+    else if (data.identities && data.identities.length) {
+      text += " · " + data.identities.length + " shared across agents";
+    }
     statusEl.textContent = text;
     statusEl.dataset.nodes = String(data.entities.length);
     statusEl.dataset.edges = String(data.relations.length);
