@@ -149,6 +149,8 @@ class MemoryAPIError(Exception):
 # some answers carry is NotRequired; a key always present but possibly null is `X | None`.
 
 Scope = Literal["personal", "team"]
+# Hot and warm memories are in everyday search; cold ones only with `include_cold=True`.
+Tier = Literal["hot", "warm", "cold"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "abandoned"]
 
 
@@ -210,6 +212,7 @@ class Memory(TypedDict):
     updated_at: str
     last_accessed: str | None
     access_count: int
+    tier: Tier
     # Only on a memory replaced by a newer one (null from get_memory while it is current).
     superseded_by: NotRequired[int | None]
     # The session (run) that wrote it, on memories written with a run_id.
@@ -366,14 +369,17 @@ class GeneratedPersona(TypedDict):
 
 class CleanupCandidate(Memory):
     reason: str
+    action: Literal["cold", "trash", "wait"]  # this cleanup's step on the ladder
 
 
 class CleanupResult(TypedDict):
     cleaned: int  # 0 on a dry run
     remaining: int
     trashed: NotRequired[list[int]]  # not on a dry run: the ids moved to the trash
-    dry_run: NotRequired[bool]  # dry runs only (true), with the two below
-    would_clean: NotRequired[int]
+    cooled: NotRequired[list[int]]  # not on a dry run: the ids moved to the cold tier
+    dry_run: NotRequired[bool]  # dry runs only (true), with the three below
+    would_clean: NotRequired[int]  # to the trash
+    would_cool: NotRequired[int]
     candidates: NotRequired[list[CleanupCandidate]]
 
 

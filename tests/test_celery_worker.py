@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -296,3 +297,43 @@ def test_warm_up_doubling_idle_compress_and_excluded_agents_on_a_real_worker(
             finally:
                 worker.terminate()
                 worker.wait(timeout=20)
+
+
+def test_the_tiering_task_on_a_real_worker_and_promotion_across_nodes(tmp_path, redis_required):
+    """memories.retier_memories, sent as beat sends it, runs on a Celery worker and moves a
+    memory to cold; both web nodes drop it from everyday search (the index change log), find it
+    with include_cold; a read by id on one node brings it back to hot for the other."""
+    from celery import Celery
+
+    broker = _redis_db(settings.REDIS_URL, 14)
+    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
+    env = {"CELERY_BROKER_URL": broker, "REDIS_URL": settings.REDIS_URL}
+    with live_stack(tmp_path, servers=2, extra_env=env) as stack:
+        # The worker's rule sends every memory of ordinary importance cold at once, standing in
+        # for months of idleness.
+        worker = start_worker(stack, TIER_COLD_RETENTION="1.01", TIER_HOT_RETENTION="2")
+        try:
+            a = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+            b = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[1])
+            old = a.write_memory("coder", "The first build server ran Jenkins 1.4", importance=0.3)
+            keep = a.write_memory("coder", "Production deploys need two approvals", importance=0.9)
+
+            def found(client: MemoryClient, **extra: Any) -> set[int]:
+                return {h["id"] for h in client.search("coder", "build server Jenkins", **extra)}
+
+            assert old["id"] in found(a) and old["id"] in found(b)  # both indexes loaded
+            Celery(broker=broker).send_task("memories.retier_memories", queue="maintenance")
+            deadline = time.monotonic() + 60
+            while a.get_recent("coder", limit=10) and any(
+                m["id"] == old["id"] for m in a.get_recent("coder", limit=10)
+            ):
+                assert time.monotonic() < deadline, "the worker did not move the memory"
+                time.sleep(0.3)
+            assert old["id"] not in found(a) and old["id"] not in found(b)
+            assert old["id"] in found(b, include_cold=True)
+            assert keep["id"] in {m["id"] for m in b.get_recent("coder")}  # important: hot
+            assert a.get_memory(old["id"])["tier"] == "hot"  # a read by id promotes
+            assert old["id"] in found(b)  # the other node's index follows
+        finally:
+            worker.terminate()
+            worker.wait(timeout=20)
