@@ -169,7 +169,10 @@ def memory_search(
         query=search_query(team=principal.team, scope=scope, agent_id=agent, data=data),
         acting_agent=principal.agent_id,
     )
-    return {"memories": [_hit(h) for h in hits]}
+    body: dict[str, Any] = {"memories": [_hit(h) for h in hits]}
+    if hits.partial:
+        body["partial"] = True  # the team's recall timeout cut the search short
+    return body
 
 
 def memory_get(principal: McpPrincipal, *, memory_id: int) -> dict[str, Any]:

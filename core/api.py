@@ -48,6 +48,16 @@ def upserted(body: Any, *, created: bool) -> Response:
     return Response(body, status=201 if created else 200)
 
 
+class EnvelopeResponse(Response):
+    """A success whose envelope carries fields next to `data` — a search's `partial: true` —
+    so the shape of `data` stays what clients already parse. Declare them in the schema with
+    api_operation(envelope=...)."""
+
+    def __init__(self, data: Any, *, envelope: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(data, **kwargs)
+        self.envelope = dict(envelope)
+
+
 class EnvelopeJSONRenderer(JSONRenderer):
     """Wraps successful payloads in the envelope; error payloads are already enveloped."""
 
@@ -63,7 +73,7 @@ class EnvelopeJSONRenderer(JSONRenderer):
         if response is not None and (response.exception or response.status_code >= 400):
             payload = data
         else:
-            payload = {"ok": True, "data": data}
+            payload = {"ok": True, "data": data, **getattr(response, "envelope", {})}
         return super().render(payload, accepted_media_type, renderer_context)
 
 

@@ -43,6 +43,9 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     "replay-protection cache of signature v2); the rest of the API keeps working.",
 }
 
+# The operation key that carries api_operation(envelope=...) to envelope_hook.
+ENVELOPE_EXTENSION = "x-envelope-fields"
+
 # Statuses every signed operation can answer, whatever it does.
 AUTH_ERRORS = (401, 429, 503)
 
@@ -83,6 +86,7 @@ def api_operation(
     public: bool = False,
     extra_responses: Mapping[int, Any] | None = None,
     media_type: str = "application/json",
+    envelope: Mapping[str, Any] | None = None,
 ) -> Callable[[F], F]:
     """Documents one operation.
 
@@ -90,7 +94,8 @@ def api_operation(
     statuses the view answers; `errors` the error statuses specific to the operation (the hook
     adds those that follow from its shape). `public` operations need no signature. Another
     `media_type` (a Markdown export) describes a success answered as that document itself, not
-    in the envelope; its errors are still enveloped JSON.
+    in the envelope; its errors are still enveloped JSON. `envelope` declares optional fields
+    of the success envelope next to `data` (name -> JSON schema; core.api.EnvelopeResponse).
     """
     success: dict[Any, OpenApiResponse] = {
         (status if media_type == "application/json" else (status, media_type)): OpenApiResponse(
@@ -119,6 +124,9 @@ def api_operation(
         kwargs["operation_id"] = operation_id
     if public:
         kwargs["auth"] = []
+    if envelope:
+        # Carried to envelope_hook, which moves it into the success envelopes' schema.
+        kwargs["extensions"] = {ENVELOPE_EXTENSION: dict(envelope)}
     return extend_schema(**kwargs)
 
 
@@ -134,7 +142,7 @@ def _error_component(status: int) -> dict[str, Any]:
     }
 
 
-def _wrap_success(response: dict[str, Any]) -> None:
+def _wrap_success(response: dict[str, Any], envelope: Mapping[str, Any]) -> None:
     content = response.get("content") or {}
     if content and "application/json" not in content:
         return  # a file or document answered as itself (an export, a Markdown page)
@@ -143,7 +151,11 @@ def _wrap_success(response: dict[str, Any]) -> None:
         "application/json": {
             "schema": {
                 "type": "object",
-                "properties": {"ok": {"type": "boolean", "enum": [True]}, "data": inner},
+                "properties": {
+                    "ok": {"type": "boolean", "enum": [True]},
+                    "data": inner,
+                    **envelope,
+                },
                 "required": ["ok", "data"],
             }
         }
@@ -164,6 +176,7 @@ def envelope_hook(
             if not isinstance(operation, dict) or "responses" not in operation:
                 continue
             responses = operation["responses"]
+            envelope = operation.pop(ENVELOPE_EXTENSION, {})
             shape: set[int] = {500}
             if operation.get("security"):
                 shape.update(AUTH_ERRORS)
@@ -183,7 +196,7 @@ def envelope_hook(
                 responses.setdefault(str(status), {"description": ERROR_DESCRIPTIONS[status]})
             for status_code, response in responses.items():
                 if str(status_code).startswith("2"):
-                    _wrap_success(response)
+                    _wrap_success(response, envelope)
                 else:
                     response["content"] = {
                         "application/json": {

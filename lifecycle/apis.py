@@ -200,6 +200,10 @@ class AutoConfigOutputSerializer(serializers.Serializer):
     consolidate_min_fragments = serializers.IntegerField(
         help_text="after a fact extraction, consolidate groups of at least this many (0 = never)"
     )
+    recall_timeout_ms = serializers.IntegerField(
+        help_text="an agent's search answers with what it has after this long, partial: true "
+        "(0 = no limit)"
+    )
     configured = serializers.BooleanField(help_text="false: the defaults, never saved")
 
 
@@ -541,6 +545,7 @@ class AutoConfigInputSerializer(serializers.Serializer):
     )
     max_memories_per_run = StrictIntegerField(required=False, min_value=0, max_value=100000)
     consolidate_min_fragments = StrictIntegerField(required=False, min_value=0, max_value=50)
+    recall_timeout_ms = StrictIntegerField(required=False, min_value=0, max_value=60000)
 
     def validate_consolidate_min_fragments(self, value: int) -> int:
         if value == 1:

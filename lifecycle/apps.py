@@ -25,6 +25,20 @@ class LifecycleConfig(AppConfig):
             on_working_memory_evicting, dispatch_uid="lifecycle.archive"
         )
 
+        from memories.retrieval import search
+
+        # An agent's search reads the team's recall timeout through a hook, so memories never
+        # imports lifecycle (imports flow tenants <- memories <- graph <- lifecycle).
+        search.register_recall_timeout_provider(_recall_timeout_ms)
+
+
+def _recall_timeout_ms(team: Any) -> int:
+    """The team's `recall_timeout_ms`, saved or the default: a bound on waiting, not automation,
+    so it holds before a team saves its config and whether the pipeline is enabled or not."""
+    from .services.pipeline import config_get_cached
+
+    return config_get_cached(team=team).recall_timeout_ms
+
 
 def _on_working_write(sender: Any, team: Any, agent_id: str, **kwargs: Any) -> None:
     import logging

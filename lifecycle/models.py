@@ -74,6 +74,10 @@ class PipelineConfig(models.Model):
     max_memories_per_run = models.PositiveIntegerField(default=0)
     # After a fact extraction, consolidate groups of at least this many fragments (0 = never).
     consolidate_min_fragments = models.PositiveIntegerField(default=0)
+    # An agent's search answers with what it has after this many milliseconds rather than wait
+    # for a scope's index to load (partial: true); 0 = wait as long as it takes. Not automation:
+    # it applies whether or not the config was ever saved (docs/search.md, "Recall timeout").
+    recall_timeout_ms = models.PositiveIntegerField(default=5000)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -80,6 +80,7 @@ def config_body(config: PipelineConfig) -> dict[str, Any]:
         "excluded_agents": list(config.excluded_agents or []),
         "max_memories_per_run": config.max_memories_per_run,
         "consolidate_min_fragments": config.consolidate_min_fragments,
+        "recall_timeout_ms": config.recall_timeout_ms,
         # False: the defaults, never saved (pipeline.config_is_saved).
         "configured": not config._state.adding,
     }

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent
-from core.api import validated_body
+from core.api import EnvelopeResponse, validated_body
 from core.errors import DomainError, ValidationFailed
 from core.openapi import api_operation
 from core.serializers import (
@@ -276,11 +276,28 @@ def _written_body(memory: Memory, hit: Any) -> dict[str, Any]:
     return body
 
 
+# The search answers' envelope field next to `data` (docs/search.md, "Recall timeout").
+PARTIAL_ENVELOPE = {
+    "partial": {
+        "type": "boolean",
+        "enum": [True],
+        "description": "present when the team's recall timeout cut the search short: the "
+        "results are what was ready in time",
+    }
+}
+
+
+def search_results(results: search.SearchResults, body: list[dict[str, Any]]) -> Response:
+    """A search's answer: `body` in `data`, `"partial": true` next to it when cut short (a
+    partial answer is a success, never an error)."""
+    return EnvelopeResponse(body, envelope={"partial": True} if results.partial else {})
+
+
 def search_query(
     *, team: Team, scope: str, agent_id: str, data: dict[str, Any]
 ) -> search.SearchQuery:
-    """The SearchQuery a validated search body (Personal/TeamSearchInputSerializer) asks for;
-    the MCP tool builds its query here too."""
+    """The SearchQuery a validated search body (Personal/TeamSearchInputSerializer) asks for,
+    bounded by the team's recall timeout; the MCP tool builds its query here too."""
     return search.SearchQuery(
         team=team,
         scope=scope,
@@ -295,6 +312,7 @@ def search_query(
         include_shared=data.get("include_shared", False),
         include_team=data.get("include_team", False),
         include_cold=data.get("include_cold", False),
+        timeout_ms=search.recall_timeout_ms(team),
     )
 
 
@@ -318,7 +336,7 @@ def _search(
             team=principal.team, agent_id=agent_id, text=query.text, min_score=query.min_score
         )
         body = [presenters.profile_hit_body(h.field, h.score) for h in found] + body
-    return Response(body)
+    return search_results(hits, body)
 
 
 def _recent(request: Request, scope: str, agent_id: str) -> Response:
@@ -575,6 +593,7 @@ class PersonalSearchApi(APIView):
             many=True,
         ),
         errors=(403,),
+        envelope=PARTIAL_ENVELOPE,
         summary="Hybrid search of an agent's personal memories",
     )
     def post(self, request: Request) -> Response:
@@ -645,6 +664,7 @@ class TeamSearchApi(APIView):
     @api_operation(
         request=TeamSearchInputSerializer,
         response=MemoryOutputSerializer(many=True),
+        envelope=PARTIAL_ENVELOPE,
         summary="Hybrid search of the team's memories",
     )
     def post(self, request: Request) -> Response:
@@ -1083,6 +1103,7 @@ class EpisodeSearchApi(APIView):
         request=EpisodeSearchInputSerializer,
         response=EpisodeOutputSerializer(many=True),
         errors=(403,),
+        envelope=PARTIAL_ENVELOPE,
         summary="Episodes of tasks like this one (few-shot examples), best first",
     )
     def post(self, request: Request) -> Response:
@@ -1100,10 +1121,13 @@ class EpisodeSearchApi(APIView):
                 limit=data["limit"],
                 min_score=data["min_score"],
                 filters=parse_filters(filters),
+                timeout_ms=search.recall_timeout_ms(team),
             ),
             acting_agent=principal_of(request).agent_id,
         )
-        return Response([presenters.episode_body(h.memory, score=h.score) for h in hits])
+        return search_results(
+            hits, [presenters.episode_body(h.memory, score=h.score) for h in hits]
+        )
 
 
 # --- procedural memory -------------------------------------------------------------------------

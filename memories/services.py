@@ -39,7 +39,7 @@ from .profile import MAX_FIELDS_PER_AGENT, key_error, value_error
 from .retrieval import index
 from .retrieval.dedup import conflict_reason
 from .retrieval.embeddings import embed_passages, get_embedder, to_bytes
-from .retrieval.search import SearchHit, SearchQuery, attach_entities, memory_search
+from .retrieval.search import SearchQuery, SearchResults, attach_entities, memory_search
 from .retrieval.text import content_hash, tokens_for_storage
 
 logger = logging.getLogger(__name__)
@@ -430,8 +430,9 @@ def memory_recall(
     acting_agent: str | None = None,
     include_entities: bool = False,
     count_usage: bool = True,
-) -> list[SearchHit]:
-    """An agent's search: the hits of `memory_search`, recorded as recalled.
+) -> SearchResults:
+    """An agent's search: the hits of `memory_search`, recorded as recalled (`partial` when
+    the query's recall timeout cut the search short).
 
     Touches (and brings back to hot, if cold) only what was returned at or above the effective
     min_score = max(query.min_score,

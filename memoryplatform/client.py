@@ -399,6 +399,8 @@ class PipelineConfig(TypedDict):
     persona_every_n: int
     excluded_agents: list[str]
     max_memories_per_run: int  # 0 = unlimited
+    consolidate_min_fragments: int  # 0 = never
+    recall_timeout_ms: int  # 0 = no limit
     configured: bool  # false: the defaults, never saved
 
 

@@ -458,6 +458,7 @@ class TestAutoConfig:
             "excluded_agents": [],
             "max_memories_per_run": 0,
             "consolidate_min_fragments": 0,
+            "recall_timeout_ms": 5000,
             "configured": False,
         }
         data = ok_data(

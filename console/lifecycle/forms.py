@@ -43,6 +43,7 @@ LABELS = {
     "excluded_agents": "Excluded agents (globs, comma-separated)",
     "max_memories_per_run": "Ingest: max memories per run (0 = unlimited)",
     "consolidate_min_fragments": "Consolidate groups of N fragments after extraction (0 = never)",
+    "recall_timeout_ms": "Search: answer with what is ready after N ms (0 = no limit)",
     "target_count": "Summaries",
     "max_memories": "Max memories",
     "max_items": "Max items",

@@ -57,6 +57,7 @@ CONFIG_FIELDS = (
     "excluded_agents",
     "max_memories_per_run",
     "consolidate_min_fragments",
+    "recall_timeout_ms",
 )
 
 # The idle scan (beat) queues at most this many compresses per run; the next run takes the rest.

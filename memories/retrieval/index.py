@@ -26,6 +26,7 @@ block — so the first write after loading 100k memories does not double the pro
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import threading
@@ -38,6 +39,7 @@ from datetime import timedelta
 import faiss
 import numpy as np
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from core.metrics import INDEX_LOADS, INDEX_MEMORIES, INDEX_SCOPES, timed
@@ -536,11 +538,22 @@ class ScopeIndex:
         return scores, combined, reference
 
 
+@dataclass
+class _Loading:
+    """A scope load running in a background thread (IndexRegistry.get_within)."""
+
+    done: threading.Event
+    index: ScopeIndex | None = None
+    failed: bool = False
+
+
 class IndexRegistry:
     """The process's scope indexes, LRU-bounded by bytes."""
 
     def __init__(self) -> None:
         self._indexes: OrderedDict[str, ScopeIndex] = OrderedDict()
+        # Loads in flight, by scope key: one loader per scope, every other search waits on it.
+        self._loading: dict[str, _Loading] = {}
         self._lock = threading.Lock()
 
     def clear(self) -> None:
@@ -560,13 +573,17 @@ class IndexRegistry:
         with self._lock:
             return list(self._indexes)
 
+    def loading(self) -> list[str]:
+        """Scope keys whose load is running in the background (get_within)."""
+        with self._lock:
+            return list(self._loading)
+
     def total_bytes(self) -> int:
         with self._lock:
             return sum(ix.nbytes for ix in self._indexes.values())
 
-    def get(self, *, team_id: str, scope: str, agent_id: str, embedder: Embedder) -> ScopeIndex:
-        """The scope's index, loaded or brought up to date with the change log."""
-        key = scope_key(team_id, scope, agent_id)
+    def _usable(self, key: str, embedder: Embedder) -> ScopeIndex | None:
+        """The scope's loaded index if it can be brought up to date by its change log."""
         with self._lock:
             ix = self._indexes.get(key)
             if ix is not None:
@@ -578,16 +595,95 @@ class IndexRegistry:
             or time.monotonic() - ix.synced_at > retention / 2
             or ix.dead_fraction > 0.3
         ):
-            ix = None  # model switched, log may have been pruned, or too many dead slots
+            return None  # model switched, log may have been pruned, or too many dead slots
+        return ix
+
+    def _gauges(self) -> None:
+        with self._lock:
+            INDEX_SCOPES.set(len(self._indexes))
+            INDEX_MEMORIES.set(sum(i.alive_count for i in self._indexes.values()))
+
+    def get(self, *, team_id: str, scope: str, agent_id: str, embedder: Embedder) -> ScopeIndex:
+        """The scope's index, loaded or brought up to date with the change log.
+
+        A load already running in the background (get_within) is waited for, not repeated."""
+        key = scope_key(team_id, scope, agent_id)
+        ix = self._usable(key, embedder)
+        if ix is None:
+            with self._lock:
+                loading = self._loading.get(key)
+            if loading is not None:
+                loading.done.wait()
+                ix = loading.index
         if ix is None:
             with timed(INDEX_LOADS):
                 ix = self._load(key, team_id, scope, agent_id, embedder)
         else:
             self._sync(ix)
-        with self._lock:
-            INDEX_SCOPES.set(len(self._indexes))
-            INDEX_MEMORIES.set(sum(i.alive_count for i in self._indexes.values()))
+        self._gauges()
         return ix
+
+    def get_within(
+        self, *, team_id: str, scope: str, agent_id: str, embedder: Embedder, seconds: float
+    ) -> ScopeIndex | None:
+        """get, waiting at most `seconds` for a scope that must be loaded first; None if it is not
+        ready by then (a search's recall timeout: docs/search.md, "Recall timeout").
+
+        The load runs in a background thread — one per scope, later searches wait on the same
+        one — and carries on after a timeout, so the scope serves the next search. A loaded
+        index is only synced with its change log (one indexed query), never skipped.
+
+        Inside a transaction the load stays in this thread, unbounded: another thread's
+        connection could not see what the transaction wrote, and would cache a scope missing it.
+        """
+        key = scope_key(team_id, scope, agent_id)
+        ix = self._usable(key, embedder)
+        if ix is not None:
+            self._sync(ix)
+            self._gauges()
+            return ix
+        if connection.in_atomic_block:
+            return self.get(team_id=team_id, scope=scope, agent_id=agent_id, embedder=embedder)
+        loading = self._start_load(key, team_id, scope, agent_id, embedder)
+        if not loading.done.wait(max(seconds, 0.0)):
+            return None
+        if loading.failed:
+            # Loaded again here, so the caller sees the real error (or a success on retry).
+            return self.get(team_id=team_id, scope=scope, agent_id=agent_id, embedder=embedder)
+        self._gauges()
+        return loading.index
+
+    def _start_load(
+        self, key: str, team_id: str, scope: str, agent_id: str, embedder: Embedder
+    ) -> _Loading:
+        """The scope's background load: the one in flight, or a new one."""
+        with self._lock:
+            loading = self._loading.get(key)
+            if loading is not None:
+                return loading
+            loading = _Loading(done=threading.Event())
+            self._loading[key] = loading
+
+        def run() -> None:
+            try:
+                with timed(INDEX_LOADS):
+                    loading.index = self._load(key, team_id, scope, agent_id, embedder)
+            except Exception:
+                loading.failed = True
+                logger.exception("background load of search index %s failed", key)
+            finally:
+                # _load published the index before this: no moment where neither is visible.
+                with self._lock:
+                    self._loading.pop(key, None)
+                loading.done.set()
+                connection.close()  # this thread's own connection
+
+        # A copy of this context: the load's log lines keep the request id that started it.
+        context = contextvars.copy_context()
+        threading.Thread(
+            target=context.run, args=(run,), name=f"index-load {key}", daemon=True
+        ).start()
+        return loading
 
     def warm(self, *, team_id: str, scope: str, agent_id: str, embedder: Embedder) -> None:
         """Loads the scope's index if this process has none yet, without syncing a loaded one.

@@ -25,6 +25,7 @@ stronger. λ = SEARCH_DECAY_WEIGHT (0.1) caps the effect, so a strong match is n
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -66,6 +67,10 @@ class SearchQuery:
     include_team: bool = False
     # Cold memories (memories.tiers) are out of everyday search; True searches them too.
     include_cold: bool = False
+    # The recall timeout (docs/search.md, "Recall timeout"): after this many milliseconds the
+    # search answers with what it has, marked partial. 0 = no limit. The entry points of an
+    # agent's search fill it from the team's config (recall_timeout_ms below).
+    timeout_ms: int = 0
 
 
 @dataclass
@@ -74,6 +79,14 @@ class SearchHit:
     score: float | None  # None for "most recent" results
     content: str  # the memory's content after the character budgets
     entities: list[dict[str, Any]] | None = None  # attached on request by memory_recall
+
+
+class SearchResults(list[SearchHit]):
+    """The hits of a search, best first; `partial`: the recall timeout skipped part of it (a
+    scope whose index was not loaded in time, the team or shared memories, the dictionary
+    bridge), so the hits are what the rest found."""
+
+    partial: bool = False
 
 
 @dataclass
@@ -99,6 +112,23 @@ _entities_provider: EntitiesProvider | None = None
 def register_entities_provider(provider: EntitiesProvider) -> None:
     global _entities_provider
     _entities_provider = provider
+
+
+# The team's recall timeout lives in its pipeline config (lifecycle), which memories may not
+# import: lifecycle registers how to read it. Called as provider(team) -> milliseconds.
+RecallTimeoutProvider = Callable[[Team], int]
+_recall_timeout_provider: RecallTimeoutProvider | None = None
+
+
+def register_recall_timeout_provider(provider: RecallTimeoutProvider) -> None:
+    global _recall_timeout_provider
+    _recall_timeout_provider = provider
+
+
+def recall_timeout_ms(team: Team) -> int:
+    """The team's recall timeout for SearchQuery.timeout_ms (0 = no limit, also when no
+    provider is registered)."""
+    return _recall_timeout_provider(team) if _recall_timeout_provider is not None else 0
 
 
 def attach_entities(*, team: Team, hits: list[SearchHit], acting_agent: str | None) -> None:
@@ -139,6 +169,7 @@ def _score_candidates(
     mask: np.ndarray | None,
     dense_weight: float,
     query_cjk: bool = False,
+    with_bridge: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(slots, score, dense, lexical, rank) of the scope's candidates: the dense top-k and the
     BM25 top-k (k = max(want, SEARCH_CANDIDATES)), each scored on both sides, then fused; plus
@@ -152,6 +183,8 @@ def _score_candidates(
     reading the previous neighbour's words, plus SEARCH_NEIGHBOUR_WEIGHT x the better rank of its
     two neighbours, capped just below that neighbour (scoring.with_neighbours; docs/search.md,
     "Neighbours").
+
+    `with_bridge` False leaves out the dictionary bridge (the recall timeout has passed).
     """
     embedder = get_embedder()
     n = ix.n
@@ -182,7 +215,11 @@ def _score_candidates(
             lexical_slots = hits.astype(np.int64)
     # Across scripts BM25 sees nothing: the dictionary bridge scores the other script's memories
     # and, like BM25, brings its best k as candidates.
-    xling_weight = settings.SEARCH_XLING_LEXICAL_WEIGHT if mode == "hybrid" and use_dense else 0.0
+    xling_weight = (
+        settings.SEARCH_XLING_LEXICAL_WEIGHT
+        if mode == "hybrid" and use_dense and with_bridge
+        else 0.0
+    )
     bridge_all: np.ndarray | None = None
     if xling_weight > 0 and qtokens:
         bridge_all = _bridge_all(ix, qtokens, live & (ix.cjk[:n] != query_cjk))
@@ -268,6 +305,7 @@ def _top_candidates(
     allowed: set[int] | None,
     dense_weight: float,
     query_cjk: bool = False,
+    with_bridge: bool = True,
 ) -> list[Candidate]:
     with ix.lock:
         if ix.n == 0:
@@ -276,7 +314,7 @@ def _top_candidates(
         if allowed is not None:
             mask = np.isin(ix.ids[: ix.n], np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
         slots, score, dense, lexical, rank = _score_candidates(
-            ix, qvec, qtokens, mode, want, mask, dense_weight, query_cjk
+            ix, qvec, qtokens, mode, want, mask, dense_weight, query_cjk, with_bridge
         )
         order = np.argsort(-rank, kind="stable")[:want]
         return [
@@ -413,14 +451,35 @@ def _apply_budgets(
     return out
 
 
-def memory_search(query: SearchQuery) -> list[SearchHit]:
+class _Deadline:
+    """The recall timeout of one search (SearchQuery.timeout_ms; None = no limit)."""
+
+    def __init__(self, timeout_ms: int) -> None:
+        self.at = time.monotonic() + timeout_ms / 1000 if timeout_ms > 0 else None
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    def remaining(self) -> float | None:
+        return None if self.at is None else max(self.at - time.monotonic(), 0.0)
+
+
+def memory_search(query: SearchQuery) -> SearchResults:
     """Relevant memories of one scope (plus the team's and shared ones on request), best first.
 
     Reads only: recall bookkeeping, usage counting and graph entities are the caller's
     (services.memory_recall for an agent; the review console only reads).
+
+    With a recall timeout (`timeout_ms`) the search never blocks past it on what it can do
+    without (docs/search.md, "Recall timeout"): a scope whose index is not loaded is loaded in
+    the background and waited for at most the time left, then skipped; once the time is up the
+    team scope, the shared memories and the dictionary bridge are skipped. The asked scope is
+    always searched when its index is ready. Anything skipped marks the answer `partial`.
     """
     if not query.text.strip():
         return _recent(query)
+    deadline = _Deadline(query.timeout_ms)
+    partial = False
     team, scope, agent_id, mode = query.team, query.scope, query.agent_id, query.mode
     filters = query.filters
     embedder = get_embedder()
@@ -433,7 +492,28 @@ def memory_search(query: SearchQuery) -> list[SearchHit]:
     if query.include_team and scope == MemoryScope.PERSONAL:
         scopes.append((MemoryScope.TEAM, ""))
     candidates: list[Candidate] = []
-    for sc, ag in scopes:
+    # The dictionary bridge runs over the whole scope (_bridge_all): left out once time is up.
+    bridge_wanted = (
+        mode == "hybrid"
+        and qvec is not None
+        and bool(qtokens)
+        and settings.SEARCH_XLING_LEXICAL_WEIGHT > 0
+    )
+    for position, (sc, ag) in enumerate(scopes):
+        if position > 0 and deadline.passed():
+            partial = True  # the team scope of include_team
+            continue
+        wait = deadline.remaining()
+        ix: index.ScopeIndex | None
+        if wait is None:
+            ix = index.registry.get(team_id=team.id, scope=sc, agent_id=ag, embedder=embedder)
+        else:
+            ix = index.registry.get_within(
+                team_id=team.id, scope=sc, agent_id=ag, embedder=embedder, seconds=wait
+            )
+        if ix is None:
+            partial = True  # still loading: it serves a later search
+            continue
         allowed = None
         if filters:
             base = Memory.objects.filter(team=team, scope=sc, superseded_by__isnull=True)
@@ -442,18 +522,25 @@ def memory_search(query: SearchQuery) -> list[SearchHit]:
             allowed = set(
                 base.filter(selectors.memory_filters_q(filters)).values_list("id", flat=True)
             )
-        ix = index.registry.get(team_id=team.id, scope=sc, agent_id=ag, embedder=embedder)
+        with_bridge = not deadline.passed()
+        partial = partial or (bridge_wanted and not with_bridge)
         candidates.extend(
-            _top_candidates(ix, qvec, qtokens, mode, want, allowed, dense_weight, query_cjk)
+            _top_candidates(
+                ix, qvec, qtokens, mode, want, allowed, dense_weight, query_cjk, with_bridge
+            )
         )
-        if query.include_cold:
+        if query.include_cold and deadline.passed():
+            partial = True  # the cold rows are read from the database: skipped once time is up
+        elif query.include_cold:
             candidates.extend(
                 _cold_candidates(
                     team, sc, ag, qvec, qtokens, mode, dense_weight, filters, query_cjk
                 )
             )
     shared: set[int] = set()
-    if query.include_shared and scope == MemoryScope.PERSONAL:
+    if query.include_shared and scope == MemoryScope.PERSONAL and deadline.passed():
+        partial = True
+    elif query.include_shared and scope == MemoryScope.PERSONAL:
         shared_candidates = _shared_candidates(
             team,
             agent_id,
@@ -469,7 +556,7 @@ def memory_search(query: SearchQuery) -> list[SearchHit]:
         candidates.extend(shared_candidates)
     candidates = [c for c in candidates if c.score >= query.min_score]
     if not candidates:
-        return []
+        return _results([], partial=partial)
     best: dict[int, Candidate] = {}
     for c in candidates:
         if c.memory_id not in best or c.rank > best[c.memory_id].rank:
@@ -502,10 +589,19 @@ def memory_search(query: SearchQuery) -> list[SearchHit]:
             key=lambda pair: -(pair[1].rank * strength(pair[0], now)),
         )[: query.limit]
     ]
-    return _apply_budgets(ordered, query.max_chars_per_memory, query.max_total_chars)
+    return _results(
+        _apply_budgets(ordered, query.max_chars_per_memory, query.max_total_chars),
+        partial=partial,
+    )
 
 
-def _recent(query: SearchQuery) -> list[SearchHit]:
+def _results(hits: list[SearchHit], *, partial: bool = False) -> SearchResults:
+    results = SearchResults(hits)
+    results.partial = partial
+    return results
+
+
+def _recent(query: SearchQuery) -> SearchResults:
     """Newest first (no score): what an empty search query returns."""
     memories = selectors.memory_recent(
         team=query.team,
@@ -515,8 +611,10 @@ def _recent(query: SearchQuery) -> list[SearchHit]:
         filters=query.filters,
         include_cold=query.include_cold,
     )
-    return _apply_budgets(
-        [(m, None) for m in memories], query.max_chars_per_memory, query.max_total_chars
+    return _results(
+        _apply_budgets(
+            [(m, None) for m in memories], query.max_chars_per_memory, query.max_total_chars
+        )
     )
 
 
