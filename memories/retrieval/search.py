@@ -40,9 +40,9 @@ from memories.models import Memory, MemoryScope, MemoryTier, ProfileField
 from tenants.models import Team
 
 from . import gloss, index
-from .embeddings import embed_passages, embed_query, from_bytes, get_embedder
+from .embeddings import embed_passages, embed_query, get_embedder
 from .scoring import bridge, fuse, strength, with_neighbours
-from .text import is_cjk, tokenize
+from .text import is_cjk, tokenize, tokens_stamp
 
 SearchMode = Literal["hybrid", "vector", "keyword"]
 
@@ -331,6 +331,11 @@ def _top_candidates(
         ]
 
 
+# Rows read and scored at a time by _direct_candidates: bounds the embeddings held at once (an
+# include_cold search over 90k cold rows would otherwise hold all of them, ~180 MB at 512 dims).
+DIRECT_CHUNK = 4096
+
+
 def _direct_candidates(
     rows: Any,
     qvec: np.ndarray | None,
@@ -342,52 +347,115 @@ def _direct_candidates(
     """Memories outside the in-memory index (shared with the agent, or cold), scored straight
     from their rows: one matrix product for the dense side, and the plain share of the query
     words present for the lexical side (too few documents, or documents outside the scope's
-    statistics, for a meaningful idf)."""
+    statistics, for a meaningful idf).
+
+    Read in chunks of DIRECT_CHUNK rows. A row's words are its stored `search_tokens` (what the
+    index reads too; tokenised again only when missing or from another tokenizer version):
+    tokenising every content was most of the time of an include_cold search
+    (docs/benchmarks.md, "Tiers")."""
     embedder = get_embedder()
-    items = list(rows.values_list("id", "content", "embedding", "embedding_model"))
-    if not items:
-        return []
-    dense_all = np.zeros(len(items), dtype=np.float32)
-    cjk = np.array([is_cjk(content) for _, content, _, _ in items], dtype=bool)
+    qset = set(qtokens)
+    weight = settings.SEARCH_XLING_LEXICAL_WEIGHT
+    words: tuple[frozenset[str], ...] | None = None  # the query's dictionary alternatives
+    out: list[Candidate] = []
+    chunk: list[tuple[int, str, Any, str, str]] = []
+    fields = ("id", "content", "embedding", "embedding_model", "search_tokens")
+    for row in rows.values_list(*fields).iterator(chunk_size=DIRECT_CHUNK):
+        chunk.append(row)
+        if len(chunk) == DIRECT_CHUNK:
+            words = _score_direct_chunk(
+                chunk,
+                embedder,
+                qvec,
+                qset,
+                qtokens,
+                mode,
+                dense_weight,
+                query_cjk,
+                weight,
+                words,
+                out,
+            )
+            chunk = []
+    if chunk:
+        _score_direct_chunk(
+            chunk, embedder, qvec, qset, qtokens, mode, dense_weight, query_cjk, weight, words, out
+        )
+    return out
+
+
+def _score_direct_chunk(
+    items: list[tuple[int, str, Any, str, str]],
+    embedder: Any,
+    qvec: np.ndarray | None,
+    qset: set[str],
+    qtokens: tuple[str, ...],
+    mode: str,
+    dense_weight: float,
+    query_cjk: bool,
+    weight: float,
+    words: tuple[frozenset[str], ...] | None,
+    out: list[Candidate],
+) -> tuple[frozenset[str], ...] | None:
+    """Scores one chunk of rows into `out`; returns the query's dictionary alternatives if it
+    had to compute them (cross-script rows), so later chunks reuse them."""
+    n = len(items)
+    dense = np.zeros(n, dtype=np.float32)
+    cjk = np.fromiter((is_cjk(content) for _, content, _, _, _ in items), dtype=bool, count=n)
     if qvec is not None:
-        usable = [
-            i
-            for i, (_, _, emb, model) in enumerate(items)
-            if emb and model == embedder.model_name and len(emb) == qvec.shape[0] * 4
-        ]
-        if usable:
-            matrix = np.vstack([from_bytes(items[i][2]) for i in usable])
+        width = qvec.shape[0] * 4
+        usable = np.flatnonzero(
+            np.fromiter(
+                (
+                    bool(emb) and model == embedder.model_name and len(emb) == width
+                    for _, _, emb, model, _ in items
+                ),
+                dtype=bool,
+                count=n,
+            )
+        )
+        if len(usable):
+            matrix = np.frombuffer(
+                b"".join(bytes(items[i][2]) for i in usable), dtype="<f4"
+            ).reshape(len(usable), qvec.shape[0])
             raw = matrix @ qvec.astype(np.float32)
-            where = np.array(usable)
-            other = cjk[where] != query_cjk
-            dense_all[where] = np.where(
+            other = cjk[usable] != query_cjk
+            dense[usable] = np.where(
                 other, embedder.cross_score(raw, query_cjk=query_cjk), embedder.score(raw)
             )
-    out = []
-    qset = set(qtokens)
-    words = gloss.alternatives(qtokens) if qtokens else []
-    weight = settings.SEARCH_XLING_LEXICAL_WEIGHT
-    for i, (mid, content, _, _) in enumerate(items):
-        dense = float(dense_all[i])
-        held = set(tokenize(content)) if qset else set()
-        lexical = len(qset & held) / len(qset) if qset else 0.0
-        score = (
-            dense
-            if mode == "vector"
-            else lexical
-            if mode == "keyword"
-            else float(fuse(np.array([dense]), np.array([lexical]), dense_weight)[0])
-        )
-        if mode == "hybrid" and bool(cjk[i]) != query_cjk:
-            # Cross-script, as in _score_candidates (a plain share of the query's words here).
-            across = dense
-            if weight > 0 and words and qvec is not None:
-                share = sum(1 for terms in words if terms & held) / len(words)
-                across = float(bridge(np.array([dense]), np.array([share]), weight)[0])
-            score = max(score, across)
-        if score > 0:
-            out.append(Candidate(mid, score, dense, lexical))
-    return out
+    held: list[frozenset[str]] = []
+    if qset:
+        # text.tokens_from_storage, with the stamp read once for the chunk.
+        stamp = tokens_stamp()
+        cut = len(stamp)
+        for _, content, _, _, stored in items:
+            stored = stored or ""
+            held.append(
+                frozenset(stored[cut:].split() if stored.startswith(stamp) else tokenize(content))
+            )
+    lexical = np.array(
+        [len(qset & h) / len(qset) for h in held] if qset else np.zeros(n), dtype=np.float64
+    )
+    dense64 = dense.astype(np.float64)
+    if mode == "vector":
+        score = dense64
+    elif mode == "keyword":
+        score = lexical
+    else:
+        score = np.asarray(fuse(dense64, lexical, dense_weight), dtype=np.float64)
+        # Cross-script, as in _score_candidates (a plain share of the query's words here).
+        for i in np.flatnonzero(cjk != query_cjk):
+            across = float(dense64[i])
+            if weight > 0 and qtokens and qvec is not None:
+                if words is None:
+                    words = gloss.alternatives(qtokens)
+                if words:
+                    share = sum(1 for terms in words if terms & held[i]) / len(words)
+                    across = float(bridge(np.array([across]), np.array([share]), weight)[0])
+            score[i] = max(float(score[i]), across)
+    for i in np.flatnonzero(score > 0):
+        out.append(Candidate(int(items[i][0]), float(score[i]), float(dense[i]), float(lexical[i])))
+    return words
 
 
 def _shared_candidates(

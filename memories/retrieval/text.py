@@ -266,6 +266,8 @@ def is_cjk(text: str) -> bool:
     Search uses it to see that a query and a memory are in different scripts, where BM25 cannot
     match anything and only the embedding can (docs/search.md, "cross-script").
     """
+    if text.isascii():  # no CJK character at all (most memories of an English scope): fast
+        return False
     letters = len(_WORD_CHAR.findall(text))
     return letters > 0 and 3 * len(_CJK_CHAR.findall(text)) >= letters
 
