@@ -297,10 +297,14 @@ async def working_add(
     content: Annotated[str, Field(description="A note or turn of the current conversation.")],
     agent_id: AgentId = None,
     ttl: TTL = None,
+    run_id: Annotated[
+        str,
+        Field(description="The session id: a new session's first notes are condensed sooner."),
+    ] = "",
 ) -> dict[str, Any]:
     """Add to the agent's working memory (short-term, expires). The platform condenses working
     memory into long-term memories."""
-    return await _run(tools.working_add, content=content, agent_id=agent_id, ttl=ttl)
+    return await _run(tools.working_add, content=content, agent_id=agent_id, ttl=ttl, run_id=run_id)
 
 
 @mcp.tool(name="working_list", annotations=READ_ONLY)

@@ -246,14 +246,18 @@ def memory_history(principal: McpPrincipal, *, memory_id: int) -> dict[str, Any]
 
 
 def _working_store_add(
-    principal: McpPrincipal, agent: str, contents: list[str], ttl: int | None
+    principal: McpPrincipal, agent: str, contents: list[str], ttl: int | None, run_id: str = ""
 ) -> list[dict[str, str]]:
     """POST /memories/working for each content, then one write signal (the lifecycle decides
     whether to compress on the count, so one signal after the batch is enough)."""
     items: list[dict[str, str]] = []
     # All validated before the first is stored: a bad message stores none of the batch.
     data_list = [
-        _valid(WorkingCreateInputSerializer(data=_given(agent_id=agent, content=c, ttl=ttl)))
+        _valid(
+            WorkingCreateInputSerializer(
+                data=_given(agent_id=agent, content=c, ttl=ttl, run_id=run_id)
+            )
+        )
         for c in contents
     ]
     agent_register(team=principal.team, agent_id=agent)
@@ -266,19 +270,27 @@ def _working_store_add(
                     agent_id=agent,
                     content=data["content"],
                     ttl_seconds=data["ttl"],
+                    run_id=data["run_id"],
                 )
             )
         )
         usage_record(team=principal.team, agent_id=agent, kind=KIND_WRITE)
-    working_memory_written.send(sender=McpPrincipal, team=principal.team, agent_id=agent)
+    working_memory_written.send(
+        sender=McpPrincipal, team=principal.team, agent_id=agent, run_id=run_id
+    )
     return items
 
 
 def working_add(
-    principal: McpPrincipal, *, content: str, agent_id: str | None = None, ttl: int | None = None
+    principal: McpPrincipal,
+    *,
+    content: str,
+    agent_id: str | None = None,
+    ttl: int | None = None,
+    run_id: str = "",
 ) -> dict[str, Any]:
     agent = acting_agent_for(principal, agent_id, required=True)
-    return _working_store_add(principal, agent, [content], ttl)[0]
+    return _working_store_add(principal, agent, [content], ttl, run_id)[0]
 
 
 def working_list(

@@ -789,6 +789,10 @@ class JobOutputSerializer(serializers.Serializer):
     retry_of = serializers.IntegerField(
         allow_null=True, help_text="the abandoned job this one retries"
     )
+    run_id = serializers.CharField(
+        allow_null=True,
+        help_text="the session: an ingest's run, or the run whose writes triggered a compress",
+    )
 
 
 class JobApi(APIView):

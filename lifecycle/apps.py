@@ -40,13 +40,15 @@ def _recall_timeout_ms(team: Any) -> int:
     return config_get_cached(team=team).recall_timeout_ms
 
 
-def _on_working_write(sender: Any, team: Any, agent_id: str, **kwargs: Any) -> None:
+def _on_working_write(
+    sender: Any, team: Any, agent_id: str, run_id: str = "", **kwargs: Any
+) -> None:
     import logging
 
     from .services.pipeline import on_working_memory_written
 
     try:
-        on_working_memory_written(team=team, agent_id=agent_id)
+        on_working_memory_written(team=team, agent_id=agent_id, run_id=run_id)
     except Exception:
         # The item is stored; a failing trigger must not turn the write into an error. The next
         # write (or auto-run, or beat) tries again.

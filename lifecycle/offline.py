@@ -31,10 +31,13 @@ What it does
   "decided to ship next week" is a decision.)
 * **compress.** Items are grouped by similarity (average-linkage agglomerative clustering,
   forced down to `target_count` groups, then merging further only clearly same-topic items);
-  each group becomes one extractive summary: its sentences, de-duplicated, in item order, joined
-  with "；" (Chinese) or "; " (English), at most 1000 characters (the most important sentences
-  are kept first, and a cut never splits a number or a word). Importance = the highest rule
-  importance among its sentences. A group of pure chit-chat yields no summary.
+  each group becomes one extractive summary (`_summarise`): its sentences without repeats and
+  near duplicates (the same point in other words, by the search model's calibrated score; never
+  two sentences stating different numbers), chosen — when they do not all fit in 1000
+  characters — by maximal marginal relevance (centrality to the group blended with rule
+  importance, minus redundancy with the sentences already chosen), in item order, joined with
+  "；" (Chinese) or "; " (English). Importance = the highest rule importance among its
+  sentences. A group of pure chit-chat yields no summary.
 * **aggregate.** Memories are clustered the same way with a threshold; a cluster of one memory is
   not a scenario unless there are fewer than 3 memories. Name = its top 3 keywords (jieba TF-IDF
   for Chinese, frequency of stemmed words for English, words shared by several members first);
@@ -63,7 +66,9 @@ Limits
 * Questions are always dropped, even when they carry information.
 * Clustering quality follows the embedding model: short, mixed-language or very generic memories
   group poorly. Scenario names are keyword lists, not titles.
-* Summaries longer than the budget lose their least important sentences.
+* Summaries longer than the budget lose their least central, least important sentences.
+* Near duplicates are judged by embeddings, which hardly see negation or antonyms: "prefers
+  concise" and "prefers detailed" may collapse (the later wording is the one kept).
 """
 
 from __future__ import annotations
@@ -433,19 +438,160 @@ def _pack(sentences: list[tuple[str, float]], limit: int, sep: str) -> str:
     return sep.join(sentences[i][0] for i in sorted(chosen)) + sep + "…"
 
 
-def _dedupe_sentences(sentences: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    """Drops repeats (same normalised text, or contained in a longer kept sentence)."""
+def _dedupe_counted(sentences: list[tuple[str, float]]) -> list[tuple[str, float, int]]:
+    """Drops repeats (same normalised text, or contained in a longer kept sentence), counting
+    how often each kept sentence was said: its repeats and the sentences contained in it count
+    for it (the first such one)."""
     keyed = [(normalise(s), s, imp) for s, imp in sentences]
-    out: list[tuple[str, float]] = []
-    seen: list[str] = []
+    out: list[tuple[str, float, int]] = []
+    seen: dict[str, int] = {}  # key -> position in `out`
+    pending: list[str] = []  # keys contained in a longer sentence, credited once it is kept
     for i, (key, s, imp) in enumerate(keyed):
         if key in seen:
+            kept = out[seen[key]]
+            out[seen[key]] = (kept[0], max(kept[1], imp), kept[2] + 1)
             continue
         if any(key != other and key in other for other, _, _ in keyed[:i] + keyed[i + 1 :]):
+            pending.append(key)
             continue
-        seen.append(key)
-        out.append((s, imp))
+        seen[key] = len(out)
+        out.append((s, imp, 1))
+    for key in pending:
+        for kept_key, pos in seen.items():
+            if key in kept_key:
+                kept = out[pos]
+                out[pos] = (kept[0], kept[1], kept[2] + 1)
+                break
     return out
+
+
+# Sentences at least this close (the search model's calibrated score: 0.85 "answers it
+# squarely") say the same thing in other words: one of them is kept.
+NEAR_DUPLICATE_THRESHOLD = 0.8
+# The MMR trade-off: relevance (centrality and importance) against redundancy with the
+# sentences already chosen.
+MMR_LAMBDA = 0.7
+# Relevance = CENTRALITY_WEIGHT * centrality + (1 - CENTRALITY_WEIGHT) * importance.
+CENTRALITY_WEIGHT = 0.5
+# At most this many distinct sentences of a group are compared pairwise (the most important,
+# earliest first): far more than a summary of COMPRESS_MAX_CHARS can hold.
+SUMMARY_MAX_SENTENCES = 300
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def _numbers(sentence: str) -> tuple[str, ...]:
+    return tuple(_NUMBER.findall(unicodedata.normalize("NFKC", sentence)))
+
+
+def _sameness(texts: list[str]) -> np.ndarray:
+    """`sentence_similarity`, except that two sentences stating different numbers are never the
+    same: "延迟 120ms" and "延迟降到 50ms" are two facts, however alike their wording."""
+    same = sentence_similarity(texts) if len(texts) > 1 else np.ones((1, 1))
+    numbers = [_numbers(t) for t in texts]
+    for i in range(len(texts)):
+        for j in range(i + 1, len(texts)):
+            if numbers[i] and numbers[j] and numbers[i] != numbers[j]:
+                same[i, j] = same[j, i] = 0.0
+    return same
+
+
+def _collapse(units: list[tuple[str, float, int]], same: np.ndarray) -> list[tuple[int, list[int]]]:
+    """Near-duplicate sentences grouped: `(representative, members)`, by first member.
+
+    Two sentences are one point when they are NEAR_DUPLICATE_THRESHOLD the same (`_sameness`,
+    average linkage). The representative is the most important member, then the latest — when
+    a point is said again the last wording is the current one (embeddings hardly see negation
+    or antonyms, so of "偏好详细" and a later "偏好简洁" the later stays)."""
+    groups = agglomerate(same, threshold=NEAR_DUPLICATE_THRESHOLD)
+    return [(max(g, key=lambda i: (units[i][1], i)), g) for g in groups]
+
+
+def sentence_similarity(texts: list[str]) -> np.ndarray:
+    """Pairwise "says the same thing" in [0, 1]: the search model's calibrated score, which
+    keeps same-topic but different statements far apart (unlike `similarity_matrix`, made to
+    group a topic); keyword overlap when the model is unavailable."""
+    from memories.retrieval.embeddings import embed_passages, get_embedder
+
+    try:
+        vectors = embed_passages(texts)
+        sim = np.clip(np.asarray(get_embedder().score(vectors @ vectors.T), dtype=np.float64), 0, 1)
+    except DomainError as exc:
+        logger.warning("offline engine: embeddings unavailable (%s), comparing keywords", exc)
+        sim = _keyword_similarity(texts)
+    np.fill_diagonal(sim, 1.0)
+    return sim
+
+
+def _scaled(importance: float) -> float:
+    """Rule importance on [0, 1] like centrality (event 0 … preference and decision 1): on its
+    raw 0.45–0.8 scale it would hardly count beside centrality, and a preference that is off
+    the group's topic would lose to every sentence of a long log."""
+    low, high = min(IMPORTANCE.values()), max(IMPORTANCE.values())
+    return min(max((importance - low) / (high - low), 0.0), 1.0)
+
+
+def _summarise(sentences: list[tuple[str, float]], limit: int, sep: str) -> str:
+    """An extractive summary of a group's sentences (in time order), at most `limit` characters.
+
+    1. Repeats go: the same sentence, one contained in another, and near duplicates — the same
+       point in other words, Chinese or English (`_collapse` on `_sameness`).
+    2. When what is left fits, it is the summary. Otherwise sentences are chosen by maximal
+       marginal relevance: relevance = centrality (the sentence's mean topical similarity to the
+       group's sentences, `similarity_matrix`, each counted as often as it was said: its
+       closeness to the group's centroid) blended with its rule importance (`_scaled`); minus
+       its highest sameness with a sentence already chosen. The best that still fits is taken
+       until none does; a "…" marks the cut.
+    3. The chosen sentences keep their original (time) order.
+    """
+    units = _dedupe_counted(sentences)
+    if not units:
+        return ""
+    if len(units) > SUMMARY_MAX_SENTENCES:
+        pool = sorted(range(len(units)), key=lambda i: (-units[i][1], i))
+        units = [units[i] for i in sorted(pool[:SUMMARY_MAX_SENTENCES])]
+    texts = [s for s, _, _ in units]
+    same = _sameness(texts)
+    groups = _collapse(units, same)
+    weight = np.zeros(len(units))
+    for rep, members in groups:  # a point counts as often as it was said, in any wording
+        weight[rep] = float(sum(units[m][2] for m in members))
+    reps = sorted(rep for rep, _ in groups)
+    kept = [texts[r] for r in reps]
+    if sum(len(t) for t in kept) + len(sep) * (len(kept) - 1) <= limit:
+        return sep.join(kept)
+    topic = similarity_matrix(texts)
+    relevance: dict[int, float] = {}
+    for r in reps:
+        others = weight.copy()
+        others[r] -= 1.0  # itself once: only its repeats vouch for it
+        total = float(others.sum())
+        centrality = float(others @ topic[r]) / total if total > 0 else 1.0
+        relevance[r] = CENTRALITY_WEIGHT * centrality + (1 - CENTRALITY_WEIGHT) * _scaled(
+            units[r][1]
+        )
+    budget = limit - len(sep) - 1  # room for the trailing "…"
+    chosen: list[int] = []
+    used = 0
+    left = list(reps)
+    while left:
+        best: tuple[float, int] | None = None
+        for r in left:
+            if used + len(texts[r]) + (len(sep) if chosen else 0) > budget:
+                continue
+            redundancy = max((float(same[r, c]) for c in chosen), default=0.0)
+            score = MMR_LAMBDA * relevance[r] - (1 - MMR_LAMBDA) * redundancy
+            if best is None or score > best[0]:  # ties: the earliest
+                best = (score, r)
+        if best is None:
+            break
+        r = best[1]
+        used += len(texts[r]) + (len(sep) if chosen else 0)
+        chosen.append(r)
+        left.remove(r)
+    if not chosen:
+        top = max(reps, key=lambda r: (relevance[r], -r))
+        return trim_text(texts[top], limit)
+    return sep.join(texts[r] for r in sorted(chosen)) + sep + "…"
 
 
 # --- similarity and clustering --------------------------------------------------------------------
@@ -700,13 +846,12 @@ class OfflineEngine:
             sentences = [
                 (s, IMPORTANCE[classify(s)]) for i in group for s in _content_sentences(texts[i])
             ]
-            sentences = _dedupe_sentences(sentences)
             if not sentences:
                 continue
             lang = dominant_language([s for s, _ in sentences])
             summaries.append(
                 Summary(
-                    content=_pack(sentences, COMPRESS_MAX_CHARS, _sep(lang)),
+                    content=_summarise(sentences, COMPRESS_MAX_CHARS, _sep(lang)),
                     importance=max(imp for _, imp in sentences),
                     source_indexes=group,
                 )

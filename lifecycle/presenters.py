@@ -309,6 +309,9 @@ def job_body(job: JobRun) -> dict[str, Any]:
         "result": job.result,
         "error": job.error or None,
         "retry_of": job.retry_of_id,
+        # The session the job was for: an ingest's run, or the run whose working-memory writes
+        # triggered an automatic compress (its warm-up counts per run).
+        "run_id": str(job.params.get("run_id") or "") or None,
     }
 
 

@@ -956,6 +956,9 @@ class WorkingItemFieldsSerializer(serializers.Serializer):
 
 class WorkingItemSerializer(WorkingItemFieldsSerializer):
     expires_at = serializers.DateTimeField()
+    run_id = serializers.CharField(
+        required=False, help_text="the session, when the write named one"
+    )
 
 
 class WorkingClearedSerializer(serializers.Serializer):
@@ -966,6 +969,13 @@ class WorkingCreateInputSerializer(serializers.Serializer):
     agent_id = StrictCharField(validators=[AGENT_ID])
     content = _content_field(validators=[_validate_content])
     ttl = StrictIntegerField(required=False, default=259200, min_value=1, max_value=30 * 24 * 3600)
+    run_id = StrictCharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        validators=[AGENT_ID],
+        help_text="the agent's session: the automatic pipeline warms up again for each new one",
+    )
 
 
 class WorkingCreateApi(APIView):
@@ -990,12 +1000,16 @@ class WorkingCreateApi(APIView):
             agent_id=data["agent_id"],
             content=data["content"],
             ttl_seconds=data["ttl"],
+            run_id=data["run_id"],
         )
         usage_record(team=principal.team, agent_id=data["agent_id"], kind=KIND_WRITE)
         from .working.events import working_memory_written
 
         working_memory_written.send(
-            sender=WorkingCreateApi, team=principal.team, agent_id=data["agent_id"]
+            sender=WorkingCreateApi,
+            team=principal.team,
+            agent_id=data["agent_id"],
+            run_id=data["run_id"],
         )
         return Response(presenters.working_item_body(item), status=201)
 

@@ -229,6 +229,8 @@ class WorkingMemoryItem(models.Model):
     content = models.TextField()
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
+    # The agent's session the item was written in ("" = none named): WorkingItem.run_id.
+    run_id = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         indexes = [

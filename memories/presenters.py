@@ -94,13 +94,16 @@ def trashed_body(item: TrashedMemory) -> dict[str, Any]:
 
 
 def working_item_body(item: WorkingItem) -> dict[str, str]:
-    return {
+    body = {
         "id": item.id,
         "agent_id": item.agent_id,
         "content": item.content,
         "created_at": iso(item.created_at.astimezone(UTC)),
         "expires_at": iso(item.expires_at.astimezone(UTC)),
     }
+    if item.run_id:  # as on a memory: only when the write named a session
+        body["run_id"] = item.run_id
+    return body
 
 
 def memory_detail_body(memory: Memory) -> dict[str, Any]:

@@ -305,6 +305,7 @@ class WorkingItem(TypedDict):
     content: str
     created_at: str
     expires_at: str
+    run_id: NotRequired[str]
 
 
 class WorkingCleared(TypedDict):
@@ -488,6 +489,7 @@ class Job(TypedDict):
     result: dict[str, Any] | None  # once succeeded: what the queuing endpoint answers
     error: str | None
     retry_of: int | None  # the abandoned job this one retries
+    run_id: str | None  # the session: an ingest's run, or the run that triggered a compress
 
 
 # final: `"job_id" in answer` tells the two answers of ingest apart for a type checker too.
@@ -1077,11 +1079,13 @@ class _Endpoints:
 
     @_endpoint
     def write_working(
-        self, agent_id: str, content: str, ttl: int | None = None
+        self, agent_id: str, content: str, ttl: int | None = None, run_id: str = ""
     ) -> _Call[WorkingItem]:
         body: dict[str, Any] = {"agent_id": agent_id, "content": content}
         if ttl is not None:
             body["ttl"] = ttl
+        if run_id:
+            body["run_id"] = run_id
         return _post("/memories/working", body)
 
     @_endpoint

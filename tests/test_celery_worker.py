@@ -337,3 +337,53 @@ def test_the_tiering_task_on_a_real_worker_and_promotion_across_nodes(tmp_path, 
         finally:
             worker.terminate()
             worker.wait(timeout=20)
+
+
+def test_warm_up_doubling_per_run_on_a_real_worker(tmp_path, redis_required):
+    """Writes that name their session (`run_id`) warm up per session through gunicorn, a Celery
+    worker and Redis working memory: a new run of the same agent compresses after 1 item again,
+    and each compress job records the run that triggered it."""
+    broker = _redis_db(settings.REDIS_URL, 14)
+    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
+    with FakeOpenAI() as fake:
+        fake.chat_replies.extend(_summary_reply(f"会话要点 {i}") for i in range(4))
+        env = {
+            "CELERY_BROKER_URL": broker,
+            "REDIS_URL": settings.REDIS_URL,
+            "LLM_BASE_URL": fake.base_url,
+            "LLM_MODEL": "fake-chat",
+            "LLM_API_KEY": "sk-test",
+        }
+
+        def chat_calls() -> int:
+            return sum(1 for r in fake.requests if r["path"].endswith("/chat/completions"))
+
+        with live_stack(tmp_path, servers=1, extra_env=env) as stack:
+            worker = start_worker(stack)
+            try:
+                client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+                client.set_pipeline_config(
+                    compress_every_n=8,
+                    compress_target_count=1,
+                    warmup_max_memories=100,
+                    idle_extract_seconds=0,
+                    persona_every_n=0,
+                )
+                item = client.write_working("coder", "第一条：重构 compress 方法", run_id="s-1")
+                assert item["run_id"] == "s-1"
+                _wait_empty(client, "coder")  # s-1, step 1
+                client.write_working("coder", "第二条：返回结构化 dict", run_id="s-1")
+                time.sleep(2)
+                assert len(client.get_working("coder")) == 1  # s-1 is at step 2 now
+                # A new session of the same agent: step 1 again, and it takes both items.
+                client.write_working("coder", "新会话：先读 routes.py", run_id="s-2")
+                _wait_empty(client, "coder")
+                assert chat_calls() == 2
+                runs = sorted(
+                    client.get_job(m["metadata"]["job_id"])["run_id"]
+                    for m in client.get_recent("coder")
+                )
+                assert runs == ["s-1", "s-2"]
+            finally:
+                worker.terminate()
+                worker.wait(timeout=20)

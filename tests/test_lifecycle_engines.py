@@ -603,6 +603,119 @@ def test_offline_compress_trims_long_groups_keeping_important_sentences(offline)
     assert summaries[0].content.endswith("…")
 
 
+class TestOfflineCompressSummary:
+    """The offline compress summary is extractive: repeats and paraphrases collapse to one
+    sentence, the sentences closest to the group are kept over an off-topic one when the
+    budget is short, and the kept ones stay in their original order."""
+
+    @staticmethod
+    def _one(offline, items: list[str]) -> str:
+        summaries, _ = offline.compress(items, 1)
+        assert len(summaries) == 1 and summaries[0].source_indexes == list(range(len(items)))
+        return summaries[0].content
+
+    def test_chinese_repeats_and_paraphrases_collapse_to_the_latest_wording(self, offline):
+        content = self._one(
+            offline,
+            [
+                "用户偏好简洁的回答，不喜欢冗长的解释",
+                "回测窗口从3个月改为6个月",
+                "用户偏好简洁的回答，不喜欢冗长的解释",  # said again
+                "用户喜欢简短的回复，讨厌长篇解释",  # and in other words
+            ],
+        )
+        assert content == "回测窗口从3个月改为6个月；用户喜欢简短的回复，讨厌长篇解释"
+
+    def test_english_paraphrases_collapse_but_different_numbers_stay(self, offline):
+        content = self._one(
+            offline,
+            [
+                "The user prefers concise answers.",
+                "Redis is used as the cache layer.",
+                "The p99 latency is 120ms.",
+                "We use Redis for caching.",
+                "The p99 latency dropped to 50ms.",
+                "The user likes short, concise replies.",
+            ],
+        )
+        assert content == (
+            "The p99 latency is 120ms; We use Redis for caching; The p99 latency dropped to "
+            "50ms; The user likes short, concise replies"
+        )
+
+    def test_without_embeddings_repeats_still_collapse(self, offline, monkeypatch):
+        from memories.retrieval import embeddings
+
+        def down(texts):
+            raise DomainError("EMBEDDING_UNAVAILABLE", "embedding model unavailable")
+
+        monkeypatch.setattr(embeddings, "embed_passages", down)
+        content = self._one(
+            offline,
+            ["Redis is the cache layer.", "Redis is the cache layer!", "Deploys run on Fridays."],
+        )
+        assert content == "Redis is the cache layer; Deploys run on Fridays"
+
+    @pytest.mark.parametrize(
+        "on_topic,off_topic,sep",
+        [
+            (
+                [
+                    f"第{n}轮回测把{field}设为{value}，夏普比率变为{1 + n / 10:.1f}"
+                    for n, (field, value) in enumerate(
+                        [
+                            ("窗口", "6个月"),
+                            ("手续费", "万分之三"),
+                            ("滑点", "两个跳价"),
+                            ("调仓周期", "每周"),
+                            ("最大仓位", "三成"),
+                            ("止损线", "百分之八"),
+                            ("基准", "沪深300"),
+                            ("数据源", "Wind"),
+                        ]
+                        * 5
+                    )
+                ],
+                "楼下新开的面馆牛肉面味道很一般",
+                "；",
+            ),
+            (
+                [
+                    f"Backtest run {n} set the {field} to {value} and the Sharpe ratio "
+                    f"became {1 + n / 10:.1f}"
+                    for n, (field, value) in enumerate(
+                        [
+                            ("window", "six months"),
+                            ("commission", "three basis points"),
+                            ("slippage", "two ticks"),
+                            ("rebalance period", "weekly"),
+                            ("position cap", "thirty percent"),
+                        ]
+                        * 3
+                    )
+                ],
+                "The new noodle shop downstairs serves mediocre beef noodles",
+                "; ",
+            ),
+        ],
+        ids=["chinese", "english"],
+    )
+    def test_over_budget_the_central_sentences_win_and_keep_their_order(
+        self, offline, on_topic, off_topic, sep
+    ):
+        from lifecycle.offline import COMPRESS_MAX_CHARS
+
+        items = [*on_topic[:3], off_topic, *on_topic[3:]]
+        assert len(sep.join(items)) > COMPRESS_MAX_CHARS  # something has to go
+        content = self._one(offline, items)
+        assert len(content) <= COMPRESS_MAX_CHARS and content.endswith(sep + "…")
+        kept = content.removesuffix(sep + "…").split(sep)
+        assert off_topic not in kept
+        # Kept sentences are whole input sentences, in their original order.
+        positions = [items.index(k) for k in kept]
+        assert positions == sorted(positions) and len(kept) >= len(on_topic) - 4
+
+
 def test_offline_engine_handles_english(offline):
     facts, _ = offline.extract_facts(ENGLISH)
     categories = {f.content: f.category for f in facts}

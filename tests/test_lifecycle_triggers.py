@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from lifecycle.models import JobRun, JobStatus, PipelineConfig
+from lifecycle.models import JobRun, JobStatus, PipelineConfig, WorkingArchive
 from lifecycle.services import pipeline
 from memories.models import Memory
 from memories.working import get_working_store
@@ -23,22 +23,27 @@ from .test_lifecycle_api import RESEARCH_NOTES, working
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _write(api, agent: str, n: int, start: int = 0) -> None:
-    working(
-        api,
-        agent,
-        [f"note {i}: topic {chr(97 + i % 26)} detail {i * 7}" for i in range(start, start + n)],
-    )
+def _write(api, agent: str, n: int, start: int = 0, run: str = "") -> None:
+    notes = [f"note {i}: topic {chr(97 + i % 26)} detail {i * 7}" for i in range(start, start + n)]
+    if not run:
+        working(api, agent, notes)
+        return
+    for note in notes:
+        r = api.post("/memories/working", {"agent_id": agent, "content": note, "run_id": run})
+        assert r.status_code == 201
 
 
 def _left(api, agent: str) -> int:
     return len(ok_data(api.get(f"/memories/working/{agent}")))
 
 
-def _compresses(agent: str) -> int:
-    return JobRun.objects.filter(
+def _compresses(agent: str, run: str | None = None) -> int:
+    jobs = JobRun.objects.filter(
         kind="compress", agent_id=agent, status=JobStatus.SUCCEEDED, counts__compressed__gt=0
-    ).count()
+    )
+    if run is not None:
+        jobs = jobs.filter(params__run_id=run)
+    return jobs.count()
 
 
 class TestConfigFields:
@@ -137,6 +142,105 @@ class TestWarmupDoubling:
         api.post("/lifecycle/compress", {"agent_id": "a"})  # nothing to compress
         config = pipeline.config_get(team=team)
         assert pipeline.compress_threshold(config=config, team=team, agent_id="a") == 1
+
+
+class TestWarmupPerRun:
+    """A write that names its session (`run_id`) warms up per session: every new run of an
+    agent compresses after 1, 2, 4, … items again; writes without one keep the per-agent step."""
+
+    CONFIG = {"compress_every_n": 6, "compress_target_count": 1, "warmup_max_memories": 100}
+
+    def test_every_new_run_of_an_agent_warms_up_again(self, api):
+        api.post("/lifecycle/auto-config", self.CONFIG)
+        _write(api, "a", 1, run="s-1")
+        assert _left(api, "a") == 0 and _compresses("a", "s-1") == 1
+        _write(api, "a", 2, start=1, run="s-1")
+        assert _left(api, "a") == 0 and _compresses("a", "s-1") == 2  # step 2
+        _write(api, "a", 3, start=3, run="s-1")
+        assert _left(api, "a") == 3  # step 4 in s-1
+        _write(api, "a", 1, start=6, run="s-1")
+        assert _left(api, "a") == 0 and _compresses("a", "s-1") == 3
+        # A new session of the same agent starts at 1 again, then 2.
+        _write(api, "a", 1, start=7, run="s-2")
+        assert _left(api, "a") == 0 and _compresses("a", "s-2") == 1
+        _write(api, "a", 1, start=8, run="s-2")
+        assert _left(api, "a") == 1
+        _write(api, "a", 1, start=9, run="s-2")
+        assert _left(api, "a") == 0 and _compresses("a", "s-2") == 2
+        # Each compress recorded the run it was triggered in, and so did what it wrote.
+        jobs = JobRun.objects.filter(kind="compress", agent_id="a").order_by("pk")
+        assert [j.params.get("run_id") for j in jobs] == ["s-1"] * 3 + ["s-2"] * 2
+        assert {m.run_id for m in Memory.objects.filter(agent_id="a")} == {"s-1", "s-2"}
+        runs = set(WorkingArchive.objects.filter(agent_id="a").values_list("run_id", flat=True))
+        assert runs == {"s-1", "s-2"}
+
+    def test_items_without_a_run_keep_the_per_agent_step(self, api):
+        api.post("/lifecycle/auto-config", self.CONFIG)
+        _write(api, "a", 1, run="s-1")
+        _write(api, "a", 2, start=1, run="s-1")
+        assert _compresses("a") == 2
+        # Without a run the session is the agent: its two compresses make the step 4.
+        _write(api, "a", 3, start=3)
+        assert _left(api, "a") == 3
+        _write(api, "a", 1, start=6)
+        assert _left(api, "a") == 0 and _compresses("a") == 3
+        assert JobRun.objects.filter(kind="compress").order_by("-pk")[0].params == {
+            "target_count": 1
+        }
+
+    def test_a_run_warms_up_while_it_has_few_memories_of_its_own(self, team, api):
+        api.post(
+            "/lifecycle/auto-config",
+            {"compress_every_n": 3, "compress_target_count": 1, "warmup_max_memories": 1},
+        )
+        api.post("/memories/personal", {"agent_id": "vet", "content": "an existing memory"})
+        config = pipeline.config_get(team=team)
+        # The agent is past warm-up; a new run of it is not.
+        assert pipeline.compress_threshold(config=config, team=team, agent_id="vet") == 3
+        assert (
+            pipeline.compress_threshold(config=config, team=team, agent_id="vet", run_id="s-9") == 1
+        )
+        _write(api, "vet", 1, run="s-9")
+        assert _left(api, "vet") == 0
+        # Its compress wrote the run's first memory: the run has warmed up.
+        assert Memory.objects.filter(agent_id="vet", run_id="s-9").count() == 1
+        _write(api, "vet", 2, start=1, run="s-9")
+        assert _left(api, "vet") == 2
+        _write(api, "vet", 1, start=3, run="s-9")
+        assert _left(api, "vet") == 0
+
+    def test_mixed_runs_are_compressed_together_without_a_run_on_the_memory(self, api):
+        api.post("/lifecycle/auto-config", {**self.CONFIG, "compress_every_n": 2})
+        _write(api, "a", 1, run="s-1")  # step 1: compressed alone
+        _write(api, "a", 1, start=1, run="s-1")  # step 2: waits
+        _write(api, "a", 1, start=2, run="s-2")  # s-2's step 1: takes both items
+        assert _left(api, "a") == 0
+        newest = Memory.objects.filter(agent_id="a").order_by("-pk")[0]
+        assert newest.run_id == ""  # its items came from two runs
+        job = JobRun.objects.filter(kind="compress").order_by("-pk")[0]
+        assert job.params["run_id"] == "s-2" and job.counts["compressed"] == 2
+
+    def test_an_idle_compress_records_the_run_of_the_newest_item(self, api):
+        api.post(
+            "/lifecycle/auto-config",
+            {"compress_every_n": 10, "warmup_max_memories": 0, "idle_extract_seconds": 600},
+        )
+        _write(api, "a", 1, run="s-1")
+        _write(api, "a", 1, start=1, run="s-2")
+        later = timezone.now() + timedelta(seconds=601)
+        assert pipeline.schedule_idle_compresses(now=later) == 1
+        job = JobRun.objects.get(kind="compress")
+        assert (job.trigger, job.params["run_id"], job.counts["compressed"]) == ("beat", "s-2", 2)
+
+    def test_auto_run_uses_the_run_of_the_newest_item(self, team, api):
+        api.post("/lifecycle/auto-config", {**self.CONFIG, "enabled": False})
+        _write(api, "a", 3, run="s-1")  # disabled: nothing compressed on the writes
+        _write(api, "a", 1, start=3, run="s-2")
+        api.post("/lifecycle/auto-config", {**self.CONFIG, "enabled": True})
+        actions = pipeline.auto_run(team=team)
+        assert [a.action for a in actions if a.action == "compress"] == ["compress"]
+        job = JobRun.objects.get(kind="compress")
+        assert job.params["run_id"] == "s-2" and job.counts["compressed"] == 4
 
 
 class TestIdleCompress:

@@ -32,6 +32,16 @@ def test_write_list_and_clear(api):
     assert ok_data(api.delete("/memories/working/coder")) == {"cleared": 0}
 
 
+def test_an_item_carries_the_run_it_was_written_in(api):
+    data = ok_data(
+        api.post("/memories/working", {"agent_id": "a", "content": "x", "run_id": "s-1"})
+    )
+    assert data["run_id"] == "s-1"
+    api.post("/memories/working", {"agent_id": "a", "content": "y", "run_id": ""})
+    listed = ok_data(api.get("/memories/working/a"))
+    assert [i.get("run_id") for i in listed] == ["s-1", None]  # shown only when named
+
+
 def test_default_ttl_is_72_hours(api):
     data = ok_data(api.post("/memories/working", {"agent_id": "a", "content": "x"}))
     from datetime import datetime
@@ -62,6 +72,9 @@ def test_items_expire_on_their_own_ttl(api, monkeypatch):
         ({"agent_id": "a", "content": "x", "ttl": 30 * 86400 + 1}, "ttl"),
         ({"agent_id": "a", "content": "x", "ttl": "1h"}, "ttl"),
         ({"agent_id": "a", "content": "x" * 32001}, "content"),
+        ({"agent_id": "a", "content": "x", "run_id": "two words"}, "run_id"),
+        ({"agent_id": "a", "content": "x", "run_id": "r" * 65}, "run_id"),
+        ({"agent_id": "a", "content": "x", "run_id": 42}, "run_id"),
     ],
 )
 def test_it_validates(api, body, field):

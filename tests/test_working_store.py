@@ -309,6 +309,39 @@ def test_bad_ids_and_ttls_are_refused(store):
     assert store.count_team(team_id=A) == 0
 
 
+def test_items_carry_the_run_they_were_written_in(store, settings):
+    settings.WORKING_MEMORY_MAX_ITEMS_PER_AGENT = 3
+    plain = add(store, "no run")
+    first = store.add(team_id=A, agent_id="x", content="在会话里", ttl_seconds=TTL, run_id="s-1")
+    second = store.add(team_id=A, agent_id="x", content="next", ttl_seconds=TTL, run_id="s:2")
+    assert (plain.run_id, first.run_id, second.run_id) == ("", "s-1", "s:2")
+    # list() gives back exactly what add() returned, run included.
+    assert store.list(team_id=A, agent_id="x") == [plain, first, second]
+    assert working_item_body(first)["run_id"] == "s-1" and "run_id" not in working_item_body(plain)
+    # An item the cap pushes out is handed over with its run.
+    from memories.working.events import working_memory_evicting
+
+    handed: list[WorkingItem] = []
+
+    def keep(sender, items, **kwargs):
+        handed.extend(items)
+
+    working_memory_evicting.connect(keep, dispatch_uid="test-run-eviction")
+    try:
+        store.add(team_id=A, agent_id="x", content="4th", ttl_seconds=TTL, run_id="s-1")
+        store.add(team_id=A, agent_id="x", content="5th", ttl_seconds=TTL, run_id="s-1")
+    finally:
+        working_memory_evicting.disconnect(dispatch_uid="test-run-eviction")
+    assert [(i.content, i.run_id) for i in handed] == [("no run", ""), ("在会话里", "s-1")]
+
+
+def test_a_bad_run_id_is_refused(store):
+    for bad in ("has space", "x" * 65, "a}b"):
+        with pytest.raises(ValueError):
+            store.add(team_id=A, agent_id="x", content="c", ttl_seconds=TTL, run_id=bad)
+    assert store.count_team(team_id=A) == 0
+
+
 def test_ping(store):
     assert store.ping() is True
 
@@ -407,6 +440,18 @@ def test_redis_content_is_stored_as_utf8(redis_store):
     # Stored as UTF-8 text (not \\u escapes), and decoded back to the very same string.
     assert "用户偏好：喜欢简洁的回答".encode() in raw
     assert json.loads(raw)["content"] == CHINESE
+
+
+def test_redis_items_stored_before_runs_were_kept_have_no_run(redis_store):
+    item = redis_store.add(team_id=A, agent_id="x", content="c", ttl_seconds=TTL, run_id="s-1")
+    key = f"{_key_prefix()}{{{A}:x}}:it:{item.id}"
+    conn = _raw_conn()
+    data = json.loads(conn.get(key))
+    assert data["run_id"] == "s-1"
+    del data["run_id"]  # the payload of an item written by the previous version
+    conn.set(key, json.dumps(data), keepttl=True)
+    [listed] = redis_store.list(team_id=A, agent_id="x")
+    assert listed.id == item.id and listed.run_id == ""
 
 
 def _unreachable_store() -> RedisWorkingStore:

@@ -52,6 +52,7 @@ def archive_items(
                 item_id=i.id,
                 content=i.content,
                 item_created_at=i.created_at,
+                run_id=i.run_id,
                 job_id=job_id,
                 reason=reason,
             )
@@ -154,7 +155,11 @@ def archive_restore(
             continue
         try:
             item = store.add(
-                team_id=team.id, agent_id=row.agent_id, content=row.content, ttl_seconds=ttl_seconds
+                team_id=team.id,
+                agent_id=row.agent_id,
+                content=row.content,
+                ttl_seconds=ttl_seconds,
+                run_id=row.run_id,
             )
         except Exception:
             WorkingArchive.objects.filter(pk=row.pk).update(restored_at=None)

@@ -202,6 +202,10 @@ def _compress(
         return nothing, Usage(), engine.name
     summaries, usage = engine.compress([i.content for i in items], target_count)
     summaries = summaries[:target_count]
+    # The summaries belong to a session only when everything they summarise does: then a new
+    # session's warm-up (pipeline.compress_threshold) counts them as its own memories.
+    runs = {i.run_id for i in items}
+    run_id = runs.pop() if len(runs) == 1 else ""
     embed_passages([s.content for s in summaries])  # outside the transaction (fills the cache)
     written: list[int] = []
     with transaction.atomic():
@@ -218,6 +222,7 @@ def _compress(
                     "source_items": _sources(items, s.source_indexes),
                     "job_id": job_id,
                 },
+                run_id=run_id,
             )
             written.append(memory.pk)
         _archive(team, agent_id, items, job_id)

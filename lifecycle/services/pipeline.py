@@ -30,7 +30,7 @@ from graph.extraction import graph_extract
 from lifecycle.models import JobKind, JobRun, JobStatus, Persona, PipelineConfig
 from llm import Usage
 from memories.models import Memory, MemoryScope
-from memories.working import get_working_store, max_items_per_agent
+from memories.working import WorkingItem, get_working_store, max_items_per_agent
 from tenants.models import Agent, Team
 
 from ..presenters import job_counts, result_body
@@ -115,35 +115,41 @@ def is_excluded(config: PipelineConfig, agent_id: str) -> bool:
     return any(fnmatchcase(agent_id, pattern) for pattern in config.excluded_agents or ())
 
 
-def _doubled_step(*, config: PipelineConfig, team: Team, agent_id: str) -> int:
-    """The warm-up step by doubling: 1 item before the agent's first compress, then 2, 4, …,
+def _doubled_step(*, config: PipelineConfig, team: Team, agent_id: str, run_id: str) -> int:
+    """The warm-up step by doubling: 1 item before the session's first compress, then 2, 4, …,
     never above compress_every_n.
 
-    The step is computed from the agent's compress jobs (JobRun, indexed by team, agent and kind)
-    rather than kept in a counter of its own: nothing more to write on the hot path, nothing to
-    drift from what really ran, and the count stops at the few jobs that matter (a LIMITed
-    subquery). Working items carry no run id, so the agent is the session here."""
+    The session is the run when the write named one (`run_id`): only the agent's compresses
+    triggered in that run count, so every new run of an agent warms up again from 1. Without a
+    run id the session is the agent, and all its compresses count.
+
+    The step is computed from the agent's compress jobs (JobRun, indexed by team, agent and kind;
+    the run is the job's `params.run_id`) rather than kept in a counter of its own: nothing more
+    to write on the hot path, nothing to drift from what really ran, and the count stops at the
+    few jobs that matter (a LIMITed subquery). The run filter reads the agent's compress rows
+    within that index; it only runs while the session warms up, whose jobs are few."""
     needed = max(config.compress_every_n - 1, 0).bit_length()  # doublings that reach the cap
-    done = (
-        JobRun.objects.filter(
-            team=team, agent_id=agent_id, kind=JobKind.COMPRESS, status=JobStatus.SUCCEEDED
-        )
-        .filter(counts__compressed__gt=0)
-        .values("pk")[:needed]
-        .count()
-    )
+    jobs_done = JobRun.objects.filter(
+        team=team, agent_id=agent_id, kind=JobKind.COMPRESS, status=JobStatus.SUCCEEDED
+    ).filter(counts__compressed__gt=0)
+    if run_id:
+        jobs_done = jobs_done.filter(params__run_id=run_id)
+    done = jobs_done.values("pk")[:needed].count()
     return min(2**done, config.compress_every_n)
 
 
-def compress_threshold(*, config: PipelineConfig, team: Team, agent_id: str) -> int:
+def compress_threshold(
+    *, config: PipelineConfig, team: Team, agent_id: str, run_id: str = ""
+) -> int:
     """How many working items trigger a compress for this agent (0 = never).
 
-    While the agent has fewer than `warmup_max_memories` personal memories it is warming up, so a
-    new agent gets long-term memory fast: with `warmup_doubling` its compresses come after 1,
-    2, 4, … items (`_doubled_step`), else every `warmup_compress_every_n` items; afterwards every
-    `compress_every_n`. Never above the working-memory cap: an agent that reaches the cap is
-    compressed rather than have its oldest items pushed out (into the archive, see
-    lifecycle.services.archive).
+    While the session has fewer than `warmup_max_memories` personal memories it is warming up,
+    so a new session gets long-term memory fast: with `warmup_doubling` its compresses come after
+    1, 2, 4, … items (`_doubled_step`), else every `warmup_compress_every_n` items; afterwards
+    every `compress_every_n`. The session is the run (`run_id`, its memories being those whose
+    `run_id` it is) when the triggering write named one, else the agent. Never above the
+    working-memory cap: an agent that reaches the cap is compressed rather than have its oldest
+    items pushed out (into the archive, see lifecycle.services.archive).
     """
     if not config.enabled or config.compress_every_n == 0:
         return 0
@@ -152,10 +158,12 @@ def compress_threshold(*, config: PipelineConfig, team: Team, agent_id: str) -> 
     if config.warmup_max_memories > 0 and warmup:
         personal = Memory.objects.filter(
             team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id, superseded_by__isnull=True
-        ).count()
-        if personal < config.warmup_max_memories:
+        )
+        if run_id:
+            personal = personal.filter(run_id=run_id)
+        if personal.values("pk")[: config.warmup_max_memories].count() < config.warmup_max_memories:
             threshold = (
-                _doubled_step(config=config, team=team, agent_id=agent_id)
+                _doubled_step(config=config, team=team, agent_id=agent_id, run_id=run_id)
                 if config.warmup_doubling
                 else config.warmup_compress_every_n
             )
@@ -163,19 +171,34 @@ def compress_threshold(*, config: PipelineConfig, team: Team, agent_id: str) -> 
     return min(threshold, cap) if cap > 0 else threshold
 
 
-def on_working_memory_written(*, team: Team, agent_id: str) -> JobRun | None:
+def _compress_params(config: PipelineConfig, run_id: str) -> dict[str, Any]:
+    """An automatic compress's params: the run it was triggered in, when there is one, is kept
+    on the job — that is what the run's warm-up counts (`_doubled_step`)."""
+    params: dict[str, Any] = {"target_count": config.compress_target_count}
+    if run_id:
+        params["run_id"] = run_id
+    return params
+
+
+def _newest_run(items: list[WorkingItem]) -> str:
+    """The session an agent is in now, as far as its working memory says: its newest item's."""
+    return max(items, key=lambda i: i.created_at).run_id if items else ""
+
+
+def on_working_memory_written(*, team: Team, agent_id: str, run_id: str = "") -> JobRun | None:
     """After a working-memory write: queue one compress when the threshold is reached.
 
     Fast on purpose (a config read, two counts): the job itself runs elsewhere (a Celery worker,
     or a background thread in embedded mode). A unique `active_key` makes a burst of writes queue
-    one job, not many.
+    one job, not many. `run_id` is the session the write named: the threshold is that session's
+    and the job records it.
     """
     config = config_get_cached(team=team)
     if not config_is_saved(config):
         return None  # automation is opt-in (see config_get)
     if is_excluded(config, agent_id):
         return None
-    threshold = compress_threshold(config=config, team=team, agent_id=agent_id)
+    threshold = compress_threshold(config=config, team=team, agent_id=agent_id, run_id=run_id)
     if threshold <= 0:
         return None
     if get_working_store().count(team_id=team.id, agent_id=agent_id) < threshold:
@@ -185,7 +208,7 @@ def on_working_memory_written(*, team: Team, agent_id: str) -> JobRun | None:
         kind=JobKind.COMPRESS,
         trigger="auto",
         agent_id=agent_id,
-        params={"target_count": config.compress_target_count},
+        params=_compress_params(config, run_id),
         active_key=f"compress:{team.id}:{agent_id}",
     )
     if job is not None:
@@ -205,15 +228,18 @@ def auto_run(*, team: Team, trigger: str = "api") -> list[AutoRunAction]:
     ):
         if is_excluded(config, agent_id):
             continue
-        threshold = compress_threshold(config=config, team=team, agent_id=agent_id)
-        if threshold <= 0 or store.count(team_id=team.id, agent_id=agent_id) < threshold:
+        # Listed rather than counted: the newest item says which session the agent is in.
+        items = store.list(team_id=team.id, agent_id=agent_id)
+        run_id = _newest_run(items)
+        threshold = compress_threshold(config=config, team=team, agent_id=agent_id, run_id=run_id)
+        if threshold <= 0 or len(items) < threshold:
             continue
         result = run(
             team=team,
             kind=JobKind.COMPRESS,
             trigger=trigger,
             agent_id=agent_id,
-            params={"target_count": config.compress_target_count},
+            params=_compress_params(config, run_id),
         )
         results.append(AutoRunAction("compress", agent_id, result))
     if config.cleanup_idle_days > 0:
@@ -366,7 +392,7 @@ def schedule_idle_compresses(
                 kind=JobKind.COMPRESS,
                 trigger=trigger,
                 agent_id=agent_id,
-                params={"target_count": config.compress_target_count},
+                params=_compress_params(config, _newest_run(items)),
                 active_key=f"compress:{config.team_id}:{agent_id}",
             )
             if job is None:
@@ -398,8 +424,11 @@ JobHandler = Callable[[JobContext], Outcome]
 
 
 def _compress(c: JobContext) -> Outcome:
+    # `run_id` only records the session that triggered the job (for its warm-up): the compress
+    # itself takes the agent's whole working memory, whatever session each item came from.
+    params = {k: v for k, v in c.params.items() if k != "run_id"}
     outcome = operations.compress(
-        team=c.team, agent_id=c.agent_id, job_id=c.job_id, lease=c.lease, **c.params
+        team=c.team, agent_id=c.agent_id, job_id=c.job_id, lease=c.lease, **params
     )
     follow_ups(
         team=c.team, agent_id=c.agent_id, new_memories=len(outcome[0].memory_ids), extraction=False
@@ -574,7 +603,12 @@ def run_queued(*, job_id: int) -> JobResult | JobSkipped | None:
         # A job queued by a burst of writes may find the work done by the time it runs (an
         # earlier job or a manual compress consumed the items): nothing to do then.
         config = config_get(team=job.team)
-        threshold = compress_threshold(config=config, team=job.team, agent_id=job.agent_id)
+        threshold = compress_threshold(
+            config=config,
+            team=job.team,
+            agent_id=job.agent_id,
+            run_id=str(job.params.get("run_id", "")),
+        )
         if (
             threshold <= 0
             or get_working_store().count(team_id=job.team_id, agent_id=job.agent_id) < threshold

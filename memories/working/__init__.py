@@ -19,6 +19,9 @@ Behaviour both backends share (tests/test_working_store.py runs one suite agains
   the cap, until a later add hands them over. The write itself always succeeds. Expired items
   never count against the cap (and are not archived: expiring is how working memory ends). A
   value of 0 or less disables the cap.
+* **Run.** `add` may name the agent's session (`run_id`, agent id rules; "" = none); the item
+  keeps it (`WorkingItem.run_id`), through the cap's hand-over too. Items stored before runs
+  were kept read as "".
 * **Tenancy.** Every key and every row is scoped by team id *and* agent id: team_a's agent "x" and
   team_b's agent "x" never see, count or clear each other's items.
 * **Failures.** Any Redis error (refused, timeout, ...) raises

@@ -37,13 +37,16 @@ class WorkingItem:
     content: str
     created_at: datetime  # aware UTC
     expires_at: datetime
+    # The agent's session (run) the item was written in, "" when the writer named none: the
+    # automatic pipeline warms up per run (lifecycle.services.pipeline.compress_threshold).
+    run_id: str = ""
 
 
 class WorkingMemoryStore(Protocol):
     name: str  # "redis" | "database"
 
     def add(
-        self, *, team_id: str, agent_id: str, content: str, ttl_seconds: int
+        self, *, team_id: str, agent_id: str, content: str, ttl_seconds: int, run_id: str = ""
     ) -> WorkingItem: ...
 
     def list(
@@ -81,10 +84,14 @@ def _check_ids(team_id: str, agent_id: str | None = None) -> None:
         raise ValueError(f"invalid agent id {agent_id!r}")
 
 
-def _new_item(agent_id: str, content: str, ttl_seconds: int) -> WorkingItem:
+def _new_item(agent_id: str, content: str, ttl_seconds: int, run_id: str = "") -> WorkingItem:
     # bool is an int; a TTL of True seconds is a caller bug, not one second.
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or ttl_seconds < 1:
         raise ValueError(f"ttl_seconds must be a positive integer, got {ttl_seconds!r}")
+    # A run id follows the agent id rules (the API validates it; this keeps both backends
+    # answering a bad caller the same way). "" is "no run".
+    if not isinstance(run_id, str) or (run_id and not re.fullmatch(AGENT_ID_RE, run_id)):
+        raise ValueError(f"invalid run id {run_id!r}")
     now = _now()
     return WorkingItem(
         id=uuid.uuid4().hex,
@@ -92,6 +99,7 @@ def _new_item(agent_id: str, content: str, ttl_seconds: int) -> WorkingItem:
         content=content,
         created_at=now,
         expires_at=now + timedelta(seconds=ttl_seconds),
+        run_id=run_id,
     )
 
 

@@ -33,17 +33,18 @@ PURGE_BATCH_SIZE = 1000
 
 
 def _row_item(row: tuple[Any, ...]) -> WorkingItem:
-    item_id, agent_id, content, created_at, expires_at = row
+    item_id, agent_id, content, created_at, expires_at, run_id = row
     return WorkingItem(
         id=item_id,
         agent_id=agent_id,
         content=content,
         created_at=created_at.astimezone(UTC),
         expires_at=expires_at.astimezone(UTC),
+        run_id=run_id,
     )
 
 
-_ROW_FIELDS = ("item_id", "agent_id", "content", "created_at", "expires_at")
+_ROW_FIELDS = ("item_id", "agent_id", "content", "created_at", "expires_at", "run_id")
 # IN lists are chunked so a large remove never hits a backend's parameter limit.
 _IN_CHUNK = 500
 
@@ -57,9 +58,11 @@ class DatabaseWorkingStore:
     def _rows(team_id: str, agent_id: str) -> QuerySet[WorkingMemoryItem]:
         return WorkingMemoryItem.objects.filter(team_id=team_id, agent_id=agent_id)
 
-    def add(self, *, team_id: str, agent_id: str, content: str, ttl_seconds: int) -> WorkingItem:
+    def add(
+        self, *, team_id: str, agent_id: str, content: str, ttl_seconds: int, run_id: str = ""
+    ) -> WorkingItem:
         _check_ids(team_id, agent_id)
-        item = _new_item(agent_id, content, ttl_seconds)
+        item = _new_item(agent_id, content, ttl_seconds, run_id)
         cap = max_items_per_agent()
         with transaction.atomic():
             rows = self._rows(team_id, agent_id)
@@ -73,6 +76,7 @@ class DatabaseWorkingStore:
                 content=content,
                 created_at=item.created_at,
                 expires_at=item.expires_at,
+                run_id=item.run_id,
             )
             if cap > 0:
                 # The newest row beyond the cap, if any: it and everything older goes. Cutting

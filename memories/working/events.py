@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import django.dispatch
 
-# Sent after a working-memory item is stored: kwargs team (Team), agent_id (str).
+# Sent after a working-memory item is stored: kwargs team (Team), agent_id (str) and, optionally,
+# run_id (str, the session the write named; "" or absent when none).
 working_memory_written = django.dispatch.Signal()
 
 # Sent by the working store *before* it removes the items the per-agent cap pushes out: kwargs

@@ -176,6 +176,8 @@ class RedisWorkingStore:
                 content=str(data["content"]),
                 created_at=_from_us(int(data["created_us"])),
                 expires_at=_from_us(int(data["expires_us"])),
+                # Items written before runs were kept have none.
+                run_id=str(data.get("run_id", "")),
             )
         except (ValueError, KeyError, TypeError):
             # Unreadable means unusable: treat it as gone so it gets cleaned up, and say so.
@@ -195,9 +197,11 @@ class RedisWorkingStore:
 
     # the interface
 
-    def add(self, *, team_id: str, agent_id: str, content: str, ttl_seconds: int) -> WorkingItem:
+    def add(
+        self, *, team_id: str, agent_id: str, content: str, ttl_seconds: int, run_id: str = ""
+    ) -> WorkingItem:
         _check_ids(team_id, agent_id)
-        item = _new_item(agent_id, content, ttl_seconds)
+        item = _new_item(agent_id, content, ttl_seconds, run_id)
         keys = self._agent_keys(team_id, agent_id)
         created_us, expires_us = _to_us(item.created_at), _to_us(item.expires_at)
         ttl_ms = ttl_seconds * 1000 + KEY_GRACE_MS
@@ -218,6 +222,7 @@ class RedisWorkingStore:
                     "content": content,
                     "created_us": created_us,
                     "expires_us": expires_us,
+                    "run_id": item.run_id,
                     # remove() finds the index member (with its tiebreak) from the id alone.
                     "member": member,
                 },
