@@ -1,0 +1,112 @@
+"""Consolidations of one agent at once, in separate server processes on one database: each group
+is written under the agent's scope lock and only while its fragments are still live, so however
+the runs interleave, every fragment is superseded exactly once, by the one fact of its group."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from memoryplatform.client import MemoryClient
+
+from .fake_openai import FakeOpenAI
+from .livestack import live_stack, stack_python
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+GROUPS = [
+    [
+        "The user wants short answers without long explanations.",
+        "The user asked again for shorter answers, no long explanations.",
+        "The user prefers short answers and dislikes long explanations.",
+    ],
+    [
+        "Deploys to production happen every Friday at 5pm.",
+        "Production deploys are scheduled every Friday at 5pm.",
+        "We deploy to production on Fridays at 5pm.",
+    ],
+]
+ALONE = "The user drinks green tea every morning."
+RUNS = 3
+
+# What the stack's database holds for the agent, read by a process of its own.
+STATE = """
+import json
+from memories.models import Memory, MemoryRevision, TrashedMemory
+rows = list(Memory.objects.filter(agent_id="coder").values("id", "superseded_by_id", "metadata"))
+supersedes = list(
+    MemoryRevision.objects.filter(action="supersede").values_list("memory_id", flat=True)
+)
+print(json.dumps({"rows": rows, "supersedes": supersedes, "trashed": TrashedMemory.objects.count()}))
+"""
+
+
+def test_concurrent_consolidations_supersede_each_fragment_once(tmp_path):
+    with FakeOpenAI() as fake:
+        # Any run may get any reply: the fact's text does not matter here, only who writes it.
+        fake.chat_replies.extend(
+            json.dumps(
+                {
+                    "summaries": [
+                        {
+                            "content": f"consolidated point {i}",
+                            "importance": 0.8,
+                            "source_indexes": [0, 1, 2],
+                        }
+                    ]
+                }
+            )
+            for i in range(RUNS * len(GROUPS))
+        )
+        env = {"LLM_BASE_URL": fake.base_url, "LLM_MODEL": "fake-chat", "LLM_API_KEY": "sk-test"}
+        with live_stack(tmp_path, servers=RUNS, extra_env=env) as stack:
+            clients = [MemoryClient(stack.api_key, stack.secret, base_url=u) for u in stack.urls]
+            fragments = [
+                [
+                    clients[0].write_memory("coder", text, importance=0.6, enable_dedup=False)["id"]
+                    for text in group
+                ]
+                for group in GROUPS
+            ]
+            alone = clients[0].write_memory("coder", ALONE, enable_dedup=False)["id"]
+            for client in clients:  # each process loads its model and index before the race
+                client.search("coder", "warm up")
+
+            # Each run reads the live fragments, then waits on the LLM for each group: with the
+            # delay, every run has read all of them live before the first one writes anything.
+            fake.delay = 1.5
+            start = threading.Barrier(RUNS)
+
+            def consolidate(client: MemoryClient) -> dict:
+                start.wait()
+                return client.consolidate("coder")
+
+            with ThreadPoolExecutor(RUNS) as pool:
+                answers = list(pool.map(consolidate, clients))
+
+            chat_calls = [r for r in fake.requests if r["path"].endswith("/chat/completions")]
+            assert len(chat_calls) == RUNS * len(GROUPS), "the runs did not overlap"
+            done = [c for a in answers for c in a["consolidated"]]
+            assert sorted(sorted(c["fragments"]) for c in done) == sorted(
+                sorted(f) for f in fragments
+            ), "each group consolidated by exactly one run"
+
+            state = stack_python(stack, STATE)
+            rows = {r["id"]: r for r in state["rows"]}
+            facts = [r for r in state["rows"] if r["metadata"].get("source") == "consolidation"]
+            # One fact per group, no other row written, nothing deleted or trashed.
+            assert len(facts) == len(GROUPS) and len(rows) == 7 + len(GROUPS)
+            assert state["trashed"] == 0
+            assert sorted(sorted(f["metadata"]["consolidated_from"]) for f in facts) == sorted(
+                sorted(f) for f in fragments
+            )
+            for fact in facts:
+                assert rows[fact["id"]]["superseded_by_id"] is None
+                for pk in fact["metadata"]["consolidated_from"]:
+                    assert rows[pk]["superseded_by_id"] == fact["id"]
+            # Each fragment superseded once: one supersede revision each, none for anything else.
+            assert sorted(state["supersedes"]) == sorted(pk for g in fragments for pk in g)
+            assert rows[alone]["superseded_by_id"] is None
