@@ -61,9 +61,17 @@ def test_concurrent_consolidations_supersede_each_fragment_once(tmp_path):
             )
             for i in range(RUNS * len(GROUPS))
         )
-        env = {"LLM_BASE_URL": fake.base_url, "LLM_MODEL": "fake-chat", "LLM_API_KEY": "sk-test"}
+        env = {
+            "LLM_BASE_URL": fake.base_url,
+            "LLM_MODEL": "fake-chat",
+            "LLM_API_KEY": "sk-test",
+            "LLM_TIMEOUT_SECONDS": "150",  # longer than the gate may hold a request
+        }
         with live_stack(tmp_path, servers=RUNS, extra_env=env) as stack:
-            clients = [MemoryClient(stack.api_key, stack.secret, base_url=u) for u in stack.urls]
+            clients = [
+                MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=180)
+                for u in stack.urls
+            ]
             fragments = [
                 [
                     clients[0].write_memory("coder", text, importance=0.6, enable_dedup=False)["id"]
@@ -75,9 +83,10 @@ def test_concurrent_consolidations_supersede_each_fragment_once(tmp_path):
             for client in clients:  # each process loads its model and index before the race
                 client.search("coder", "warm up")
 
-            # Each run reads the live fragments, then waits on the LLM for each group: with the
-            # delay, every run has read all of them live before the first one writes anything.
-            fake.delay = 1.5
+            # Each run reads the live fragments, then asks the LLM for each group; the fake
+            # answers a group's three requests only once all three arrived, so every run has
+            # read every fragment live before the first one writes anything.
+            fake.chat_gate = threading.Barrier(RUNS, timeout=120)
             start = threading.Barrier(RUNS)
 
             def consolidate(client: MemoryClient) -> dict:
