@@ -3,6 +3,7 @@
     with FakeOpenAI() as fake:
         fake.chat_replies.append('{"facts": [...]}')      # next chat answers, in order
         fake.chat_mode = "timeout" | "500" | "ok"
+        fake.chat_gate = threading.Barrier(3, timeout=120)  # answer chats three at a time
         base_url = fake.base_url                          # "http://127.0.0.1:<port>/v1"
 
 Embeddings are deterministic hashed bags of words (64 dimensions): texts sharing words are close,
@@ -39,6 +40,9 @@ class FakeOpenAI:
         self.chat_replies: deque[str] = deque()
         self.chat_mode = "ok"
         self.delay = 0.0
+        # When set, each chat request waits here for the others of its round: concurrent
+        # callers are all inside their LLM step at once, whatever the machine's load.
+        self.chat_gate: threading.Barrier | None = None
         self.requests: list[dict[str, Any]] = []
         fake = self
 
@@ -80,6 +84,8 @@ class FakeOpenAI:
                     )
                     return
                 if self.path.endswith("/chat/completions"):
+                    if fake.chat_gate is not None:
+                        fake.chat_gate.wait()
                     if fake.chat_mode == "500":
                         self._send(500, {"error": {"message": "boom", "type": "server_error"}})
                         return

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
 from django.conf import settings
@@ -180,3 +181,18 @@ def start_worker(
         stdout=out,
         stderr=subprocess.STDOUT if out is not None else None,
     )
+
+
+def stack_python(stack: Stack, code: str) -> Any:
+    """Runs `code` in a fresh Django process on the stack's database (`manage.py shell`) and
+    returns what it printed as JSON on its last line: how a test reads the stack's rows, which
+    live in another database than the test's own."""
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=stack.env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])

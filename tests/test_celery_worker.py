@@ -387,3 +387,131 @@ def test_warm_up_doubling_per_run_on_a_real_worker(tmp_path, redis_required):
             finally:
                 worker.terminate()
                 worker.wait(timeout=20)
+
+
+# Waits (in a process on the stack's database) until no job is queued or running, then prints
+# the jobs and what they wrote.
+_SETTLED = """
+import json, time
+from lifecycle.models import JobRun, WorkingArchive
+from memories.models import Memory
+deadline = time.monotonic() + 90
+while JobRun.objects.filter(status__in=["queued", "running"]).exists():
+    assert time.monotonic() < deadline, "the worker did not finish its jobs in time"
+    time.sleep(0.3)
+print(json.dumps({
+    "jobs": list(JobRun.objects.order_by("pk").values("kind", "trigger", "status", "agent_id")),
+    "facts": list(
+        Memory.objects.filter(agent_id="coder", metadata__source="consolidation").values(
+            "id", "metadata"
+        )
+    ),
+    "consolidated": list(
+        Memory.objects.filter(
+            agent_id="coder", tier="cold", metadata__has_key="consolidated_into"
+        ).values_list("id", flat=True)
+    ),
+    "archived_runs": sorted(WorkingArchive.objects.values_list("run_id", flat=True)),
+}))
+"""
+
+
+def test_follow_up_triggers_and_archive_retention_on_a_real_worker(tmp_path, redis_required):
+    """The triggers that follow a fact extraction, through gunicorn, a Celery worker and Redis
+    (offline engine): an async ingest on the worker stops at `max_memories_per_run`, then the
+    worker runs the follow-ups it queued — `consolidate_min_fragments`, scenes (at most once per
+    `scenario_min_interval_seconds`, time moved by backdating the job) and `persona_every_n` —
+    none for an excluded agent; and beat's archive retention, sent to the worker, deletes the
+    rows archived before ARCHIVE_RETENTION_DAYS."""
+    from celery import Celery
+
+    from .livestack import stack_python
+    from .test_lifecycle_api import RESEARCH_NOTES
+
+    broker = _redis_db(settings.REDIS_URL, 14)
+    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
+    env = {
+        "CELERY_BROKER_URL": broker,
+        "REDIS_URL": settings.REDIS_URL,
+        "ARCHIVE_RETENTION_DAYS": "30",
+    }
+    with live_stack(tmp_path, servers=1, extra_env=env) as stack:
+        worker = start_worker(stack)
+        try:
+            client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+            client.set_pipeline_config(
+                compress_every_n=0,
+                scenario_min_interval_seconds=900,
+                persona_every_n=3,
+                consolidate_min_fragments=3,
+                max_memories_per_run=2,
+                excluded_agents=["bench-judge-*"],
+            )
+            fragments = [
+                client.write_memory("coder", text, enable_dedup=False)["id"]
+                for text in [
+                    "The user wants short answers without long explanations.",
+                    "The user asked again for shorter answers, no long explanations.",
+                    "The user prefers short answers and dislikes long explanations.",
+                ]
+            ]
+
+            def ingest(agent: str, run_id: str, notes: list[str]) -> dict:
+                messages = [{"role": "user", "content": n} for n in notes]
+                job_id = client.ingest(agent, messages, run_id=run_id, async_=True)["job_id"]
+                job = client.wait_for_job(job_id, timeout=90)
+                assert (job["status"], job["trigger"]) == ("succeeded", "api"), job
+                return job["result"]
+
+            first = ingest("coder", "s1", [RESEARCH_NOTES[0], RESEARCH_NOTES[2], RESEARCH_NOTES[3]])
+            assert len(first["facts"]) == 2 and first["facts_over_run_limit"] >= 1
+            ingest("bench-judge-1", "j1", [RESEARCH_NOTES[1]])
+            state = stack_python(stack, _SETTLED)
+            auto = [(j["kind"], j["agent_id"]) for j in state["jobs"] if j["trigger"] == "auto"]
+            assert {kind for kind, _ in auto} == {
+                "consolidate",
+                "aggregate-scenes",
+                "generate-persona",
+            }
+            assert {agent for _, agent in auto} == {"coder"}  # the excluded agent got none
+            assert all(j["status"] == "succeeded" for j in state["jobs"]), state["jobs"]
+            (fact,) = state["facts"]
+            assert sorted(fact["metadata"]["consolidated_from"]) == sorted(fragments)
+            assert sorted(state["consolidated"]) == sorted(fragments)
+            # (Unrelated facts make no scene for the offline engine: the job is what counts.)
+            assert client.get_persona("coder")["summary"]
+
+            def scene_jobs(state: dict) -> int:
+                return sum(1 for j in state["jobs"] if j["kind"] == "aggregate-scenes")
+
+            ingest("coder", "s2", [RESEARCH_NOTES[4]])
+            assert scene_jobs(stack_python(stack, _SETTLED)) == 1  # within the interval
+            stack_python(
+                stack,
+                "from datetime import timedelta\n"
+                "from django.utils import timezone\n"
+                "from lifecycle.models import JobRun\n"
+                "print(JobRun.objects.filter(kind='aggregate-scenes').update("
+                "created_at=timezone.now() - timedelta(seconds=901)))",
+            )
+            ingest("coder", "s3", [RESEARCH_NOTES[1]])
+            assert scene_jobs(stack_python(stack, _SETTLED)) == 2
+
+            # Archive retention: run s1's messages archived 31 days ago, the rest today.
+            stack_python(
+                stack,
+                "from datetime import timedelta\n"
+                "from django.utils import timezone\n"
+                "from lifecycle.models import WorkingArchive\n"
+                "print(WorkingArchive.objects.filter(run_id='s1').update("
+                "archived_at=timezone.now() - timedelta(days=31)))",
+            )
+            Celery(broker=broker).send_task("lifecycle.prune_archive", queue="maintenance")
+            deadline = time.monotonic() + 60
+            while "s1" in (runs := stack_python(stack, _SETTLED)["archived_runs"]):
+                assert time.monotonic() < deadline, "the worker did not prune the archive"
+                time.sleep(0.5)
+            assert runs == ["j1", "s2", "s3"]
+        finally:
+            worker.terminate()
+            worker.wait(timeout=20)

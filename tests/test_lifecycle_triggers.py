@@ -143,6 +143,31 @@ class TestWarmupDoubling:
         config = pipeline.config_get(team=team)
         assert pipeline.compress_threshold(config=config, team=team, agent_id="a") == 1
 
+    def test_an_idle_compress_while_warming_up_advances_the_step(self, team, api):
+        api.post(
+            "/lifecycle/auto-config",
+            {
+                "compress_every_n": 8,
+                "compress_target_count": 1,
+                "warmup_max_memories": 100,
+                "idle_extract_seconds": 600,
+            },
+        )
+        _write(api, "a", 1)
+        assert _left(api, "a") == 0 and _compresses("a") == 1
+        _write(api, "a", 1, start=1)
+        assert _left(api, "a") == 1  # the step is 2: waits
+        # Ten minutes later the beat scan compresses it: a compress like any other for the step.
+        later = timezone.now() + timedelta(seconds=601)
+        assert pipeline.schedule_idle_compresses(now=later) == 1
+        assert _left(api, "a") == 0 and _compresses("a") == 2
+        config = pipeline.config_get(team=team)
+        assert pipeline.compress_threshold(config=config, team=team, agent_id="a") == 4
+        _write(api, "a", 3, start=2)
+        assert _left(api, "a") == 3
+        _write(api, "a", 1, start=5)
+        assert _left(api, "a") == 0 and _compresses("a") == 3
+
 
 class TestWarmupPerRun:
     """A write that names its session (`run_id`) warms up per session: every new run of an
@@ -359,6 +384,30 @@ class TestScenesAndPersona:
         ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "r", "delete_after": True}))
         assert self._kinds() == ["aggregate-scenes", "aggregate-scenes"]
 
+    def test_a_failed_manual_aggregation_starts_the_interval_too(self, team, api):
+        from .factories import JobRunFactory
+
+        self._config(api, persona_every_n=0)
+        failed = JobRunFactory(
+            team=team, agent_id="r", kind="aggregate-scenes", trigger="api", status="failed"
+        )
+        working(api, "r", RESEARCH_NOTES[:2])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "r", "delete_after": True}))
+        assert self._kinds() == []  # the failing LLM is not asked again so soon
+        # 899 seconds later: still within the interval.
+        JobRun.objects.filter(pk=failed.pk).update(
+            created_at=timezone.now() - timedelta(seconds=899)
+        )
+        working(api, "r", RESEARCH_NOTES[2:4])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "r", "delete_after": True}))
+        assert self._kinds() == []
+        JobRun.objects.filter(pk=failed.pk).update(
+            created_at=timezone.now() - timedelta(seconds=901)
+        )
+        working(api, "r", RESEARCH_NOTES[4:])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "r", "delete_after": True}))
+        assert self._kinds() == ["aggregate-scenes"]
+
     def test_a_compress_alone_does_not_aggregate_scenes(self, api):
         self._config(api, compress_every_n=1, persona_every_n=0)
         _write(api, "a", 1)
@@ -381,6 +430,28 @@ class TestScenesAndPersona:
         working(api, "p", [RESEARCH_NOTES[3]])
         ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "p", "delete_after": True}))
         assert self._kinds() == ["generate-persona", "generate-persona"]
+
+    def test_new_memories_count_from_the_latest_personas_time(self, team, api):
+        from lifecycle.models import Persona
+
+        from .factories import PersonaFactory
+
+        self._config(api, scenario_min_interval_seconds=0)
+        for i in range(2):
+            api.post("/memories/personal", {"agent_id": "p", "content": f"likes topic {i} a lot"})
+        now = timezone.now()
+        older = PersonaFactory(team=team, agent_id="p")
+        latest = PersonaFactory(team=team, agent_id="p")
+        Persona.objects.filter(pk=older.pk).update(created_at=now - timedelta(hours=2))
+        working(api, "p", [RESEARCH_NOTES[2]])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "p", "delete_after": True}))
+        assert self._kinds() == []  # one memory newer than the latest persona
+        # The latest persona an hour old: the four memories written since count now. (Counted
+        # from the older persona, the first extraction would already have queued one.)
+        Persona.objects.filter(pk=latest.pk).update(created_at=now - timedelta(hours=1))
+        working(api, "p", [RESEARCH_NOTES[3]])
+        ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "p", "delete_after": True}))
+        assert self._kinds() == ["generate-persona"]
 
     def test_nothing_without_a_saved_enabled_config(self, api):
         working(api, "r", RESEARCH_NOTES[:2])
