@@ -537,3 +537,15 @@ class TestMaxMemoriesPerRun:
             error_code(api.post("/lifecycle/auto-config", {"max_memories_per_run": -1}))
             == "VALIDATION_ERROR"
         )
+
+
+@pytest.mark.django_db
+def test_a_config_saved_by_another_process_is_seen_at_once(team):
+    """A process that read the team's config before it was saved (a search reads it, for the
+    recall timeout) must not keep the unsaved default: the first save is what turns automation
+    on, and the writes right after it must trigger (seen on the production smoke test)."""
+    assert not pipeline.config_is_saved(pipeline.config_get_cached(team=team))
+    # Another process saves it: a row appears, this process's cache is not told.
+    PipelineConfig.objects.create(team=team, compress_every_n=4)
+    config = pipeline.config_get_cached(team=team)
+    assert pipeline.config_is_saved(config) and config.compress_every_n == 4

@@ -83,11 +83,18 @@ _config_cache: TTLCache[str, PipelineConfig] = TTLCache(
 
 
 def config_get_cached(*, team: Team) -> PipelineConfig:
-    """config_get for the write path; read-only use only (the object is shared)."""
+    """config_get for the write path; read-only use only (the object is shared).
+
+    Only a saved config is cached: a team that has none yet is read from the database each time
+    (one primary-key query), so the first save — "turn automation on, then write" — is seen by
+    every process at once, not PIPELINE_CONFIG_CACHE_SECONDS later. (Searches read the config
+    too, for the recall timeout: an earlier search through another process must not hide a
+    config saved since.) Later changes of a saved config are seen within the cache's TTL."""
     config = _config_cache.get(team.id)
     if config is None:
         config = config_get(team=team)
-        _config_cache.set(team.id, config)
+        if config_is_saved(config):
+            _config_cache.set(team.id, config)
     return config
 
 
