@@ -317,7 +317,14 @@ class TestSearch:
         for i in range(20):
             write(api, f"pinned query count memory {i} about topic {i % 3}", enable_dedup=False)
         search(api, "warm the index")
-        # key lookup, index change-log sync, candidate rows, access UPDATE
+        # key lookup, the team's pipeline config (the recall timeout; a team that never saved
+        # one is read each time, so its first save is seen at once), index change-log sync,
+        # candidate rows, access UPDATE
+        with django_assert_max_num_queries(5):
+            search(api, "memory about topic", min_score=0.0, limit=10)
+        # A saved config is cached per process: one query fewer.
+        ok_data(api.post("/lifecycle/auto-config", {"enabled": False}))
+        search(api, "warm the cache")
         with django_assert_max_num_queries(4):
             search(api, "memory about topic", min_score=0.0, limit=10)
 
