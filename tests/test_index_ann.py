@@ -184,3 +184,16 @@ def test_api_search_answers_as_the_exact_path(team, api, ann_settings):
     assert approximate == exact
     for pk, found in zip(needles, approximate, strict=True):
         assert found[0] == pk
+
+
+def test_a_scope_grown_past_twice_the_threshold_reloads_with_the_approximate_index(
+    team, ann_settings
+):
+    ann_settings.INDEX_ANN_MIN_ROWS = 0
+    _seed(team, _clustered(ROWS, get_embedder().dim))
+    first = _index(team)
+    assert first.ann is None
+    ann_settings.INDEX_ANN_MIN_ROWS = ROWS // 2  # the scope now holds twice the threshold
+    second = _index(team)
+    assert second is not first and second.ann is not None
+    assert _index(team) is second  # and stays loaded

@@ -235,6 +235,7 @@ class AnnIndex:
     def __init__(self, dim: int, vectors: VectorBlocks, n: int) -> None:
         _set_threads()
         self.dim = dim
+        self.trained_rows = n
         self.lists = int(
             min(65536, max(16, round(settings.INDEX_ANN_LISTS_PER_SQRT * math.sqrt(n))))
         )
@@ -505,6 +506,16 @@ class ScopeIndex:
             )
 
     @property
+    def ann_outgrown(self) -> bool:
+        """Grown to twice the rows its dense search was set up for: twice INDEX_ANN_MIN_ROWS
+        without an approximate index, or twice the rows the cells were trained on. A reload
+        then builds (or retrains) the approximate index, as one does for dead slots."""
+        threshold = settings.INDEX_ANN_MIN_ROWS
+        if threshold <= 0:
+            return False
+        return self.n >= 2 * (self.ann.trained_rows if self.ann is not None else threshold)
+
+    @property
     def dead_fraction(self) -> float:
         return 0.0 if self.n == 0 else 1.0 - self.alive_count / self.n
 
@@ -698,8 +709,11 @@ class IndexRegistry:
             or ix.dim != embedder.dim
             or time.monotonic() - ix.synced_at > retention / 2
             or ix.dead_fraction > 0.3
+            or ix.ann_outgrown
         ):
-            return None  # model switched, log may have been pruned, or too many dead slots
+            # Model switched, log may have been pruned, too many dead slots, or grown past what
+            # its dense search was built for.
+            return None
         return ix
 
     def _gauges(self) -> None:
