@@ -138,10 +138,11 @@ def seed(args: argparse.Namespace, team_id: str) -> dict[str, Any]:
 
 def _queries(args: argparse.Namespace) -> tuple[list[str], list[str | None]]:
     """Questions (half about a seeded memory with its own text's vector) and their needles."""
-    items = corpus.generate(args.lang, min(args.rows, args.max_embed))
+    items = corpus.generate(args.lang, args.rows)
     rng = random.Random(f"ann:{args.lang}:{args.rows}")
     half = args.queries // 2
-    needles = rng.sample(items, half)
+    # Needles among the rows whose vector is their own text's (plus noise).
+    needles = rng.sample(items[: args.max_embed], half)
     others = corpus.fresh(args.lang, args.queries - half, "query", {i.text for i in items})
     pairs: list[tuple[str, str | None]] = [(i.question, i.text) for i in needles]
     pairs += [(i.question, None) for i in others]
