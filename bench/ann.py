@@ -237,20 +237,34 @@ def measure(args: argparse.Namespace, team_id: str) -> dict[str, Any]:
     return result
 
 
+def _scope_index(team_id: str) -> Any:
+    from memories.models import MemoryScope
+    from memories.retrieval import index
+    from memories.retrieval.embeddings import get_embedder
+
+    return index.registry.get(
+        team_id=team_id, scope=MemoryScope.PERSONAL, agent_id=AGENT, embedder=get_embedder()
+    )
+
+
 def _searches(
     ix: Any, team_id: str, questions: list[str], needles: list[str | None]
 ) -> dict[str, Any]:
     """Full memory_search per question, exact path then approximate (same loaded index)."""
+    from django.conf import settings
+
     from memories.models import MemoryScope
     from memories.retrieval.search import SearchQuery, memory_search
     from tenants.models import Team
 
     team = Team.objects.get(pk=team_id)
-    ann = ix.ann
     out: dict[str, Any] = {}
     answers: dict[str, list[list[int]]] = {}
-    for name, structure in (("exact", None), ("ann", ann)):
-        ix.ann = structure
+    threshold = settings.INDEX_ANN_MIN_ROWS
+    # The exact pass keeps the built index (a scope without one at twice the threshold would be
+    # reloaded) and raises the threshold above the scope, so dense_top scans exactly.
+    for name, min_rows in (("exact", 10**12), ("ann", threshold)):
+        settings.INDEX_ANN_MIN_ROWS = min_rows
         ms: list[float] = []
         hits = 0
         ids: list[list[int]] = []
@@ -271,8 +285,9 @@ def _searches(
         answers[name] = ids
         n_needles = sum(1 for n in needles if n is not None)
         out[name] = {"ms": summarise(ms), "needle_hit_at_10": round(hits / max(n_needles, 1), 3)}
+        out[name]["index_reloaded"] = ix is not _scope_index(team_id)
         log(f"memory_search {name}: {out[name]}; {machine_load()}")
-    ix.ann = ann
+    settings.INDEX_ANN_MIN_ROWS = threshold
     same = sum(1 for a, b in zip(answers["exact"], answers["ann"], strict=True) if a == b)
     out["identical_top10"] = f"{same}/{len(questions)}"
     return out
