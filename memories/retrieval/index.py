@@ -205,10 +205,80 @@ class VectorBlocks:
             out[where] = rows @ np.asarray(query, dtype=np.float32)
         return out
 
+    def rows(self, slots: np.ndarray) -> np.ndarray:
+        """Decoded (len(slots), dim) float32 rows of the given slots."""
+        out = np.empty((len(slots), self.dim), dtype=np.float32)
+        blocks = slots // self.BLOCK
+        for b in np.unique(blocks):
+            where = np.flatnonzero(blocks == b)
+            local = (slots[where] - b * self.BLOCK).astype(np.int64)
+            out[where] = self.blocks[int(b)].reconstruct_batch(local)
+        return out
+
     @property
     def nbytes(self) -> int:
         per_value = 1 if self.codec == "sq8" else 2
         return self.n * self.dim * per_value + 256 * len(self.blocks)
+
+
+class AnnIndex:
+    """Approximate dense top-k over a large scope (`INDEX_ANN_MIN_ROWS`; docs/search.md).
+
+    An inverted file (faiss IndexIVFScalarQuantizer): k-means cells trained on a sample of the
+    scope's own vectors, 8-bit residual codes, a search scanning the `INDEX_ANN_NPROBE` cells
+    closest to the query. IVF rather than HNSW: removals and filters are a bitmap over slots
+    passed at search time (the same `alive` mask the exact scan uses), nothing is deleted from
+    the structure, and appends after the load are one cheap add. Labels are slots; the exact
+    blocks stay the source of every score (`ScopeIndex.dense_top` rescores what this returns).
+    """
+
+    def __init__(self, dim: int, vectors: VectorBlocks, n: int) -> None:
+        _set_threads()
+        self.dim = dim
+        self.trained_rows = n
+        self.lists = int(
+            min(65536, max(16, round(settings.INDEX_ANN_LISTS_PER_SQRT * math.sqrt(n))))
+        )
+        self.quantizer = faiss.IndexFlatIP(dim)
+        self.ivf = faiss.IndexIVFScalarQuantizer(
+            self.quantizer,
+            dim,
+            self.lists,
+            faiss.ScalarQuantizer.QT_8bit,
+            faiss.METRIC_INNER_PRODUCT,
+            True,  # residual codes: 8 bits for the offset from the cell's centre
+        )
+        # k-means on at most 64 rows a cell (faiss warns below 39): seconds at 1M rows.
+        rng = np.random.default_rng(0)
+        take = min(n, 64 * self.lists)
+        sample = np.sort(rng.choice(n, size=take, replace=False)).astype(np.int64)
+        self.ivf.cp.niter = 10  # k-means iterations: the recall barely moves beyond (measured)
+        self.ivf.train(vectors.rows(sample))
+        for start in range(0, n, VectorBlocks.BLOCK):
+            stop = min(n, start + VectorBlocks.BLOCK)
+            self.add(vectors.rows(np.arange(start, stop, dtype=np.int64)), start)
+
+    def add(self, rows: np.ndarray, first_slot: int) -> None:
+        ids = np.arange(first_slot, first_slot + len(rows), dtype=np.int64)
+        self.ivf.add_with_ids(np.ascontiguousarray(rows, dtype=np.float32), ids)
+
+    def top(self, query: np.ndarray, k: int, mask: np.ndarray) -> np.ndarray:
+        """Slots of about the best k rows among those where `mask` (bool, n) is true."""
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, self.dim)
+        # The bitmap and the selector stay referenced here until the search returns.
+        bitmap = np.packbits(mask, bitorder="little")
+        selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bitmap))
+        params = faiss.SearchParametersIVF()
+        params.sel = selector
+        params.nprobe = min(self.lists, settings.INDEX_ANN_NPROBE)
+        _, labels = self.ivf.search(q, k, params=params)
+        found = labels[0]
+        return found[found >= 0].astype(np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        # Codes and ids per row, plus the cells' centres.
+        return int(self.ivf.ntotal) * (int(self.ivf.code_size) + 8) + self.lists * self.dim * 4
 
 
 class ScopeIndex:
@@ -221,6 +291,8 @@ class ScopeIndex:
         self.n = 0  # slots used (alive or dead)
         self.ids = np.empty(0, dtype=np.int64)
         self.vectors = VectorBlocks(dim)
+        # Approximate dense top-k, built at load for a scope of INDEX_ANN_MIN_ROWS or more.
+        self.ann: AnnIndex | None = None
         self.alive = np.empty(0, dtype=bool)
         self.doc_len = np.empty(0, dtype=np.float32)
         self.cjk = np.empty(0, dtype=bool)  # memory written mostly in CJK (text.is_cjk)
@@ -346,7 +418,10 @@ class ScopeIndex:
                 fresh.append(row)
         if not fresh:
             return
-        self.vectors.append(np.vstack([self._vector(r) for r in fresh]))
+        vecs = np.vstack([self._vector(r) for r in fresh])
+        self.vectors.append(vecs)
+        if self.ann is not None:
+            self.ann.add(vecs, self.n)  # the slots _add_slot gives them next, in this order
         for row in fresh:
             self._add_slot(row)
 
@@ -416,6 +491,30 @@ class ScopeIndex:
         self.alive_len -= float(self.doc_len[slot])
         # Postings keep the dead slot (masked by `alive`) until the next compaction rebuild.
 
+    def build_ann(self) -> None:
+        """Builds the approximate index if the scope is large enough (INDEX_ANN_MIN_ROWS)."""
+        threshold = settings.INDEX_ANN_MIN_ROWS
+        if threshold > 0 and self.n >= threshold and self.ann is None:
+            started = time.perf_counter()
+            self.ann = AnnIndex(self.dim, self.vectors, self.n)
+            logger.info(
+                "built approximate index of %s: %d rows, %d cells, %.1fs",
+                self.key,
+                self.n,
+                self.ann.lists,
+                time.perf_counter() - started,
+            )
+
+    @property
+    def ann_outgrown(self) -> bool:
+        """Grown to twice the rows its dense search was set up for: twice INDEX_ANN_MIN_ROWS
+        without an approximate index, or twice the rows the cells were trained on. A reload
+        then builds (or retrains) the approximate index, as one does for dead slots."""
+        threshold = settings.INDEX_ANN_MIN_ROWS
+        if threshold <= 0:
+            return False
+        return self.n >= 2 * (self.ann.trained_rows if self.ann is not None else threshold)
+
     @property
     def dead_fraction(self) -> float:
         return 0.0 if self.n == 0 else 1.0 - self.alive_count / self.n
@@ -426,6 +525,7 @@ class ScopeIndex:
         return int(
             self.ids.nbytes
             + self.vectors.nbytes
+            + (self.ann.nbytes if self.ann is not None else 0)
             + self.alive.nbytes
             + self.doc_len.nbytes
             + self.cjk.nbytes
@@ -443,8 +543,23 @@ class ScopeIndex:
     def dense_top(
         self, query_vec: np.ndarray, k: int, mask: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, raw cosines) of the k closest live slots (within `mask` if given), best first."""
+        """(slots, raw cosines) of the k closest live slots (within `mask` if given), best first.
+
+        A scope with an approximate index asks it for the k slots and rescores them from the
+        exact blocks, so a slot's cosine is the same on both paths. A filter leaving fewer than
+        INDEX_ANN_MIN_ROWS rows scans those rows exactly instead: the cells an approximate
+        search visits may hold none of them.
+        """
         live = self.alive[: self.n] if mask is None else self.alive[: self.n] & mask
+        if self.ann is not None:
+            allowed = self.alive_count if mask is None else int(np.count_nonzero(live))
+            if allowed >= settings.INDEX_ANN_MIN_ROWS:
+                slots = self.ann.top(query_vec, k, live)
+                if len(slots) >= min(k, allowed):
+                    raw = self.vectors.at(query_vec, slots)
+                    order = np.argsort(-raw, kind="stable")
+                    return slots[order], raw[order]
+                # Fewer than k in the visited cells (a filter sparse there): the exact scan.
         return self.vectors.top(query_vec, k, live)
 
     def dense_at(self, query_vec: np.ndarray, slots: np.ndarray) -> np.ndarray:
@@ -594,8 +709,11 @@ class IndexRegistry:
             or ix.dim != embedder.dim
             or time.monotonic() - ix.synced_at > retention / 2
             or ix.dead_fraction > 0.3
+            or ix.ann_outgrown
         ):
-            return None  # model switched, log may have been pruned, or too many dead slots
+            # Model switched, log may have been pruned, too many dead slots, or grown past what
+            # its dense search was built for.
+            return None
         return ix
 
     def _gauges(self) -> None:
@@ -737,6 +855,7 @@ class IndexRegistry:
                     ix.upsert_many(batch)
                     batch = []
             ix.upsert_many(batch)
+            ix.build_ann()
             ix.synced_at = time.monotonic()
         with self._lock:
             self._indexes[key] = ix

@@ -294,6 +294,14 @@ SEARCH_THREADS = env.int("SEARCH_THREADS", default=1)
 # How the search index stores vectors: sq8 (1 byte a value) or fp16 (2);
 # memories/retrieval/index.py.
 INDEX_VECTOR_CODEC = env.str("INDEX_VECTOR_CODEC", default="sq8")
+# Approximate search (docs/search.md): a scope loaded with at least this many memories takes its
+# dense candidates from an inverted-file index (faiss IVF, 8-bit codes) instead of scanning every
+# vector; 0 = always exact. Cells: INDEX_ANN_LISTS_PER_SQRT x sqrt(rows); a search visits
+# INDEX_ANN_NPROBE of them: 128 of 1,000 cells keep recall@10 at 0.988 of exact at 1M rows
+# (docs/benchmarks.md, "Approximate search at 1M").
+INDEX_ANN_MIN_ROWS = env.int("INDEX_ANN_MIN_ROWS", default=200000)
+INDEX_ANN_NPROBE = env.int("INDEX_ANN_NPROBE", default=128)
+INDEX_ANN_LISTS_PER_SQRT = env.float("INDEX_ANN_LISTS_PER_SQRT", default=1.0)
 # Per scope, the dense and the lexical candidates fused (docs/search.md).
 SEARCH_CANDIDATES = env.int("SEARCH_CANDIDATES", default=200)
 # Okapi BM25 parameters (docs/embedding-study.md measured k1 0.9, b 0.4 against 1.2 / 0.75).
