@@ -116,3 +116,16 @@ def test_deleting_a_team_drops_its_indexes(api, team, django_capture_on_commit_c
         api.delete("/teams/team_a")
     assert index.registry.loaded() == []
     assert not Memory.objects.exists()
+
+
+@pytest.mark.parametrize("command", ["reembed_memories", "empty_trash", "retier_memories"])
+def test_an_unknown_team_is_an_error_not_a_run_over_nothing(team, command):
+    from django.core.management import CommandError
+
+    from memories.models import MemoryTier
+
+    memory, _ = memory_create(team=team, scope="personal", agent_id="a", content="kept as it is")
+    with pytest.raises(CommandError, match="no team nope"):
+        call_command(command, "--team", "nope", stdout=StringIO(), stderr=StringIO())
+    memory.refresh_from_db()  # still there, untouched
+    assert memory.tier == MemoryTier.HOT

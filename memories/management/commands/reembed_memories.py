@@ -13,14 +13,14 @@ from memories.retrieval.embeddings import get_embedder
 from memories.retrieval.text import tokens_stamp
 from memories.selectors import memories_needing_embedding, memories_needing_tokens
 from memories.services import memories_reembed, memories_store_tokens
-from tenants.models import Team
+from tenants.management.options import add_team_option, team_from_option
 
 
 class Command(BaseCommand):
     help = "Embed memories whose vector was made by another model (or all with --all), with a progress bar."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--team", default=None, help="only this team")
+        add_team_option(parser, help="only this team")
         parser.add_argument(
             "--all", action="store_true", help="also memories already embedded by the current model"
         )
@@ -32,11 +32,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        team = None
-        if opts["team"]:
-            team = Team.objects.filter(id=opts["team"]).first()
-            if team is None:
-                raise CommandError(f"no team {opts['team']}")
+        team = team_from_option(opts["team"])
         if opts["batch_size"] < 1:
             raise CommandError("--batch-size must be >= 1")
         if opts["tokens"]:

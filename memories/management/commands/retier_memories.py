@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from memories.tiers import memories_retier
-from tenants.models import Team
+from tenants.management.options import add_team_option, team_from_option
 
 
 class Command(BaseCommand):
@@ -16,14 +16,10 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--team", default="", help="only this team (default: every team)")
+        add_team_option(parser)
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        team = None
-        if opts["team"]:
-            team = Team.objects.filter(id=opts["team"]).first()
-            if team is None:
-                raise CommandError(f"no team {opts['team']}")
+        team = team_from_option(opts["team"])
         result = memories_retier(team=team)
         moves = ", ".join(f"{k}: {v}" for k, v in sorted(result.moves.items())) or "none"
         self.stdout.write(f"examined {result.examined} memories; moves: {moves}")
