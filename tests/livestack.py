@@ -183,6 +183,48 @@ def start_worker(
     )
 
 
+# The Redis database the live-stack Celery tests use as their broker (emptied before each).
+BROKER_DB = 14
+
+
+@dataclass
+class WorkerStack:
+    stack: Stack
+    broker: str
+    worker: subprocess.Popen[bytes] | None
+
+
+def llm_env(base_url: str) -> dict[str, str]:
+    """The settings that point a stack at the fake OpenAI-compatible server."""
+    return {"LLM_BASE_URL": base_url, "LLM_MODEL": "fake-chat", "LLM_API_KEY": "sk-test"}
+
+
+@contextmanager
+def worker_stack(
+    tmp: Path,
+    *,
+    servers: int = 1,
+    extra_env: dict[str, str] | None = None,
+    worker: bool = True,
+    log: Path | None = None,
+    loglevel: str = "warning",
+    **worker_env: str,
+) -> Iterator[WorkerStack]:
+    """live_stack on Redis (cache and working memory) with an emptied Redis broker, plus a
+    Celery worker on it (`worker` False: the broker only); the worker is stopped on exit."""
+    broker = settings.REDIS_URL.rsplit("/", 1)[0] + f"/{BROKER_DB}"
+    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
+    env = {"CELERY_BROKER_URL": broker, "REDIS_URL": settings.REDIS_URL, **(extra_env or {})}
+    with live_stack(tmp, servers=servers, extra_env=env) as stack:
+        proc = start_worker(stack, log=log, loglevel=loglevel, **worker_env) if worker else None
+        try:
+            yield WorkerStack(stack, broker, proc)
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=20)
+
+
 def stack_python(stack: Stack, code: str) -> Any:
     """Runs `code` in a fresh Django process on the stack's database (`manage.py shell`) and
     returns what it printed as JSON on its last line: how a test reads the stack's rows, which

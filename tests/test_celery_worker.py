@@ -4,28 +4,20 @@ Redis broker + Redis working memory + the fake OpenAI-compatible LLM."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from memoryplatform.client import MemoryClient
 
 from .fake_openai import FakeOpenAI
-from .livestack import live_stack, start_worker
+from .livestack import llm_env, worker_stack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
 
-def _redis_db(url: str, db: int) -> str:
-    return url.rsplit("/", 1)[0] + f"/{db}"
-
-
 def test_working_memory_writes_trigger_one_compress_on_a_real_worker(tmp_path, redis_required):
-    broker = _redis_db(settings.REDIS_URL, 14)
-    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
     with FakeOpenAI() as fake:
         summary = "重构 compress 方法：返回结构化 dict，同步 routes.py 与文档，E2E curl 验证"
         fake.chat_replies.extend(
@@ -41,46 +33,34 @@ def test_working_memory_writes_trigger_one_compress_on_a_real_worker(tmp_path, r
             ]
             * 3
         )
-        env = {
-            "CELERY_BROKER_URL": broker,
-            "REDIS_URL": settings.REDIS_URL,
-            "LLM_BASE_URL": fake.base_url,
-            "LLM_MODEL": "fake-chat",
-            "LLM_API_KEY": "sk-test",
-        }
-        with live_stack(tmp_path, servers=1, extra_env=env) as stack:
-            worker = start_worker(stack)
-            try:
-                client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
-                client.set_pipeline_config(
-                    compress_every_n=4, compress_target_count=1, warmup_max_memories=0
-                )
-                ids = []
-                started = time.monotonic()
-                for item in [
-                    "正在重构 memory_system.py 中的 compress 方法",
-                    "目标：返回结构化 dict",
-                    "需要同步更新：routes.py, docs/index.html",
-                    "测试方法：E2E curl 验证响应格式",
-                ]:
-                    ids.append(client.write_working("coder", item)["id"])
-                write_seconds = time.monotonic() - started
-                deadline = time.monotonic() + 90
-                while client.get_working("coder") and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                assert client.get_working("coder") == [], "the worker did not compress in time"
-                memories = client.get_recent("coder")
-                assert [m["content"] for m in memories] == [summary]
-                meta = memories[0]["metadata"]
-                assert meta["source"] == "compression" and sorted(meta["source_items"]) == sorted(
-                    ids
-                )
-                chat_calls = [r for r in fake.requests if r["path"].endswith("/chat/completions")]
-                assert len(chat_calls) == 1  # four writes, one compress
-                assert write_seconds < 10  # the writes never waited for the LLM
-            finally:
-                worker.terminate()
-                worker.wait(timeout=20)
+        env = llm_env(fake.base_url)
+        with worker_stack(tmp_path, servers=1, extra_env=env) as ws:
+            stack = ws.stack
+            client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+            client.set_pipeline_config(
+                compress_every_n=4, compress_target_count=1, warmup_max_memories=0
+            )
+            ids = []
+            started = time.monotonic()
+            for item in [
+                "正在重构 memory_system.py 中的 compress 方法",
+                "目标：返回结构化 dict",
+                "需要同步更新：routes.py, docs/index.html",
+                "测试方法：E2E curl 验证响应格式",
+            ]:
+                ids.append(client.write_working("coder", item)["id"])
+            write_seconds = time.monotonic() - started
+            deadline = time.monotonic() + 90
+            while client.get_working("coder") and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert client.get_working("coder") == [], "the worker did not compress in time"
+            memories = client.get_recent("coder")
+            assert [m["content"] for m in memories] == [summary]
+            meta = memories[0]["metadata"]
+            assert meta["source"] == "compression" and sorted(meta["source_items"]) == sorted(ids)
+            chat_calls = [r for r in fake.requests if r["path"].endswith("/chat/completions")]
+            assert len(chat_calls) == 1  # four writes, one compress
+            assert write_seconds < 10  # the writes never waited for the LLM
 
 
 def test_research_log_on_a_worker_backed_deployment_with_the_fake_llm(tmp_path, redis_required):
@@ -88,8 +68,6 @@ def test_research_log_on_a_worker_backed_deployment_with_the_fake_llm(tmp_path, 
     being the fake OpenAI-compatible server; every derived memory traced through the API."""
     from .reference_client import MemoryClient as ReferenceClient
 
-    broker = _redis_db(settings.REDIS_URL, 14)
-    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
     with FakeOpenAI() as fake:
         fake.chat_replies.extend(
             [
@@ -139,14 +117,9 @@ def test_research_log_on_a_worker_backed_deployment_with_the_fake_llm(tmp_path, 
                 ),
             ]
         )
-        env = {
-            "CELERY_BROKER_URL": broker,
-            "REDIS_URL": settings.REDIS_URL,
-            "LLM_BASE_URL": fake.base_url,
-            "LLM_MODEL": "fake-chat",
-            "LLM_API_KEY": "sk-test",
-        }
-        with live_stack(tmp_path, servers=1, extra_env=env) as stack:
+        env = llm_env(fake.base_url)
+        with worker_stack(tmp_path, servers=1, extra_env=env, worker=False) as ws:
+            stack = ws.stack
             client = ReferenceClient(stack.api_key, stack.secret, base_url=stack.urls[0])
             for item in [
                 "今天决定把量化策略的回测周期从 3 个月改为 6 个月，因为短期数据噪声太大",
@@ -194,30 +167,23 @@ def test_an_export_runs_on_the_worker_and_downloads_from_the_web_node(tmp_path, 
     the bundle into the database; any node serves the download; an import of it skips all."""
     import gzip
 
-    broker = _redis_db(settings.REDIS_URL, 14)
-    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
-    env = {"CELERY_BROKER_URL": broker, "REDIS_URL": settings.REDIS_URL}
-    with live_stack(tmp_path, servers=2, extra_env=env) as stack:
-        worker = start_worker(stack)
-        try:
-            writer = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
-            reader = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[1])
-            writer.write_memory("coder", "The build uses Python 3.11", importance=0.7)
-            writer.write_team_memory("Deploys happen on Tuesdays")
-            job_id = writer.export()["job_id"]
-            deadline = time.monotonic() + 90
-            while (job := reader.get_job(job_id))["status"] in ("queued", "running"):
-                assert time.monotonic() < deadline, "the worker did not export in time"
-                time.sleep(0.3)
-            assert job["status"] == "succeeded", job
-            data = reader.download_export(job_id)
-            header = json.loads(gzip.decompress(data).splitlines()[0])
-            assert header["counts"]["memory"] == 2 == job["result"]["counts"]["memory"]
-            answer = writer.import_bundle(data)
-            assert answer["skipped"]["memory"] == 2 and answer["imported"]["memory"] == 0
-        finally:
-            worker.terminate()
-            worker.wait(timeout=20)
+    with worker_stack(tmp_path, servers=2) as ws:
+        stack = ws.stack
+        writer = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+        reader = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[1])
+        writer.write_memory("coder", "The build uses Python 3.11", importance=0.7)
+        writer.write_team_memory("Deploys happen on Tuesdays")
+        job_id = writer.export()["job_id"]
+        deadline = time.monotonic() + 90
+        while (job := reader.get_job(job_id))["status"] in ("queued", "running"):
+            assert time.monotonic() < deadline, "the worker did not export in time"
+            time.sleep(0.3)
+        assert job["status"] == "succeeded", job
+        data = reader.download_export(job_id)
+        header = json.loads(gzip.decompress(data).splitlines()[0])
+        assert header["counts"]["memory"] == 2 == job["result"]["counts"]["memory"]
+        answer = writer.import_bundle(data)
+        assert answer["skipped"]["memory"] == 2 and answer["imported"]["memory"] == 0
 
 
 def _summary_reply(text: str) -> str:
@@ -242,61 +208,49 @@ def test_warm_up_doubling_idle_compress_and_excluded_agents_on_a_real_worker(
     idle agent below its threshold; an excluded agent is never compressed automatically."""
     from celery import Celery
 
-    broker = _redis_db(settings.REDIS_URL, 14)
-    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
     with FakeOpenAI() as fake:
         fake.chat_replies.extend(_summary_reply(f"要点 {i}") for i in range(6))
-        env = {
-            "CELERY_BROKER_URL": broker,
-            "REDIS_URL": settings.REDIS_URL,
-            "LLM_BASE_URL": fake.base_url,
-            "LLM_MODEL": "fake-chat",
-            "LLM_API_KEY": "sk-test",
-        }
+        env = llm_env(fake.base_url)
 
         def chat_calls() -> int:
             return sum(1 for r in fake.requests if r["path"].endswith("/chat/completions"))
 
-        with live_stack(tmp_path, servers=1, extra_env=env) as stack:
-            worker = start_worker(stack)
-            try:
-                client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
-                config = client.set_pipeline_config(
-                    compress_every_n=8,
-                    compress_target_count=1,
-                    warmup_max_memories=100,
-                    idle_extract_seconds=2,
-                    persona_every_n=0,
-                    excluded_agents=["bench-judge-*"],
-                )
-                assert config["warmup_doubling"] and config["excluded_agents"] == ["bench-judge-*"]
-                client.write_working("bench-judge-1", "裁判的打分说明，不应被压缩")
-                client.write_working("coder", "第一条：重构 compress 方法")
-                _wait_empty(client, "coder")  # step 1
-                assert chat_calls() == 1
-                client.write_working("coder", "第二条：返回结构化 dict")
-                time.sleep(2)
-                assert len(client.get_working("coder")) == 1  # step 2 now
-                client.write_working("coder", "第三条：同步 routes.py")
-                _wait_empty(client, "coder")
-                assert chat_calls() == 2
+        with worker_stack(tmp_path, servers=1, extra_env=env) as ws:
+            stack = ws.stack
+            client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+            config = client.set_pipeline_config(
+                compress_every_n=8,
+                compress_target_count=1,
+                warmup_max_memories=100,
+                idle_extract_seconds=2,
+                persona_every_n=0,
+                excluded_agents=["bench-judge-*"],
+            )
+            assert config["warmup_doubling"] and config["excluded_agents"] == ["bench-judge-*"]
+            client.write_working("bench-judge-1", "裁判的打分说明，不应被压缩")
+            client.write_working("coder", "第一条：重构 compress 方法")
+            _wait_empty(client, "coder")  # step 1
+            assert chat_calls() == 1
+            client.write_working("coder", "第二条：返回结构化 dict")
+            time.sleep(2)
+            assert len(client.get_working("coder")) == 1  # step 2 now
+            client.write_working("coder", "第三条：同步 routes.py")
+            _wait_empty(client, "coder")
+            assert chat_calls() == 2
 
-                client.write_working("coder", "第四条：E2E curl 验证")  # step 4: waits
-                time.sleep(2.5)  # idle for longer than idle_extract_seconds
-                beat = Celery(broker=broker)
-                beat.send_task("lifecycle.schedule_idle_compresses", queue="maintenance")
-                _wait_empty(client, "coder")
-                assert chat_calls() == 3
-                triggers = sorted(
-                    client.get_job(m["metadata"]["job_id"])["trigger"]
-                    for m in client.get_recent("coder")
-                )
-                assert triggers == ["auto", "auto", "beat"]
-                # The excluded agent kept its item through the writes and the idle scan.
-                assert len(client.get_working("bench-judge-1")) == 1
-            finally:
-                worker.terminate()
-                worker.wait(timeout=20)
+            client.write_working("coder", "第四条：E2E curl 验证")  # step 4: waits
+            time.sleep(2.5)  # idle for longer than idle_extract_seconds
+            beat = Celery(broker=ws.broker)
+            beat.send_task("lifecycle.schedule_idle_compresses", queue="maintenance")
+            _wait_empty(client, "coder")
+            assert chat_calls() == 3
+            triggers = sorted(
+                client.get_job(m["metadata"]["job_id"])["trigger"]
+                for m in client.get_recent("coder")
+            )
+            assert triggers == ["auto", "auto", "beat"]
+            # The excluded agent kept its item through the writes and the idle scan.
+            assert len(client.get_working("bench-judge-1")) == 1
 
 
 def test_the_tiering_task_on_a_real_worker_and_promotion_across_nodes(tmp_path, redis_required):
@@ -305,88 +259,71 @@ def test_the_tiering_task_on_a_real_worker_and_promotion_across_nodes(tmp_path, 
     with include_cold; a read by id on one node brings it back to hot for the other."""
     from celery import Celery
 
-    broker = _redis_db(settings.REDIS_URL, 14)
-    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
-    env = {"CELERY_BROKER_URL": broker, "REDIS_URL": settings.REDIS_URL}
-    with live_stack(tmp_path, servers=2, extra_env=env) as stack:
-        # The worker's rule sends every memory of ordinary importance cold at once, standing in
-        # for months of idleness.
-        worker = start_worker(stack, TIER_COLD_RETENTION="1.01", TIER_HOT_RETENTION="2")
-        try:
-            a = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
-            b = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[1])
-            old = a.write_memory("coder", "The first build server ran Jenkins 1.4", importance=0.3)
-            keep = a.write_memory("coder", "Production deploys need two approvals", importance=0.9)
+    # The worker's rule sends every memory of ordinary importance cold at once, standing in
+    # for months of idleness.
+    with worker_stack(
+        tmp_path, servers=2, TIER_COLD_RETENTION="1.01", TIER_HOT_RETENTION="2"
+    ) as ws:
+        stack = ws.stack
+        a = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+        b = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[1])
+        old = a.write_memory("coder", "The first build server ran Jenkins 1.4", importance=0.3)
+        keep = a.write_memory("coder", "Production deploys need two approvals", importance=0.9)
 
-            def found(client: MemoryClient, **extra: Any) -> set[int]:
-                return {h["id"] for h in client.search("coder", "build server Jenkins", **extra)}
+        def found(client: MemoryClient, **extra: Any) -> set[int]:
+            return {h["id"] for h in client.search("coder", "build server Jenkins", **extra)}
 
-            assert old["id"] in found(a) and old["id"] in found(b)  # both indexes loaded
-            Celery(broker=broker).send_task("memories.retier_memories", queue="maintenance")
-            deadline = time.monotonic() + 60
-            while a.get_recent("coder", limit=10) and any(
-                m["id"] == old["id"] for m in a.get_recent("coder", limit=10)
-            ):
-                assert time.monotonic() < deadline, "the worker did not move the memory"
-                time.sleep(0.3)
-            assert old["id"] not in found(a) and old["id"] not in found(b)
-            assert old["id"] in found(b, include_cold=True)
-            assert keep["id"] in {m["id"] for m in b.get_recent("coder")}  # important: hot
-            assert a.get_memory(old["id"])["tier"] == "hot"  # a read by id promotes
-            assert old["id"] in found(b)  # the other node's index follows
-        finally:
-            worker.terminate()
-            worker.wait(timeout=20)
+        assert old["id"] in found(a) and old["id"] in found(b)  # both indexes loaded
+        Celery(broker=ws.broker).send_task("memories.retier_memories", queue="maintenance")
+        deadline = time.monotonic() + 60
+        while a.get_recent("coder", limit=10) and any(
+            m["id"] == old["id"] for m in a.get_recent("coder", limit=10)
+        ):
+            assert time.monotonic() < deadline, "the worker did not move the memory"
+            time.sleep(0.3)
+        assert old["id"] not in found(a) and old["id"] not in found(b)
+        assert old["id"] in found(b, include_cold=True)
+        assert keep["id"] in {m["id"] for m in b.get_recent("coder")}  # important: hot
+        assert a.get_memory(old["id"])["tier"] == "hot"  # a read by id promotes
+        assert old["id"] in found(b)  # the other node's index follows
 
 
 def test_warm_up_doubling_per_run_on_a_real_worker(tmp_path, redis_required):
     """Writes that name their session (`run_id`) warm up per session through gunicorn, a Celery
     worker and Redis working memory: a new run of the same agent compresses after 1 item again,
     and each compress job records the run that triggered it."""
-    broker = _redis_db(settings.REDIS_URL, 14)
-    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
     with FakeOpenAI() as fake:
         fake.chat_replies.extend(_summary_reply(f"会话要点 {i}") for i in range(4))
-        env = {
-            "CELERY_BROKER_URL": broker,
-            "REDIS_URL": settings.REDIS_URL,
-            "LLM_BASE_URL": fake.base_url,
-            "LLM_MODEL": "fake-chat",
-            "LLM_API_KEY": "sk-test",
-        }
+        env = llm_env(fake.base_url)
 
         def chat_calls() -> int:
             return sum(1 for r in fake.requests if r["path"].endswith("/chat/completions"))
 
-        with live_stack(tmp_path, servers=1, extra_env=env) as stack:
-            worker = start_worker(stack)
-            try:
-                client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
-                client.set_pipeline_config(
-                    compress_every_n=8,
-                    compress_target_count=1,
-                    warmup_max_memories=100,
-                    idle_extract_seconds=0,
-                    persona_every_n=0,
-                )
-                item = client.write_working("coder", "第一条：重构 compress 方法", run_id="s-1")
-                assert item["run_id"] == "s-1"
-                _wait_empty(client, "coder")  # s-1, step 1
-                client.write_working("coder", "第二条：返回结构化 dict", run_id="s-1")
-                time.sleep(2)
-                assert len(client.get_working("coder")) == 1  # s-1 is at step 2 now
-                # A new session of the same agent: step 1 again, and it takes both items.
-                client.write_working("coder", "新会话：先读 routes.py", run_id="s-2")
-                _wait_empty(client, "coder")
-                assert chat_calls() == 2
-                runs = sorted(
-                    client.get_job(m["metadata"]["job_id"])["run_id"]
-                    for m in client.get_recent("coder")
-                )
-                assert runs == ["s-1", "s-2"]
-            finally:
-                worker.terminate()
-                worker.wait(timeout=20)
+        with worker_stack(tmp_path, servers=1, extra_env=env) as ws:
+            stack = ws.stack
+            client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+            client.set_pipeline_config(
+                compress_every_n=8,
+                compress_target_count=1,
+                warmup_max_memories=100,
+                idle_extract_seconds=0,
+                persona_every_n=0,
+            )
+            item = client.write_working("coder", "第一条：重构 compress 方法", run_id="s-1")
+            assert item["run_id"] == "s-1"
+            _wait_empty(client, "coder")  # s-1, step 1
+            client.write_working("coder", "第二条：返回结构化 dict", run_id="s-1")
+            time.sleep(2)
+            assert len(client.get_working("coder")) == 1  # s-1 is at step 2 now
+            # A new session of the same agent: step 1 again, and it takes both items.
+            client.write_working("coder", "新会话：先读 routes.py", run_id="s-2")
+            _wait_empty(client, "coder")
+            assert chat_calls() == 2
+            runs = sorted(
+                client.get_job(m["metadata"]["job_id"])["run_id"]
+                for m in client.get_recent("coder")
+            )
+            assert runs == ["s-1", "s-2"]
 
 
 # Waits (in a process on the stack's database) until no job is queued or running, then prints
@@ -428,90 +365,80 @@ def test_follow_up_triggers_and_archive_retention_on_a_real_worker(tmp_path, red
     from .livestack import stack_python
     from .test_lifecycle_api import RESEARCH_NOTES
 
-    broker = _redis_db(settings.REDIS_URL, 14)
-    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
-    env = {
-        "CELERY_BROKER_URL": broker,
-        "REDIS_URL": settings.REDIS_URL,
-        "ARCHIVE_RETENTION_DAYS": "30",
-    }
-    with live_stack(tmp_path, servers=1, extra_env=env) as stack:
-        worker = start_worker(stack)
-        try:
-            client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
-            client.set_pipeline_config(
-                compress_every_n=0,
-                scenario_min_interval_seconds=900,
-                persona_every_n=3,
-                consolidate_min_fragments=3,
-                max_memories_per_run=2,
-                excluded_agents=["bench-judge-*"],
-            )
-            fragments = [
-                client.write_memory("coder", text, enable_dedup=False)["id"]
-                for text in [
-                    "The user wants short answers without long explanations.",
-                    "The user asked again for shorter answers, no long explanations.",
-                    "The user prefers short answers and dislikes long explanations.",
-                ]
+    env = {"ARCHIVE_RETENTION_DAYS": "30"}
+    with worker_stack(tmp_path, servers=1, extra_env=env) as ws:
+        stack = ws.stack
+        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+        client.set_pipeline_config(
+            compress_every_n=0,
+            scenario_min_interval_seconds=900,
+            persona_every_n=3,
+            consolidate_min_fragments=3,
+            max_memories_per_run=2,
+            excluded_agents=["bench-judge-*"],
+        )
+        fragments = [
+            client.write_memory("coder", text, enable_dedup=False)["id"]
+            for text in [
+                "The user wants short answers without long explanations.",
+                "The user asked again for shorter answers, no long explanations.",
+                "The user prefers short answers and dislikes long explanations.",
             ]
+        ]
 
-            def ingest(agent: str, run_id: str, notes: list[str]) -> dict:
-                messages = [{"role": "user", "content": n} for n in notes]
-                job_id = client.ingest(agent, messages, run_id=run_id, async_=True)["job_id"]
-                job = client.wait_for_job(job_id, timeout=90)
-                assert (job["status"], job["trigger"]) == ("succeeded", "api"), job
-                return job["result"]
+        def ingest(agent: str, run_id: str, notes: list[str]) -> dict:
+            messages = [{"role": "user", "content": n} for n in notes]
+            job_id = client.ingest(agent, messages, run_id=run_id, async_=True)["job_id"]
+            job = client.wait_for_job(job_id, timeout=90)
+            assert (job["status"], job["trigger"]) == ("succeeded", "api"), job
+            return job["result"]
 
-            first = ingest("coder", "s1", [RESEARCH_NOTES[0], RESEARCH_NOTES[2], RESEARCH_NOTES[3]])
-            assert len(first["facts"]) == 2 and first["facts_over_run_limit"] >= 1
-            ingest("bench-judge-1", "j1", [RESEARCH_NOTES[1]])
-            state = stack_python(stack, _SETTLED)
-            auto = [(j["kind"], j["agent_id"]) for j in state["jobs"] if j["trigger"] == "auto"]
-            assert {kind for kind, _ in auto} == {
-                "consolidate",
-                "aggregate-scenes",
-                "generate-persona",
-            }
-            assert {agent for _, agent in auto} == {"coder"}  # the excluded agent got none
-            assert all(j["status"] == "succeeded" for j in state["jobs"]), state["jobs"]
-            (fact,) = state["facts"]
-            assert sorted(fact["metadata"]["consolidated_from"]) == sorted(fragments)
-            assert sorted(state["consolidated"]) == sorted(fragments)
-            # (Unrelated facts make no scene for the offline engine: the job is what counts.)
-            assert client.get_persona("coder")["summary"]
+        first = ingest("coder", "s1", [RESEARCH_NOTES[0], RESEARCH_NOTES[2], RESEARCH_NOTES[3]])
+        assert len(first["facts"]) == 2 and first["facts_over_run_limit"] >= 1
+        ingest("bench-judge-1", "j1", [RESEARCH_NOTES[1]])
+        state = stack_python(stack, _SETTLED)
+        auto = [(j["kind"], j["agent_id"]) for j in state["jobs"] if j["trigger"] == "auto"]
+        assert {kind for kind, _ in auto} == {
+            "consolidate",
+            "aggregate-scenes",
+            "generate-persona",
+        }
+        assert {agent for _, agent in auto} == {"coder"}  # the excluded agent got none
+        assert all(j["status"] == "succeeded" for j in state["jobs"]), state["jobs"]
+        (fact,) = state["facts"]
+        assert sorted(fact["metadata"]["consolidated_from"]) == sorted(fragments)
+        assert sorted(state["consolidated"]) == sorted(fragments)
+        # (Unrelated facts make no scene for the offline engine: the job is what counts.)
+        assert client.get_persona("coder")["summary"]
 
-            def scene_jobs(state: dict) -> int:
-                return sum(1 for j in state["jobs"] if j["kind"] == "aggregate-scenes")
+        def scene_jobs(state: dict) -> int:
+            return sum(1 for j in state["jobs"] if j["kind"] == "aggregate-scenes")
 
-            ingest("coder", "s2", [RESEARCH_NOTES[4]])
-            assert scene_jobs(stack_python(stack, _SETTLED)) == 1  # within the interval
-            stack_python(
-                stack,
-                "from datetime import timedelta\n"
-                "from django.utils import timezone\n"
-                "from lifecycle.models import JobRun\n"
-                "print(JobRun.objects.filter(kind='aggregate-scenes').update("
-                "created_at=timezone.now() - timedelta(seconds=901)))",
-            )
-            ingest("coder", "s3", [RESEARCH_NOTES[1]])
-            assert scene_jobs(stack_python(stack, _SETTLED)) == 2
+        ingest("coder", "s2", [RESEARCH_NOTES[4]])
+        assert scene_jobs(stack_python(stack, _SETTLED)) == 1  # within the interval
+        stack_python(
+            stack,
+            "from datetime import timedelta\n"
+            "from django.utils import timezone\n"
+            "from lifecycle.models import JobRun\n"
+            "print(JobRun.objects.filter(kind='aggregate-scenes').update("
+            "created_at=timezone.now() - timedelta(seconds=901)))",
+        )
+        ingest("coder", "s3", [RESEARCH_NOTES[1]])
+        assert scene_jobs(stack_python(stack, _SETTLED)) == 2
 
-            # Archive retention: run s1's messages archived 31 days ago, the rest today.
-            stack_python(
-                stack,
-                "from datetime import timedelta\n"
-                "from django.utils import timezone\n"
-                "from lifecycle.models import WorkingArchive\n"
-                "print(WorkingArchive.objects.filter(run_id='s1').update("
-                "archived_at=timezone.now() - timedelta(days=31)))",
-            )
-            Celery(broker=broker).send_task("lifecycle.prune_archive", queue="maintenance")
-            deadline = time.monotonic() + 60
-            while "s1" in (runs := stack_python(stack, _SETTLED)["archived_runs"]):
-                assert time.monotonic() < deadline, "the worker did not prune the archive"
-                time.sleep(0.5)
-            assert runs == ["j1", "s2", "s3"]
-        finally:
-            worker.terminate()
-            worker.wait(timeout=20)
+        # Archive retention: run s1's messages archived 31 days ago, the rest today.
+        stack_python(
+            stack,
+            "from datetime import timedelta\n"
+            "from django.utils import timezone\n"
+            "from lifecycle.models import WorkingArchive\n"
+            "print(WorkingArchive.objects.filter(run_id='s1').update("
+            "archived_at=timezone.now() - timedelta(days=31)))",
+        )
+        Celery(broker=ws.broker).send_task("lifecycle.prune_archive", queue="maintenance")
+        deadline = time.monotonic() + 60
+        while "s1" in (runs := stack_python(stack, _SETTLED)["archived_runs"]):
+            assert time.monotonic() < deadline, "the worker did not prune the archive"
+            time.sleep(0.5)
+        assert runs == ["j1", "s2", "s3"]

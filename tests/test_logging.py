@@ -10,11 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from memoryplatform.client import MemoryClient
 
-from .livestack import ROOT, live_stack, start_worker
+from .livestack import ROOT, worker_stack
 
 
 def _shell(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -65,29 +64,22 @@ def test_text_is_the_default_and_an_unknown_format_is_refused():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.services
 def test_a_job_logs_under_the_request_id_that_queued_it(tmp_path: Path, redis_required):
-    broker = settings.REDIS_URL.rsplit("/", 1)[0] + "/14"
-    subprocess.run(["redis-cli", "-u", broker, "flushdb"], check=False, capture_output=True)
-    env = {"CELERY_BROKER_URL": broker, "REDIS_URL": settings.REDIS_URL}
     log = tmp_path / "worker.log"
-    with live_stack(tmp_path, servers=1, extra_env=env) as stack:
-        worker = start_worker(stack, log=log, loglevel="info", LOG_FORMAT="json")
-        try:
-            client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
-            client.set_pipeline_config(
-                compress_every_n=2, compress_target_count=1, warmup_max_memories=0
-            )
-            client.write_working("coder", "第一条：重构 compress 方法")
-            client.session.headers["X-Request-ID"] = "trace-job-0123456789"
-            client.write_working("coder", "第二条：同步更新文档")  # the write that queues it
-            deadline = time.monotonic() + 90
-            finished: list[dict[str, object]] = []
-            while not finished and time.monotonic() < deadline:
-                time.sleep(0.5)
-                for line in log.read_text(errors="replace").splitlines():
-                    if line.startswith("{") and "lifecycle job" in line:
-                        finished.append(json.loads(line))
-            assert finished, log.read_text(errors="replace")[-3000:]
-            assert finished[0]["request_id"] == "trace-job-0123456789"
-        finally:
-            worker.terminate()
-            worker.wait(timeout=30)
+    with worker_stack(tmp_path, log=log, loglevel="info", LOG_FORMAT="json") as ws:
+        stack = ws.stack
+        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+        client.set_pipeline_config(
+            compress_every_n=2, compress_target_count=1, warmup_max_memories=0
+        )
+        client.write_working("coder", "第一条：重构 compress 方法")
+        client.session.headers["X-Request-ID"] = "trace-job-0123456789"
+        client.write_working("coder", "第二条：同步更新文档")  # the write that queues it
+        deadline = time.monotonic() + 90
+        finished: list[dict[str, object]] = []
+        while not finished and time.monotonic() < deadline:
+            time.sleep(0.5)
+            for line in log.read_text(errors="replace").splitlines():
+                if line.startswith("{") and "lifecycle job" in line:
+                    finished.append(json.loads(line))
+        assert finished, log.read_text(errors="replace")[-3000:]
+        assert finished[0]["request_id"] == "trace-job-0123456789"
