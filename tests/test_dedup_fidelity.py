@@ -175,6 +175,11 @@ REWORDED = [
     ("The user bought a rod for fishing.", "The user bought a fishing rod."),
     ("The user has a cat, which is black and white.", "The user has a black and white cat."),
     ("Some engineers are reviewing the patch.", "Engineers are reviewing the patch."),
+    # A clause without its subject ("and is …") takes the previous clause's.
+    (
+        "The user is reading a book and is drinking tea.",
+        "The user is drinking tea and is reading a book.",
+    ),
 ]
 REWORDED_STORED = [
     (
@@ -183,6 +188,12 @@ REWORDED_STORED = [
     ),
     ("Some dogs bark at night.", "Dogs bark at night."),
     ("The user waits for the bus.", "The bus waits for the user."),
+    # Who smiles moves from the woman to the man.
+    ("A man is talking to a woman who is smiling.", "A man is talking to a woman and is smiling."),
+    (
+        "The user was calling the manager who was angry.",
+        "The user was calling the manager and was angry.",
+    ),
 ]
 
 

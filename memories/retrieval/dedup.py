@@ -679,6 +679,11 @@ def _en_word(word: str) -> str:
     return _EN_SYNONYMS.get(stem, stem)
 
 
+# A clause opening on its verb ("and is smiling") and the subject of one that names it.
+_EN_ELIDED_SUBJECT = re.compile(r"\s*(?:is|are|was|were)\s")
+_EN_SUBJECT = re.compile(r"\s*((?:[a-z'-]+\s+){1,8}?)(?:is|are|was|were)\s")
+
+
 def clauses(text: str, *, manner: bool = True) -> list[list[str]]:
     """The text as clauses of compared words: stems/jieba words, fillers dropped, NOT markers.
     `manner=False`: without its manner adverbs ("carefully", _manner_adverbs)."""
@@ -700,7 +705,17 @@ def clauses(text: str, *, manner: bool = True) -> list[list[str]]:
     for word in _ZH_CLAUSE_WORDS:
         norm = norm.replace(word, "，")
     out: list[list[str]] = []
+    subject = ""
     for part in _CLAUSE_BREAK.split(norm):
+        elided = _EN_ELIDED_SUBJECT.match(part)
+        if elided and subject:
+            # "… and is smiling": the clause's subject is the previous clause's, which the
+            # words must carry (else "a man talks to a woman and is smiling" would read as a
+            # run of "a man talks to a woman who is smiling").
+            part = subject + " " + part
+        else:
+            head = _EN_SUBJECT.match(part)
+            subject = head.group(1) if head else ""
         words: list[str] = []
         prev = ""
         for run in re.findall(r"[\u3400-\u9fff]+|[a-z0-9']+(?:[.%][0-9]+)*%?", part):
