@@ -25,7 +25,9 @@ What it does:
    writes of all clients go to one scope, so they contend for its dedup lock.
 4. **Audit**: the ids of every acknowledged write (201) are compared with the rows in the
    database: a lost write is an acknowledged id that is not there. 5xx answers, other errors and
-   client-side failures (timeouts: outcome unknown) are counted per endpoint.
+   client-side failures (timeouts: outcome unknown) are counted per endpoint; a write whose
+   outcome is unknown (no answer, or a 5xx) is looked up by its run-unique content, to say
+   whether it was stored all the same.
 
 **External mode** (`--base-url`): no stack of its own; the load goes to a stack that is already
 running (e.g. nginx in front of several gunicorn nodes, bench/multinode.py). `--keys` is a JSON
@@ -85,6 +87,7 @@ class Tally:
     acked: set[int] = field(default_factory=set)  # ids of writes answered 201
     deduped: set[int] = field(default_factory=set)  # ids answered 200 (dedup): must exist too
     unknown: int = 0  # writes without an answer (timeout, connection reset) or with a 5xx
+    unknown_contents: list[str] = field(default_factory=list)  # their contents (run-unique)
     examples: list[str] = field(default_factory=list)
 
     def count(self, op: str, key: str) -> None:
@@ -157,6 +160,49 @@ def _stored_ids(target: Target) -> set[int]:
         sconn.close()
 
 
+def _committed(target: Target, contents: list[str]) -> int:
+    """How many of these (run-unique) contents are stored in the load's teams."""
+    contents = [c for c in contents if c]
+    if not contents:
+        return 0
+    teams = target.teams
+    found = 0
+    for start in range(0, len(contents), 200):
+        chunk = contents[start : start + 200]
+        sql = "SELECT COUNT(DISTINCT content) FROM memories_memory WHERE team_id IN ({}) AND content IN ({})".format(
+            ", ".join(["%s"] * len(teams)), ", ".join(["%s"] * len(chunk))
+        )
+        params = [*teams, *chunk]
+        if target.database_url and target.database_url.startswith("mysql"):
+            import MySQLdb
+
+            u = urlparse(target.database_url)
+            conn = MySQLdb.connect(
+                host=u.hostname or "127.0.0.1",
+                port=u.port or 3306,
+                user=u.username or "root",
+                passwd=u.password or "",
+                db=u.path.lstrip("/"),
+                charset="utf8mb4",
+            )
+            try:
+                cur = conn.cursor()
+                cur.execute(sql, params)
+                found += int(cur.fetchone()[0])
+            finally:
+                conn.close()
+        else:
+            import sqlite3
+
+            assert target.data_dir is not None
+            sconn = sqlite3.connect(target.data_dir / "db.sqlite3")
+            try:
+                found += int(sconn.execute(sql.replace("%s", "?"), params).fetchone()[0])
+            finally:
+                sconn.close()
+    return found
+
+
 def _delete_redis_prefix(redis_url: str, prefix: str) -> int:
     import redis
 
@@ -226,6 +272,7 @@ class Client(threading.Thread):
         from memoryplatform.client import MemoryAPIError
 
         t = time.perf_counter()
+        content = ""
         try:
             if op == "write_personal" or op == "write_team":
                 content, question = self._content()
@@ -252,12 +299,14 @@ class Client(threading.Thread):
                 # The answer says the request failed, not whether the write committed before it
                 # (a node killed after its commit, a proxy's 502): the outcome is unknown.
                 self.tally.unknown += 1
+                self.tally.unknown_contents.append(content)
             if len(self.tally.examples) < 10:
                 self.tally.examples.append(f"{op}: {exc} (request {exc.request_id})")
         except Exception as exc:  # timeouts, resets: the write's outcome is unknown
             key = f"client {type(exc).__name__}"
             if op.startswith("write"):
                 self.tally.unknown += 1
+                self.tally.unknown_contents.append(content)
             if len(self.tally.examples) < 10:
                 self.tally.examples.append(f"{op}: {type(exc).__name__}: {exc}")
         self.tally.ms.setdefault(op, []).append((time.perf_counter() - t) * 1000)
@@ -429,6 +478,7 @@ def drive(
     acked: set[int] = set()
     deduped: set[int] = set()
     unknown = 0
+    unknown_contents: list[str] = []
     examples: list[str] = []
     for c in clients:
         for op, values in c.tally.ms.items():
@@ -439,6 +489,7 @@ def drive(
         acked |= c.tally.acked
         deduped |= c.tally.deduped
         unknown += c.tally.unknown
+        unknown_contents.extend(c.tally.unknown_contents)
         examples.extend(c.tally.examples)
     stored = _stored_ids(target)
     total_ops = sum(len(v) for v in ms.values())
@@ -457,6 +508,8 @@ def drive(
     report["writes_acked_in_load"] = len(acked - warm_acked)
     report["writes_deduped"] = len(deduped)
     report["writes_unknown"] = unknown
+    # Which of them committed after all (each content is run-unique): found in the database.
+    report["writes_unknown_committed"] = _committed(target, unknown_contents)
     report["rows_in_database"] = len(stored)
     report["lost_writes"] = len(acked - stored)
     report["dedup_ids_missing"] = len(deduped - stored)
@@ -490,7 +543,8 @@ def print_report(r: dict[str, Any]) -> None:
         f"\n{r['ops']} requests, {r['ops_per_s']}/s. Writes acknowledged: {r['writes_acked']} "
         f"({r['writes_acked_in_load']} during the load, the rest in the warm-up); rows in the "
         f"database: {r['rows_in_database']}; lost: {r['lost_writes']}; answered as duplicates: "
-        f"{r['writes_deduped']}; outcome unknown (client error or 5xx): {r['writes_unknown']}; rows "
+        f"{r['writes_deduped']}; outcome unknown (client error or 5xx): {r['writes_unknown']} "
+        f"(of which stored all the same: {r.get('writes_unknown_committed', 0)}); rows "
         f"nobody was told about: {r['unacknowledged_rows']}; 5xx: {r['5xx']}."
     )
     if r.get("stuck_clients"):
