@@ -229,7 +229,12 @@ def scrape(port: int) -> dict[str, float]:
     try:
         text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     except requests.RequestException:
-        return {"requests": 0.0, "index_loads": 0.0, "index_load_seconds": 0.0}
+        return {
+            "requests": 0.0,
+            "index_loads": 0.0,
+            "index_load_seconds": 0.0,
+            "request_seconds": 0.0,
+        }
 
     def total(name: str) -> float:
         return sum(
@@ -241,6 +246,8 @@ def scrape(port: int) -> dict[str, float]:
         "requests": total("memoryplatform_http_requests_total"),
         "index_loads": total("memoryplatform_index_load_duration_seconds_count"),
         "index_load_seconds": total("memoryplatform_index_load_duration_seconds_sum"),
+        # Time inside the application (Django middleware to response), every route.
+        "request_seconds": total("memoryplatform_http_request_duration_seconds_sum"),
     }
 
 
@@ -514,6 +521,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             b = before.get(n.port, {})
             reqs = after["requests"] - b.get("requests", 0.0)
             loads = after["index_loads"] - b.get("index_loads", 0.0)
+            busy = after["request_seconds"] - b.get("request_seconds", 0.0)
+            load_s = after["index_load_seconds"] - b.get("index_load_seconds", 0.0)
             per_node.append(
                 {
                     "node": i + 1,
@@ -522,6 +531,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "index_loads_per_1000": round(1000 * loads / reqs, 1) if reqs else None,
                     "index_loads_total_with_warmup": int(after["index_loads"]),
                     "index_load_seconds_total": round(after["index_load_seconds"], 1),
+                    # Server-side mean: against the client's latency, the rest is queueing.
+                    "server_ms_per_request": round(1000 * busy / reqs, 1) if reqs else None,
+                    "index_load_seconds": round(load_s, 1),
                     "rss": node_rss_mib(n.proc),
                 }
             )
@@ -581,12 +593,16 @@ def print_report(r: dict[str, Any]) -> None:
         f"{r['teams']} teams, {r['scopes']} scopes x {r['seed_per_scope']} seeded memories, "
         f"INDEX_MEMORY_BUDGET_MB={r['index_budget_mb']}"
     )
-    print("\n| node | requests | index loads | loads / 1,000 requests | RSS MiB: node (workers) |")
-    print("| --- | ---: | ---: | ---: | --- |")
+    print(
+        "\n| node | requests | index loads | loads / 1,000 requests | seconds loading "
+        "| server ms / request | RSS MiB: node (workers) |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for p in r["per_node"]:
         rss = p["rss"]
         print(
             f"| {p['node']} | {p['requests']} | {p['index_loads']} | {p['index_loads_per_1000']} "
+            f"| {p['index_load_seconds']} | {p['server_ms_per_request']} "
             f"| {rss.get('total_mib', '–')} ({' + '.join(map(str, rss.get('workers_mib', [])))}) |"
         )
     print(f"\nindex loads per 1,000 requests, all nodes: {r['index_loads_per_1000']}")
