@@ -196,6 +196,10 @@ class BenchServer:
     keep: bool = False
     team: str = "bench"
     timeout_s: int = 900
+    # 0: a free port at each start. Fixed: a restarted server answers where it did before
+    # (bench/multinode.py restarts a killed node behind nginx).
+    port: int = 0
+    log_name: str = "server.log"  # several servers may share one DATA_DIR
     # filled in by prepare() / start()
     data_dir: Path | None = None
     base_url: str = ""
@@ -254,7 +258,7 @@ class BenchServer:
 
     def start(self) -> None:
         assert self.data_dir is not None, "prepare() first"
-        port = free_port()
+        port = self.port or free_port()
         self.base_url = f"http://127.0.0.1:{port}"
         if self.server == "gunicorn":
             cmd = [
@@ -273,8 +277,8 @@ class BenchServer:
             cmd = [PYTHON, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
         else:
             raise ValueError(f"unknown server {self.server!r}")
-        self.log_path = self.data_dir / "server.log"
-        logf = self.log_path.open("wb")
+        self.log_path = self.data_dir / self.log_name
+        logf = self.log_path.open("ab")  # appended: a restarted server keeps the first log
         self.proc = subprocess.Popen(
             cmd,
             cwd=ROOT,

@@ -206,3 +206,60 @@ def test_smoke_script_is_valid_bash_on_the_production_settings():
     text = script.read_text()
     assert "DJANGO_SETTINGS_MODULE=memoryplatform.settings.production" in text
     assert "trap cleanup EXIT" in text
+
+
+def test_nginx_multinode_routes_by_the_key_header_and_fails_over_safely():
+    """deploy/nginx/memoryplatform-multinode.conf (docs/scaling.md): the same limits as the
+    single-node file, the hash on the header that carries the key id, no re-sent POST."""
+    conf = (DEPLOY / "nginx" / "memoryplatform-multinode.conf").read_text()
+    size = re.search(r"client_max_body_size (\d+)([km]?);", conf)
+    assert size
+    factor = {"": 1, "k": 1024, "m": 1024 * 1024}[size.group(2)]
+    assert int(size.group(1)) * factor == settings.MAX_REQUEST_BYTES
+    assert "proxy_set_header X-Forwarded-Proto $scheme;" in conf
+    (start,) = _unit("memoryplatform-web.service")["ExecStart"]
+    timeout = re.search(r"--timeout (\d+)", start)
+    read = re.search(r"proxy_read_timeout (\d+)s;", conf)
+    assert timeout and read and int(read.group(1)) > int(timeout.group(1))
+    # The affinity key is the key id header the authentication reads (nginx: $http_<lower_name>).
+    auth = (ROOT / "tenants" / "authentication.py").read_text()
+    assert 'headers.get("X-API-Key"' in auth
+    assert re.search(r"map \$http_x_api_key \$mp_affinity \{", conf)
+    assert re.search(r"^\s*hash \$mp_affinity consistent;", conf, re.M)
+    assert len(re.findall(r"^\s*server \S+:\d+ max_fails=\d+ fail_timeout=\d+s;", conf, re.M)) >= 2
+    # Failover on connection errors only, never a POST that reached a node, and never a slow
+    # request: the retry window is far below the read timeout.
+    retry = re.search(r"^\s*proxy_next_upstream ([^;]+);", conf, re.M)
+    assert retry and retry.group(1).split() == ["error", "timeout"]
+    window = re.search(r"proxy_next_upstream_timeout (\d+)s;", conf)
+    assert window and int(window.group(1)) < int(read.group(1))
+    directives = "\n".join(line.split("#", 1)[0] for line in conf.splitlines())
+    assert "non_idempotent" not in directives
+
+
+@pytest.mark.skipif(
+    shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(), reason="no nginx"
+)
+def test_nginx_multinode_routing_lines_are_valid_nginx(tmp_path):
+    """The map, upstream and proxy_next_upstream lines, as bench/multinode.py renders them for
+    local nodes, pass `nginx -t` (the full file needs certificates and TLS)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import multinode
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    for balance in ("hash", "rr"):
+        text = multinode.nginx_conf(tmp_path, 18080, [18001, 18002], balance)
+        assert ("hash $mp_affinity consistent;" in text) == (balance == "hash")
+        assert "proxy_next_upstream error timeout;" in text
+        path = tmp_path / f"{balance}.conf"
+        path.write_text(text)
+        result = subprocess.run(
+            [nginx, "-t", "-p", str(tmp_path), "-c", str(path), "-e", str(tmp_path / "e.log")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
