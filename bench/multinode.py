@@ -1,6 +1,6 @@
 """Several app nodes behind nginx on this machine: routing, failover, audit.
 
-Usage (from the project root; heavy: run it under `flock /tmp/helpers/bench.lock`):
+Usage (from the project root; heavy: nothing else should run on the machine meanwhile):
 
     .venv/bin/python bench/multinode.py --balance hash --seconds 60 \\
         --database-url mysql://root@127.0.0.1:3306/mp_multinode_load \\
