@@ -358,3 +358,16 @@ def test_sparse_scores_read_any_slot():
     assert got.tolist() == [1.0, 0.0, 0.25, 0.0, 0.5, 0.5] and got.dtype == np.float32
     empty = index.SparseScores(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
     assert empty.at(np.array([1, 2])).tolist() == [0.0, 0.0]
+
+
+def test_neighbour_positions_match_a_dictionary_lookup():
+    from memories.retrieval.scoring import _positions
+
+    rng = np.random.default_rng(9)
+    slots = rng.choice(1000, size=300, replace=False)
+    slots = np.concatenate([slots, slots[:5]])  # a repeated slot: its last place, as a dict
+    wanted = np.concatenate([rng.choice(1000, size=400), [-1, -1, 5000]])
+    position = {int(s): i for i, s in enumerate(slots.tolist())}
+    want = [position.get(int(s), -1) for s in wanted.tolist()]
+    assert _positions(slots, wanted).tolist() == want
+    assert _positions(np.empty(0, dtype=np.int64), wanted).tolist() == [-1] * len(wanted)

@@ -258,14 +258,6 @@ def _score_candidates(
         lexical_slots = np.union1d(lexical_slots, _best(bridge_all, k))
     missing = np.setdiff1d(lexical_slots, dense_slots, assume_unique=True)
     slots = np.concatenate([dense_slots, missing])
-    raw = np.concatenate(
-        [
-            dense_raw,
-            ix.dense_at(qvec, missing)
-            if qvec is not None and use_dense
-            else np.zeros(len(missing), np.float32),
-        ]
-    )
     prev = nxt = np.empty(0, dtype=np.int64)
     if neighbours and len(slots):
         prev, nxt = ix.neighbour_slots(slots)
@@ -279,14 +271,16 @@ def _score_candidates(
             prev = np.concatenate([prev, extra_prev])
             nxt = np.concatenate([nxt, extra_next])
             slots = np.concatenate([slots, extra])
-            raw = np.concatenate(
-                [
-                    raw,
-                    ix.dense_at(qvec, extra)
-                    if qvec is not None and use_dense
-                    else np.zeros(len(extra), np.float32),
-                ]
-            )
+    # The cosines of the candidates the dense top-k did not bring, read in one pass.
+    unscored = slots[len(dense_slots) :]
+    raw = np.concatenate(
+        [
+            dense_raw,
+            ix.dense_at(qvec, unscored)
+            if qvec is not None and use_dense
+            else np.zeros(len(unscored), np.float32),
+        ]
+    )
     # Cross-script (a Chinese memory for an English query or the reverse): the backend's
     # cross-script curve, so such a pair scores what it would written in one script.
     other_script = ix.cjk[slots] != query_cjk
