@@ -685,12 +685,12 @@ class ScopeIndex:
         """Length of each slot's context: its live previous neighbour's, within the window."""
         prev = self.prev_of[slots]
         safe = np.maximum(prev, 0)
-        ok = (
-            (prev >= 0)
-            & self.alive[safe]
-            & (np.abs(self.created[slots] - self.created[safe]) <= window)
-        )
-        return np.where(ok, self.doc_len[safe], 0.0).astype(np.float32)
+        ok = (prev >= 0) & (np.abs(self.created[slots] - self.created[safe]) <= window)
+        if self.alive_count < self.n:  # a removed neighbour lends nothing
+            ok &= self.alive[safe]
+        out = self.doc_len[safe]
+        out[~ok] = 0.0
+        return out
 
     def bm25_with_context(
         self, tokens: Iterable[str], *, context: bool = True
@@ -737,9 +737,9 @@ class ScopeIndex:
                 nxt = self.next_of[slots]
                 ok = nxt >= 0
                 src, cslots, ctfs = slots[ok], nxt[ok], tfs[ok]
-                ok = self.alive[cslots] & (
-                    np.abs(self.created[cslots] - self.created[src]) <= window
-                )
+                ok = np.abs(self.created[cslots] - self.created[src]) <= window
+                if self.alive_count < self.n:
+                    ok &= self.alive[cslots]
                 cslots, ctfs = cslots[ok], ctfs[ok]
             terms.append((idf, slots, tfs, cslots, ctfs))
         reached = self.union(part for t in terms for part in (t[1], t[3]))
