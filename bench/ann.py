@@ -8,7 +8,9 @@ Usage (from the project root):
 Options: --lang en, --max-embed 100000 (distinct embedded texts; row i reuses the vector of
 text i mod max-embed), --noise 0.01 (per-component Gaussian noise added to each reused vector,
 then renormalised, so no two rows are equal), --queries 200, --nprobe 8,16,32,64 (the
-approximate searches measured; the search itself runs with INDEX_ANN_NPROBE), --keep.
+approximate searches measured; the search itself runs with INDEX_ANN_NPROBE), --keep,
+--profile N (after the timed passes, cProfile N approximate searches: the top functions by own
+time, logged and in the JSON).
 
 Embedding a million texts is out of reach on the benchmark machine (about 15 texts a second), so
 the rows are the first `--max-embed` corpus texts' vectors reused cyclically with noise: a
@@ -232,7 +234,7 @@ def measure(args: argparse.Namespace, team_id: str) -> dict[str, Any]:
     settings.INDEX_ANN_NPROBE = default_nprobe
 
     if not args.no_db:
-        result["search"] = _searches(ix, team_id, questions, needles)
+        result["search"] = _searches(ix, team_id, questions, needles, args.profile)
     result["rss_end_mb"] = _rss_mb()
     return result
 
@@ -247,8 +249,33 @@ def _scope_index(team_id: str) -> Any:
     )
 
 
+def _profile(team: Any, questions: list[str]) -> list[str]:
+    """cProfile of memory_search over `questions` (approximate path; after the timed passes, so
+    the profiler's overhead is in no reported time): the 30 functions of most own time."""
+    import cProfile
+    import io
+    import pstats
+
+    from memories.models import MemoryScope
+    from memories.retrieval.search import SearchQuery, memory_search
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for q in questions:
+        memory_search(
+            SearchQuery(
+                team=team, scope=MemoryScope.PERSONAL, agent_id=AGENT, text=q, min_score=0.0
+            )
+        )
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+    log(text.getvalue())
+    return [line for line in text.getvalue().splitlines() if line.strip()][-31:]
+
+
 def _searches(
-    ix: Any, team_id: str, questions: list[str], needles: list[str | None]
+    ix: Any, team_id: str, questions: list[str], needles: list[str | None], profile: int = 0
 ) -> dict[str, Any]:
     """Full memory_search per question, exact path then approximate (same loaded index)."""
     from django.conf import settings
@@ -287,6 +314,8 @@ def _searches(
         out[name] = {"ms": summarise(ms), "needle_hit_at_10": round(hits / max(n_needles, 1), 3)}
         out[name]["index_reloaded"] = ix is not _scope_index(team_id)
         log(f"memory_search {name}: {out[name]}; {machine_load()}")
+    if profile:
+        out["profile_ann"] = _profile(team, questions[:profile])
     settings.INDEX_ANN_MIN_ROWS = threshold
     same = sum(1 for a, b in zip(answers["exact"], answers["ann"], strict=True) if a == b)
     out["identical_top10"] = f"{same}/{len(questions)}"
@@ -304,6 +333,7 @@ def main() -> int:
     p.add_argument("--ann-min-rows", type=int, default=1, help="threshold for the build (>= 1)")
     p.add_argument("--no-db", action="store_true")
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--profile", type=int, default=0, help="then profile N searches (cProfile)")
     p.add_argument("--json", default="")
     p.add_argument("--_seed", default="", help=argparse.SUPPRESS)
     p.add_argument("--_measure", default="", help=argparse.SUPPRESS)
@@ -328,6 +358,7 @@ def main() -> int:
         "--rows", str(args.rows), "--lang", args.lang, "--max-embed", str(args.max_embed),
         "--noise", str(args.noise), "--queries", str(args.queries),
         "--nprobe", ",".join(map(str, args.nprobe)), "--ann-min-rows", str(args.ann_min_rows),
+        "--profile", str(args.profile),
     ]  # fmt: skip
     if args.no_db:
         forward.append("--no-db")

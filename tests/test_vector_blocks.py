@@ -73,3 +73,21 @@ def test_sq8_keeps_real_embeddings_close():
     slots, raw = vb.top(q, 5, np.ones(len(texts), dtype=bool))
     assert np.abs(raw - m[slots] @ q).max() < 0.005
     assert slots[0] == int(np.argmax(m @ q))
+
+
+def test_rows_decode_what_each_block_holds_as_blocks_grow(blocks):
+    vb, m = blocks
+
+    def reconstructed(slots):
+        return np.vstack([vb.blocks[s // 16].reconstruct(int(s % 16)) for s in slots.tolist()])
+
+    slots = np.array([99, 0, 17, 16, 15, 98, 3, 50, 99], dtype=np.int64)
+    np.testing.assert_array_equal(vb.rows(slots), reconstructed(slots))
+    # The last block grows after its codes were read (its buffer may move), then fills up.
+    for row in m[:30]:
+        vb.append(row)
+        last = np.array([vb.n - 1, 97, vb.n // 2], dtype=np.int64)
+        np.testing.assert_array_equal(vb.rows(last), reconstructed(last))
+    everything = np.arange(vb.n, dtype=np.int64)
+    np.testing.assert_array_equal(vb.rows(everything), reconstructed(everything))
+    assert vb.rows(np.empty(0, dtype=np.int64)).shape == (0, 32)

@@ -32,7 +32,7 @@ import math
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -52,6 +52,32 @@ logger = logging.getLogger(__name__)
 
 # How many removed ids a neighbour lookup skips before giving up (ScopeIndex._live_neighbour).
 NEIGHBOUR_WALK = 8
+
+# ScopeIndex.union sorts the slots it is given when they are fewer than 1/SORT_SHARE of the
+# scope's slots, and marks them in a byte per slot otherwise.
+SORT_SHARE = 32
+
+
+@dataclass
+class SparseScores:
+    """Scores of some slots (sorted, distinct); every other slot scores 0."""
+
+    slots: np.ndarray  # int64, ascending
+    values: np.ndarray  # float32, one per slot
+
+    def at(self, slots: np.ndarray) -> np.ndarray:
+        """The scores of arbitrary `slots` (0 for a slot not held), float32."""
+        out = np.zeros(len(slots), dtype=np.float32)
+        if len(self.slots) == 0 or len(slots) == 0:
+            return out
+        i = np.minimum(np.searchsorted(self.slots, slots), len(self.slots) - 1)
+        found = self.slots[i] == slots
+        out[found] = self.values[i[found]]
+        return out
+
+    def where(self, keep: np.ndarray) -> SparseScores:
+        """The scores of the slots where `keep` (bool, one per slot held) is true."""
+        return SparseScores(self.slots[keep], self.values[keep])
 
 
 def scope_key(team_id: str, scope: str, agent_id: str = "") -> str:
@@ -126,6 +152,7 @@ class VectorBlocks:
         self.blocks: list[faiss.IndexScalarQuantizer] = []
         self.n = 0
         self.range = 0.0  # sq8: fixed by the first rows appended
+        self._views: list[np.ndarray] = []  # codes of the full blocks (_codes)
 
     def _block(self) -> faiss.IndexScalarQuantizer:
         _set_threads()
@@ -194,26 +221,47 @@ class VectorBlocks:
 
     def at(self, query: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Raw cosines of the given slots (decoded rows; for a few hundred candidates)."""
-        out = np.zeros(len(slots), dtype=np.float32)
         if len(slots) == 0:
-            return out
-        blocks = slots // self.BLOCK
-        for b in np.unique(blocks):
-            where = np.flatnonzero(blocks == b)
-            local = (slots[where] - b * self.BLOCK).astype(np.int64)
-            rows = self.blocks[int(b)].reconstruct_batch(local)
-            out[where] = rows @ np.asarray(query, dtype=np.float32)
-        return out
+            return np.zeros(0, dtype=np.float32)
+        # One dot product per row (einsum, not a BLAS matrix-vector product whose rounding
+        # depends on how many rows go together): a slot's cosine is the same whichever other
+        # slots are read with it.
+        query = np.asarray(query, dtype=np.float32)
+        return np.einsum("ij,j->i", self.rows(slots), query).astype(np.float32)
+
+    def _codes(self, b: int) -> np.ndarray:
+        """(rows, code bytes) view of block b's codes, without a copy. A full block never changes
+        again, so its view is kept; the last block's buffer moves as it grows: made anew."""
+        if b < len(self._views):
+            return self._views[b]
+        block = self.blocks[b]
+        size, width = int(block.ntotal), int(block.code_size)
+        view = faiss.rev_swig_ptr(block.codes.data(), size * width).reshape(size, width)
+        if size == self.BLOCK and b == len(self._views):
+            self._views.append(view)
+        return view
 
     def rows(self, slots: np.ndarray) -> np.ndarray:
-        """Decoded (len(slots), dim) float32 rows of the given slots."""
-        out = np.empty((len(slots), self.dim), dtype=np.float32)
+        """Decoded (len(slots), dim) float32 rows of the given slots.
+
+        The codes are gathered from every block's buffer and decoded in one call (all blocks
+        share one codec and range), rather than a faiss call per block: a search's few hundred
+        candidates touch most of the 122 blocks of a 1M scope."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if len(slots) == 0:
+            return np.empty((0, self.dim), dtype=np.float32)
         blocks = slots // self.BLOCK
-        for b in np.unique(blocks):
-            where = np.flatnonzero(blocks == b)
-            local = (slots[where] - b * self.BLOCK).astype(np.int64)
-            out[where] = self.blocks[int(b)].reconstruct_batch(local)
-        return out
+        order = np.argsort(blocks, kind="stable")
+        ordered = blocks[order]
+        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+        ends = np.append(starts[1:], len(order))
+        codes = np.empty((len(slots), int(self.blocks[0].code_size)), dtype=np.uint8)
+        for b, start, end in zip(
+            ordered[starts].tolist(), starts.tolist(), ends.tolist(), strict=True
+        ):
+            where = order[start:end]
+            codes[where] = self._codes(b)[slots[where] - b * self.BLOCK]
+        return self.blocks[0].sa_decode(codes)
 
     @property
     def nbytes(self) -> int:
@@ -296,6 +344,10 @@ class ScopeIndex:
         self.alive = np.empty(0, dtype=bool)
         self.doc_len = np.empty(0, dtype=np.float32)
         self.cjk = np.empty(0, dtype=bool)  # memory written mostly in CJK (text.is_cjk)
+        self.alive_cjk = 0  # live memories written mostly in CJK (the bridge's idf)
+        # Scratch of bm25_with_context (slot -> position among the slots a query reaches): kept
+        # between searches so a search never allocates an array over the whole scope.
+        self._position = np.empty(0, dtype=np.int64)
         self.slot_of: dict[int, int] = {}
         self.term_id: dict[str, int] = {}
         self.postings: list[_Postings] = []
@@ -448,6 +500,7 @@ class ScopeIndex:
         self.slot_of[row.id] = slot
         self.alive_count += 1
         self.alive_len += len(tokens)
+        self.alive_cjk += int(self.cjk[slot])
 
     def _link(self, slot: int, memory_id: int, created: float) -> None:
         """Puts a slot in the id order and links it to its neighbours."""
@@ -489,6 +542,7 @@ class ScopeIndex:
         self.alive[slot] = False
         self.alive_count -= 1
         self.alive_len -= float(self.doc_len[slot])
+        self.alive_cjk -= int(self.cjk[slot])
         # Postings keep the dead slot (masked by `alive`) until the next compaction rebuild.
 
     def build_ann(self) -> None:
@@ -529,6 +583,7 @@ class ScopeIndex:
             + self.alive.nbytes
             + self.doc_len.nbytes
             + self.cjk.nbytes
+            + self._position.nbytes
             + self.created.nbytes
             + self.order.nbytes
             + self.prev_of.nbytes
@@ -566,17 +621,58 @@ class ScopeIndex:
         """Raw cosines of given slots (e.g. lexical candidates the dense top-k missed)."""
         return self.vectors.at(query_vec, slots)
 
-    def term_mask(self, terms: Iterable[str]) -> np.ndarray:
-        """(n,) bool: the slots holding any of `terms` (alive or not)."""
+    def union(self, parts: Iterable[np.ndarray]) -> np.ndarray:
+        """Sorted distinct slots of `parts` (int64).
+
+        A sort of what was given when that is small against the scope; otherwise one byte per
+        slot marked and read back, which at 1M slots (1 MB) costs less than sorting the hundred
+        thousand postings a common word brings (measured: ~1-3 ms against ~13-30 ms)."""
+        arrays = [p for p in parts if len(p)]
+        total = sum(len(p) for p in arrays)
+        if total == 0:
+            return np.empty(0, dtype=np.int64)
+        if total * SORT_SHARE < self.n:
+            out = np.sort(np.concatenate(arrays).astype(np.int64, copy=False))
+            return out[np.concatenate(([True], out[1:] != out[:-1]))]
+        mark = np.zeros(self.n, dtype=bool)
+        for p in arrays:
+            mark[p] = True
+        return np.flatnonzero(mark)
+
+    def positions(self, slots: np.ndarray) -> np.ndarray:
+        """A slot -> index-in-`slots` map over the scope's slots, valid only at `slots` and only
+        until the next call: scratch kept by the index, so building it costs len(slots), not
+        the scope's size. The caller holds `lock`."""
+        if len(self._position) < self.n:
+            self._position = np.empty(self.capacity, dtype=np.int64)
+        self._position[slots] = np.arange(len(slots), dtype=np.int64)
+        return self._position
+
+    def slot_mask(self, ids: Collection[int]) -> np.ndarray:
+        """(n,) bool over the slots: true at the live slots of `ids` (a search's filter)."""
+        if len(ids) * SORT_SHARE >= self.n:
+            # Most of the scope: one vectorised pass beats a dict look-up per id.
+            wanted = np.fromiter(ids, dtype=np.int64, count=len(ids))
+            return np.isin(self.ids[: self.n], wanted) & self.alive[: self.n]
         mask = np.zeros(self.n, dtype=bool)
+        found = [s for s in map(self.slot_of.get, ids) if s is not None]
+        mask[np.array(found, dtype=np.int64)] = True
+        return mask
+
+    def term_slots(self, terms: Iterable[str], mask: np.ndarray | None = None) -> np.ndarray:
+        """Sorted live slots holding any of `terms` (and true in `mask`, bool over slots)."""
+        parts = []
         for tid in map(self.term_id.get, terms):
             if tid is not None:
                 p = self.postings[tid]
-                mask[p.slots[: p.n]] = True
-        return mask
+                parts.append(p.slots[: p.n])
+        slots = self.union(parts)
+        keep = self.alive[slots] if mask is None else self.alive[slots] & mask[slots]
+        return slots[keep]
 
-    def bm25_normalised(self, tokens: Iterable[str]) -> tuple[np.ndarray, float]:
-        """BM25 of every slot, and the reference score used to normalise it.
+    def bm25_normalised(self, tokens: Iterable[str]) -> tuple[SparseScores, float]:
+        """BM25 of the live slots holding a query term, and the reference score used to
+        normalise it.
 
         The reference is what a document of average length containing each query term once
         would score: sum of the query terms' idf (a term unknown to this scope still counts, so a
@@ -589,27 +685,29 @@ class ScopeIndex:
         """Length of each slot's context: its live previous neighbour's, within the window."""
         prev = self.prev_of[slots]
         safe = np.maximum(prev, 0)
-        ok = (
-            (prev >= 0)
-            & self.alive[safe]
-            & (np.abs(self.created[slots] - self.created[safe]) <= window)
-        )
-        return np.where(ok, self.doc_len[safe], 0.0).astype(np.float32)
+        ok = (prev >= 0) & (np.abs(self.created[slots] - self.created[safe]) <= window)
+        if self.alive_count < self.n:  # a removed neighbour lends nothing
+            ok &= self.alive[safe]
+        out = self.doc_len[safe]
+        out[~ok] = 0.0
+        return out
 
     def bm25_with_context(
         self, tokens: Iterable[str], *, context: bool = True
-    ) -> tuple[np.ndarray, np.ndarray | None, float]:
-        """(own BM25, BM25 with context, reference) of every slot.
+    ) -> tuple[SparseScores, SparseScores | None, float]:
+        """(own BM25, BM25 with context, reference) of the live slots a query term reaches.
 
         With context, a memory is the document "its own words twice + its previous neighbour's
         words" (docs/search.md, "Neighbours"): an answer often sits in the turn after the one that
         names the subject. That score is normalised to the own one's scale (an average-length
         memory containing each query term once in its own words scores the reference).
+
+        Sparse: only the live slots in the query terms' postings (and, with context, the live
+        memories right after them) are scored, in arrays over those slots alone — a slot outside
+        them scores 0 — so a search costs the postings of its words, not the scope's size. Both
+        results cover the same slots (`own` is 0 where only the context holds a term). Callers
+        hold `lock` (the position scratch below is the index's).
         """
-        scores = np.zeros(self.n, dtype=np.float32)
-        combined = np.zeros(self.n, dtype=np.float32) if context else None
-        # Term frequencies with context, for one term at a time (kept all zero between terms).
-        tf = np.zeros(self.n, dtype=np.float32) if context else None
         k1, b = settings.SEARCH_BM25_K1, settings.SEARCH_BM25_B
         n_docs = max(self.alive_count, 1)
         avgdl = max(self.alive_len / n_docs, 1.0)
@@ -617,6 +715,8 @@ class ScopeIndex:
         avg_combined = 3.0 * avgdl
         window = settings.SEARCH_NEIGHBOUR_SECONDS
         reference = 0.0
+        # Per known term: (idf, its live slots, their tf, context slots, their tf from the term).
+        terms: list[tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         for tok in dict.fromkeys(tokens):
             tid = self.term_id.get(tok)
             df = 0 if tid is None else min(self.postings[tid].n, n_docs)
@@ -626,31 +726,50 @@ class ScopeIndex:
                 continue
             p = self.postings[tid]
             slots, tfs = p.slots[: p.n], p.tfs[: p.n]
-            dl = self.doc_len[slots]
-            scores[slots] += idf * tfs * (k1 + 1) / (tfs + k1 * (1 - b + b * dl / avgdl))
-            if combined is not None and tf is not None:
+            if self.alive_count < self.n:
+                # Removed slots stay in the postings until the next reload; they score nothing.
+                keep = self.alive[slots]
+                slots, tfs = slots[keep], tfs[keep]
+            cslots = np.empty(0, dtype=np.int64)
+            ctfs = np.empty(0, dtype=np.float32)
+            if context:
                 # The memories whose previous neighbour holds the term: each live slot's next.
                 nxt = self.next_of[slots]
-                ok = (nxt >= 0) & self.alive[slots]
+                ok = nxt >= 0
                 src, cslots, ctfs = slots[ok], nxt[ok], tfs[ok]
-                ok = self.alive[cslots] & (
-                    np.abs(self.created[cslots] - self.created[src]) <= window
-                )
+                ok = np.abs(self.created[cslots] - self.created[src]) <= window
+                if self.alive_count < self.n:
+                    ok &= self.alive[cslots]
                 cslots, ctfs = cslots[ok], ctfs[ok]
-                tf[slots] = 2 * tfs
-                hit = np.concatenate([slots, cslots[tf[cslots] == 0]])
-                tf[cslots] += ctfs
+            terms.append((idf, slots, tfs, cslots, ctfs))
+        reached = self.union(part for t in terms for part in (t[1], t[3]))
+        position = self.positions(reached)
+        scores = np.zeros(len(reached), dtype=np.float32)
+        combined = np.zeros(len(reached), dtype=np.float32) if context else None
+        # Term frequencies with context, for one term at a time (kept all zero between terms).
+        tf = np.zeros(len(reached), dtype=np.float32) if context else None
+        for idf, slots, tfs, cslots, ctfs in terms:
+            at = position[slots]
+            dl = self.doc_len[slots]
+            scores[at] += idf * tfs * (k1 + 1) / (tfs + k1 * (1 - b + b * dl / avgdl))
+            if combined is not None and tf is not None:
+                cat = position[cslots]
+                tf[at] = 2 * tfs
+                hit = np.concatenate([at, cat[tf[cat] == 0]])
+                tf[cat] += ctfs
                 t = tf[hit]
-                cdl = 2 * self.doc_len[hit] + self._context_len(hit, window)
+                hit_slots = np.concatenate([slots, reached[hit[len(at) :]]])
+                cdl = 2 * self.doc_len[hit_slots] + self._context_len(hit_slots, window)
                 combined[hit] += idf * t * (k1 + 1) / (t + k1 * (1 - b + b * cdl / avg_combined))
                 tf[hit] = 0.0  # clean for the next term
-        dead = ~self.alive[: self.n]
-        scores[dead] = 0.0
         if combined is not None:
-            combined[dead] = 0.0
             # An average-length memory holding a term once in its own words (tf 2 here).
             combined *= (2 + k1) / (2 * (k1 + 1))
-        return scores, combined, reference
+        return (
+            SparseScores(reached, scores),
+            None if combined is None else SparseScores(reached, combined),
+            reference,
+        )
 
 
 @dataclass

@@ -68,6 +68,17 @@ def bridge(dense: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:
 BELOW_LENDER = 0.99
 
 
+def _positions(slots: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Index in `slots` of each wanted slot (its last occurrence), -1 where absent."""
+    if len(slots) == 0:
+        return np.full(len(wanted), -1, dtype=np.int64)
+    order = np.argsort(slots, kind="stable")
+    ordered = slots[order]
+    at = np.searchsorted(ordered, wanted, side="right") - 1
+    safe = np.maximum(at, 0)
+    return np.where((at >= 0) & (ordered[safe] == wanted), order[safe], -1).astype(np.int64)
+
+
 def with_neighbours(
     slots: np.ndarray, prev: np.ndarray, nxt: np.ndarray, rank: np.ndarray
 ) -> np.ndarray:
@@ -79,10 +90,8 @@ def with_neighbours(
     in a conversation the answer turn comes right after the turn that matched; in a burst of
     unrelated memories written together (an import, the facts of one document) the best match
     keeps its place, and a memory that already ranks above its neighbours gains nothing."""
-    position = {int(s): i for i, s in enumerate(slots.tolist())}
     padded = np.append(rank, 0.0)  # index -1 (no neighbour, or not a candidate) reads 0
-    pi = np.fromiter((position.get(int(s), -1) for s in prev), np.int64, len(prev))
-    ni = np.fromiter((position.get(int(s), -1) for s in nxt), np.int64, len(nxt))
+    pi, ni = _positions(slots, prev), _positions(slots, nxt)
     best = np.maximum(padded[pi], padded[ni])
     lifted = np.minimum(rank + settings.SEARCH_NEIGHBOUR_WEIGHT * best, BELOW_LENDER * best)
     return np.maximum(rank, lifted).astype(np.float32)

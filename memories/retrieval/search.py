@@ -142,22 +142,50 @@ def attach_entities(*, team: Team, hits: list[SearchHit], acting_agent: str | No
         hit.entities = found.get(hit.memory.pk, [])
 
 
-def _bridge_all(ix: index.ScopeIndex, qtokens: tuple[str, ...], target: np.ndarray) -> np.ndarray:
-    """Cross-script lexical score of every slot, 0 outside `target` (the live memories in the
-    other script): the idf-weighted share of the query's words a memory holds through the
-    dictionary (gloss.alternatives; docs/search.md, "Cross-script scores"). The idf is over the
-    target memories, so a word most of them hold counts little."""
-    out = np.zeros(ix.n, dtype=np.float32)
-    n_target = int(target.sum())
+def _bridge_all(
+    ix: index.ScopeIndex, qtokens: tuple[str, ...], query_cjk: bool, mask: np.ndarray | None
+) -> index.SparseScores:
+    """Cross-script lexical score of the live memories in the other script (within `mask`), the
+    others scoring 0: the idf-weighted share of the query's words a memory holds through the
+    dictionary (gloss.alternatives; docs/search.md, "Cross-script scores"). The idf is over those
+    target memories, so a word most of them hold counts little.
+
+    Sparse: only the slots in the postings of the dictionary's terms are read; the number of
+    target memories comes from the index's count of live CJK memories (a filter's mask is
+    counted instead)."""
+    if mask is None:
+        n_target = ix.alive_count - ix.alive_cjk if query_cjk else ix.alive_cjk
+    else:
+        n = ix.n
+        n_target = int(np.count_nonzero(ix.alive[:n] & mask & (ix.cjk[:n] != query_cjk)))
     if n_target == 0:
-        return out
+        return index.SparseScores(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
     total = 0.0
+    held_by_word: list[tuple[np.ndarray, float]] = []
     for terms in gloss.alternatives(qtokens):
-        held = ix.term_mask(terms) & target
-        weight = math.log(1.0 + n_target / (1.0 + int(held.sum())))
+        held = ix.term_slots(terms, mask)
+        held = held[ix.cjk[held] != query_cjk]
+        weight = math.log(1.0 + n_target / (1.0 + len(held)))
         total += weight
-        out[held] += weight
-    return out / total if total > 0 else out
+        held_by_word.append((held, weight))
+    reached = ix.union(held for held, _ in held_by_word)
+    position = ix.positions(reached)
+    out = np.zeros(len(reached), dtype=np.float32)
+    for held, weight in held_by_word:
+        out[position[held]] += weight
+    return index.SparseScores(reached, out / total if total > 0 else out)
+
+
+def _best(scores: index.SparseScores, k: int) -> np.ndarray:
+    """The slots of the k best positive scores (all positive ones if fewer), as int64.
+
+    Ties at the k-th score are settled by argpartition over the slots in ascending order: the
+    same ones whichever way the scores were computed."""
+    positive = np.flatnonzero(scores.values > 0)
+    hits = scores.slots[positive]
+    if len(hits) > k:
+        hits = hits[np.argpartition(-scores.values[positive], k - 1)[:k]]
+    return hits.astype(np.int64)
 
 
 def _score_candidates(
@@ -187,8 +215,6 @@ def _score_candidates(
     `with_bridge` False leaves out the dictionary bridge (the recall timeout has passed).
     """
     embedder = get_embedder()
-    n = ix.n
-    live = ix.alive[:n] if mask is None else ix.alive[:n] & mask
     k = max(want, settings.SEARCH_CANDIDATES)
     use_dense = mode != "keyword" and qvec is not None
     use_lexical = mode != "vector" and bool(qtokens)
@@ -197,22 +223,28 @@ def _score_candidates(
     dense_raw = np.empty(0, dtype=np.float32)
     if use_dense:
         dense_slots, dense_raw = ix.dense_top(qvec, k, mask)  # type: ignore[arg-type]
-    lexical_all: np.ndarray | None = None
-    context_all: np.ndarray | None = None
+    # Lexical scores are sparse (index.SparseScores): only the slots a query word reaches, so
+    # nothing here is proportional to the scope's size (docs/search.md, "Approximate search").
+    lexical_all: index.SparseScores | None = None
+    context_all: index.SparseScores | None = None
     lexical_slots = np.empty(0, dtype=np.int64)
     if use_lexical:
         bm25, with_context, reference = ix.bm25_with_context(qtokens, context=neighbours)
         if reference > 0:
-            lexical_all = np.where(live, np.minimum(bm25 / reference, 1.0), 0.0)
+            if mask is not None:
+                # Both cover the same slots (bm25_with_context).
+                keep = mask[bm25.slots]
+                bm25 = bm25.where(keep)
+                with_context = None if with_context is None else with_context.where(keep)
+            lexical_all = index.SparseScores(bm25.slots, np.minimum(bm25.values / reference, 1.0))
             context_all = (
                 lexical_all
                 if with_context is None
-                else np.where(live, np.minimum(with_context / reference, 1.0), 0.0)
+                else index.SparseScores(
+                    with_context.slots, np.minimum(with_context.values / reference, 1.0)
+                )
             )
-            hits = np.flatnonzero(context_all > 0)
-            if len(hits) > k:
-                hits = hits[np.argpartition(-context_all[hits], k - 1)[:k]]
-            lexical_slots = hits.astype(np.int64)
+            lexical_slots = _best(context_all, k)
     # Across scripts BM25 sees nothing: the dictionary bridge scores the other script's memories
     # and, like BM25, brings its best k as candidates.
     xling_weight = (
@@ -220,23 +252,12 @@ def _score_candidates(
         if mode == "hybrid" and use_dense and with_bridge
         else 0.0
     )
-    bridge_all: np.ndarray | None = None
+    bridge_all: index.SparseScores | None = None
     if xling_weight > 0 and qtokens:
-        bridge_all = _bridge_all(ix, qtokens, live & (ix.cjk[:n] != query_cjk))
-        hits = np.flatnonzero(bridge_all > 0)
-        if len(hits) > k:
-            hits = hits[np.argpartition(-bridge_all[hits], k - 1)[:k]]
-        lexical_slots = np.union1d(lexical_slots, hits.astype(np.int64))
+        bridge_all = _bridge_all(ix, qtokens, query_cjk, mask)
+        lexical_slots = np.union1d(lexical_slots, _best(bridge_all, k))
     missing = np.setdiff1d(lexical_slots, dense_slots, assume_unique=True)
     slots = np.concatenate([dense_slots, missing])
-    raw = np.concatenate(
-        [
-            dense_raw,
-            ix.dense_at(qvec, missing)
-            if qvec is not None and use_dense
-            else np.zeros(len(missing), np.float32),
-        ]
-    )
     prev = nxt = np.empty(0, dtype=np.int64)
     if neighbours and len(slots):
         prev, nxt = ix.neighbour_slots(slots)
@@ -250,14 +271,16 @@ def _score_candidates(
             prev = np.concatenate([prev, extra_prev])
             nxt = np.concatenate([nxt, extra_next])
             slots = np.concatenate([slots, extra])
-            raw = np.concatenate(
-                [
-                    raw,
-                    ix.dense_at(qvec, extra)
-                    if qvec is not None and use_dense
-                    else np.zeros(len(extra), np.float32),
-                ]
-            )
+    # The cosines of the candidates the dense top-k did not bring, read in one pass.
+    unscored = slots[len(dense_slots) :]
+    raw = np.concatenate(
+        [
+            dense_raw,
+            ix.dense_at(qvec, unscored)
+            if qvec is not None and use_dense
+            else np.zeros(len(unscored), np.float32),
+        ]
+    )
     # Cross-script (a Chinese memory for an English query or the reverse): the backend's
     # cross-script curve, so such a pair scores what it would written in one script.
     other_script = ix.cjk[slots] != query_cjk
@@ -271,8 +294,8 @@ def _score_candidates(
         else np.zeros(len(slots), dtype=np.float32)
     )
     lexical, context = (
-        (lexical_all[slots].astype(np.float32), context_all[slots].astype(np.float32))  # type: ignore[index]
-        if lexical_all is not None
+        (lexical_all.at(slots), context_all.at(slots))
+        if lexical_all is not None and context_all is not None
         else (np.zeros(len(slots), dtype=np.float32),) * 2
     )
     if mode == "vector":
@@ -287,7 +310,7 @@ def _score_candidates(
         across = (
             dense
             if bridge_all is None
-            else bridge(dense, bridge_all[slots], xling_weight).astype(np.float32)
+            else bridge(dense, bridge_all.at(slots), xling_weight).astype(np.float32)
         )
         score = np.where(other_script, np.maximum(score, across), score)
         rank = np.where(other_script, np.maximum(rank, across), rank)
@@ -310,9 +333,7 @@ def _top_candidates(
     with ix.lock:
         if ix.n == 0:
             return []
-        mask = None
-        if allowed is not None:
-            mask = np.isin(ix.ids[: ix.n], np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
+        mask = None if allowed is None else ix.slot_mask(allowed)
         slots, score, dense, lexical, rank = _score_candidates(
             ix, qvec, qtokens, mode, want, mask, dense_weight, query_cjk, with_bridge
         )
