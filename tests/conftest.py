@@ -41,6 +41,20 @@ def _clean_cache():
     registry.clear()
 
 
+def pytest_collection_modifyitems(config, items):
+    """SEARCH_BACKEND=milvus: database tests commit for real (transaction=True), so that the
+    writes' on-commit shipping to the engine runs as in production (_milvus_backend)."""
+    if settings.SEARCH_BACKEND != "milvus":
+        return
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        if marker is not None and not marker.kwargs.get("transaction"):
+            kwargs = {**marker.kwargs, "transaction": True}
+            item.add_marker(pytest.mark.django_db(*marker.args, **kwargs), append=False)
+        elif marker is None and {"db", "transactional_db"} & set(item.fixturenames):
+            item.add_marker(pytest.mark.django_db(transaction=True), append=False)
+
+
 def milvus_engine_at(path: str) -> None:
     """Points the milvus backend at a fresh milvus-lite data path (settings already overridden)."""
     from memories.retrieval import milvus
@@ -81,8 +95,6 @@ def _milvus_backend(request, settings, tmp_path):
         return
     if not milvus_available():
         pytest.skip("SEARCH_BACKEND=milvus needs the milvus extra: pip install '.[milvus]'")
-    if "db" in request.fixturenames or "transactional_db" in request.fixturenames:
-        request.getfixturevalue("transactional_db")
     path = str(tmp_path / "milvus.db")
     settings.SEARCH_MILVUS_URI = path
     settings.INDEX_CHANGE_SETTLE_SECONDS = 0.0

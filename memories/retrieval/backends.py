@@ -151,7 +151,7 @@ class EngineBackend:
             logger.error("search engine unreachable: %s", exc)
             raise DomainError(
                 ErrorCode.SEARCH_UNAVAILABLE,
-                "The search engine is unreachable; try again shortly. Writes are kept and "
+                "The search engine is unavailable; try again shortly. Writes are kept and "
                 "become searchable once it is back.",
             ) from exc
 

@@ -229,6 +229,26 @@ class Engine:
         )
         return int(rows[0]["count(*)"]) if rows else 0
 
+    def rows(self, team_id: str, key: str, ids: Iterable[int]) -> list[dict[str, Any]]:
+        """The engine's own (doc_len, terms, cjk) of the given memories of the scope."""
+        id_list = sorted(set(ids))
+        out: list[dict[str, Any]] = []
+        for start in range(0, len(id_list), 1000):
+            part = id_list[start : start + 1000]
+            where = _team_filter(team_id, key, f"id in {part}")
+            client = self.client()
+            out.extend(
+                self._call(
+                    "query",
+                    client.query,
+                    self.collection,
+                    filter=where,
+                    output_fields=["id", "doc_len", "terms", "cjk"],
+                    limit=len(part),
+                )
+            )
+        return out
+
     def doc_lens(self, team_id: str, key: str) -> Iterator[int]:
         where = _team_filter(team_id, key)
         client = self.client()
@@ -468,29 +488,88 @@ def _unshipped(key: str) -> set[int]:
     )
 
 
-# (uri, collection, scope key) -> (monotonic time, documents, total tokens)
+# (uri, collection, scope key) -> (monotonic time, documents, total tokens) of the last scan
 _totals: dict[tuple[str, str, str], tuple[float, int, float]] = {}
 
 
 def _scope_totals(eng: Engine, team_id: str, key: str) -> tuple[int, float]:
-    """The scope's document count and total length (BM25's N and avgdl), reused for
-    SEARCH_MILVUS_STATS_SECONDS: they barely move between two searches."""
+    """The scope's document count (exact, one count query) and total length (BM25's avgdl).
+
+    The length needs a scan of the scope's rows: its average is reused for
+    SEARCH_MILVUS_STATS_SECONDS while the count stays within 10 % of the scanned one."""
+    n = eng.count(team_id, key)
     cache_key = (eng.uri, eng.collection, key)
     hit = _totals.get(cache_key)
     now = time.monotonic()
-    if hit is not None and now - hit[0] < settings.SEARCH_MILVUS_STATS_SECONDS:
-        return hit[1], hit[2]
-    n = 0
+    if (
+        hit is not None
+        and hit[1] > 0
+        and now - hit[0] < settings.SEARCH_MILVUS_STATS_SECONDS
+        and abs(n - hit[1]) <= 0.1 * hit[1]
+    ):
+        return n, n * hit[2] / hit[1]
+    scanned = 0
     total = 0.0
     for length in eng.doc_lens(team_id, key):
-        n += 1
+        scanned += 1
         total += length
-    _totals[cache_key] = (now, n, total)
-    return n, total
+    _totals[cache_key] = (now, scanned, total)
+    return scanned, total
 
 
 def _hash_list(terms: Iterable[str]) -> str:
     return "[" + ", ".join(str(term_hash(t)) for t in sorted(set(terms))) + "]"
+
+
+def _count_unshipped(
+    eng: Engine,
+    team_id: str,
+    scope: str,
+    agent_id: str,
+    key: str,
+    dirty: set[int],
+    stats: ScopeStats,
+    other_cjk: bool,
+) -> None:
+    """Corrects the engine's counts for the memories changed since the cursor: their state in
+    the engine (if any) out, their state in the database (if live) in. So a scope whose writes
+    the engine has not received yet (a lag, an outage) still weighs words by all of them."""
+    held = stats.bridge_held or {}
+    hashes = {tok: term_hash(tok) for tok in stats.df}
+    alt_hashes = {terms: {term_hash(t) for t in terms} for terms in held}
+    for row in eng.rows(team_id, key, dirty):
+        terms = set(row["terms"])
+        stats.n_docs -= 1
+        stats.total_len -= int(row["doc_len"])
+        for tok, h in hashes.items():
+            stats.df[tok] -= h in terms
+        if bool(row["cjk"]) == other_cjk:
+            stats.bridge_target -= 1
+            for alt, hs in alt_hashes.items():
+                held[alt] -= bool(hs & terms)
+    for content, stored in (
+        _scope_rows(team_id, scope, agent_id)
+        .filter(id__in=dirty)
+        .values_list("content", "search_tokens")
+    ):
+        tokens = tokens_from_storage(stored or "") or tokenize(content)
+        words = set(tokens)
+        stats.n_docs += 1
+        stats.total_len += len(tokens)
+        for tok in hashes:
+            stats.df[tok] += tok in words
+        if is_cjk(content) == other_cjk:
+            stats.bridge_target += 1
+            for alt in held:
+                held[alt] += bool(alt & words)
+    # A cached total a little older than the engine's rows could go below zero: clamp.
+    stats.n_docs = max(stats.n_docs, 0)
+    stats.total_len = max(stats.total_len, 0.0)
+    stats.bridge_target = max(stats.bridge_target, 0)
+    for tok in stats.df:
+        stats.df[tok] = max(stats.df[tok], 0)
+    for alt in held:
+        held[alt] = max(held[alt], 0)
 
 
 class MilvusBackend:
@@ -548,24 +627,29 @@ class MilvusBackend:
                     f"cjk == {other} and array_contains_any(terms, {_hash_list(terms)})",
                 )
         stats = ScopeStats(n_docs, total_len, df, bridge_target, bridge_held)
+        dirty = _unshipped(key)
+        if dirty:
+            _count_unshipped(eng, team_id, scope, agent_id, key, dirty, stats, not query_cjk)
 
-        ids: set[int] = set(_unshipped(key))  # read-your-writes: scored from their rows
+        ids: set[int] = set(dirty)  # read-your-writes: scored from their rows
         if allowed is not None and len(allowed) <= FILTERED_EXACT_MAX:
             ids |= allowed  # a narrow filter: every allowed memory, exactly
         else:
             if use_dense:
                 ids.update(mid for mid, _ in eng.dense_top(team_id, key, qvec, k))  # type: ignore[arg-type]
             if use_lexical:
+                n = max(stats.n_docs, 1)
                 weights = {
-                    term_hash(t): float(np.log(1.0 + (n_docs - d + 0.5) / (d + 0.5)))
-                    for t, d in df.items()
+                    # BM25's idf (positive: a term's df is at most the scope's size)
+                    term_hash(t): float(np.log(1.0 + (n - min(d, n) + 0.5) / (min(d, n) + 0.5)))
+                    for t, d in stats.df.items()
                     if d > 0
                 }
                 ids.update(eng.sparse_top(team_id, key, weights, k))
-            if alternatives and bridge_target:
+            if alternatives and stats.bridge_target:
                 weights = {}
                 for terms in alternatives:
-                    w = float(np.log(1.0 + bridge_target / (1.0 + bridge_held.get(terms, 0))))
+                    w = float(np.log(1.0 + stats.bridge_target / (1.0 + bridge_held.get(terms, 0))))
                     for t in terms:
                         h = term_hash(t)
                         weights[h] = max(weights.get(h, 0.0), w)
