@@ -238,3 +238,20 @@ def test_deleting_a_team_removes_its_rows_from_the_engine(milvus, team, other_te
     rows = eng.client().query(eng.collection, filter="id >= 0", output_fields=["team_id"])
     assert {r["team_id"] for r in rows} == {other_team.id}
     assert {int(r["id"]) for r in rows} == {kept.pk}
+
+
+def test_pruning_the_log_keeps_what_the_engine_has_not_received(milvus, team, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memories.services import index_changes_prune
+
+    shipped = _write(team, NOTES[0])
+    settings.SEARCH_MILVUS_URI = DOWN  # the next write cannot be shipped
+    milvus.reset_engines()
+    waiting = _write(team, NOTES[1])
+    IndexChange.objects.update(created_at=timezone.now() - timedelta(days=2))
+    assert index_changes_prune(older_than_seconds=3600) == 1
+    assert list(IndexChange.objects.values_list("memory_id", flat=True)) == [waiting.pk]
+    assert shipped.pk != waiting.pk

@@ -57,6 +57,8 @@ MAX_TERMS = 4096
 # A filtered search with at most this many allowed memories scores all of them from the
 # database (exact) instead of filtering the engine's top-k afterwards.
 FILTERED_EXACT_MAX = 5000
+# Document frequencies: at most this many memories' term lists read in one query (_scope_stats).
+HOLDERS_MAX = 10000
 # Key 0 of a sparse vector marks "no words" (the engine refuses an empty sparse vector); no
 # query asks for it.
 EMPTY_TERM = 0
@@ -249,7 +251,23 @@ class Engine:
             )
         return out
 
-    def doc_lens(self, team_id: str, key: str) -> Iterator[int]:
+    def holders(
+        self, team_id: str, key: str, hashes: set[int], limit: int
+    ) -> list[dict[str, Any]] | None:
+        """(terms, cjk) of the scope's memories holding any of `hashes`; None past `limit`."""
+        where = _team_filter(team_id, key, f"array_contains_any(terms, {sorted(hashes)})")
+        client = self.client()
+        rows = self._call(
+            "query",
+            client.query,
+            self.collection,
+            filter=where,
+            output_fields=["terms", "cjk"],
+            limit=limit + 1,
+        )
+        return None if len(rows) > limit else list(rows)
+
+    def doc_lens(self, team_id: str, key: str) -> Iterator[tuple[int, bool]]:
         where = _team_filter(team_id, key)
         client = self.client()
         it = self._call(
@@ -258,7 +276,7 @@ class Engine:
             self.collection,
             batch_size=5000,
             filter=where,
-            output_fields=["doc_len"],
+            output_fields=["doc_len", "cjk"],
         )
         try:
             while True:
@@ -269,7 +287,7 @@ class Engine:
                 if not batch:
                     return
                 for row in batch:
-                    yield int(row["doc_len"])
+                    yield int(row["doc_len"]), bool(row["cjk"])
         finally:
             it.close()
 
@@ -488,14 +506,16 @@ def _unshipped(key: str) -> set[int]:
     )
 
 
-# (uri, collection, scope key) -> (monotonic time, documents, total tokens) of the last scan
-_totals: dict[tuple[str, str, str], tuple[float, int, float]] = {}
+# (uri, collection, scope key) -> (monotonic time, documents, total tokens, CJK documents) of
+# the last scan of the scope
+_totals: dict[tuple[str, str, str], tuple[float, int, float, int]] = {}
 
 
-def _scope_totals(eng: Engine, team_id: str, key: str) -> tuple[int, float]:
-    """The scope's document count (exact, one count query) and total length (BM25's avgdl).
+def _scope_totals(eng: Engine, team_id: str, key: str) -> tuple[int, float, int]:
+    """The scope's document count (exact: one count query), total length (BM25's avgdl) and
+    number of CJK documents (the dictionary bridge's idf).
 
-    The length needs a scan of the scope's rows: its average is reused for
+    The last two need a scan of the scope's rows: their shares of the count are reused for
     SEARCH_MILVUS_STATS_SECONDS while the count stays within 10 % of the scanned one."""
     n = eng.count(team_id, key)
     cache_key = (eng.uri, eng.collection, key)
@@ -507,18 +527,64 @@ def _scope_totals(eng: Engine, team_id: str, key: str) -> tuple[int, float]:
         and now - hit[0] < settings.SEARCH_MILVUS_STATS_SECONDS
         and abs(n - hit[1]) <= 0.1 * hit[1]
     ):
-        return n, n * hit[2] / hit[1]
-    scanned = 0
+        return n, n * hit[2] / hit[1], round(n * hit[3] / hit[1])
+    scanned = cjk = 0
     total = 0.0
-    for length in eng.doc_lens(team_id, key):
+    for length, is_cjk_row in eng.doc_lens(team_id, key):
         scanned += 1
         total += length
-    _totals[cache_key] = (now, scanned, total)
-    return scanned, total
+        cjk += is_cjk_row
+    _totals[cache_key] = (now, scanned, total, cjk)
+    return scanned, total, cjk
+
+
+def _scope_stats(
+    eng: Engine,
+    team_id: str,
+    key: str,
+    tokens: tuple[str, ...],
+    alternatives: tuple[frozenset[str], ...],
+    other_cjk: bool,
+) -> ScopeStats:
+    """BM25's statistics of the scope for one query: size, total length, each token's document
+    frequency, and the dictionary bridge's counts over the other script.
+
+    The frequencies come from one query returning the term lists of the memories holding any
+    of the words (an engine round trip costs far more than counting a few thousand lists
+    here); past HOLDERS_MAX such memories, one count query per word instead."""
+    n_docs, total_len, n_cjk = _scope_totals(eng, team_id, key)
+    stats = ScopeStats(n_docs, total_len, dict.fromkeys(tokens, 0))
+    if alternatives:
+        stats.bridge_target = n_cjk if other_cjk else n_docs - n_cjk
+        stats.bridge_held = dict.fromkeys(alternatives, 0)
+    hashes = {tok: term_hash(tok) for tok in tokens}
+    alt_hashes = {alt: {term_hash(t) for t in alt} for alt in alternatives}
+    wanted = set(hashes.values()).union(*alt_hashes.values())
+    if not wanted:
+        return stats
+    rows = eng.holders(team_id, key, wanted, HOLDERS_MAX)
+    if rows is not None:
+        for row in rows:
+            terms = set(row["terms"])
+            for tok, h in hashes.items():
+                stats.df[tok] += h in terms
+            if stats.bridge_held is not None and bool(row["cjk"]) == other_cjk:
+                for alt, hs in alt_hashes.items():
+                    stats.bridge_held[alt] += bool(hs & terms)
+        return stats
+    for tok, h in hashes.items():
+        stats.df[tok] = eng.count(team_id, key, f"array_contains(terms, {h})")
+    if stats.bridge_held is not None:
+        other = "true" if other_cjk else "false"
+        for alt in alternatives:
+            stats.bridge_held[alt] = eng.count(
+                team_id, key, f"cjk == {other} and array_contains_any(terms, {_hash_list(alt)})"
+            )
+    return stats
 
 
 def _hash_list(terms: Iterable[str]) -> str:
-    return "[" + ", ".join(str(term_hash(t)) for t in sorted(set(terms))) + "]"
+    return str(sorted({term_hash(t) for t in terms}))
 
 
 def _count_unshipped(
@@ -608,25 +674,16 @@ class MilvusBackend:
             and bool(qtokens)
             and settings.SEARCH_XLING_LEXICAL_WEIGHT > 0
         )
-        # The scope's BM25 statistics, from the engine (index.ScopeStats).
-        n_docs, total_len = _scope_totals(eng, team_id, key)
-        df: dict[str, int] = {}
-        if use_lexical:
-            for tok in dict.fromkeys(qtokens):
-                df[tok] = eng.count(team_id, key, f"array_contains(terms, {term_hash(tok)})")
-        other = "false" if query_cjk else "true"
         alternatives = gloss.alternatives(qtokens) if bridge else ()
-        bridge_target = 0
-        bridge_held: dict[frozenset[str], int] = {}
-        if alternatives:
-            bridge_target = eng.count(team_id, key, f"cjk == {other}")
-            for terms in alternatives:
-                bridge_held[terms] = eng.count(
-                    team_id,
-                    key,
-                    f"cjk == {other} and array_contains_any(terms, {_hash_list(terms)})",
-                )
-        stats = ScopeStats(n_docs, total_len, df, bridge_target, bridge_held)
+        # The scope's BM25 statistics, from the engine (index.ScopeStats).
+        stats = _scope_stats(
+            eng,
+            team_id,
+            key,
+            tuple(dict.fromkeys(qtokens)) if use_lexical else (),
+            alternatives,
+            not query_cjk,
+        )
         dirty = _unshipped(key)
         if dirty:
             _count_unshipped(eng, team_id, scope, agent_id, key, dirty, stats, not query_cjk)
@@ -647,9 +704,10 @@ class MilvusBackend:
                 }
                 ids.update(eng.sparse_top(team_id, key, weights, k))
             if alternatives and stats.bridge_target:
+                held = stats.bridge_held or {}
                 weights = {}
                 for terms in alternatives:
-                    w = float(np.log(1.0 + stats.bridge_target / (1.0 + bridge_held.get(terms, 0))))
+                    w = float(np.log(1.0 + stats.bridge_target / (1.0 + held.get(terms, 0))))
                     for t in terms:
                         h = term_hash(t)
                         weights[h] = max(weights.get(h, 0.0), w)
