@@ -534,6 +534,8 @@ def _scope_totals(eng: Engine, team_id: str, key: str) -> tuple[int, float, int]
         scanned += 1
         total += length
         cjk += is_cjk_row
+    if len(_totals) >= 10000:  # bounded: a process serving many scopes rescans the rare ones
+        _totals.clear()
     _totals[cache_key] = (now, scanned, total, cjk)
     return scanned, total, cjk
 
