@@ -85,7 +85,7 @@ def milvus_available() -> bool:
 
 
 @pytest.fixture(autouse=True)
-def _milvus_backend(request, settings, tmp_path):
+def _milvus_backend(request, settings, tmp_path, monkeypatch):
     """With SEARCH_BACKEND=milvus in the environment, every test runs on a milvus-lite engine of
     its own (a data path in tmp_path), with real commits (so the writes' on-commit shipping
     runs, inline in the embedded job mode) and no settle time (so the shipped cursor moves at
@@ -97,6 +97,9 @@ def _milvus_backend(request, settings, tmp_path):
         pytest.skip("SEARCH_BACKEND=milvus needs the milvus extra: pip install '.[milvus]'")
     path = str(tmp_path / "milvus.db")
     settings.SEARCH_MILVUS_URI = path
+    # A process the test spawns (manage.py mcp_stdio, gunicorn) gets an engine of its own: a
+    # milvus-lite data path belongs to one process.
+    monkeypatch.setenv("SEARCH_MILVUS_URI", str(tmp_path / "milvus-subprocess.db"))
     settings.INDEX_CHANGE_SETTLE_SECONDS = 0.0
     milvus_engine_at(path)
     yield
