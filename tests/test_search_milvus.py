@@ -255,3 +255,17 @@ def test_pruning_the_log_keeps_what_the_engine_has_not_received(milvus, team, se
     assert index_changes_prune(older_than_seconds=3600) == 1
     assert list(IndexChange.objects.values_list("memory_id", flat=True)) == [waiting.pk]
     assert shipped.pk != waiting.pk
+
+
+def test_a_wrong_backend_setting_stops_the_server(settings):
+    from django.core import checks
+
+    settings.SEARCH_BACKEND = "milvsu"
+    assert [e.id for e in checks.run_checks() if e.id.startswith("memories.E00")] == [
+        "memories.E004"
+    ]
+    settings.SEARCH_BACKEND = "milvus"
+    settings.SEARCH_MILVUS_URI = ""
+    assert [e.id for e in checks.run_checks() if e.id.startswith("memories.E00")] == [
+        "memories.E005"
+    ]
