@@ -30,6 +30,7 @@ class ErrorCode(StrEnum):
     EMBEDDING_UNAVAILABLE = "EMBEDDING_UNAVAILABLE"
     LLM_UNAVAILABLE = "LLM_UNAVAILABLE"
     SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
+    SEARCH_UNAVAILABLE = "SEARCH_UNAVAILABLE"
 
 
 # Machine code -> HTTP status of the error envelope. Adding a code here is all it takes to use it.
@@ -55,6 +56,7 @@ ERROR_STATUS: dict[ErrorCode, int] = {
     ErrorCode.EMBEDDING_UNAVAILABLE: 503,
     ErrorCode.LLM_UNAVAILABLE: 503,
     ErrorCode.SERVICE_UNAVAILABLE: 503,
+    ErrorCode.SEARCH_UNAVAILABLE: 503,
 }
 
 

@@ -9,7 +9,9 @@ class MemoriesConfig(AppConfig):
     def ready(self) -> None:
         from tenants.services import register_agent_purge_hook, register_team_purge_hook
 
-        from . import checks, signals  # noqa: F401  (checks registers itself)
+        from . import checks, signals, tasks  # noqa: F401  (checks registers itself)
+        from .retrieval.index import set_ship_hook
 
         register_team_purge_hook(signals.purge_team_outside_db)
         register_agent_purge_hook(signals.purge_agent_outside_db)
+        set_ship_hook(tasks.queue_search_ship)

@@ -31,4 +31,31 @@ def search_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
         errors.append(
             checks.Error("SEARCH_XLING_LEXICAL_WEIGHT must be within 0..1", id="memories.E003")
         )
+    from .retrieval.backends import BACKENDS
+
+    if settings.SEARCH_BACKEND not in BACKENDS:
+        errors.append(
+            checks.Error(
+                f"SEARCH_BACKEND={settings.SEARCH_BACKEND!r} is not one of {list(BACKENDS)}",
+                id="memories.E004",
+            )
+        )
+    elif settings.SEARCH_BACKEND == "milvus":
+        if not settings.SEARCH_MILVUS_URI:
+            errors.append(
+                checks.Error(
+                    "SEARCH_BACKEND=milvus needs SEARCH_MILVUS_URI (http://host:19530 or a "
+                    "milvus-lite path ending in .db)",
+                    id="memories.E005",
+                )
+            )
+        try:
+            import pymilvus  # noqa: F401
+        except ImportError:
+            errors.append(
+                checks.Error(
+                    "SEARCH_BACKEND=milvus needs the milvus extra: pip install '.[milvus]'",
+                    id="memories.E006",
+                )
+            )
     return errors

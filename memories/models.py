@@ -208,6 +208,22 @@ class IndexChange(models.Model):
         return f"{self.scope_key} #{self.memory_id}{' deleted' if self.deleted else ''}"
 
 
+class SearchCursor(models.Model):
+    """How far an external search engine has been sent the `IndexChange` log (the outbox).
+
+    One row per backend (`milvus`): every change up to `last_change_id` is in the engine; the
+    newer ones a search reads from the log and scores from their rows (read-your-writes). The
+    cursor only passes changes old enough that no lower id can still commit (the settle time of
+    index.py), so a change committed out of id order is never skipped."""
+
+    name = models.CharField(max_length=32, unique=True)
+    last_change_id = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.last_change_id}"
+
+
 class ScopeLock(models.Model):
     """One row per index scope, locked (SELECT … FOR UPDATE) while a write decides whether it
     duplicates an existing memory: two processes writing the same content at once must not both

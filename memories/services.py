@@ -37,6 +37,7 @@ from .models import (
 )
 from .profile import MAX_FIELDS_PER_AGENT, key_error, value_error
 from .retrieval import index
+from .retrieval.backends import get_backend
 from .retrieval.dedup import conflict_reason
 from .retrieval.embeddings import embed_passages, get_embedder, to_bytes
 from .retrieval.search import SearchQuery, SearchResults, attach_entities, memory_search
@@ -77,15 +78,10 @@ def memory_find_similar(
 ) -> list[tuple[Memory, float]]:
     """The scope's memories that say about the same as `vector` (`same_score` >= min_score), best first."""
     embedder = get_embedder()
-    ix = index.registry.get(team_id=team.id, scope=scope, agent_id=agent_id, embedder=embedder)
-    with ix.lock:
-        if ix.n == 0:
-            return []
-        # One quantised scan for the k nearest: this runs on every write, over 100k+ vectors.
-        slots, raw = ix.dense_top(vector, k)
-        scored = [
-            (int(ix.ids[s]), float(embedder.same_score(r))) for s, r in zip(slots, raw, strict=True)
-        ]
+    nearest = get_backend().nearest(
+        team_id=team.id, scope=scope, agent_id=agent_id, vector=vector, k=k
+    )
+    scored = [(mid, float(embedder.same_score(raw))) for mid, raw in nearest]
     scored = [(mid, score) for mid, score in scored if score >= min_score]
     if not scored:
         return []
@@ -161,7 +157,7 @@ def memory_create(
     if enable_dedup:
         # Outside the lock: creating the lock row and loading a cold index (seconds at 100k).
         locks.scope_lock_prepare(team_id=team.id, scope=scope, agent_id=agent_id)
-        index.registry.warm(team_id=team.id, scope=scope, agent_id=agent_id, embedder=embedder)
+        get_backend().warm(team_id=team.id, scope=scope, agent_id=agent_id)
     metadata = dict(metadata or {})
     with transaction.atomic():
         if enable_dedup:
@@ -543,7 +539,13 @@ def index_changes_prune(*, older_than_seconds: int) -> int:
     from .models import IndexChange
 
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
-    deleted, _ = IndexChange.objects.filter(created_at__lt=cutoff).delete()
+    old = IndexChange.objects.filter(created_at__lt=cutoff)
+    if settings.SEARCH_BACKEND == "milvus":
+        # The log is also the engine's outbox: never drop what has not been shipped yet.
+        from .retrieval.milvus import shipped_cursor
+
+        old = old.filter(id__lte=shipped_cursor())
+    deleted, _ = old.delete()
     return deleted
 
 

@@ -26,10 +26,10 @@ def _delete_agents_personal_memories(sender: type[Agent], instance: Agent, **kwa
 
 def purge_team_outside_db(team_id: str) -> None:
     """After a team's rows are deleted: its working memory and this process's indexes."""
-    from .retrieval.index import registry
+    from .retrieval.backends import get_backend
     from .working import get_working_store
 
-    registry.drop_team(team_id)
+    get_backend().purge_team(team_id)
     get_working_store().purge_team(team_id=team_id)
 
 

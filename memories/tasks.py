@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name="memories.prune_index_changes", ignore_result=True)
@@ -33,3 +37,23 @@ def retier_memories() -> dict[str, int]:
     from .tiers import memories_retier
 
     return memories_retier().moves
+
+
+@shared_task(name="memories.ship_search_changes", ignore_result=True)
+def ship_search_changes() -> int:
+    """Sends the change log to the search engine (SEARCH_BACKEND=milvus; a no-op on local)."""
+    if settings.SEARCH_BACKEND != "milvus":
+        return 0
+    from .retrieval.milvus import ship_changes
+
+    return ship_changes()
+
+
+def queue_search_ship() -> None:
+    """After a logged write commits (index.set_ship_hook): ship at once in the embedded job mode
+    (eager), queue the task otherwise. A broker hiccup must not fail a committed write: the
+    beat schedule ships what is left."""
+    try:
+        ship_search_changes.delay()
+    except Exception:
+        logger.exception("could not queue the search shipping task")

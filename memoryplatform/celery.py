@@ -33,6 +33,9 @@ app.conf.beat_schedule = {
     "lifecycle-reclaim-jobs": {"task": "lifecycle.reclaim_jobs", "schedule": 60.0},
     # Index change rows are only needed until every process has applied them.
     "prune-index-changes": {"task": "memories.prune_index_changes", "schedule": crontab(minute=17)},
+    # SEARCH_BACKEND=milvus: the change log shipped to the engine (each write also queues a
+    # ship; this catches up after an engine or broker outage). A no-op on the local backend.
+    "ship-search-changes": {"task": "memories.ship_search_changes", "schedule": 30.0},
     # Expired working-memory rows of the database backend (Redis expires its own keys).
     "purge-expired-working-items": {
         "task": "memories.purge_expired_working_items",

@@ -41,6 +41,71 @@ def _clean_cache():
     registry.clear()
 
 
+def pytest_collection_modifyitems(config, items):
+    """SEARCH_BACKEND=milvus: database tests commit for real (transaction=True), so that the
+    writes' on-commit shipping to the engine runs as in production (_milvus_backend)."""
+    if settings.SEARCH_BACKEND != "milvus":
+        return
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        if marker is not None and not marker.kwargs.get("transaction"):
+            kwargs = {**marker.kwargs, "transaction": True}
+            item.add_marker(pytest.mark.django_db(*marker.args, **kwargs), append=False)
+        elif marker is None and {"db", "transactional_db"} & set(item.fixturenames):
+            item.add_marker(pytest.mark.django_db(transaction=True), append=False)
+
+
+def milvus_engine_at(path: str) -> None:
+    """Points the milvus backend at a fresh milvus-lite data path (settings already overridden)."""
+    from memories.retrieval import milvus
+
+    milvus.reset_engines()
+
+
+def release_milvus(path: str) -> None:
+    """Stops the in-process milvus-lite server of a test's data path and forgets its client."""
+    from memories.retrieval import milvus
+
+    for eng in list(milvus._engines.values()):
+        if eng._client is not None:
+            eng._client.close()
+    milvus.reset_engines()
+    from milvus_lite import server_manager_instance
+
+    server_manager_instance.release_server(path)
+
+
+def milvus_available() -> bool:
+    try:
+        import milvus_lite  # noqa: F401
+        import pymilvus  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _milvus_backend(request, settings, tmp_path, monkeypatch):
+    """With SEARCH_BACKEND=milvus in the environment, every test runs on a milvus-lite engine of
+    its own (a data path in tmp_path), with real commits (so the writes' on-commit shipping
+    runs, inline in the embedded job mode) and no settle time (so the shipped cursor moves at
+    once and searches read the engine, not only the unshipped change log)."""
+    if settings.SEARCH_BACKEND != "milvus":
+        yield
+        return
+    if not milvus_available():
+        pytest.skip("SEARCH_BACKEND=milvus needs the milvus extra: pip install '.[milvus]'")
+    path = str(tmp_path / "milvus.db")
+    settings.SEARCH_MILVUS_URI = path
+    # A process the test spawns (manage.py mcp_stdio, gunicorn) gets an engine of its own: a
+    # milvus-lite data path belongs to one process.
+    monkeypatch.setenv("SEARCH_MILVUS_URI", str(tmp_path / "milvus-subprocess.db"))
+    settings.INDEX_CHANGE_SETTLE_SECONDS = 0.0
+    milvus_engine_at(path)
+    yield
+    release_milvus(path)
+
+
 def require_service(name: str, reason: str) -> None:
     """Skips a service-backed test, or fails it when REQUIRE_SERVICES=1 (CI)."""
     if settings.REQUIRE_SERVICES:

@@ -32,14 +32,14 @@ import math
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
 import faiss
 import numpy as np
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core.metrics import INDEX_LOADS, INDEX_MEMORIES, INDEX_SCOPES, timed
@@ -95,6 +95,25 @@ class Row:
     hidden: bool
     search_tokens: str = ""
     created: float = 0.0  # created_at as a Unix timestamp (neighbours: SEARCH_NEIGHBOUR_SECONDS)
+
+
+@dataclass
+class ScopeStats:
+    """Scope-wide BM25 statistics for an index that holds only part of its scope.
+
+    A search backend other than this in-process index (memories.retrieval.backends) rescores
+    its candidates exactly in a small `ScopeIndex` of just those rows; their BM25 must still
+    weigh words by the whole scope, so it reads the counts from here instead of its postings.
+    `df` holds the query's tokens; `bridge_target` / `bridge_held` the dictionary bridge's
+    counts (search._bridge_all): memories in the other script, and those of them holding one
+    of each alternatives set.
+    """
+
+    n_docs: int
+    total_len: float
+    df: dict[str, int]
+    bridge_target: int = 0
+    bridge_held: dict[frozenset[str], int] | None = None
 
 
 class _Postings:
@@ -330,15 +349,24 @@ class AnnIndex:
 
 
 class ScopeIndex:
-    def __init__(self, key: str, dim: int, model_name: str) -> None:
+    def __init__(
+        self,
+        key: str,
+        dim: int,
+        model_name: str,
+        codec: str | None = None,
+        stats: ScopeStats | None = None,
+    ) -> None:
         self.key = key
         self.dim = dim
         self.model_name = model_name
+        # Set for a partial index (candidates of another backend): the whole scope's counts.
+        self.stats = stats
         self.lock = threading.RLock()
         self.capacity = 0
         self.n = 0  # slots used (alive or dead)
         self.ids = np.empty(0, dtype=np.int64)
-        self.vectors = VectorBlocks(dim)
+        self.vectors = VectorBlocks(dim, codec)
         # Approximate dense top-k, built at load for a scope of INDEX_ANN_MIN_ROWS or more.
         self.ann: AnnIndex | None = None
         self.alive = np.empty(0, dtype=bool)
@@ -709,8 +737,9 @@ class ScopeIndex:
         hold `lock` (the position scratch below is the index's).
         """
         k1, b = settings.SEARCH_BM25_K1, settings.SEARCH_BM25_B
-        n_docs = max(self.alive_count, 1)
-        avgdl = max(self.alive_len / n_docs, 1.0)
+        stats = self.stats
+        n_docs = max(self.alive_count if stats is None else stats.n_docs, 1)
+        avgdl = max((self.alive_len if stats is None else stats.total_len) / n_docs, 1.0)
         # Nearly every memory has a previous neighbour: context adds about one memory's length.
         avg_combined = 3.0 * avgdl
         window = settings.SEARCH_NEIGHBOUR_SECONDS
@@ -719,7 +748,10 @@ class ScopeIndex:
         terms: list[tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         for tok in dict.fromkeys(tokens):
             tid = self.term_id.get(tok)
-            df = 0 if tid is None else min(self.postings[tid].n, n_docs)
+            if stats is not None:
+                df = min(stats.df.get(tok, 0), n_docs)
+            else:
+                df = 0 if tid is None else min(self.postings[tid].n, n_docs)
             idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
             reference += idf
             if tid is None:
@@ -1070,11 +1102,24 @@ class IndexRegistry:
 registry = IndexRegistry()
 
 
+# Set by memories.apps: queues the shipping of the change log to an external search engine
+# (the milvus backend); called after a logged write commits.
+_ship_hook: Callable[[], None] | None = None
+
+
+def set_ship_hook(hook: Callable[[], None] | None) -> None:
+    global _ship_hook
+    _ship_hook = hook
+
+
 def log_changes(
     *, team_id: str, scope: str, agent_id: str, memory_ids: Iterable[int], deleted: bool
 ) -> None:
     """Records writes for other processes' indexes; call inside the writing transaction."""
     key = scope_key(team_id, scope, agent_id)
+    if settings.SEARCH_BACKEND != "local" and _ship_hook is not None:
+        # The log is also the outbox of an external search engine: ship it once this commits.
+        transaction.on_commit(_ship_hook)
     IndexChange.objects.bulk_create(
         [
             IndexChange(team_id=team_id, scope_key=key, memory_id=mid, deleted=deleted)

@@ -24,7 +24,6 @@ stronger. λ = SEARCH_DECAY_WEIGHT (0.1) caps the effect, so a strong match is n
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,9 +38,16 @@ from memories import selectors
 from memories.models import Memory, MemoryScope, MemoryTier, ProfileField
 from tenants.models import Team
 
-from . import gloss, index
+from . import gloss
+from .backends import get_backend
+from .candidates import (  # noqa: F401  (search._score_candidates etc.: bench/study, tests)
+    Candidate,
+    _bridge_all,
+    _score_candidates,
+    _top_candidates,
+)
 from .embeddings import embed_passages, embed_query, get_embedder
-from .scoring import bridge, fuse, strength, with_neighbours
+from .scoring import bridge, fuse, strength
 from .text import is_cjk, tokenize, tokens_stamp
 
 SearchMode = Literal["hybrid", "vector", "keyword"]
@@ -89,19 +95,6 @@ class SearchResults(list[SearchHit]):
     partial: bool = False
 
 
-@dataclass
-class Candidate:
-    memory_id: int
-    score: float  # what the memory itself matches: the `score` returned and min_score's subject
-    dense: float
-    lexical: float
-    rank: float = -1.0  # the order: score with conversation context (docs/search.md); -1 = score
-
-    def __post_init__(self) -> None:
-        if self.rank < 0:
-            self.rank = self.score
-
-
 # The graph app registers how to find the entities read from memories, so search can attach
 # them (`include_entities`) without memories importing graph (imports flow tenants <- memories
 # <- graph <- lifecycle). Called as provider(team=, memory_ids=, acting_agent=).
@@ -140,216 +133,6 @@ def attach_entities(*, team: Team, hits: list[SearchHit], acting_agent: str | No
         )
     for hit in hits:
         hit.entities = found.get(hit.memory.pk, [])
-
-
-def _bridge_all(
-    ix: index.ScopeIndex, qtokens: tuple[str, ...], query_cjk: bool, mask: np.ndarray | None
-) -> index.SparseScores:
-    """Cross-script lexical score of the live memories in the other script (within `mask`), the
-    others scoring 0: the idf-weighted share of the query's words a memory holds through the
-    dictionary (gloss.alternatives; docs/search.md, "Cross-script scores"). The idf is over those
-    target memories, so a word most of them hold counts little.
-
-    Sparse: only the slots in the postings of the dictionary's terms are read; the number of
-    target memories comes from the index's count of live CJK memories (a filter's mask is
-    counted instead)."""
-    if mask is None:
-        n_target = ix.alive_count - ix.alive_cjk if query_cjk else ix.alive_cjk
-    else:
-        n = ix.n
-        n_target = int(np.count_nonzero(ix.alive[:n] & mask & (ix.cjk[:n] != query_cjk)))
-    if n_target == 0:
-        return index.SparseScores(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
-    total = 0.0
-    held_by_word: list[tuple[np.ndarray, float]] = []
-    for terms in gloss.alternatives(qtokens):
-        held = ix.term_slots(terms, mask)
-        held = held[ix.cjk[held] != query_cjk]
-        weight = math.log(1.0 + n_target / (1.0 + len(held)))
-        total += weight
-        held_by_word.append((held, weight))
-    reached = ix.union(held for held, _ in held_by_word)
-    position = ix.positions(reached)
-    out = np.zeros(len(reached), dtype=np.float32)
-    for held, weight in held_by_word:
-        out[position[held]] += weight
-    return index.SparseScores(reached, out / total if total > 0 else out)
-
-
-def _best(scores: index.SparseScores, k: int) -> np.ndarray:
-    """The slots of the k best positive scores (all positive ones if fewer), as int64.
-
-    Ties at the k-th score are settled by argpartition over the slots in ascending order: the
-    same ones whichever way the scores were computed."""
-    positive = np.flatnonzero(scores.values > 0)
-    hits = scores.slots[positive]
-    if len(hits) > k:
-        hits = hits[np.argpartition(-scores.values[positive], k - 1)[:k]]
-    return hits.astype(np.int64)
-
-
-def _score_candidates(
-    ix: index.ScopeIndex,
-    qvec: np.ndarray | None,
-    qtokens: tuple[str, ...],
-    mode: str,
-    want: int,
-    mask: np.ndarray | None,
-    dense_weight: float,
-    query_cjk: bool = False,
-    with_bridge: bool = True,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(slots, score, dense, lexical, rank) of the scope's candidates: the dense top-k and the
-    BM25 top-k (k = max(want, SEARCH_CANDIDATES)), each scored on both sides, then fused; plus
-    their conversation neighbours.
-
-    A memory outside both lists is beaten on both sides by k others, so it cannot reach the
-    first `want` of the fused order; scoring only the candidates keeps a 100k-memory scope
-    to one quantised vector scan plus the postings of the query's words.
-
-    `score` is what the memory itself matches. `rank` orders: the same fusion, its BM25 also
-    reading the previous neighbour's words, plus SEARCH_NEIGHBOUR_WEIGHT x the better rank of its
-    two neighbours, capped just below that neighbour (scoring.with_neighbours; docs/search.md,
-    "Neighbours").
-
-    `with_bridge` False leaves out the dictionary bridge (the recall timeout has passed).
-    """
-    embedder = get_embedder()
-    k = max(want, settings.SEARCH_CANDIDATES)
-    use_dense = mode != "keyword" and qvec is not None
-    use_lexical = mode != "vector" and bool(qtokens)
-    neighbours = settings.SEARCH_NEIGHBOUR_SECONDS > 0 and mode == "hybrid"
-    dense_slots = np.empty(0, dtype=np.int64)
-    dense_raw = np.empty(0, dtype=np.float32)
-    if use_dense:
-        dense_slots, dense_raw = ix.dense_top(qvec, k, mask)  # type: ignore[arg-type]
-    # Lexical scores are sparse (index.SparseScores): only the slots a query word reaches, so
-    # nothing here is proportional to the scope's size (docs/search.md, "Approximate search").
-    lexical_all: index.SparseScores | None = None
-    context_all: index.SparseScores | None = None
-    lexical_slots = np.empty(0, dtype=np.int64)
-    if use_lexical:
-        bm25, with_context, reference = ix.bm25_with_context(qtokens, context=neighbours)
-        if reference > 0:
-            if mask is not None:
-                # Both cover the same slots (bm25_with_context).
-                keep = mask[bm25.slots]
-                bm25 = bm25.where(keep)
-                with_context = None if with_context is None else with_context.where(keep)
-            lexical_all = index.SparseScores(bm25.slots, np.minimum(bm25.values / reference, 1.0))
-            context_all = (
-                lexical_all
-                if with_context is None
-                else index.SparseScores(
-                    with_context.slots, np.minimum(with_context.values / reference, 1.0)
-                )
-            )
-            lexical_slots = _best(context_all, k)
-    # Across scripts BM25 sees nothing: the dictionary bridge scores the other script's memories
-    # and, like BM25, brings its best k as candidates.
-    xling_weight = (
-        settings.SEARCH_XLING_LEXICAL_WEIGHT
-        if mode == "hybrid" and use_dense and with_bridge
-        else 0.0
-    )
-    bridge_all: index.SparseScores | None = None
-    if xling_weight > 0 and qtokens:
-        bridge_all = _bridge_all(ix, qtokens, query_cjk, mask)
-        lexical_slots = np.union1d(lexical_slots, _best(bridge_all, k))
-    missing = np.setdiff1d(lexical_slots, dense_slots, assume_unique=True)
-    slots = np.concatenate([dense_slots, missing])
-    prev = nxt = np.empty(0, dtype=np.int64)
-    if neighbours and len(slots):
-        prev, nxt = ix.neighbour_slots(slots)
-        near = np.concatenate([prev, nxt])
-        near = near[near >= 0]
-        if mask is not None:
-            near = near[mask[near]]
-        extra = np.setdiff1d(near, slots)
-        if len(extra):
-            extra_prev, extra_next = ix.neighbour_slots(extra)
-            prev = np.concatenate([prev, extra_prev])
-            nxt = np.concatenate([nxt, extra_next])
-            slots = np.concatenate([slots, extra])
-    # The cosines of the candidates the dense top-k did not bring, read in one pass.
-    unscored = slots[len(dense_slots) :]
-    raw = np.concatenate(
-        [
-            dense_raw,
-            ix.dense_at(qvec, unscored)
-            if qvec is not None and use_dense
-            else np.zeros(len(unscored), np.float32),
-        ]
-    )
-    # Cross-script (a Chinese memory for an English query or the reverse): the backend's
-    # cross-script curve, so such a pair scores what it would written in one script.
-    other_script = ix.cjk[slots] != query_cjk
-    dense = (
-        np.where(
-            other_script,
-            embedder.cross_score(raw, query_cjk=query_cjk),
-            embedder.score(raw),
-        ).astype(np.float32)
-        if use_dense
-        else np.zeros(len(slots), dtype=np.float32)
-    )
-    lexical, context = (
-        (lexical_all.at(slots), context_all.at(slots))
-        if lexical_all is not None and context_all is not None
-        else (np.zeros(len(slots), dtype=np.float32),) * 2
-    )
-    if mode == "vector":
-        return slots, dense, dense, lexical, dense
-    if mode == "keyword":
-        return slots, lexical, dense, lexical, lexical
-    score = fuse(dense, lexical, dense_weight)
-    rank = fuse(dense, context, dense_weight)
-    if use_dense:
-        # Cross-script: BM25 cannot see the memory, so the embedding's full score stands
-        # instead of its discounted share, joined by the dictionary's word evidence.
-        across = (
-            dense
-            if bridge_all is None
-            else bridge(dense, bridge_all.at(slots), xling_weight).astype(np.float32)
-        )
-        score = np.where(other_script, np.maximum(score, across), score)
-        rank = np.where(other_script, np.maximum(rank, across), rank)
-    if neighbours and len(slots):
-        rank = with_neighbours(slots, prev, nxt, rank)
-    return slots, score, dense, lexical, rank
-
-
-def _top_candidates(
-    ix: index.ScopeIndex,
-    qvec: np.ndarray | None,
-    qtokens: tuple[str, ...],
-    mode: str,
-    want: int,
-    allowed: set[int] | None,
-    dense_weight: float,
-    query_cjk: bool = False,
-    with_bridge: bool = True,
-) -> list[Candidate]:
-    with ix.lock:
-        if ix.n == 0:
-            return []
-        mask = None if allowed is None else ix.slot_mask(allowed)
-        slots, score, dense, lexical, rank = _score_candidates(
-            ix, qvec, qtokens, mode, want, mask, dense_weight, query_cjk, with_bridge
-        )
-        order = np.argsort(-rank, kind="stable")[:want]
-        return [
-            Candidate(
-                int(ix.ids[slots[i]]),
-                float(score[i]),
-                float(dense[i]),
-                float(lexical[i]),
-                float(rank[i]),
-            )
-            for i in order
-            # Context orders, it never makes a result: a memory needs evidence of its own.
-            if score[i] > 0.0
-        ]
 
 
 # Rows read and scored at a time by _direct_candidates: bounds the embeddings held at once (an
@@ -571,7 +354,7 @@ def memory_search(query: SearchQuery) -> SearchResults:
     partial = False
     team, scope, agent_id, mode = query.team, query.scope, query.agent_id, query.mode
     filters = query.filters
-    embedder = get_embedder()
+    backend = get_backend()
     qvec = embed_query(query.text) if mode != "keyword" else None
     qtokens = tokenize(query.text)
     query_cjk = is_cjk(query.text)
@@ -592,17 +375,6 @@ def memory_search(query: SearchQuery) -> SearchResults:
         if position > 0 and deadline.passed():
             partial = True  # the team scope of include_team
             continue
-        wait = deadline.remaining()
-        ix: index.ScopeIndex | None
-        if wait is None:
-            ix = index.registry.get(team_id=team.id, scope=sc, agent_id=ag, embedder=embedder)
-        else:
-            ix = index.registry.get_within(
-                team_id=team.id, scope=sc, agent_id=ag, embedder=embedder, seconds=wait
-            )
-        if ix is None:
-            partial = True  # still loading: it serves a later search
-            continue
         allowed = None
         if filters:
             base = Memory.objects.filter(team=team, scope=sc, superseded_by__isnull=True)
@@ -612,12 +384,25 @@ def memory_search(query: SearchQuery) -> SearchResults:
                 base.filter(selectors.memory_filters_q(filters)).values_list("id", flat=True)
             )
         with_bridge = not deadline.passed()
-        partial = partial or (bridge_wanted and not with_bridge)
-        candidates.extend(
-            _top_candidates(
-                ix, qvec, qtokens, mode, want, allowed, dense_weight, query_cjk, with_bridge
-            )
+        found = backend.scope_candidates(
+            team_id=team.id,
+            scope=sc,
+            agent_id=ag,
+            qvec=qvec,
+            qtokens=qtokens,
+            mode=mode,
+            want=want,
+            allowed=allowed,
+            dense_weight=dense_weight,
+            query_cjk=query_cjk,
+            with_bridge=with_bridge,
+            wait=deadline.remaining(),
         )
+        if found is None:
+            partial = True  # still loading: it serves a later search
+            continue
+        partial = partial or (bridge_wanted and not with_bridge)
+        candidates.extend(found)
         if query.include_cold and deadline.passed():
             partial = True  # the cold rows are read from the database: skipped once time is up
         elif query.include_cold:
@@ -669,7 +454,7 @@ def memory_search(query: SearchQuery) -> SearchResults:
     }
     if len(rows) < len(ranked):
         for sc, ag in scopes:
-            index.registry.drop(index.scope_key(team.id, sc, ag))
+            backend.stale(team_id=team.id, scope=sc, agent_id=ag)
     now = timezone.now()
     ordered: list[tuple[Memory, float | None]] = [
         (memory, c.score)

@@ -304,6 +304,20 @@ INDEX_ANN_NPROBE = env.int("INDEX_ANN_NPROBE", default=128)
 INDEX_ANN_LISTS_PER_SQRT = env.float("INDEX_ANN_LISTS_PER_SQRT", default=1.0)
 # Per scope, the dense and the lexical candidates fused (docs/search.md).
 SEARCH_CANDIDATES = env.int("SEARCH_CANDIDATES", default=200)
+# Where search finds candidates (docs/search.md, "Search backends"): `local` = the in-process
+# index; `milvus` = a Milvus engine (the `milvus` extra), candidates rescored exactly from the DB.
+SEARCH_BACKEND = env.str("SEARCH_BACKEND", default="local")
+# Milvus: a server URI (http://host:19530) or a milvus-lite data path ending in .db (one process).
+SEARCH_MILVUS_URI = env.str("SEARCH_MILVUS_URI", default="")
+SEARCH_MILVUS_TOKEN = env.str("SEARCH_MILVUS_TOKEN", default="")
+# Seconds an engine call may take before the search answers 503 SEARCH_UNAVAILABLE.
+SEARCH_MILVUS_TIMEOUT = env.float("SEARCH_MILVUS_TIMEOUT", default=5.0)
+# Prefix of the engine's collections (one per embedding model and dimension).
+SEARCH_MILVUS_COLLECTION = env.str("SEARCH_MILVUS_COLLECTION", default="memories")
+# Engine unreachable: answer from the in-process index instead of 503 (True), or 503 (False).
+SEARCH_FALLBACK_LOCAL = env.bool("SEARCH_FALLBACK_LOCAL", default=False)
+# How long a process reuses a scope's document count and total length (BM25 statistics).
+SEARCH_MILVUS_STATS_SECONDS = env.float("SEARCH_MILVUS_STATS_SECONDS", default=60.0)
 # Okapi BM25 parameters (docs/embedding-study.md measured k1 0.9, b 0.4 against 1.2 / 0.75).
 SEARCH_BM25_K1 = env.float("SEARCH_BM25_K1", default=0.9)
 SEARCH_BM25_B = env.float("SEARCH_BM25_B", default=0.4)
