@@ -34,6 +34,7 @@ from memories.models import (
     PurgeRun,
     PurgeStatus,
     ScopeLock,
+    SearchCursor,
     SharePermission,
     TrashedMemory,
     WorkingMemoryItem,
@@ -255,6 +256,17 @@ class ScopeLockFactory(factory.django.DjangoModelFactory):
 
     team = factory.SubFactory(TeamFactory)
     scope_key = factory.LazyAttribute(lambda o: f"{o.team.id}:personal:researcher")
+
+
+class SearchCursorFactory(factory.django.DjangoModelFactory):
+    """How far an external search engine has been sent the change log (one row per backend)."""
+
+    class Meta:
+        model = SearchCursor
+        django_get_or_create = ("name",)
+
+    name = "milvus"
+    last_change_id = 0
 
 
 class WorkingMemoryItemFactory(factory.django.DjangoModelFactory):
