@@ -10,7 +10,7 @@ EXTRAS ?= dev$(if $(findstring mysql,$(DATABASE_URL)),$(comma)mysql,)
 comma := ,
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: run dev test lint typecheck bench install migrate demo worker beat clean
+.PHONY: run dev test test-milvus lint typecheck bench install migrate demo worker beat clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ dev: demo
 ## test: the whole suite (SQLite by default; set DATABASE_URL / REDIS_URL for MariaDB + Redis)
 test: install
 	$(PY) -m pytest -q
+
+## test-milvus: the memories and search tests again on the milvus backend (milvus-lite per test)
+MILVUS_SUITE := tests/test_search_*.py tests/test_tiers.py tests/test_memory_batch.py \
+	tests/test_memory_reading.py tests/test_archive_search.py tests/test_dedup_fidelity.py \
+	tests/test_index_change_order.py tests/test_memories_api.py tests/test_recall_timeout.py \
+	tests/test_memory_maintenance.py tests/test_mcp.py tests/test_console_review.py
+test-milvus: install
+	SEARCH_BACKEND=milvus $(PY) -m pytest -q $(MILVUS_SUITE)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -43,10 +43,14 @@ def _clean_cache():
 
 def pytest_collection_modifyitems(config, items):
     """SEARCH_BACKEND=milvus: database tests commit for real (transaction=True), so that the
-    writes' on-commit shipping to the engine runs as in production (_milvus_backend)."""
+    writes' on-commit shipping to the engine runs as in production (_milvus_backend); tests of
+    the in-process index itself (marked local_index) do not apply."""
     if settings.SEARCH_BACKEND != "milvus":
         return
+    skip_local = pytest.mark.skip(reason="tests the in-process index (SEARCH_BACKEND=local)")
     for item in items:
+        if item.get_closest_marker("local_index") is not None:
+            item.add_marker(skip_local)
         marker = item.get_closest_marker("django_db")
         if marker is not None and not marker.kwargs.get("transaction"):
             kwargs = {**marker.kwargs, "transaction": True}

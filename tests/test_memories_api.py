@@ -313,6 +313,7 @@ class TestSearch:
         assert (r.status_code, error_code(r)) == (400, "VALIDATION_ERROR")
         assert field in r.json()["details"]
 
+    @pytest.mark.local_index  # the milvus backend reads its change log and neighbours too
     def test_query_count_is_pinned(self, api, django_assert_max_num_queries):
         for i in range(20):
             write(api, f"pinned query count memory {i} about topic {i % 3}", enable_dedup=False)

@@ -80,6 +80,7 @@ def test_an_index_idle_past_the_retention_reloads_from_the_database(team, settin
     assert m.pk in [r["id"] for r in res]
 
 
+@pytest.mark.local_index
 def test_the_memory_budget_evicts_least_recently_used_scopes(team, settings):
     for agent in ("a", "b", "c"):
         memory_create(
@@ -108,6 +109,7 @@ def test_a_stale_index_entry_never_returns_a_deleted_memory(team):
     )  # dropped to rebuild
 
 
+@pytest.mark.local_index
 def test_deleting_a_team_drops_its_indexes(api, team, django_capture_on_commit_callbacks):
     api.post("/memories/personal", {"agent_id": "a", "content": "team to be deleted"})
     api.post("/memories/personal/search", {"agent_id": "a", "query": "deleted"})

@@ -112,6 +112,7 @@ class TestConfig:
         assert error_code(r) == "FORBIDDEN"
 
 
+@pytest.mark.local_index  # a scope's index loading inside the web process
 class TestSlowScope:
     def test_a_loading_scope_answers_partial_within_the_timeout(self, api, team):
         _big_scope(api, team)
@@ -237,6 +238,7 @@ class TestIsolation:
         body = _search(api).json()
         assert "partial" not in body and body["data"][0]["id"] == first
 
+    @pytest.mark.local_index
     def test_a_partial_answer_never_shows_another_teams_memories(
         self, api, other_api, team, other_team
     ):
@@ -250,6 +252,7 @@ class TestIsolation:
         assert found and {m["team_id"] for m in found} == {team.id}
 
 
+@pytest.mark.local_index
 def test_the_mcp_tool_says_partial(api, team):
     from agentmcp import tools
     from tenants.authentication import McpPrincipal
