@@ -54,6 +54,11 @@ def queue_search_ship() -> None:
     (eager), queue the task otherwise. A broker hiccup must not fail a committed write: the
     beat schedule ships what is left."""
     try:
-        ship_search_changes.delay()
+        if settings.CELERY_TASK_ALWAYS_EAGER:
+            # The embedded mode, decided by the settings as lifecycle's dispatch does: run here
+            # and now, whatever the Celery app's own configuration holds.
+            ship_search_changes.apply()
+        else:
+            ship_search_changes.delay()
     except Exception:
         logger.exception("could not queue the search shipping task")

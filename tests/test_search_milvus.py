@@ -137,6 +137,18 @@ def test_the_engine_only_answers_for_the_team_and_scope_asked(milvus, team, othe
     assert [mid for mid, _ in _search(team, "deploy key rotation")] == [mine.pk]
 
 
+def test_the_embedded_mode_ships_inline_whatever_the_celery_app_says(milvus, team, monkeypatch):
+    """The embedded job mode is the settings' (CELERY_TASK_ALWAYS_EAGER), as for lifecycle jobs:
+    an app left non-eager (by another test, or a broker URL in its conf) must not send the
+    shipping to a broker nobody consumes."""
+    from memoryplatform.celery import app
+
+    monkeypatch.setitem(app.conf, "task_always_eager", False)
+    memory = _write(team, NOTES[0])
+    key = scope_key(team.id, MemoryScope.PERSONAL, "a1")
+    assert _engine_ids(milvus, team.id, key) == {memory.pk}
+
+
 def test_read_your_writes_while_the_engine_lags(milvus, team, settings, tmp_path):
     kept = _write(team, "The staging database is backed up every night at two")
     gone = _write(team, "The backup of the staging database is kept for a week")
