@@ -240,7 +240,7 @@ def test_warm_up_doubling_idle_compress_and_excluded_agents_on_a_real_worker(
 
             client.write_working("coder", "第四条：E2E curl 验证")  # step 4: waits
             time.sleep(2.5)  # idle for longer than idle_extract_seconds
-            beat = Celery(broker=ws.broker)
+            beat = Celery(broker=ws.broker, set_as_current=False)
             beat.send_task("lifecycle.schedule_idle_compresses", queue="maintenance")
             _wait_empty(client, "coder")
             assert chat_calls() == 3
@@ -274,7 +274,9 @@ def test_the_tiering_task_on_a_real_worker_and_promotion_across_nodes(tmp_path, 
             return {h["id"] for h in client.search("coder", "build server Jenkins", **extra)}
 
         assert old["id"] in found(a) and old["id"] in found(b)  # both indexes loaded
-        Celery(broker=ws.broker).send_task("memories.retier_memories", queue="maintenance")
+        Celery(broker=ws.broker, set_as_current=False).send_task(
+            "memories.retier_memories", queue="maintenance"
+        )
         deadline = time.monotonic() + 60
         while a.get_recent("coder", limit=10) and any(
             m["id"] == old["id"] for m in a.get_recent("coder", limit=10)
@@ -436,7 +438,9 @@ def test_follow_up_triggers_and_archive_retention_on_a_real_worker(tmp_path, red
             "print(WorkingArchive.objects.filter(run_id='s1').update("
             "archived_at=timezone.now() - timedelta(days=31)))",
         )
-        Celery(broker=ws.broker).send_task("lifecycle.prune_archive", queue="maintenance")
+        Celery(broker=ws.broker, set_as_current=False).send_task(
+            "lifecycle.prune_archive", queue="maintenance"
+        )
         deadline = time.monotonic() + 60
         while "s1" in (runs := stack_python(stack, _SETTLED)["archived_runs"]):
             assert time.monotonic() < deadline, "the worker did not prune the archive"
