@@ -539,7 +539,11 @@ _EN_OF_COMPOUND = re.compile(
 # "a blue colored jacket" → "blue jacket", "a ball colored in red" → "red ball".
 # "a shirt dyed purple", "a ball colored in red" → "purple shirt", "red ball"; then "a blue
 # colored jacket", "a yellow dyed shirt" → "blue jacket", "yellow shirt".
-_EN_COLORED_IN = re.compile(r"\b([a-z]+),? (?:colou?red|dyed)(?: in)? ([a-z]+)\b")
+# A noun: one word ("t-shirt" with its hyphen), or two when WordNet has them as one noun ("guinea
+# pig", "water fountain"), so that an adjective goes before the whole noun, not inside it.
+_EN_NOUN = r"((?:[a-z]+ )?[a-z]+(?:-[a-z]+)?)"
+# "a room painted beige" is a beige room as "a shirt dyed purple" is a purple shirt.
+_EN_COLORED_IN = re.compile(rf"\b{_EN_NOUN},? (?:colou?red|dyed|painted)(?: in)? ([a-z]+)\b")
 _EN_COLORED = re.compile(r"\b([a-z]+) (?:colou?red|dyed)\b(?! (?:in|by|with)\b)")
 # "the black and white dog", "black, pink and white uniforms" → "black white dog", "black pink
 # white uniforms" (adjectives before a noun: one description, not two clauses).
@@ -560,10 +564,48 @@ def _adjectives(words: list[str]) -> bool:
     )
 
 
+def _noun_group(words: str) -> tuple[str, str]:
+    """(what precedes the noun, the noun) of an _EN_NOUN match: "guinea pig" is one noun,
+    "a shirt" is "a " + shirt."""
+    from . import wordnet
+
+    first, _, last = words.rpartition(" ")
+    if first and wordnet.base_forms(f"{first}_{last}", "n"):
+        return "", words
+    return (first + " " if first else ""), last
+
+
 def _colored_in(match: re.Match[str]) -> str:
     if not _adjectives([match.group(2)]):
         return match.group(0)
-    return f"{match.group(2)} {match.group(1)}"
+    before, noun = _noun_group(match.group(1))
+    return f"{before}{match.group(2)} {noun}"
+
+
+def _made_of(match: re.Match[str]) -> str:
+    before, noun = _noun_group(match.group(1))
+    return f"{before}{match.group(2)} {noun}"
+
+
+def _relative_adj(match: re.Match[str]) -> str:
+    before, noun = _noun_group(match.group(1))
+    return f"{before}{match.group(2)} {noun}"
+
+
+def _relative_adj_pair(match: re.Match[str]) -> str:
+    """ "the male, who is dark skinned," → "dark skinned male" (two adjectives, one description)."""
+    adjs = match.group(2).split()
+    if not _adjectives(adjs):
+        return match.group(0)
+    before, noun = _noun_group(match.group(1))
+    return f"{before}{' '.join(adjs)} {noun}"
+
+
+def _dressed_in(match: re.Match[str]) -> str:
+    # "a skier dressed in black" is a skier in black; "is getting dressed in the hall" is not.
+    if match.group(1) in _EN_BE or match.group(1) in ("get", "gets", "got", "getting"):
+        return match.group(0)
+    return f"{match.group(1)} in"
 
 
 def _adj_list(match: re.Match[str]) -> str:
@@ -586,7 +628,7 @@ def _relative_adjs(match: re.Match[str]) -> str:
 # "a dog of large size" → "large dog", "a boy of young age" → "young boy".
 _EN_OF_QUALITY = re.compile(r"\b([a-z]+) of ([a-z]+) (?:size|age|height|colou?r|shape)\b")
 # "a bridge made of rope" → "rope bridge" (before the "of" compound below).
-_EN_MADE_OF = re.compile(r"\b([a-z]+) made (?:of|from|out of) ([a-z]+)\b")
+_EN_MADE_OF = re.compile(rf"\b{_EN_NOUN} made (?:of|from|out of) ([a-z]+)\b")
 # "a rod for fishing", "a pen for cattle", "a park built for skating" → "fishing rod", "cattle
 # pen", "skating park": a noun (after a determiner, maybe one adjective) for what it is for; not
 # a verb ("the user waits for the bus", "the team voted for Alice").
@@ -614,9 +656,22 @@ def _for_compound(match: re.Match[str]) -> str:
     return f"{det} {use} {head}"
 
 
+_EN_RELATIVE_END = r"(?=\s*(?:[,.;!?]|$|\s(?:and|is|are)\s))"
 _EN_RELATIVE_ADJ = re.compile(
-    r"\b([a-z]+),? (?:which|that|who) (?:is|are) ([a-z]+)(?=\s*(?:[,.;!?]|$|\s(?:and|is|are)\s))"
+    rf"\b{_EN_NOUN},? (?:which|that|who) (?:is|are) ([a-z]+){_EN_RELATIVE_END}"
 )
+_EN_RELATIVE_ADJ_PAIR = re.compile(
+    rf"\b{_EN_NOUN},? (?:which|that|who) (?:is|are) ([a-z]+ [a-z]+){_EN_RELATIVE_END}"
+)
+# "worn by a man who is pushing a bike" → "worn by a man, man is pushing a bike": a relative
+# clause on the last noun of a clause (nothing after it but the clause's end) says its own clause
+# about that noun, which then reads as the clause "a man is pushing a bike" does. Not a relative
+# in the middle ("the dog that is chasing the cat is brown": where it ends is a parse).
+_EN_RELATIVE_ING = re.compile(
+    r"\b([a-z]+),? (?:who|that|which) (is|are) ([a-z]+ing\b(?:(?!\b(?:is|are|was|were)\b)[^,.;!?])*)"
+    r"(?=[,.;!?]|$)"
+)
+_EN_DRESSED_IN = re.compile(r"\b([a-z]+) dressed (?:up )?in\b")
 
 
 # Participles spelled like the verb: "is being cut / put / read / spread by".
@@ -684,17 +739,23 @@ _EN_ELIDED_SUBJECT = re.compile(r"\s*(?:is|are|was|were)\s")
 _EN_SUBJECT = re.compile(r"\s*((?:[a-z'-]+\s+){1,8}?)(?:is|are|was|were)\s")
 
 
-def clauses(text: str, *, manner: bool = True) -> list[list[str]]:
+def clauses(text: str, *, manner: bool = True, relatives: bool = True) -> list[list[str]]:
     """The text as clauses of compared words: stems/jieba words, fillers dropped, NOT markers.
-    `manner=False`: without its manner adverbs ("carefully", _manner_adverbs)."""
+    `manner=False`: without its manner adverbs ("carefully", _manner_adverbs).
+    `relatives=False`: a clause-final relative ("… by a man who is pushing a bike") left inside
+    its clause (_EN_RELATIVE_ING), the reading before that rewriting."""
     norm = unicodedata.normalize("NFKC", text).lower().replace("n't", "nt").replace("’", "'")
     norm = _EN_RELATIVE_ADJS.sub(_relative_adjs, norm)
-    norm = _EN_RELATIVE_ADJ.sub(r"\2 \1", norm)
+    norm = _EN_RELATIVE_ADJ_PAIR.sub(_relative_adj_pair, norm)
+    norm = _EN_RELATIVE_ADJ.sub(_relative_adj, norm)
+    norm = _EN_DRESSED_IN.sub(_dressed_in, norm)
+    if relatives:
+        norm = _EN_RELATIVE_ING.sub(r"\1, \1 \2 \3", norm)
     norm = _EN_COLORED_IN.sub(_colored_in, norm)
     norm = _EN_COLORED.sub(r"\1", norm)
     norm = _EN_ADJ_LIST.sub(_adj_list, norm)
     norm = _EN_OF_QUALITY.sub(r"\2 \1", norm)
-    norm = _EN_MADE_OF.sub(r"\2 \1", norm)
+    norm = _EN_MADE_OF.sub(_made_of, norm)
     norm = _EN_FOR_COMPOUND.sub(_for_compound, norm)
     norm = _EN_OF_COMPOUND.sub(r"\2 \1", norm)
     if _EN_PROGRESSIVE.search(norm):
@@ -858,8 +919,25 @@ Swap = tuple[tuple[str, ...], tuple[str, ...]]
 
 def unstated_reason(new: str, old: str, *, swaps: tuple[Swap, ...] = ()) -> str | None:
     """Why `new` says something `old` does not (a word, a qualifier, a role, a clause); or None.
-    `swaps`: runs of compared words of `new` to read as runs of `old` (WordNet, _word_swaps)."""
-    new_clauses, old_clauses = clauses(new), clauses(old)
+    `swaps`: runs of compared words of `new` to read as runs of `old` (WordNet, _word_swaps).
+
+    A clause-final relative is read as a clause of its own (_EN_RELATIVE_ING); when that reading
+    finds something new, the one with the relative inside its clause is tried too: both are
+    readings of the same texts ("a man wearing a black shirt is sitting at the table" states
+    "a black shirt is worn by a man who is sitting at the table" only the second way)."""
+    reason = _unstated(new, old, swaps=swaps, relatives=True)
+    if (
+        reason is not None
+        and any(_EN_RELATIVE_ING.search(t.lower()) for t in (new, old))
+        and _unstated(new, old, swaps=swaps, relatives=False) is None
+    ):
+        return None
+    return reason
+
+
+def _unstated(new: str, old: str, *, swaps: tuple[Swap, ...], relatives: bool) -> str | None:
+    new_clauses = clauses(new, relatives=relatives)
+    old_clauses = clauses(old, relatives=relatives)
     if swaps:
         new_clauses = [_swapped(c, swaps) for c in new_clauses]
     new_flat = [w for c in new_clauses for w in c]
@@ -876,8 +954,10 @@ def unstated_reason(new: str, old: str, *, swaps: tuple[Swap, ...] = ()) -> str 
         # whisked by" / "is strongly whisking"). With two verbs it could move between them.
         adverbs = _manner_adverbs(new)
         if len(adverbs) == 1 and adverbs == _manner_adverbs(old):
-            plain_new = [_swapped(c, swaps) for c in clauses(new, manner=False)]
-            if not _roles_reason(plain_new, clauses(old, manner=False)):
+            plain_new = [
+                _swapped(c, swaps) for c in clauses(new, manner=False, relatives=relatives)
+            ]
+            if not _roles_reason(plain_new, clauses(old, manner=False, relatives=relatives)):
                 return None
     return reason
 
@@ -1038,9 +1118,38 @@ def _collocations(seq: list[tuple[str, str]]) -> list[tuple[str, tuple[str, str]
 
     out: list[tuple[str, tuple[str, str]]] = []
     for (w1, c1), (w2, c2) in itertools.pairwise(seq):
-        if w1 and w2 and _swappable(w1) and _swappable(w2) and wordnet.known(f"{w1}_{w2}"):
+        if not (w1 and w2 and _swappable(w1) and _swappable(w2)):
+            continue
+        if wordnet.known(f"{w1}_{w2}"):
             out.append((f"{w1}_{w2}", (c1, c2)))
+        elif _closed_compound(w1, w2):
+            out.append((w1 + w2, (c1, c2)))
+        elif w2 in _EN_PARTICLES:
+            # A phrasal verb, inflected on its verb ("climbing up" → climb_up, "chopped up" →
+            # chop_up): WordNet lists it under the verb's base form only. It is then one word,
+            # swapped only as WordNet says ("climb up" = climb; "climb down" is not climb).
+            out.extend(
+                (f"{base}_{w2}", (c1, c2))
+                for base in wordnet.base_forms(w1, "v")[:1]
+                if wordnet.base_forms(f"{base}_{w2}", "v")
+            )
     return out
+
+
+def _closed_compound(w1: str, w2: str) -> bool:
+    """ "back yard" is the noun "backyard" written apart: WordNet has the joined word as a noun
+    that is a kind of its last part (at most 2 steps up: backyard → yard, seashore → shore), and
+    the first part is mostly a noun. Not when the first part is mostly an adjective, whose
+    compounds name something else ("darkroom" is not any dark room, "blackbird" any black bird;
+    those are not kinds of the last part within 2 steps either, as "greenhouse", "doghouse")."""
+    from . import wordnet
+
+    joined = w1 + w2
+    return (
+        bool(wordnet.base_forms(joined, "n"))
+        and len(wordnet.senses(w1, "n")) > len(wordnet.senses(w1, "a"))
+        and wordnet.more_general(w2, joined, first_general=None, first_specific=_WN_SENSES, depth=2)
+    )
 
 
 def _swapped(clause: list[str], swaps: tuple[Swap, ...]) -> list[str]:
