@@ -23,6 +23,7 @@ import itertools
 import re
 import unicodedata
 from collections import Counter
+from functools import lru_cache
 
 from .text import tokenize
 
@@ -671,6 +672,8 @@ _EN_RELATIVE_ING = re.compile(
     r"\b([a-z]+),? (?:who|that|which) (is|are) ([a-z]+ing\b(?:(?!\b(?:is|are|was|were)\b)[^,.;!?])*)"
     r"(?=[,.;!?]|$)"
 )
+_EN_RELATIVE_WORDS = re.compile(r"\b(?:which|that|who)\b")
+_EN_COLOUR_WORDS = re.compile(r"\b(?:colou?red|dyed|painted)\b")
 _EN_DRESSED_IN = re.compile(r"\b([a-z]+) dressed (?:up )?in\b")
 
 
@@ -744,18 +747,29 @@ def clauses(text: str, *, manner: bool = True, relatives: bool = True) -> list[l
     `manner=False`: without its manner adverbs ("carefully", _manner_adverbs).
     `relatives=False`: a clause-final relative ("… by a man who is pushing a bike") left inside
     its clause (_EN_RELATIVE_ING), the reading before that rewriting."""
+    return [list(c) for c in _clauses(text, manner, relatives)]
+
+
+@lru_cache(maxsize=1024)
+def _clauses(text: str, manner: bool, relatives: bool) -> tuple[tuple[str, ...], ...]:
+    # Cached: one dedup check reads the same two texts once per candidate word swap.
     norm = unicodedata.normalize("NFKC", text).lower().replace("n't", "nt").replace("’", "'")
-    norm = _EN_RELATIVE_ADJS.sub(_relative_adjs, norm)
-    norm = _EN_RELATIVE_ADJ_PAIR.sub(_relative_adj_pair, norm)
-    norm = _EN_RELATIVE_ADJ.sub(_relative_adj, norm)
-    norm = _EN_DRESSED_IN.sub(_dressed_in, norm)
-    if relatives:
-        norm = _EN_RELATIVE_ING.sub(r"\1, \1 \2 \3", norm)
-    norm = _EN_COLORED_IN.sub(_colored_in, norm)
-    norm = _EN_COLORED.sub(r"\1", norm)
+    # The rewritings below run only where their keyword is (each is a scan of the text).
+    if _EN_RELATIVE_WORDS.search(norm):
+        norm = _EN_RELATIVE_ADJS.sub(_relative_adjs, norm)
+        norm = _EN_RELATIVE_ADJ_PAIR.sub(_relative_adj_pair, norm)
+        norm = _EN_RELATIVE_ADJ.sub(_relative_adj, norm)
+        if relatives:
+            norm = _EN_RELATIVE_ING.sub(r"\1, \1 \2 \3", norm)
+    if "dressed" in norm:
+        norm = _EN_DRESSED_IN.sub(_dressed_in, norm)
+    if _EN_COLOUR_WORDS.search(norm):
+        norm = _EN_COLORED_IN.sub(_colored_in, norm)
+        norm = _EN_COLORED.sub(r"\1", norm)
     norm = _EN_ADJ_LIST.sub(_adj_list, norm)
     norm = _EN_OF_QUALITY.sub(r"\2 \1", norm)
-    norm = _EN_MADE_OF.sub(_made_of, norm)
+    if "made" in norm:
+        norm = _EN_MADE_OF.sub(_made_of, norm)
     norm = _EN_FOR_COMPOUND.sub(_for_compound, norm)
     norm = _EN_OF_COMPOUND.sub(r"\2 \1", norm)
     if _EN_PROGRESSIVE.search(norm):
@@ -794,7 +808,7 @@ def clauses(text: str, *, manner: bool = True, relatives: bool = True) -> list[l
                 prev = run
         if words:
             out.append(words)
-    return out
+    return tuple(tuple(c) for c in out)
 
 
 def _qualifiers(text: str, flat: list[str]) -> Counter[str]:
