@@ -5,7 +5,8 @@ Usage (from the project root; heavy: nothing else should run on the machine mean
     .venv/bin/python bench/multinode.py --balance hash --seconds 60 \\
         --database-url mysql://root@127.0.0.1:3306/mp_multinode_load \\
         --redis-url redis://127.0.0.1:6379/13 [--kill-at 20 --down-for 10] \\
-        [--celery-workers 2 --broker amqp://guest:guest@127.0.0.1:5672/mp_multinode] [--json out.json]
+        [--celery-workers 2 --broker amqp://guest:guest@127.0.0.1:5672/mp_multinode] \\
+        [--search-backend milvus] [--json out.json]
 
 What it does:
 
@@ -23,6 +24,13 @@ What it does:
    `map`, `upstream` and `proxy_next_upstream*` / `proxy_*_timeout` lines are taken from
    deploy/nginx/memoryplatform-multinode.conf, the servers replaced by the local nodes, over
    plain HTTP. `--balance rr` drops the `hash` line (nginx's default round-robin).
+   `--search-backend milvus`: one milvus-lite gRPC server process (`milvus-lite server
+   --data-dir <tmp> --port <free>`) that every node and worker shares (SEARCH_BACKEND=milvus,
+   SEARCH_MILVUS_URI=http://127.0.0.1:<port>), its collection built from the seeded rows by
+   `manage.py reindex --backend milvus` (the seed is bulk-inserted, without change-log rows),
+   and with `--celery-workers` a `celery beat` process too (the outbox's 30 s catch-up: writes
+   queue `memories.ship_search_changes` on the broker; beat ships what a killed node committed
+   but never queued). Stopped at the end with everything else.
 3. **Load**: bench/load.py in external mode against nginx (`--clients` threads, client n on
    team n mod `--teams`, `--agents-per-client` agents each). With `--celery-workers`, one more
    thread sends an asynchronous ingest every `--ingest-every` seconds with an `Idempotency-Key`,
@@ -32,11 +40,14 @@ What it does:
    (gunicorn master and workers) is killed with SIGKILL, and restarted on the same port
    `--down-for` seconds later.
 5. **Numbers**: load.py's per-endpoint latencies and audit (acknowledged writes missing from the
-   database = lost); per node, from its /metrics, requests and index loads
+   database = lost); with milvus, once the outbox has caught up (`--engine-wait`), every
+   scope's searchable rows counted in the database and in the engine, the changes left
+   unshipped, and the engine server's RSS; per node, from its /metrics, requests and index loads
    (`memoryplatform_index_load_duration_seconds_count`) during the load, and index loads per
    1,000 requests; the resident memory of each node (master + workers) at the end.
 
-Exit 1 when a write was lost, an ingest job did not succeed, or a 5xx was seen that the kill does
+Exit 1 when a write was lost, an ingest job did not succeed, the engine and the database differ
+(milvus), or a 5xx was seen that the kill does
 not explain (without `--kill-at` any 5xx; with it, more 5xx than requests could be in flight on the
 killed node, i.e. more than `--clients`).
 """
@@ -155,6 +166,110 @@ def seed_child(spec: dict[str, Any]) -> list[dict[str, str]]:
         keys.append({"team_id": team.id, "api_key": issued.key_id, "secret": issued.secret})
     connection.close()
     return keys
+
+
+def engine_check_child() -> dict[str, Any]:
+    """SEARCH_BACKEND=milvus: the engine against the database, scope by scope.
+
+    Every scope's searchable rows (not superseded, not cold: what the engine must hold) are
+    counted in the database and in the engine, and the change log past the shipped cursor is
+    counted (changes not yet in the engine)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryplatform.settings.base")
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.db.models import Count
+
+    from memories.models import IndexChange, Memory, MemoryScope, MemoryTier
+    from memories.retrieval.index import scope_key
+    from memories.retrieval.milvus import engine, shipped_cursor
+
+    eng = engine()
+    groups = (
+        Memory.objects.filter(superseded_by__isnull=True)
+        .exclude(tier=MemoryTier.COLD)
+        .values("team_id", "scope", "agent_id")
+        .annotate(n=Count("id"))
+    )
+    # A team-scope row keeps the agent that wrote it; its scope key has no agent.
+    per_scope: dict[tuple[str, str], int] = {}
+    for g in groups:
+        agent = g["agent_id"] if g["scope"] == MemoryScope.PERSONAL else ""
+        key = (g["team_id"], scope_key(g["team_id"], g["scope"], agent))
+        per_scope[key] = per_scope.get(key, 0) + g["n"]
+    db_rows = engine_rows = 0
+    differ: list[str] = []
+    for (team_id, key), n in per_scope.items():
+        in_engine = eng.count(team_id, key)
+        db_rows += n
+        engine_rows += in_engine
+        if in_engine != n:
+            differ.append(f"{key}: database {n}, engine {in_engine}")
+    cursor = shipped_cursor()
+    out = {
+        "scopes": len(per_scope),
+        "db_rows": db_rows,
+        "engine_rows": engine_rows,
+        "scopes_differing": differ,
+        "unshipped_changes": IndexChange.objects.filter(id__gt=cursor).count(),
+    }
+    connection.close()
+    return out
+
+
+# --- the search engine (SEARCH_BACKEND=milvus) --------------------------------------------------
+
+
+def start_milvus(tmp: Path, port: int) -> subprocess.Popen[bytes]:
+    """milvus-lite's gRPC server (`milvus-lite server`), one process every node and worker
+    shares; answers once a client can list its collections."""
+    logf = (tmp / "milvus-lite.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            str(Path(PYTHON).parent / "milvus-lite"),
+            "server",
+            "--data-dir",
+            str(tmp / "milvus-data"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=tmp,
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    from pymilvus import MilvusClient
+
+    last: Exception | None = None
+    for _ in range(60):
+        if proc.poll() is not None:
+            break
+        try:
+            MilvusClient(uri=f"http://127.0.0.1:{port}", timeout=2).list_collections()
+            return proc
+        except Exception as exc:  # not listening yet
+            last = exc
+            time.sleep(0.5)
+    stop_group(proc, timeout=10)
+    log_text = (tmp / "milvus-lite.log").read_text()[-2000:]
+    raise RuntimeError(f"milvus-lite server did not answer ({last}):\n{log_text}")
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """SIGTERM to the process group, SIGKILL when it has not gone after `timeout` s."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
 
 
 # --- nginx -------------------------------------------------------------------------------------
@@ -342,6 +457,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         env_extra["CELERY_BROKER_URL"] = args.broker
     nodes: list[BenchServer] = []
     celery: list[subprocess.Popen[bytes]] = []
+    beat: subprocess.Popen[bytes] | None = None
+    milvus: subprocess.Popen[bytes] | None = None
     nginx: subprocess.Popen[bytes] | None = None
     stop_ingest = threading.Event()
     report: dict[str, Any] = {
@@ -356,9 +473,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "celery_workers": args.celery_workers,
         "kill_at": args.kill_at,
         "down_for": args.down_for,
+        "search_backend": args.search_backend,
     }
     try:
         load._mysql(args.database_url, create=True)
+        if args.search_backend == "milvus":
+            mport = args.milvus_port or free_port()
+            t0 = time.perf_counter()
+            milvus = start_milvus(tmp, mport)
+            log(f"milvus-lite server on 127.0.0.1:{mport} in {time.perf_counter() - t0:.1f} s")
+            env_extra["SEARCH_BACKEND"] = "milvus"
+            env_extra["SEARCH_MILVUS_URI"] = f"http://127.0.0.1:{mport}"
         base = BenchServer(
             database_url=args.database_url,
             redis_url=args.redis_url,
@@ -393,6 +518,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         log(
             f"{args.teams} teams, {scopes} scopes of {args.seed_per_scope} seeded in {report['seed_s']} s"
         )
+        if milvus is not None:
+            # The seed is bulk-inserted (no change log): the engine is built from the rows. A
+            # longer engine timeout than a search's: milvus-lite's server stalls some of its
+            # 1,000-row upserts past the 5 s default while it seals a segment (measured: the
+            # first such stall at ~50k rows failed the command).
+            t0 = time.perf_counter()
+            reindexer = BenchServer(
+                database_url=args.database_url,
+                redis_url=args.redis_url,
+                extra_env={**env_extra, "SEARCH_MILVUS_TIMEOUT": "300"},
+                data_dir=tmp,
+            )
+            reindexer.manage("reindex", "--backend", "milvus", timeout=3600)
+            report["reindex_s"] = round(time.perf_counter() - t0, 1)
+            log(f"engine collection built (reindex) in {report['reindex_s']} s")
 
         for i in range(args.nodes):
             prom = tmp / f"prometheus-{i + 1}"
@@ -433,6 +573,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
+            )
+        if milvus is not None and args.celery_workers:
+            # The outbox's catch-up: each write queues a ship, beat ships what a killed node
+            # committed but never queued (memoryplatform/celery.py, every 30 s).
+            beat = subprocess.Popen(
+                [
+                    str(Path(PYTHON).parent / "celery"),
+                    "-A",
+                    "memoryplatform",
+                    "beat",
+                    "-s",
+                    str(tmp / "celerybeat-schedule"),
+                    "-l",
+                    "info",
+                ],
+                cwd=ROOT,
+                env=base.env(),
+                stdout=(tmp / "beat.log").open("ab"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
         nprefix = tmp / "nginx"
@@ -544,6 +704,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if ingester is not None:
             ingester.join(timeout=args.timeout + 10)
             report["ingest"] = ingester.wait_all(timeout=180)
+        if milvus is not None:
+            report["milvus_rss"] = node_rss_mib(milvus)
+            report["engine"] = engine_check(base, args)
         report["load_at_end"] = machine_load()
     finally:
         stop_ingest.set()
@@ -551,17 +714,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             nginx.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 nginx.wait(timeout=10)
-        for proc in celery:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
+        for proc in [*celery, *([beat] if beat is not None else [])]:
+            stop_group(proc)
         for n in nodes:
             n.stop()
+        if milvus is not None:
+            stop_group(milvus)
         if not args.keep:
             load._mysql(args.database_url, create=False)
             shutil.rmtree(tmp, ignore_errors=True)
@@ -570,6 +728,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             report["redis_keys_deleted"] = load._delete_redis_prefix(args.redis_url, prefix)
     return report
+
+
+def engine_check(base: BenchServer, args: argparse.Namespace) -> dict[str, Any]:
+    """The engine against the database once the outbox has caught up: polled until nothing is
+    left unshipped and every scope's count agrees, or `--engine-wait` seconds (a change ships
+    once INDEX_CHANGE_SETTLE_SECONDS old, by a write's own task or beat's every 30 s)."""
+    t0 = time.perf_counter()
+    deadline = t0 + args.engine_wait
+    while True:
+        out = subprocess.run(
+            [PYTHON, str(Path(__file__).resolve()), "--engine-check-child"],
+            cwd=ROOT,
+            env=base.env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if out.returncode != 0:
+            return {"error": out.stderr[-2000:]}
+        check: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        check["seconds_to_agree"] = round(time.perf_counter() - t0, 1)
+        # Without Celery (embedded mode: no beat) the cursor waits for the next write; the rows
+        # are in the engine all the same.
+        caught_up = not check["unshipped_changes"] or not args.celery_workers
+        if (caught_up and not check["scopes_differing"]) or time.perf_counter() > deadline:
+            return check
+        time.sleep(5)
 
 
 def verdict(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
@@ -583,6 +769,13 @@ def verdict(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     ing = r.get("ingest")
     if ing and (set(ing["statuses"]) - {"succeeded"} or ing["sends_not_answered"]):
         bad.append(f"ingest jobs: {ing}")
+    eng = r.get("engine")
+    if eng is not None and (
+        "error" in eng
+        or eng["scopes_differing"]
+        or (eng["unshipped_changes"] and args.celery_workers)
+    ):
+        bad.append(f"engine and database differ: {eng}")
     return bad
 
 
@@ -606,6 +799,12 @@ def print_report(r: dict[str, Any]) -> None:
             f"| {rss.get('total_mib', '–')} ({' + '.join(map(str, rss.get('workers_mib', [])))}) |"
         )
     print(f"\nindex loads per 1,000 requests, all nodes: {r['index_loads_per_1000']}")
+    if r.get("search_backend") == "milvus":
+        print(
+            f"search backend milvus (milvus-lite server): reindex {r.get('reindex_s')} s, "
+            f"server RSS {r.get('milvus_rss', {}).get('total_mib', '–')} MiB at the end"
+        )
+        print(f"engine check: {r.get('engine')}")
     for e in r.get("events", []):
         print(f"event: {e}")
     if r.get("ingest"):
@@ -615,6 +814,9 @@ def print_report(r: dict[str, Any]) -> None:
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--seed-child":
         print(json.dumps(seed_child(json.loads(sys.argv[2]))))
+        return 0
+    if len(sys.argv) == 2 and sys.argv[1] == "--engine-check-child":
+        print(json.dumps(engine_check_child()))
         return 0
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -637,6 +839,19 @@ def main() -> int:
     p.add_argument("--ingest-every", type=float, default=2.0)
     p.add_argument("--database-url", default="mysql://root@127.0.0.1:3306/mp_multinode_load")
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
+    p.add_argument(
+        "--search-backend",
+        choices=("local", "milvus"),
+        default="local",
+        help="milvus: a milvus-lite server process shared by every node and worker",
+    )
+    p.add_argument("--milvus-port", type=int, default=0, help="0 = a free port")
+    p.add_argument(
+        "--engine-wait",
+        type=float,
+        default=120.0,
+        help="milvus: seconds to wait at the end for the engine to agree with the database",
+    )
     p.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     p.add_argument("--keep", action="store_true")
     p.add_argument("--json", type=Path)

@@ -5,6 +5,11 @@ as the local backend's), the tenancy guard, the outbox and read-your-writes, the
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 from django.core.management import call_command
 from django.db import transaction
@@ -16,6 +21,7 @@ from memories.services import memory_create, memory_delete
 
 from .conftest import milvus_available, release_milvus
 from .helpers import error_code, ok_data
+from .livestack import free_port
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -281,3 +287,96 @@ def test_a_wrong_backend_setting_stops_the_server(settings):
     assert [e.id for e in checks.run_checks() if e.id.startswith("memories.E00")] == [
         "memories.E005"
     ]
+
+
+class _Server:
+    """milvus-lite's gRPC server (`milvus-lite server`) as a process of its own: what several
+    web nodes and workers share (docs/search.md)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        from pymilvus import MilvusClient
+
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from milvus_lite.cmdline import main; main()",
+                "server",
+                "--data-dir",
+                str(self.data_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(100):
+            try:
+                MilvusClient(uri=self.uri, timeout=2).list_collections()
+                return
+            except Exception:
+                assert self.proc.poll() is None, "milvus-lite server exited"
+                time.sleep(0.2)
+        raise AssertionError("milvus-lite server did not answer")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def milvus_server(settings, tmp_path):
+    from memories.retrieval import milvus as backend
+
+    server = _Server(tmp_path / "engine-server")
+    server.start()
+    settings.SEARCH_BACKEND = "milvus"
+    settings.SEARCH_MILVUS_URI = server.uri
+    settings.INDEX_CHANGE_SETTLE_SECONDS = 0.0
+    backend.reset_engines()
+    yield server
+    for eng in list(backend._engines.values()):
+        if eng._client is not None:
+            eng._client.close()
+    backend.reset_engines()
+    server.stop()
+
+
+def test_a_milvus_lite_server_process_serves_and_survives_its_restart(milvus_server, api, team):
+    """Server mode: writes ship to a separate engine process and searches read it; after the
+    engine restarts (its collection comes back released), the same web process answers again
+    without a restart of its own, and a write made while the engine was down is shipped."""
+    from memories.retrieval import milvus
+
+    first = api.post(
+        "/memories/personal", {"agent_id": "a1", "content": "Bob is allergic to peanuts"}
+    )
+    assert first.status_code == 201, first.content
+    r = api.post("/memories/personal/search", {"agent_id": "a1", "query": "peanut allergy"})
+    assert r.status_code == 200, r.content
+    assert [m["id"] for m in ok_data(r)] == [ok_data(first)["id"]]
+
+    milvus_server.stop()
+    down = api.post(
+        "/memories/personal", {"agent_id": "a1", "content": "The VPN certificate expires in March"}
+    )
+    assert down.status_code == 201, down.content  # the change log keeps it
+    milvus_server.start()
+    assert milvus.ship_changes() >= 1
+    r = api.post("/memories/personal/search", {"agent_id": "a1", "query": "VPN certificate"})
+    assert r.status_code == 200, r.content
+    assert ok_data(r)[0]["id"] == ok_data(down)["id"]
+    key = scope_key(team.id, MemoryScope.PERSONAL, "a1")
+    assert _engine_ids(milvus, team.id, key) == {ok_data(first)["id"], ok_data(down)["id"]}

@@ -62,6 +62,8 @@ HOLDERS_MAX = 10000
 # Key 0 of a sparse vector marks "no words" (the engine refuses an empty sparse vector); no
 # query asks for it.
 EMPTY_TERM = 0
+# Milvus' error code for "collection not loaded" (a query on a released collection).
+NOT_LOADED = 101
 
 
 class EngineDown(Exception):
@@ -117,7 +119,19 @@ class Engine:
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, timeout=settings.SEARCH_MILVUS_TIMEOUT, **kwargs)
+            try:
+                return fn(*args, timeout=settings.SEARCH_MILVUS_TIMEOUT, **kwargs)
+            except Exception as exc:
+                if getattr(exc, "code", None) != NOT_LOADED or self._client is None:
+                    raise
+                # A restarted engine holds the collection released (milvus-lite's server
+                # always does): load it and ask again, rather than failing every call until
+                # this process restarts. Loading a loaded collection is a no-op.
+                logger.warning("search engine collection not loaded, loading it: %s", exc)
+                self._client.load_collection(
+                    self.collection, timeout=settings.SEARCH_MILVUS_TIMEOUT
+                )
+                return fn(*args, timeout=settings.SEARCH_MILVUS_TIMEOUT, **kwargs)
         except TenancyError:
             raise
         except Exception as exc:  # pymilvus raises MilvusException and grpc errors alike
