@@ -313,3 +313,55 @@ def test_the_console_review_search_crosses_scripts_too(team):
         team=team, query="What does the user grow on the balcony?"
     )
     assert [mid for mid, _ in found] == [memory.pk]
+
+
+# --- a change of script ends a word (text.tokenize) ---
+# Chinese text glues numbers and Latin names to the next word; read as one token ("2023年3月到期",
+# "grafana的告警改成每天汇总一次") they matched neither the number, the name nor the Chinese words,
+# in either script. Examples written for these tests.
+CONTRACT_ZH = "合同在2023年3月到期，需要提前两个月续签"
+GRAFANA_ZH = "运维组决定把Grafana的告警改成每天汇总一次"
+
+
+def test_numbers_and_latin_names_glued_to_chinese_words_are_words_of_their_own():
+    from memories.retrieval.text import tokenize
+
+    assert {"2023", "3", "到期", "续签"} <= set(tokenize(CONTRACT_ZH))
+    assert {"grafana", "告警"} <= set(tokenize(GRAFANA_ZH))
+    assert "bskyb" in tokenize("BSkyB是什么时候成立的？")
+    for tok in tokenize(CONTRACT_ZH) + tokenize(GRAFANA_ZH):
+        assert is_cjk(tok) or tok.isascii(), tok  # no token mixes the two scripts
+
+
+def test_a_possessive_is_its_noun():
+    from memories.retrieval.text import tokenize
+
+    # "Kublai's" meets "Kublai" (and the dictionary's glosses of 忽必烈); "it's" is a stop word.
+    assert tokenize("Kublai's government") == ("kublai", "govern")
+    assert tokenize("It's the team’s winner") == ("team", "winner")
+    # Contractions, decimals and hyphenated words stay whole.
+    assert tokenize("Don't stop at 3.5 e-mails") == ("don't", "stop", "3.5", "e-mails")
+
+
+def test_a_glued_name_or_number_is_found_by_keyword_in_a_chinese_memory(api):
+    write(api, CONTRACT_ZH)
+    write(api, GRAFANA_ZH)
+    write(api, "用户喜欢喝无糖的冰美式咖啡")
+    found = search(api, "Grafana", mode="keyword", min_score=0.0)
+    assert [m["content"] for m in found][:1] == [GRAFANA_ZH], found
+    found = search(api, "2023", mode="keyword", min_score=0.0)
+    assert [m["content"] for m in found][:1] == [CONTRACT_ZH], found
+    # The Chinese word after the number is a word too (same script).
+    found = search(api, "续签", mode="keyword", min_score=0.0)
+    assert [m["content"] for m in found][:1] == [CONTRACT_ZH], found
+
+
+def test_an_english_question_finds_a_chinese_memory_through_a_glued_name(api):
+    write(api, GRAFANA_ZH)
+    write(api, "每周五下午三点开团队周会，讨论迭代进度")
+    write(api, "服务器的日志保留三十天，超过后自动归档到对象存储")
+    query = "How often does Grafana send alerts?"
+    assert _dense(query, GRAFANA_ZH) < 0.3  # the embedding alone does not return it
+    found = search(api, query, limit=5)
+    assert [m["content"] for m in found][:1] == [GRAFANA_ZH], found
+    assert found[0]["score"] >= 0.3

@@ -17,6 +17,9 @@ same-script cosine cos(q_i, m_j in the query's script) of the same pair, at each
 search curve, so a cross-script pair gets the score its same-script twin would. The anchors in
 the code come from the Tatoeba pairs (xling.tsv), not from the XQuAD questions measured here.
 
+--weights 0,0.5,1 sweeps SEARCH_XLING_LEXICAL_WEIGHT instead: returned and false positives of
+the two cross-script directions per weight, over one ingest.
+
 Also dumps raw USE cosines (query -> gold, query -> other-paragraph sentence) per direction
 with --raw, for the calibration curves (docs/search.md, "Cross-script scores").
 
@@ -46,6 +49,12 @@ def main() -> None:
     parser.add_argument("--anchors", default="")
     parser.add_argument("--raw", default="")
     parser.add_argument("--limit-paragraphs", type=int, default=0)
+    parser.add_argument(
+        "--weights",
+        default="",
+        help="comma-separated SEARCH_XLING_LEXICAL_WEIGHT values: the cross-script directions "
+        "once per weight over one ingest (the bridge's sweep, docs/search.md)",
+    )
     args = parser.parse_args()
 
     import django
@@ -101,6 +110,24 @@ def main() -> None:
         )
         return [{"id": h.memory.pk, "score": h.score} for h in hits]
 
+    if args.weights:
+        from django.conf import settings
+
+        for w in (float(x) for x in args.weights.split(",")):
+            settings.SEARCH_XLING_LEXICAL_WEIGHT = w
+            cells = []
+            for ql, ml in (("en", "zh"), ("zh", "en")):
+                ret = fp = 0
+                for p, para in enumerate(paragraphs):
+                    other = (p + 1) % len(paragraphs)
+                    for q in para["questions"]:
+                        gold_id = ids[(p, ml)][q["answer_sentence"][ml]]
+                        ret += gold_id in [r["id"] for r in run(q[ql], f"p{p}_{ml}")]
+                        fp += bool(run(q[ql], f"p{other}_{ml}"))
+                n = sum(len(para["questions"]) for para in paragraphs)
+                cells.append(f"{ql}->{ml} {100 * ret / n:.1f} at {100 * fp / n:.1f}")
+            print(f"w {w:g}: returned at false positives: " + ", ".join(cells), flush=True)
+        return
     stats: dict[str, dict[str, float]] = {}
     raw: dict[str, dict[str, list[float]]] = {}
     n_para = len(paragraphs)
