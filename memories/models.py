@@ -114,8 +114,12 @@ class Memory(models.Model):
         indexes = [
             # recent: newest first within one scope
             models.Index(fields=["team", "scope", "agent_id", "-created_at"], name="mem_recent"),
-            # exact-duplicate check on write
-            models.Index(fields=["team", "scope", "agent_id", "content_hash"], name="mem_hash"),
+            # exact-duplicate check on write and on restore (selectors.memory_same_content_id).
+            # content_hash before agent_id: the team-scope check has no agent_id (a team memory's
+            # agent_id is only its author); with agent_id second that check could use (team,
+            # scope) alone, and MariaDB walked the primary key instead: the whole table, every
+            # team's memories, on each team write, under the scope's write lock.
+            models.Index(fields=["team", "scope", "content_hash", "agent_id"], name="mem_hash"),
             # cleanup: idle and unimportant
             models.Index(fields=["team", "scope", "last_accessed"], name="mem_idle"),
             # the run_id filter of list and search

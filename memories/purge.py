@@ -46,6 +46,7 @@ from .models import (
     TrashedMemory,
 )
 from .retrieval import index
+from .selectors import memory_same_content_id
 from .services import Actor, BulkResult, memories_delete
 
 # One confirm moves at most this many memories: the preview lists every item and the token carries
@@ -501,15 +502,9 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
             f"#{mid}: its agent {item.agent_id} no longer exists; left in the trash."
         )
         return
-    same = Memory.objects.filter(
-        team=team,
-        scope=item.scope,
-        content_hash=snap["content_hash"],
-        superseded_by__isnull=True,
+    duplicate = memory_same_content_id(
+        team=team, scope=item.scope, agent_id=item.agent_id, chash=snap["content_hash"]
     )
-    if item.scope == MemoryScope.PERSONAL:
-        same = same.filter(agent_id=item.agent_id)
-    duplicate = same.values_list("pk", flat=True).first()
     if duplicate is not None:
         # Restoring would write what the dedup of memory_create never lets in twice.
         result.problems.append(

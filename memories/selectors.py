@@ -90,6 +90,26 @@ def memory_recent(
     return list(qs.order_by("-created_at", "-id")[:limit])
 
 
+def memory_same_content_id(*, team: Team, scope: str, agent_id: str, chash: str) -> int | None:
+    """The oldest live memory of the scope whose content hash is `chash`, or None: what a write
+    with dedup (and a restore from the trash) must not store a second time. Team memories of any
+    author count; personal ones only the agent's.
+
+    The write runs this under the scope's lock (memories.locks), so its cost is paid by every
+    writer of the scope waiting for the lock. It reads the matching ids from the index `mem_hash`
+    (team, scope, content_hash, agent_id), a few entries whatever the table's size, and takes the
+    oldest here: asked for ORDER BY id LIMIT 1 instead, MariaDB and SQLite may prefer an index
+    that is already in id order (the primary key, team_id) and walk it until a row matches, which
+    was the whole table (every team's memories) on each team-scope write when none did.
+    """
+    qs = Memory.objects.filter(
+        team=team, scope=scope, content_hash=chash, superseded_by__isnull=True
+    )
+    if scope == MemoryScope.PERSONAL:
+        qs = qs.filter(agent_id=agent_id)
+    return min(qs.order_by().values_list("id", flat=True), default=None)
+
+
 def personal_owners(*, team: Team) -> list[str]:
     """Agents of the team that own personal memories."""
     return list(

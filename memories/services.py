@@ -42,6 +42,7 @@ from .retrieval.dedup import conflict_reason
 from .retrieval.embeddings import embed_passages, get_embedder, to_bytes
 from .retrieval.search import SearchQuery, SearchResults, attach_entities, memory_search
 from .retrieval.text import content_hash, tokens_for_storage
+from .selectors import memory_same_content_id
 
 logger = logging.getLogger(__name__)
 
@@ -107,12 +108,10 @@ def _find_duplicate(
     Near memories (similarity >= threshold) that do not are appended to `related`: the new
     memory is stored and linked to them (`metadata.related_to`) for the lifecycle to consolidate.
     """
-    same_scope = Memory.objects.filter(
-        team=team, scope=scope, content_hash=chash, superseded_by__isnull=True
-    )
-    if scope == MemoryScope.PERSONAL:
-        same_scope = same_scope.filter(agent_id=agent_id)
-    exact = same_scope.order_by("id").first()
+    exact_id = memory_same_content_id(team=team, scope=scope, agent_id=agent_id, chash=chash)
+    # filter().first(), not get(): a delete (which does not take the scope's lock) may have
+    # removed it since; then it is not a duplicate any more.
+    exact = Memory.objects.filter(pk=exact_id).first() if exact_id is not None else None
     if exact is not None:
         return DedupHit(exact, 1.0)
     for old, score in memory_find_similar(
