@@ -48,7 +48,8 @@ test: install
 MILVUS_SUITE := tests/test_search_*.py tests/test_tiers.py tests/test_memory_batch.py \
 	tests/test_memory_reading.py tests/test_archive_search.py tests/test_dedup_fidelity.py \
 	tests/test_index_change_order.py tests/test_memories_api.py tests/test_recall_timeout.py \
-	tests/test_memory_maintenance.py tests/test_mcp.py tests/test_console_review.py
+	tests/test_memory_maintenance.py tests/test_mcp.py tests/test_console_review.py \
+	tests/test_reference_client_flows.py tests/test_client_live.py
 test-milvus: install
 	SEARCH_BACKEND=milvus $(PY) -m pytest -q $(MILVUS_SUITE)
 
