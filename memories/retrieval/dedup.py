@@ -576,30 +576,19 @@ def _noun_group(words: str) -> tuple[str, str]:
     return (first + " " if first else ""), last
 
 
-def _colored_in(match: re.Match[str]) -> str:
-    if not _adjectives([match.group(2)]):
+def _word_before_noun(match: re.Match[str]) -> str:
+    """Group 2 put before the noun of group 1 (an _EN_NOUN): "a bridge made of rope" → "a rope
+    bridge", "a guinea pig which is small" → "a small guinea pig"."""
+    before, noun = _noun_group(match.group(1))
+    return f"{before}{match.group(2)} {noun}"
+
+
+def _adjectives_before_noun(match: re.Match[str]) -> str:
+    """The same when group 2 is adjectives only ("a room painted beige"; "the male, who is dark
+    skinned," → "dark skinned male": two adjectives, one description); else left as it is."""
+    if not _adjectives(match.group(2).split()):
         return match.group(0)
-    before, noun = _noun_group(match.group(1))
-    return f"{before}{match.group(2)} {noun}"
-
-
-def _made_of(match: re.Match[str]) -> str:
-    before, noun = _noun_group(match.group(1))
-    return f"{before}{match.group(2)} {noun}"
-
-
-def _relative_adj(match: re.Match[str]) -> str:
-    before, noun = _noun_group(match.group(1))
-    return f"{before}{match.group(2)} {noun}"
-
-
-def _relative_adj_pair(match: re.Match[str]) -> str:
-    """ "the male, who is dark skinned," → "dark skinned male" (two adjectives, one description)."""
-    adjs = match.group(2).split()
-    if not _adjectives(adjs):
-        return match.group(0)
-    before, noun = _noun_group(match.group(1))
-    return f"{before}{' '.join(adjs)} {noun}"
+    return _word_before_noun(match)
 
 
 def _dressed_in(match: re.Match[str]) -> str:
@@ -757,19 +746,19 @@ def _clauses(text: str, manner: bool, relatives: bool) -> tuple[tuple[str, ...],
     # The rewritings below run only where their keyword is (each is a scan of the text).
     if _EN_RELATIVE_WORDS.search(norm):
         norm = _EN_RELATIVE_ADJS.sub(_relative_adjs, norm)
-        norm = _EN_RELATIVE_ADJ_PAIR.sub(_relative_adj_pair, norm)
-        norm = _EN_RELATIVE_ADJ.sub(_relative_adj, norm)
+        norm = _EN_RELATIVE_ADJ_PAIR.sub(_adjectives_before_noun, norm)
+        norm = _EN_RELATIVE_ADJ.sub(_word_before_noun, norm)
         if relatives:
             norm = _EN_RELATIVE_ING.sub(r"\1, \1 \2 \3", norm)
     if "dressed" in norm:
         norm = _EN_DRESSED_IN.sub(_dressed_in, norm)
     if _EN_COLOUR_WORDS.search(norm):
-        norm = _EN_COLORED_IN.sub(_colored_in, norm)
+        norm = _EN_COLORED_IN.sub(_adjectives_before_noun, norm)
         norm = _EN_COLORED.sub(r"\1", norm)
     norm = _EN_ADJ_LIST.sub(_adj_list, norm)
     norm = _EN_OF_QUALITY.sub(r"\2 \1", norm)
     if "made" in norm:
-        norm = _EN_MADE_OF.sub(_made_of, norm)
+        norm = _EN_MADE_OF.sub(_word_before_noun, norm)
     norm = _EN_FOR_COMPOUND.sub(_for_compound, norm)
     norm = _EN_OF_COMPOUND.sub(r"\2 \1", norm)
     if _EN_PROGRESSIVE.search(norm):
