@@ -200,12 +200,12 @@ def engine_check_child() -> dict[str, Any]:
         per_scope[key] = per_scope.get(key, 0) + g["n"]
     db_rows = engine_rows = 0
     differ: list[str] = []
-    for (team_id, key), n in per_scope.items():
-        in_engine = eng.count(team_id, key)
+    for (team_id, scope), n in per_scope.items():
+        in_engine = eng.count(team_id, scope)
         db_rows += n
         engine_rows += in_engine
         if in_engine != n:
-            differ.append(f"{key}: database {n}, engine {in_engine}")
+            differ.append(f"{scope}: database {n}, engine {in_engine}")
     cursor = shipped_cursor()
     out = {
         "scopes": len(per_scope),
@@ -498,18 +498,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "agents_per_client": args.agents_per_client,
             "seed_per_scope": args.seed_per_scope,
         }
-        out = subprocess.run(
-            [PYTHON, str(Path(__file__).resolve()), "--seed-child", json.dumps(spec)],
-            cwd=ROOT,
-            env=base.env(),
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"seeding failed:\n{out.stderr[-4000:]}")
-        *keys, ingest_key = json.loads(out.stdout.strip().splitlines()[-1])
+        ok, seeded = run_child(base, ["--seed-child", json.dumps(spec)], timeout=1800)
+        if not ok:
+            raise RuntimeError(f"seeding failed:\n{seeded}")
+        *keys, ingest_key = seeded
         keys_path = tmp / "keys.json"
         keys_path.write_text(json.dumps(keys))
         scopes = args.teams + args.clients * args.agents_per_client
@@ -730,6 +722,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def run_child(base: BenchServer, argv: list[str], *, timeout: float) -> tuple[bool, Any]:
+    """This script again in a child process with the stack's environment (Django set up there,
+    not in the parent, which only drives the stack): (True, the JSON of its last output line),
+    or (False, the tail of its stderr)."""
+    out = subprocess.run(
+        [PYTHON, str(Path(__file__).resolve()), *argv],
+        cwd=ROOT,
+        env=base.env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if out.returncode != 0:
+        return False, out.stderr[-4000:]
+    return True, json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def engine_check(base: BenchServer, args: argparse.Namespace) -> dict[str, Any]:
     """The engine against the database once the outbox has caught up: polled until nothing is
     left unshipped and every scope's count agrees, or `--engine-wait` seconds (a change ships
@@ -737,18 +747,9 @@ def engine_check(base: BenchServer, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     deadline = t0 + args.engine_wait
     while True:
-        out = subprocess.run(
-            [PYTHON, str(Path(__file__).resolve()), "--engine-check-child"],
-            cwd=ROOT,
-            env=base.env(),
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        if out.returncode != 0:
-            return {"error": out.stderr[-2000:]}
-        check: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        ok, check = run_child(base, ["--engine-check-child"], timeout=600)
+        if not ok:
+            return {"error": check}
         check["seconds_to_agree"] = round(time.perf_counter() - t0, 1)
         # Without Celery (embedded mode: no beat) the cursor waits for the next write; the rows
         # are in the engine all the same.
