@@ -37,8 +37,13 @@ then only read, for the audit (never dropped); `--redis-url` is not used.
 `--agents-per-client K` makes each client rotate over K agents (K personal scopes), for runs
 where the number of scopes matters more than the number of threads.
 
-Prints per endpoint n, errors, p50/p95/p99/max (client-side wall time in ms) and throughput;
-exits 1 when a write was lost or any 5xx was seen.
+The clients re-send a request that got no answer (connection refused or reset, a proxy's
+502/503/504) when that is safe — reads, searches, and writes under the Idempotency-Key the
+client gives each — at most `--retries` times (MemoryClient's `retries`); the "re-sent" column
+counts them. A 5xx counted is one the client still had after its re-sends.
+
+Prints per endpoint n, errors, re-sent, p50/p95/p99/max (client-side wall time in ms, re-sends
+included) and throughput; exits 1 when a write was lost or any 5xx was seen.
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ class Tally:
     status: dict[str, dict[str, int]] = field(default_factory=dict)
     acked: set[int] = field(default_factory=set)  # ids of writes answered 201
     deduped: set[int] = field(default_factory=set)  # ids answered 200 (dedup): must exist too
+    resent: dict[str, int] = field(default_factory=dict)  # requests the client sent again
     unknown: int = 0  # writes without an answer (timeout, connection reset) or with a 5xx
     unknown_contents: list[str] = field(default_factory=list)  # their contents (run-unique)
     examples: list[str] = field(default_factory=list)
@@ -240,6 +246,7 @@ class Client(threading.Thread):
         max_ops: int,
         timeout: float,
         agents: int = 1,
+        retries: int = 2,
     ) -> None:
         super().__init__(name=f"client-{n}", daemon=True)
         from memoryplatform.client import MemoryClient
@@ -250,7 +257,11 @@ class Client(threading.Thread):
         self.agent = self.agents[0]
         key = target.keys[n % len(target.keys)]
         self.api = MemoryClient(
-            key["api_key"], key["secret"], base_url=target.base_url, timeout=timeout
+            key["api_key"],
+            key["secret"],
+            base_url=target.base_url,
+            timeout=timeout,
+            retries=retries,
         )
         self.run_id = run_id
         self.start_event = start
@@ -272,6 +283,7 @@ class Client(threading.Thread):
         from memoryplatform.client import MemoryAPIError
 
         t = time.perf_counter()
+        resends = self.api.resends
         content = ""
         try:
             if op == "write_personal" or op == "write_team":
@@ -311,6 +323,8 @@ class Client(threading.Thread):
                 self.tally.examples.append(f"{op}: {type(exc).__name__}: {exc}")
         self.tally.ms.setdefault(op, []).append((time.perf_counter() - t) * 1000)
         self.tally.count(op, key)
+        if self.api.resends > resends:
+            self.tally.resent[op] = self.tally.resent.get(op, 0) + self.api.resends - resends
 
     def warm_up(self) -> None:
         try:
@@ -442,6 +456,7 @@ def drive(
             args.max_ops,
             args.timeout,
             agents=getattr(args, "agents_per_client", 1),
+            retries=getattr(args, "retries", 2),
         )
         for n in range(args.clients)
     ]
@@ -480,7 +495,10 @@ def drive(
     unknown = 0
     unknown_contents: list[str] = []
     examples: list[str] = []
+    resent: dict[str, int] = {}
     for c in clients:
+        for op, k in c.tally.resent.items():
+            resent[op] = resent.get(op, 0) + k
         for op, values in c.tally.ms.items():
             ms.setdefault(op, []).extend(values)
         for op, counts in c.tally.status.items():
@@ -499,6 +517,7 @@ def drive(
             "status": status.get(op, {}),
             "5xx": sum(k for key, k in status.get(op, {}).items() if key.startswith("5")),
             "errors": sum(k for key, k in status.get(op, {}).items() if not key.startswith("20")),
+            "resent": resent.get(op, 0),
         }
         for op in ENDPOINTS
     }
@@ -532,12 +551,13 @@ def print_report(r: dict[str, Any]) -> None:
         + f", {r['clients']} clients, "
         f"{r['elapsed_s']} s; {r['load_at_start']} at start, {r['load_at_end']} at end\n"
     )
-    print("| endpoint | n | errors | 5xx | p50 ms | p95 ms | p99 ms | max ms |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| endpoint | n | errors | 5xx | re-sent | p50 ms | p95 ms | p99 ms | max ms |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, e in r["endpoints"].items():
         print(
-            f"| {name} | {e.get('n', 0)} | {e['errors']} | {e['5xx']} | {e.get('p50', '–')} | "
-            f"{e.get('p95', '–')} | {e.get('p99', '–')} | {e.get('max', '–')} |"
+            f"| {name} | {e.get('n', 0)} | {e['errors']} | {e['5xx']} | {e.get('resent', 0)} | "
+            f"{e.get('p50', '–')} | {e.get('p95', '–')} | {e.get('p99', '–')} | "
+            f"{e.get('max', '–')} |"
         )
     print(
         f"\n{r['ops']} requests, {r['ops_per_s']}/s. Writes acknowledged: {r['writes_acked']} "
@@ -570,6 +590,13 @@ def main() -> int:
     )
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/13")
     p.add_argument("--timeout", type=float, default=60.0, help="per request, seconds")
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="the client's re-sends of a request that got no answer (0: none; reported per "
+        "endpoint as re-sent)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the data directory and database")
     p.add_argument("--json", type=Path, help="write the numbers here")
     p.add_argument(

@@ -35,13 +35,17 @@ from core.serializers import (
 from core.validators import AGENT_ID
 from graph.apis import EntityOutputSerializer, RelationOutputSerializer
 from memories.apis import (
+    IDEMPOTENCY_PARAMETER,
     MemoryOutputSerializer,
     ProcedureOutputSerializer,
     WorkingItemFieldsSerializer,
+    replayed_response,
+    request_idempotency_key,
 )
 from memories.selectors import READ, check_memory_access, memory_get
 from memories.services import Actor
 from tenants.apis import principal_of
+from tenants.idempotency import IdempotencyKey, Replayed, idempotency_record, idempotency_replay
 from tenants.models import Team
 from tenants.services import agent_ensure
 
@@ -64,12 +68,6 @@ from .selectors import (
     working_sources,
 )
 from .services import bundle, ingest, operations, pipeline
-from .services.idempotency import (
-    IdempotencyKey,
-    Replayed,
-    idempotency_record,
-    idempotency_replay,
-)
 
 # --- output documentation (the bodies are rendered by lifecycle.presenters) ----------------------
 
@@ -928,37 +926,20 @@ class IngestApi(APIView):
         response=IngestOutputSerializer,
         extra_responses={202: JobAcceptedSerializer},
         errors=(403, 409),
-        parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                str,
-                location=OpenApiParameter.HEADER,
-                description="a retry with the same key and body within 24 h gets the first "
-                "answer and writes nothing",
-            )
-        ],
+        parameters=[IDEMPOTENCY_PARAMETER],
         summary="Ingest a conversation: archive the messages, decide each fact",
     )
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
         data = validated_body(request, IngestInputSerializer)
         agent_id = _agent(request, data["agent_id"])
-        header = request.headers.get("Idempotency-Key")
-        key = (
-            IdempotencyKey.of(endpoint="ingest", key=header, body=request.body)
-            if header is not None
-            else None
-        )
+        key = request_idempotency_key(request, "ingest")
         try:
             status, body = ingest_validated(
                 team=principal.team, agent_id=agent_id, data=data, key=key
             )
         except Replayed as replayed:
-            return Response(
-                replayed.body,
-                status=replayed.status_code,
-                headers={"Idempotent-Replayed": "true"},
-            )
+            return replayed_response(replayed)
         return Response(body, status=status)
 
 

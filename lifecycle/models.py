@@ -292,31 +292,6 @@ class JobRun(models.Model):
         return None
 
 
-class IdempotentRequest(models.Model):
-    """A write request sent with an `Idempotency-Key` header and the answer it got, so that a
-    retry of it (a timeout, a crashed client) is answered the same without writing twice. Kept
-    for IDEMPOTENCY_TTL_HOURS; a retry with the same key but another body is refused. Inserted
-    in the transaction that commits the request's writes: of two concurrent retries, the second
-    waits on the unique key and then replays the first's answer."""
-
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    endpoint = models.CharField(max_length=40)  # "ingest", "job:<id>" for a job's own run
-    key = models.CharField(max_length=200)
-    request_hash = models.CharField(max_length=64)
-    status_code = models.PositiveSmallIntegerField()
-    body = models.JSONField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["team", "endpoint", "key"], name="idempotent_key")
-        ]
-        indexes = [models.Index(fields=["created_at"], name="idempotent_age")]
-
-    def __str__(self) -> str:
-        return f"{self.team_id} {self.endpoint} {self.key}"
-
-
 class ExportChunk(models.Model):
     """One piece (at most 1 MiB, lifecycle.services.bundle.CHUNK_BYTES) of an export job's gzipped bundle.
 

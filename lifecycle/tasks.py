@@ -86,7 +86,7 @@ def reclaim_jobs_task() -> int:
 @shared_task(name="lifecycle.prune_idempotency_keys", ignore_result=True)
 def prune_idempotency_keys_task() -> int:
     """Forgets the answers kept for Idempotency-Key retries once their TTL passed."""
-    from .services.idempotency import idempotency_prune
+    from tenants.idempotency import idempotency_prune
 
     return idempotency_prune()
 

@@ -27,6 +27,7 @@ from core.serializers import (
 )
 from core.validators import AGENT_ID, AGENT_ID_MESSAGE
 from tenants.apis import principal_of
+from tenants.idempotency import IdempotencyKey, Replayed, idempotency_key, idempotent
 from tenants.models import Team
 from tenants.services import agent_register
 from tenants.usage import KIND_WRITE, usage_record
@@ -221,16 +222,55 @@ class UnshareInputSerializer(serializers.Serializer):
     )
 
 
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    location=OpenApiParameter.HEADER,
+    description="a retry with the same key and body within IDEMPOTENCY_TTL_HOURS (24 h) gets "
+    "the first answer again (header `Idempotent-Replayed: true`) and writes nothing; the same "
+    "key with another body is a 409",
+)
+
+
+def request_idempotency_key(request: Request, endpoint: str) -> IdempotencyKey | None:
+    """The request's `Idempotency-Key` for `endpoint`, fingerprinted by its raw body."""
+    return idempotency_key(
+        request.headers.get("Idempotency-Key"), endpoint=endpoint, body=request.body
+    )
+
+
+def replayed_response(replayed: Replayed) -> Response:
+    """The first answer to a request sent again with its Idempotency-Key."""
+    return Response(
+        replayed.body, status=replayed.status_code, headers={"Idempotent-Replayed": "true"}
+    )
+
+
 def _create(
     request: Request, scope: str, input_serializer: type[serializers.Serializer]
 ) -> Response:
     principal = principal_of(request)
     data = validated_body(request, input_serializer)
     agent_id = _writer(principal.agent_id, scope, data.get("agent_id", ""))
-    memory, hit = write_validated(team=principal.team, scope=scope, agent_id=agent_id, data=data)
-    usage_record(team=principal.team, agent_id=agent_id, kind=KIND_WRITE)
-    body = _written_body(memory, hit)
-    return Response(body, status=200 if hit is not None else 201)
+    team = principal.team
+
+    def write() -> tuple[int, dict[str, Any]]:
+        memory, hit = write_validated(team=team, scope=scope, agent_id=agent_id, data=data)
+        return (200 if hit is not None else 201), _written_body(memory, hit)
+
+    try:
+        status, body = idempotent(
+            team=team,
+            key=request_idempotency_key(request, f"memories/{scope}"),
+            answer=write,
+            prepare=lambda: services.memory_write_prepare(
+                team=team, scope=scope, agent_id=agent_id, enable_dedup=data["enable_dedup"]
+            ),
+        )
+    except Replayed as replayed:
+        return replayed_response(replayed)
+    usage_record(team=team, agent_id=agent_id, kind=KIND_WRITE)
+    return Response(body, status=status)
 
 
 # The create body's fields that memory_create takes as they are.
@@ -422,7 +462,8 @@ class _MemoryCreateApi(APIView):
             request=cls.input_serializer,
             response=MemoryOutputSerializer,
             statuses=(201, 200),
-            errors=(403,),
+            errors=(403, 409),
+            parameters=[IDEMPOTENCY_PARAMETER],
             summary=f"Write a {cls.scope.value} memory (201; a duplicate: 200 + dedup_skipped)",
         )
         extend_schema_view(post=operation)(cls)
@@ -468,7 +509,8 @@ class _MemoryBatchApi(APIView):
         operation = api_operation(
             request=BatchInputSerializer,
             response=BatchOutputSerializer,
-            errors=(),
+            errors=(409,),
+            parameters=[IDEMPOTENCY_PARAMETER],
             summary=f"Write up to {MAX_BATCH} {cls.scope.value} memories in one request",
             description="One embedding call for the batch; each item is deduplicated against "
             "what is stored and against the batch's earlier items. Results come in input order. "
@@ -506,20 +548,35 @@ class _MemoryBatchApi(APIView):
                 )
         if refused and data["atomic"]:
             raise ValidationFailed(refused, "atomic batch: some items were refused, none written")
-        written = services.memories_create_batch(
-            team=principal.team, scope=self.scope, items=items, atomic=data["atomic"]
-        )
-        done = iter(written)
-        for index, slot in enumerate(results):
-            if slot is None:
-                memory, hit = next(done)
-                usage_record(team=principal.team, agent_id=memory.agent_id, kind=KIND_WRITE)
-                results[index] = {
-                    "status": 200 if hit is not None else 201,
-                    "memory": _written_body(memory, hit),
-                    **({"dedup_skipped": True} if hit is not None else {}),
-                }
-        return Response({"results": results})
+        team, scope = principal.team, self.scope
+
+        def write() -> tuple[int, dict[str, Any]]:
+            written = services.memories_create_batch(
+                team=team, scope=scope, items=items, atomic=data["atomic"]
+            )
+            done = iter(written)
+            for index, slot in enumerate(results):
+                if slot is None:
+                    memory, hit = next(done)
+                    results[index] = {
+                        "status": 200 if hit is not None else 201,
+                        "memory": _written_body(memory, hit),
+                        **({"dedup_skipped": True} if hit is not None else {}),
+                    }
+            return 200, {"results": results}
+
+        try:
+            _, body = idempotent(
+                team=team,
+                key=request_idempotency_key(request, f"memories/{scope}/batch"),
+                answer=write,
+                prepare=lambda: services.batch_write_prepare(team=team, scope=scope, items=items),
+            )
+        except Replayed as replayed:
+            return replayed_response(replayed)
+        for accepted in items:
+            usage_record(team=team, agent_id=accepted.agent_id, kind=KIND_WRITE)
+        return Response(body)
 
 
 class PersonalBatchApi(_MemoryBatchApi):

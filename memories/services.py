@@ -125,6 +125,18 @@ def _find_duplicate(
     return None
 
 
+def memory_write_prepare(*, team: Team, scope: str, agent_id: str, enable_dedup: bool) -> None:
+    """What a write does before its transaction: registers the agent, creates the scope's lock
+    row (in its own statement: see memories.locks) and loads a cold index (seconds at 100k).
+    memory_create calls it; a caller that wraps writes in its own transaction (an idempotent
+    request, an atomic batch) calls it first, so that none of this runs inside that transaction."""
+    if agent_id:
+        agent_register(team=team, agent_id=agent_id)
+    if enable_dedup:
+        locks.scope_lock_prepare(team_id=team.id, scope=scope, agent_id=agent_id)
+        get_backend().warm(team_id=team.id, scope=scope, agent_id=agent_id)
+
+
 def memory_create(
     *,
     team: Team,
@@ -151,12 +163,7 @@ def memory_create(
     if vector is None:
         vector = embed_passages([content])[0]
     embedder = get_embedder()
-    if agent_id:
-        agent_register(team=team, agent_id=agent_id)
-    if enable_dedup:
-        # Outside the lock: creating the lock row and loading a cold index (seconds at 100k).
-        locks.scope_lock_prepare(team_id=team.id, scope=scope, agent_id=agent_id)
-        get_backend().warm(team_id=team.id, scope=scope, agent_id=agent_id)
+    memory_write_prepare(team=team, scope=scope, agent_id=agent_id, enable_dedup=enable_dedup)
     metadata = dict(metadata or {})
     with transaction.atomic():
         if enable_dedup:
@@ -226,6 +233,12 @@ class BatchItem:
     run_id: str = ""
 
 
+def batch_write_prepare(*, team: Team, scope: str, items: list[BatchItem]) -> None:
+    """memory_write_prepare for each agent of a batch, before its transaction."""
+    for agent_id, enable_dedup in {(item.agent_id, item.enable_dedup) for item in items}:
+        memory_write_prepare(team=team, scope=scope, agent_id=agent_id, enable_dedup=enable_dedup)
+
+
 def memories_create_batch(
     *, team: Team, scope: str, items: list[BatchItem], atomic: bool
 ) -> list[tuple[Memory, DedupHit | None]]:
@@ -236,6 +249,7 @@ def memories_create_batch(
         return []
     vectors = embed_passages([item.content for item in items])
     results: list[tuple[Memory, DedupHit | None]] = []
+    batch_write_prepare(team=team, scope=scope, items=items)
     with transaction.atomic() if atomic else nullcontext():
         for item, vector in zip(items, vectors, strict=True):
             # BatchItem's fields are memory_create's arguments, by name.

@@ -585,7 +585,18 @@ class _Call(Generic[T]):
     """One request an endpoint asks for, answering data of type T. (A plain class, not a
     dataclass: this module also works loaded from its file alone, outside sys.modules.)"""
 
-    __slots__ = ("binary", "body", "headers", "method", "params", "path", "raw", "signed")
+    __slots__ = (
+        "binary",
+        "body",
+        "headers",
+        "keyed",
+        "method",
+        "params",
+        "path",
+        "raw",
+        "resend",
+        "signed",
+    )
 
     def __init__(
         self,
@@ -598,10 +609,14 @@ class _Call(Generic[T]):
         *,
         raw: bytes | None = None,  # a gzip body sent as it is (import)
         binary: bool = False,  # sent and answered as bytes (request_bytes: import, download)
+        resend: bool | None = None,  # safe to send again when no answer came (default: GET)
+        keyed: bool = False,  # the endpoint honours Idempotency-Key (a write sent again with it)
     ) -> None:
         self.method, self.path, self.body = method, path, body
         self.params, self.headers, self.signed = params, headers, signed
         self.raw, self.binary = raw, binary
+        self.resend = method in ("GET", "HEAD") if resend is None else resend
+        self.keyed = keyed
 
 
 class _Sleep:
@@ -675,9 +690,41 @@ def _get(path: str, params: dict[str, Any] | None = None) -> _Call[Any]:
 
 
 def _post(
-    path: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    path: str,
+    body: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    *,
+    resend: bool = False,
 ) -> _Call[Any]:
-    return _Call("POST", path, body if body is not None else {}, headers=headers)
+    return _Call("POST", path, body if body is not None else {}, headers=headers, resend=resend)
+
+
+def _keyed_post(path: str, body: dict[str, Any], idempotency_key: str | None) -> _Call[Any]:
+    """A write the server runs once per `Idempotency-Key`: sent again, with the same key, when
+    no answer came. Without a key of the caller's, the client makes one per call when it
+    re-sends (MemoryClient `retries`)."""
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
+    return _Call("POST", path, body, headers=headers, resend=True, keyed=True)
+
+
+# Proxy answers that mean "no node answered": the request may be sent again when that is safe.
+RESEND_STATUSES = frozenset({502, 503, 504})
+
+
+def _resend_delay(attempt: int) -> float:
+    """Seconds before re-send number `attempt` (0-based): 0.25, 0.5, 1 … capped at 2, with
+    jitter so that the clients of a dead node do not all come back at once."""
+    return min(2.0, 0.25 * 2**attempt) * (0.5 + secrets.randbelow(1000) / 1000)
+
+
+def _no_answer(exc: BaseException) -> bool:
+    """A proxy's 502/503/504 page (not the API's own envelope: an API 503 such as
+    SEARCH_UNAVAILABLE is an answer, for the caller to act on)."""
+    return (
+        isinstance(exc, MemoryAPIError)
+        and exc.status in RESEND_STATUSES
+        and exc.code == "BAD_RESPONSE"
+    )
 
 
 def _put(path: str, body: dict[str, Any]) -> _Call[Any]:
@@ -704,6 +751,8 @@ class _Endpoints:
     secret: str
     base_url: str
     signature_version: int
+    retries: int
+    resends: int  # how many requests this client sent again (bench/load.py reports them)
 
     def request(
         self,
@@ -721,6 +770,28 @@ class _Endpoints:
     def _drive(self, plan: _Call[Any] | _Flow[Any]) -> Any:
         """Runs an endpoint's description with this client's transport."""
         raise NotImplementedError
+
+    def _keyed(self, call: _Call[Any]) -> _Call[Any]:
+        """`call` with an Idempotency-Key of its own when it may be re-sent without one."""
+        if not (call.keyed and self.retries > 0):
+            return call
+        if call.headers and "Idempotency-Key" in call.headers:
+            return call
+        headers = {**(call.headers or {}), "Idempotency-Key": secrets.token_urlsafe(18)}
+        return _Call[Any](
+            call.method, call.path, call.body, call.params, headers, resend=True, keyed=True
+        )
+
+    def _resendable(self, call: _Call[Any], attempt: int) -> bool:
+        """Whether `call`, which got no answer (or a proxy's 502/503/504), is sent again: only
+        when that cannot do anything twice (a read, a search, a write under its Idempotency-Key)
+        and re-sends are left."""
+        if attempt >= self.retries or not call.resend:
+            return False
+        if call.keyed and not (call.headers and "Idempotency-Key" in call.headers):
+            return False
+        self.resends += 1
+        return True
 
     def _send(self, call: _Call[Any]) -> Any:
         if not call.signed:
@@ -879,11 +950,21 @@ class _Endpoints:
 
     @_endpoint
     def write_memory(
-        self, /, agent_id: str, content: str, importance: float = 0.5, **extra: Any
+        self,
+        /,
+        agent_id: str,
+        content: str,
+        importance: float = 0.5,
+        *,
+        idempotency_key: str | None = None,
+        **extra: Any,
     ) -> _Call[Memory]:
-        return _post(
+        """`idempotency_key`: the write is stored once per key (the client makes one per call
+        when it may re-send, see `retries`)."""
+        return _keyed_post(
             "/memories/personal",
             {"agent_id": agent_id, "content": content, "importance": importance, **extra},
+            idempotency_key,
         )
 
     @_endpoint
@@ -913,7 +994,7 @@ class _Endpoints:
             body["max_total_chars"] = max_total_chars
         if run_id is not None:
             body["run_id"] = run_id
-        return _post("/memories/personal/search", body)
+        return _post("/memories/personal/search", body, resend=True)
 
     @_endpoint
     def get_recent(self, agent_id: str, limit: int = 10) -> _Call[list[Memory]]:
@@ -942,16 +1023,20 @@ class _Endpoints:
 
     @_endpoint
     def write_memories(
-        self, items: list[dict[str, Any]], atomic: bool = False
+        self, items: list[dict[str, Any]], atomic: bool = False, idempotency_key: str | None = None
     ) -> _Call[BatchResult]:
         """Up to 100 personal memories (create bodies) in one request: `{"results": [...]}`."""
-        return _post("/memories/personal/batch", {"items": items, "atomic": atomic})
+        return _keyed_post(
+            "/memories/personal/batch", {"items": items, "atomic": atomic}, idempotency_key
+        )
 
     @_endpoint
     def write_team_memories(
-        self, items: list[dict[str, Any]], atomic: bool = False
+        self, items: list[dict[str, Any]], atomic: bool = False, idempotency_key: str | None = None
     ) -> _Call[BatchResult]:
-        return _post("/memories/team/batch", {"items": items, "atomic": atomic})
+        return _keyed_post(
+            "/memories/team/batch", {"items": items, "atomic": atomic}, idempotency_key
+        )
 
     @_endpoint
     def get_memory(self, memory_id: int) -> _Call[MemoryDetail]:
@@ -1006,9 +1091,19 @@ class _Endpoints:
 
     @_endpoint
     def write_team_memory(
-        self, /, content: str, importance: float = 0.5, **extra: Any
+        self,
+        /,
+        content: str,
+        importance: float = 0.5,
+        *,
+        idempotency_key: str | None = None,
+        **extra: Any,
     ) -> _Call[Memory]:
-        return _post("/memories/team", {"content": content, "importance": importance, **extra})
+        return _keyed_post(
+            "/memories/team",
+            {"content": content, "importance": importance, **extra},
+            idempotency_key,
+        )
 
     @_endpoint
     def search_team(
@@ -1023,7 +1118,7 @@ class _Endpoints:
         body: dict[str, Any] = {"query": query, "limit": limit, "min_score": min_score, **extra}
         if run_id is not None:
             body["run_id"] = run_id
-        return _post("/memories/team/search", body)
+        return _post("/memories/team/search", body, resend=True)
 
     @_endpoint
     def get_team_recent(self, limit: int = 10) -> _Call[list[Memory]]:
@@ -1045,7 +1140,8 @@ class _Endpoints:
         user's) added, updated or found known. With `async_=True` the server answers
         `{"job_id"}` at once (wait with `wait_for_job`; the job's `result` is the IngestResult).
         `idempotency_key` is sent as the `Idempotency-Key` header: a retry with the same key and
-        body gets the first answer and writes nothing."""
+        body gets the first answer and writes nothing (without one, the client makes one per
+        call when it may re-send, see `retries`)."""
         body: dict[str, Any] = {"agent_id": agent_id, "messages": [dict(m) for m in messages]}
         if run_id is not None:
             body["run_id"] = run_id
@@ -1053,8 +1149,7 @@ class _Endpoints:
         body["async"] = async_
         if fact_roles is not None:
             body["fact_roles"] = list(fact_roles)
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
-        return _post("/memories/ingest", body, headers=headers)
+        return _keyed_post("/memories/ingest", body, idempotency_key)
 
     # --- the agent profile (exact fields by key, apart from the memories) --------------------
 
@@ -1291,14 +1386,34 @@ class MemoryClient(_Endpoints):
         timeout: float = 30.0,
         signature_version: int = 1,
         session: requests.Session | None = None,
+        retries: int = 2,
     ) -> None:
+        """`retries`: how many times a request that got no answer (connection refused or
+        reset, a proxy's 502/503/504) is sent again, signed anew, when that is safe: reads,
+        searches, and writes under an Idempotency-Key (made per call). 0 never re-sends."""
         self.api_key = api_key
         self.secret = secret
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.signature_version = signature_version
+        self.retries = retries
+        self.resends = 0
         # One keep-alive session: no TCP handshake per call.
         self.session = session or requests.Session()
+
+    def _send(self, call: _Call[Any]) -> Any:
+        call = self._keyed(call)
+        attempt = 0
+        while True:
+            try:
+                return super()._send(call)
+            except (requests.ConnectionError, MemoryAPIError) as exc:
+                if not (
+                    isinstance(exc, requests.ConnectionError) or _no_answer(exc)
+                ) or not self._resendable(call, attempt):
+                    raise
+            time.sleep(_resend_delay(attempt))
+            attempt += 1
 
     def request(
         self,
@@ -1387,13 +1502,34 @@ class AsyncMemoryClient(_Endpoints):
         timeout: float = 30.0,
         signature_version: int = 1,
         client: Any = None,
+        retries: int = 2,
     ) -> None:
+        """`retries`: as for MemoryClient."""
         self.api_key = api_key
         self.secret = secret
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.signature_version = signature_version
+        self.retries = retries
+        self.resends = 0
         self.client = client or _httpx().AsyncClient(timeout=timeout)
+
+    async def _send(self, call: _Call[Any]) -> Any:
+        call = self._keyed(call)
+        httpx = _httpx()
+        # No answer: the connection failed or closed before a response (not a read timeout).
+        no_answer = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ConnectTimeout)
+        attempt = 0
+        while True:
+            try:
+                return await super()._send(call)
+            except (*no_answer, MemoryAPIError) as exc:
+                if not (isinstance(exc, no_answer) or _no_answer(exc)) or not self._resendable(
+                    call, attempt
+                ):
+                    raise
+            await asyncio.sleep(_resend_delay(attempt))
+            attempt += 1
 
     async def request(
         self,

@@ -14,7 +14,6 @@ from graph.services import entity_create_or_merge, entity_mention, relation_crea
 from lifecycle.models import (
     ArchiveReason,
     ExportChunk,
-    IdempotentRequest,
     JobRun,
     JobStatus,
     Persona,
@@ -41,7 +40,16 @@ from memories.models import (
 )
 from memories.purge import memories_trash
 from memories.services import memory_create, memory_share
-from tenants.models import Agent, ApiKey, McpToken, Team, TeamMembership, TeamRole, UsageDay
+from tenants.models import (
+    Agent,
+    ApiKey,
+    IdempotentRequest,
+    McpToken,
+    Team,
+    TeamMembership,
+    TeamRole,
+    UsageDay,
+)
 from tenants.services import api_key_issue, mcp_token_issue
 
 
@@ -517,7 +525,7 @@ class ExportChunkFactory(factory.django.DjangoModelFactory):
 
 
 class IdempotentRequestFactory(_PlainFactory):
-    """An answered request kept for its Idempotency-Key retries (lifecycle.services.idempotency
+    """An answered request kept for its Idempotency-Key retries (tenants.idempotency
     records them in the request's own transaction)."""
 
     class Meta:

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from lifecycle.models import JobRun, JobStatus
-from memoryplatform.client import AsyncMemoryClient, MemoryAPIError, MemoryClient
+from memoryplatform.client import AsyncMemoryClient, MemoryAPIError, MemoryClient, _httpx
 from tenants.services import api_key_issue, team_upsert
 
 from .factories import JobRunFactory
@@ -46,6 +46,8 @@ class _Blocking:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._client, name)
+        if not callable(method):
+            return method  # an attribute (resends)
         return lambda *args, **kwargs: self._loop.run_until_complete(method(*args, **kwargs))
 
 
@@ -361,7 +363,8 @@ def test_ingest_and_run_id_on_the_wire(recorder, new_client):
         "infer": True,
         "async": False,
     }
-    assert "Idempotency-Key" not in sync_ingest["headers"]
+    # A write the client may re-send carries a key of its own (`retries`, on by default).
+    assert len(sync_ingest["headers"]["Idempotency-Key"]) >= 16
     assert json.loads(async_ingest["body"]) == {
         "agent_id": "a1",
         "messages": messages,
@@ -441,3 +444,144 @@ def test_episodes_and_procedures_with_both_clients(live_server, keys, new_client
     with pytest.raises(MemoryAPIError) as exc:
         client.update_procedure("a1", rule["id"], status="rejected")
     assert exc.value.code == "NOT_FOUND"
+
+
+def test_without_retries_a_write_carries_no_key_of_its_own(recorder, new_client):
+    client = new_client("mk_test", "secret", base_url=recorder.url, retries=0)
+    recorder.answers = [{"id": 1}, {"id": 2}]
+    client.write_memory("a1", "用户喜欢绿茶")
+    client.write_memory("a1", "用户喜欢红茶", idempotency_key="mine")
+    first, second = recorder.requests
+    assert "Idempotency-Key" not in first["headers"]
+    assert second["headers"]["Idempotency-Key"] == "mine"
+
+
+class _DyingNode:
+    """A proxy in front of the live server that, for the requests it is told to, behaves like a
+    node killed mid-request: `drop` forwards the request (the server runs and commits it) and
+    closes the connection without an answer; `bad_gateway` answers nginx's 502 page without
+    forwarding. Everything else is passed through."""
+
+    def __init__(self, upstream: str) -> None:
+        self.plan: list[str] = []  # what to do with the next requests, in order
+        self.seen: list[dict[str, str]] = []
+        node = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _relay(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")
+                }
+                node.seen.append(headers)
+                action = node.plan.pop(0) if node.plan else "pass"
+                if action == "bad_gateway":
+                    page = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+                    self.send_response(502)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
+                answer = requests.request(
+                    self.command, upstream + self.path, data=body or None, headers=headers
+                )
+                if action == "drop":
+                    self.close_connection = True
+                    return  # the node died after its work: no answer at all
+                self.send_response(answer.status_code)
+                for name in ("Content-Type", "X-Request-ID", "Idempotent-Replayed"):
+                    if name in answer.headers:
+                        self.send_header(name, answer.headers[name])
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _relay
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def dying_node(live_server):
+    node = _DyingNode(live_server.url)
+    yield node
+    node.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_write_whose_node_died_after_the_commit_is_sent_again_and_stored_once(
+    keys, dying_node, new_client, version
+):
+    from memories.models import Memory
+
+    k = keys["team_a"]
+    client = new_client(k.key_id, k.secret, base_url=dying_node.url, signature_version=version)
+    dying_node.plan = ["drop"]
+    # Dedup off: only the Idempotency-Key can tell the re-send from a second write.
+    written = client.write_memory("ops", "发布窗口改到周四晚上", enable_dedup=False)
+    assert Memory.objects.filter(content="发布窗口改到周四晚上").count() == 1
+    assert written["content"] == "发布窗口改到周四晚上" and "dedup_skipped" not in written
+    first, second = dying_node.seen
+    # The same key, signed anew (v2: a fresh nonce; the first was claimed by the dead node).
+    assert first["Idempotency-Key"] == second["Idempotency-Key"]
+    assert first["X-Signature"] != second["X-Signature"] or version == 1
+
+    dying_node.plan = ["bad_gateway", "drop"]
+    team = client.write_team_memory("值班表每周一更新", enable_dedup=False)
+    assert Memory.objects.filter(content="值班表每周一更新").count() == 1
+    assert Memory.objects.get(content="值班表每周一更新").pk == team["id"]
+
+    dying_node.plan = ["drop"]
+    batch = client.write_memories(
+        [{"agent_id": "ops", "content": "周报周五发", "enable_dedup": False}]
+    )
+    assert [r["status"] for r in batch["results"]] == [201]
+    assert Memory.objects.filter(content="周报周五发").count() == 1
+
+
+def test_searches_and_reads_are_sent_again_but_other_writes_are_not(keys, dying_node, new_client):
+    k = keys["team_a"]
+    client = new_client(k.key_id, k.secret, base_url=dying_node.url)
+    memory = client.write_memory("ops", "灰度发布先放 5% 流量")
+    dying_node.plan = ["bad_gateway"]
+    assert [m["id"] for m in client.search("ops", "灰度发布")] == [memory["id"]]
+    dying_node.plan = ["drop"]
+    assert client.get_memory(memory["id"])["id"] == memory["id"]
+    assert client.resends == 2
+
+    # An update is not keyed: whether it ran is unknown, so the client says so and stops.
+    dying_node.plan = ["drop"]
+    with pytest.raises((requests.ConnectionError, _httpx().TransportError)):
+        client.update_memory(memory["id"], content="灰度发布先放 10% 流量")
+    assert client.resends == 2 and len(dying_node.seen) == 6
+
+
+def test_with_retries_off_the_proxy_error_reaches_the_caller(keys, dying_node, new_client):
+    from memories.models import Memory
+
+    k = keys["team_a"]
+    client = new_client(k.key_id, k.secret, base_url=dying_node.url, retries=0)
+    dying_node.plan = ["bad_gateway"]
+    with pytest.raises(MemoryAPIError) as exc:
+        client.write_memory("ops", "不会写入", enable_dedup=False)
+    assert (exc.value.status, exc.value.code) == (502, "BAD_RESPONSE")
+    assert not Memory.objects.filter(content="不会写入").exists()
+
+
+def test_an_api_error_is_an_answer_and_is_not_sent_again(keys, dying_node, new_client):
+    k = keys["team_a"]
+    client = new_client(k.key_id, k.secret, base_url=dying_node.url)
+    with pytest.raises(MemoryAPIError) as exc:
+        client.get_memory(999_999)
+    assert exc.value.code == "NOT_FOUND" and client.resends == 0 and len(dying_node.seen) == 1

@@ -8,8 +8,9 @@ import json
 import pytest
 from django.test import Client
 
-from lifecycle.models import ArchiveReason, IdempotentRequest, JobRun, WorkingArchive
+from lifecycle.models import ArchiveReason, JobRun, WorkingArchive
 from memories.models import Memory
+from tenants.models import IdempotentRequest
 from tenants.services import api_key_issue
 
 from .factories import AgentFactory

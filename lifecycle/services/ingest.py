@@ -32,11 +32,11 @@ from llm import Usage
 from memories import locks
 from memories.models import Memory, MemoryScope
 from memories.retrieval.embeddings import embed_passages
+from tenants.idempotency import IdempotencyKey, idempotency_record
 from tenants.models import Team
 
 from ..presenters import ingest_body
 from ..results import IngestDecision, IngestResult
-from .idempotency import IdempotencyKey, idempotency_record
 from .operations import store_fact
 
 ROLES = ("user", "assistant", "system", "tool")

@@ -31,13 +31,13 @@ from lifecycle.models import JobKind, JobRun, JobStatus, Persona, PipelineConfig
 from llm import Usage
 from memories.models import Memory, MemoryScope
 from memories.working import WorkingItem, get_working_store, max_items_per_agent
+from tenants.idempotency import IdempotencyKey, Replayed
 from tenants.models import Agent, Team
 
 from ..presenters import job_counts, result_body
 from ..results import AutoRunAction, AutoRunSummary, JobReplayed, JobResult, JobSkipped
 from . import bundle, ingest, jobs, operations
 from .dispatch import enqueue
-from .idempotency import IdempotencyKey, Replayed
 
 logger = logging.getLogger(__name__)
 

@@ -339,7 +339,7 @@ MEMORY_MAX_CONTENT_CHARS = env.int("MEMORY_MAX_CONTENT_CHARS", default=32000)
 AGENT_CACHE_SECONDS = env.float("AGENT_CACHE_SECONDS", default=10.0)
 PIPELINE_CONFIG_CACHE_SECONDS = env.float("PIPELINE_CONFIG_CACHE_SECONDS", default=5.0)
 # How long a write sent with an `Idempotency-Key` header is remembered: a retry within this time
-# gets the first answer back and writes nothing (lifecycle.services.idempotency).
+# gets the first answer back and writes nothing (tenants.idempotency).
 IDEMPOTENCY_TTL_HOURS = env.int("IDEMPOTENCY_TTL_HOURS", default=24)
 # Past the cap an agent's oldest working items move to the lifecycle archive (never lost;
 # restorable), and a team that automates compresses on reaching it (lifecycle.services.pipeline).

@@ -1,5 +1,7 @@
 """Idempotent writes: a request sent with an `Idempotency-Key` header is answered once and its
-answer replayed to every retry for IDEMPOTENCY_TTL_HOURS (docs/ingest.md).
+answer replayed to every retry for IDEMPOTENCY_TTL_HOURS (docs/api.md "Retries and
+Idempotency-Key"). Memory writes (`POST /memories/personal`, `/team`, their batches) and ingest
+honour it; in tenants so that every app's writes can.
 
 Two steps. `idempotency_replay` looks the key up before any work (a retry costs no LLM call).
 `idempotency_record` inserts the answer in the transaction that commits the request's writes:
@@ -11,6 +13,7 @@ lookup too, fail there — its writes roll back and it replays the first one's a
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,9 +23,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import DomainError, ErrorCode, ValidationFailed
-from tenants.models import Team
 
-from ..models import IdempotentRequest
+from .models import IdempotentRequest, Team
 
 MAX_KEY_LENGTH = 200
 
@@ -41,6 +43,14 @@ class IdempotencyKey:
             rule = f"1..{MAX_KEY_LENGTH} printable characters"
             raise ValidationFailed({"Idempotency-Key": [rule]}, f"Idempotency-Key: {rule}")
         return cls(endpoint=endpoint, key=key, request_hash=hashlib.sha256(body).hexdigest())
+
+
+def idempotency_key(header: str | None, *, endpoint: str, body: bytes) -> IdempotencyKey | None:
+    """The key of a request's `Idempotency-Key` header (None without one) for `endpoint`; the
+    raw body is its fingerprint. Raises ValidationFailed for a malformed key."""
+    if header is None:
+        return None
+    return IdempotencyKey.of(endpoint=endpoint, key=header, body=body)
 
 
 class Replayed(Exception):
@@ -109,6 +119,32 @@ def idempotency_record(
         if row is None:  # pragma: no cover - deleted between the insert and this read
             raise
         raise _replayed(row, key) from None
+
+
+def idempotent(
+    *,
+    team: Team,
+    key: IdempotencyKey | None,
+    answer: Callable[[], tuple[int, Any]],
+    prepare: Callable[[], None] | None = None,
+) -> tuple[int, Any]:
+    """Runs `answer` — the request's writes, returning its (status, body) — once per key.
+
+    Raises `Replayed` when the key was answered before, before any work; otherwise runs
+    `prepare` (what must not run inside the transaction, e.g. creating lock rows), then `answer`
+    and the record of its answer in one transaction, so a twin that committed first rolls this
+    one's writes back and replays instead. An error raised by `answer` records nothing: a retry
+    runs again. Without a key, `answer` runs as it would anyway.
+    """
+    idempotency_replay(team=team, key=key)
+    if prepare is not None:
+        prepare()
+    if key is None:
+        return answer()
+    with transaction.atomic():
+        status_code, body = answer()
+        idempotency_record(team=team, key=key, status_code=status_code, body=body)
+    return status_code, body
 
 
 def idempotency_prune() -> int:

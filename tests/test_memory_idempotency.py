@@ -1,0 +1,144 @@
+"""Memory writes honour `Idempotency-Key`: a write sent again (its node died, the answer was lost)
+is stored once and answered as the first time; the same key with another body is refused; keys
+are per team. Concurrent twins through separate server processes leave one row."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from memories.models import Memory
+from memoryplatform.client import MemoryClient
+from tenants.models import IdempotentRequest, UsageDay
+from tenants.usage import usage_flush
+
+from .helpers import error_code
+from .livestack import live_stack
+
+KEY = {"Idempotency-Key": "write-7f3a"}
+BODIES = {
+    "/memories/personal": {
+        "agent_id": "ops",
+        "content": "发布窗口改到周四晚上",
+        "enable_dedup": False,
+    },
+    "/memories/team": {"content": "值班表每周一更新", "enable_dedup": False},
+    "/memories/personal/batch": {
+        "items": [
+            {"agent_id": "ops", "content": "周报周五发", "enable_dedup": False},
+            {"agent_id": "ops", "content": "周会改到周二", "enable_dedup": False},
+        ]
+    },
+}
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+def test_a_write_sent_again_with_its_key_is_stored_once_and_answered_the_same(api, path):
+    body = BODIES[path]
+    first = api.post(path, body, headers=KEY)
+    assert first.status_code in (200, 201) and "Idempotent-Replayed" not in first.headers
+    rows = Memory.objects.count()
+    assert rows == len(body.get("items", [body]))
+    again = api.post(path, body, headers=KEY)
+    assert again.status_code == first.status_code
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()
+    assert Memory.objects.count() == rows
+    # Counted once in the team's usage.
+    usage_flush()
+    assert sum(d.writes for d in UsageDay.objects.filter(team_id="team_a")) == rows
+    # Without the key the same body is a new write (dedup is off in these bodies).
+    assert api.post(path, body).status_code in (200, 201)
+    assert Memory.objects.count() == 2 * rows
+
+
+def test_the_same_key_with_another_body_is_a_409_and_writes_nothing(api):
+    assert (
+        api.post("/memories/personal", BODIES["/memories/personal"], headers=KEY).status_code == 201
+    )
+    other = {**BODIES["/memories/personal"], "content": "发布窗口改到周五晚上"}
+    response = api.post("/memories/personal", other, headers=KEY)
+    assert response.status_code == 409 and error_code(response) == "CONFLICT"
+    assert not Memory.objects.filter(content="发布窗口改到周五晚上").exists()
+
+
+def test_keys_are_per_endpoint_and_per_team(api, other_api):
+    personal = api.post("/memories/personal", BODIES["/memories/personal"], headers=KEY)
+    team = api.post("/memories/team", BODIES["/memories/team"], headers=KEY)
+    assert personal.status_code == team.status_code == 201
+    assert "Idempotent-Replayed" not in team.headers
+    # Another team's use of the same key and body is its own write: nothing replayed, nothing of
+    # team_a's answer (its ids) revealed.
+    theirs = other_api.post("/memories/personal", BODIES["/memories/personal"], headers=KEY)
+    assert theirs.status_code == 201 and "Idempotent-Replayed" not in theirs.headers
+    assert theirs.json()["data"]["team_id"] == "team_b"
+    assert theirs.json()["data"]["id"] != personal.json()["data"]["id"]
+    assert Memory.objects.filter(team_id="team_b").count() == 1
+
+
+def test_a_refused_write_records_nothing_so_a_corrected_retry_is_written(api, agent_api):
+    # An agent key may not write another agent's personal memory: 403, nothing recorded.
+    refused = agent_api.post(
+        "/memories/personal", {**BODIES["/memories/personal"], "agent_id": "other"}, headers=KEY
+    )
+    assert refused.status_code == 403
+    assert not IdempotentRequest.objects.exists() and not Memory.objects.exists()
+
+
+def test_a_bad_key_is_a_400_and_writes_nothing(api):
+    response = api.post(
+        "/memories/personal", BODIES["/memories/personal"], headers={"Idempotency-Key": "x" * 201}
+    )
+    assert response.status_code == 400 and error_code(response) == "VALIDATION_ERROR"
+    assert not Memory.objects.exists()
+
+
+def test_a_duplicate_skipped_under_a_key_is_replayed_as_skipped(api):
+    body = {"agent_id": "ops", "content": "发布窗口改到周四晚上"}
+    api.post("/memories/personal", body)
+    first = api.post("/memories/personal", body, headers=KEY)
+    assert first.status_code == 200 and first.json()["data"]["dedup_skipped"] is True
+    again = api.post("/memories/personal", body, headers=KEY)
+    assert again.json() == first.json() and again.headers["Idempotent-Replayed"] == "true"
+    assert Memory.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_twins_through_two_processes_leave_one_row(tmp_path):
+    """The same write and key sent at once by 8 threads to two gunicorn processes (each its own
+    database connection): one commits, the others roll back and replay its answer."""
+    with live_stack(tmp_path, servers=2) as stack:
+        clients = [
+            MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[i % 2], retries=0)
+            for i in range(8)
+        ]
+        for round_ in range(3):
+            content = f"压测窗口 {round_} 号改到凌晨两点"
+            answers: list[dict] = []
+            start = threading.Barrier(len(clients))
+
+            def send(client: MemoryClient) -> None:
+                start.wait()
+                answers.append(
+                    client.write_memory(
+                        "ops", content, enable_dedup=False, idempotency_key=f"twin-{round_}"
+                    )
+                )
+
+            threads = [threading.Thread(target=send, args=(c,)) for c in clients]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(answers) == len(clients)
+            assert {a["id"] for a in answers} == {answers[0]["id"]}
+            reader = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
+            found = [m for m in reader.iter_memories(agent_id="ops") if m["content"] == content]
+            assert len(found) == 1
+
+
+def test_a_write_without_the_header_records_nothing(api):
+    """Writes without the header behave as before (the seed's client sends none)."""
+    assert api.post("/memories/personal", BODIES["/memories/personal"]).status_code == 201
+    assert not IdempotentRequest.objects.exists()
