@@ -714,7 +714,7 @@ RESEND_STATUSES = frozenset({502, 503, 504})
 def _resend_delay(attempt: int) -> float:
     """Seconds before re-send number `attempt` (0-based): 0.25, 0.5, 1 … capped at 2, with
     jitter so that the clients of a dead node do not all come back at once."""
-    return min(2.0, 0.25 * 2**attempt) * (0.5 + secrets.randbelow(1000) / 1000)
+    return min(2.0, 0.25 * 2.0**attempt) * (0.5 + secrets.randbelow(1000) / 1000)
 
 
 def _no_answer(exc: BaseException) -> bool:
