@@ -5,7 +5,8 @@ Usage (from the project root):
     .venv/bin/python bench/latency.py --sizes 10000,100000 --lang zh,en [--json out.json]
     .venv/bin/python bench/latency.py --prepare-only --sizes 100000 --lang zh,en   # vectors only
 
-Options: --searches 200, --writes 200, --working-writes 500,
+Options: --searches 200, --writes 200, --working-writes 500, --retries 2 (0: writes without
+an Idempotency-Key),
 --redis-url redis://127.0.0.1:6379/13, --working redis,redis:pipeline,db (or none),
 --server gunicorn|runserver, --mysql (each run on a fresh MariaDB database
 `membench_<lang>_<n>` at 127.0.0.1:3306 as root, dropped afterwards; default: a fresh SQLite
@@ -265,7 +266,11 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
 
         srv.start()
         pid = srv.worker_pid()
-        client = MemoryClient(srv.api_key, srv.secret, base_url=srv.base_url, timeout=1800)
+        # retries > 0 (the client's default): every write carries an Idempotency-Key.
+        client = MemoryClient(
+            srv.api_key, srv.secret, base_url=srv.base_url, timeout=1800, retries=args.retries
+        )
+        result["retries"] = args.retries
         result["rss_start_mb"] = _rss_mb(pid)
 
         items = corpus.generate(lang, n)
@@ -578,6 +583,13 @@ def main() -> int:
         "cyclically (reported; for a machine too loaded to embed 100k texts)",
     )
     p.add_argument("--keep", action="store_true", help="keep temporary data directories")
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="the client's re-sends; above 0 every write carries an Idempotency-Key (the "
+        "client's default), 0 sends none",
+    )
     p.add_argument(
         "--no-stored-tokens",
         action="store_true",

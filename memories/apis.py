@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
+import numpy as np
 from django.conf import settings
 from django.core import signing
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema_view
@@ -254,18 +255,24 @@ def _create(
     agent_id = _writer(principal.agent_id, scope, data.get("agent_id", ""))
     team = principal.team
 
-    def write() -> tuple[int, dict[str, Any]]:
-        memory, hit = write_validated(team=team, scope=scope, agent_id=agent_id, data=data)
+    def write(vector: np.ndarray) -> tuple[int, dict[str, Any]]:
+        memory, hit = write_validated(
+            team=team, scope=scope, agent_id=agent_id, data=data, vector=vector
+        )
         return (200 if hit is not None else 201), _written_body(memory, hit)
 
     try:
         status, body = idempotent(
             team=team,
             key=request_idempotency_key(request, f"memories/{scope}"),
-            answer=write,
-            prepare=lambda: services.memory_write_prepare(
-                team=team, scope=scope, agent_id=agent_id, enable_dedup=data["enable_dedup"]
+            prepare=lambda: services.memory_write_embed(
+                team=team,
+                scope=scope,
+                agent_id=agent_id,
+                content=data["content"],
+                enable_dedup=data["enable_dedup"],
             ),
+            answer=write,
         )
     except Replayed as replayed:
         return replayed_response(replayed)
@@ -287,12 +294,19 @@ CREATE_FIELDS = (
 
 
 def write_validated(
-    *, team: Team, scope: str, agent_id: str, data: dict[str, Any]
+    *,
+    team: Team,
+    scope: str,
+    agent_id: str,
+    data: dict[str, Any],
+    vector: np.ndarray | None = None,
 ) -> tuple[Memory, Any]:
     """memory_create for a validated create body (Personal/TeamCreateInputSerializer); the
-    MCP tool writes through here too."""
+    MCP tool writes through here too. `vector`: the content's embedding, when already made."""
     fields = {name: data[name] for name in CREATE_FIELDS}
-    return services.memory_create(team=team, scope=scope, agent_id=agent_id, **fields)
+    return services.memory_create(
+        team=team, scope=scope, agent_id=agent_id, vector=vector, **fields
+    )
 
 
 def _writer(acting_agent: str | None, scope: str, agent_id: str) -> str:
@@ -550,9 +564,9 @@ class _MemoryBatchApi(APIView):
             raise ValidationFailed(refused, "atomic batch: some items were refused, none written")
         team, scope = principal.team, self.scope
 
-        def write() -> tuple[int, dict[str, Any]]:
+        def write(vectors: np.ndarray) -> tuple[int, dict[str, Any]]:
             written = services.memories_create_batch(
-                team=team, scope=scope, items=items, atomic=data["atomic"]
+                team=team, scope=scope, items=items, atomic=data["atomic"], vectors=vectors
             )
             done = iter(written)
             for index, slot in enumerate(results):
@@ -569,8 +583,8 @@ class _MemoryBatchApi(APIView):
             _, body = idempotent(
                 team=team,
                 key=request_idempotency_key(request, f"memories/{scope}/batch"),
-                answer=write,
                 prepare=lambda: services.batch_write_prepare(team=team, scope=scope, items=items),
+                answer=write,
             )
         except Replayed as replayed:
             return replayed_response(replayed)

@@ -129,12 +129,24 @@ def memory_write_prepare(*, team: Team, scope: str, agent_id: str, enable_dedup:
     """What a write does before its transaction: registers the agent, creates the scope's lock
     row (in its own statement: see memories.locks) and loads a cold index (seconds at 100k).
     memory_create calls it; a caller that wraps writes in its own transaction (an idempotent
-    request, an atomic batch) calls it first, so that none of this runs inside that transaction."""
+    request, an atomic batch) calls it first (memory_write_embed, batch_write_prepare), so that
+    none of this runs inside that transaction."""
     if agent_id:
         agent_register(team=team, agent_id=agent_id)
     if enable_dedup:
         locks.scope_lock_prepare(team_id=team.id, scope=scope, agent_id=agent_id)
         get_backend().warm(team_id=team.id, scope=scope, agent_id=agent_id)
+
+
+def memory_write_embed(
+    *, team: Team, scope: str, agent_id: str, content: str, enable_dedup: bool
+) -> np.ndarray:
+    """memory_write_prepare, and the content's embedding for memory_create's `vector`: the
+    slow parts of a write, done before a caller's transaction (the embedding is 60-110 ms, and
+    on SQLite a writing transaction holds the database's write lock)."""
+    vector = embed_passages([content])[0]
+    memory_write_prepare(team=team, scope=scope, agent_id=agent_id, enable_dedup=enable_dedup)
+    return vector
 
 
 def memory_create(
@@ -233,23 +245,32 @@ class BatchItem:
     run_id: str = ""
 
 
-def batch_write_prepare(*, team: Team, scope: str, items: list[BatchItem]) -> None:
-    """memory_write_prepare for each agent of a batch, before its transaction."""
+def batch_write_prepare(*, team: Team, scope: str, items: list[BatchItem]) -> np.ndarray:
+    """The items' embeddings (one call) and memory_write_prepare for each agent of the batch:
+    what is done before its transaction."""
+    vectors = embed_passages([item.content for item in items])
     for agent_id, enable_dedup in {(item.agent_id, item.enable_dedup) for item in items}:
         memory_write_prepare(team=team, scope=scope, agent_id=agent_id, enable_dedup=enable_dedup)
+    return vectors
 
 
 def memories_create_batch(
-    *, team: Team, scope: str, items: list[BatchItem], atomic: bool
+    *,
+    team: Team,
+    scope: str,
+    items: list[BatchItem],
+    atomic: bool,
+    vectors: np.ndarray | None = None,
 ) -> list[tuple[Memory, DedupHit | None]]:
     """Writes the items in order, embedded in one call. Each is deduplicated against what is
     stored and against the batch's earlier items (they are written first). `atomic`: all of
-    them in one transaction, so an error leaves nothing written."""
+    them in one transaction, so an error leaves nothing written. `vectors`: what
+    batch_write_prepare returned, when the caller ran it before its own transaction."""
     if not items:
         return []
-    vectors = embed_passages([item.content for item in items])
+    if vectors is None:
+        vectors = batch_write_prepare(team=team, scope=scope, items=items)
     results: list[tuple[Memory, DedupHit | None]] = []
-    batch_write_prepare(team=team, scope=scope, items=items)
     with transaction.atomic() if atomic else nullcontext():
         for item, vector in zip(items, vectors, strict=True):
             # BatchItem's fields are memory_create's arguments, by name.

@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -27,6 +27,7 @@ from core.errors import DomainError, ErrorCode, ValidationFailed
 from .models import IdempotentRequest, Team
 
 MAX_KEY_LENGTH = 200
+P = TypeVar("P")
 
 
 @dataclass(frozen=True)
@@ -125,24 +126,23 @@ def idempotent(
     *,
     team: Team,
     key: IdempotencyKey | None,
-    answer: Callable[[], tuple[int, Any]],
-    prepare: Callable[[], None] | None = None,
+    prepare: Callable[[], P],
+    answer: Callable[[P], tuple[int, Any]],
 ) -> tuple[int, Any]:
-    """Runs `answer` — the request's writes, returning its (status, body) — once per key.
+    """Runs a request's writes once per key: `answer(prepare())` returns its (status, body).
 
     Raises `Replayed` when the key was answered before, before any work; otherwise runs
-    `prepare` (what must not run inside the transaction, e.g. creating lock rows), then `answer`
-    and the record of its answer in one transaction, so a twin that committed first rolls this
-    one's writes back and replays instead. An error raised by `answer` records nothing: a retry
-    runs again. Without a key, `answer` runs as it would anyway.
+    `prepare` (what must not run inside the transaction: embeddings, lock rows, index loads),
+    then `answer` and the record of its answer in one transaction, so a twin that committed
+    first rolls this one's writes back and replays instead. An error raised by `answer` records
+    nothing: a retry runs again. Without a key, the two run as they would anyway.
     """
     idempotency_replay(team=team, key=key)
-    if prepare is not None:
-        prepare()
+    prepared = prepare()
     if key is None:
-        return answer()
+        return answer(prepared)
     with transaction.atomic():
-        status_code, body = answer()
+        status_code, body = answer(prepared)
         idempotency_record(team=team, key=key, status_code=status_code, body=body)
     return status_code, body
 
