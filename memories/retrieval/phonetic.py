@@ -7,9 +7,8 @@ its answer share (docs/search.md, "Phonetic name match").
 Both sides are reduced to a **key**: the classes of their consonants in order, vowels dropped
 (a leading vowel kept as "V"). Chinese words go through the toneless pinyin of their characters
 (the character data of the `pypinyin` package: `char_readings`), English words through a few
-spelling rules. The classes merge
-what transliteration does not tell apart: voicing (卡 ka writes "g" and "k"), the sibilants and
-affricates (s, sh, ch, j, z ↔ pinyin s, x, sh, q, j, zh, z, c), f / v / w (维 wei is "v" or
+spelling rules. The classes merge what transliteration does not tell apart: voicing (卡 ka
+writes "g" and "k"), the sibilants and affricates (s, sh, ch, j, z ↔ pinyin s, x, sh, q, j, zh, z, c), f / v / w (维 wei is "v" or
 "w"), l / r (Mandarin writes r with l, 尔 er a final l or r). A pinyin nasal coda is optional
 (坎 kan writes "k" as often as "kan"), an English r before a consonant or at the end is not
 written (Carter 卡特). So 麦特琳 mai-te-lin → MTL / MTLN and matlin → MTLN meet.
@@ -22,8 +21,9 @@ MIN_KEY symbols are dropped. Two keys match when equal, or when one is a prefix 
 the shorter has PREFIX_MIN symbols or more: search tokens are stemmed ("kuechly" → "kuech") and
 jieba cuts some names short (约塞米 | 蒂).
 
-`PhoneticTable` keeps, per index, the keys of its terms (built once per term, on the first
-cross-script search, then for new terms only), so a search costs a few dictionary look-ups.
+`PhoneticTable` keeps, per index, the keys of its terms (read once per term: at index load for a
+scope holding both scripts, else on its first cross-script search; then new terms only), so a
+search costs a few dictionary look-ups per query word.
 """
 
 from __future__ import annotations
@@ -197,9 +197,9 @@ def char_readings() -> dict[str, str]:
     `pypinyin` package ships (pinned in pyproject.toml), read once per process under a lock.
 
     Read directly instead of through `pypinyin.lazy_pinyin`: importing the package loads its
-    phrase dictionary too (~0.9 s and ~50 MB in every worker), which only settles the reading
-    of a polyphonic character inside a common word, and those words are not names. This table
-    is ~42k characters (~4 MB)."""
+    phrase dictionary too (~0.9 s and ~45 MB more in every worker), which only settles the
+    reading of a polyphonic character inside a common word, and those words are not names
+    (measured: the same XQuAD numbers either way). This table is ~42k characters (~6 MB)."""
     global _readings
     if _readings is None:
         with _readings_lock:
