@@ -70,6 +70,9 @@ def test_the_table_matches_both_ways_and_reads_new_terms():
     assert phonetic.matches("约塞米", table) == {"yosemit"}
 
 
+# The local backend's index matches names by sound; a partial index of the milvus backend's
+# candidates keeps the dictionary alone (docs/search.md, "Phonetic name match").
+@pytest.mark.local_index
 @pytest.mark.django_db
 def test_an_english_question_finds_a_name_written_in_chinese(api, settings):
     write(api, LANDLORD_ZH)
@@ -83,6 +86,7 @@ def test_an_english_question_finds_a_name_written_in_chinese(api, settings):
     assert LANDLORD_ZH not in [m["content"] for m in search(api, "Who is Elway?", limit=5)]
 
 
+@pytest.mark.local_index
 @pytest.mark.django_db
 def test_a_chinese_question_finds_a_name_written_in_english(api, settings):
     write(api, LANDLORD_EN)
