@@ -44,7 +44,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from .phonetic import english_keys, pinyin_keys
+from .phonetic import english_keys, pinyin_keys, token_keys
 from .text import is_cjk, search_tokenizer, tokenize, tokens_stamp
 
 logger = logging.getLogger(__name__)
@@ -279,6 +279,7 @@ def reset() -> None:
     with _lock:
         _glossary = None
         _english.cache_clear()
+        token_keys.cache_clear()  # keyed by the glossary too: would keep the old one alive
         words.cache_clear()
         alternatives.cache_clear()
 
