@@ -7,6 +7,10 @@ dense top-k, BM25, bridge, neighbours) with SEARCH_XLING_LEXICAL_WEIGHT 0 and th
 interleaved, every question --passes times (later passes find the query's glosses cached). Prints p50 / p95
 in ms of each, and the glossary's load time in this process.
 
+--phonetic compares the phonetic name match instead (SEARCH_XLING_PHONETIC off and on, at the
+default weight, interleaved) and prints the time of the first build of the scope's phonetic table
+(phonetic.PhoneticTable: every term of the scope read once; later searches only read new terms).
+
     OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python bench/study/xling_latency.py [--n 10000] \
         [--cache-dir var/bench-cache]
 """
@@ -32,6 +36,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", default="")
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--max-vectors", type=int, default=10000)
+    ap.add_argument("--phonetic", action="store_true")
     args = ap.parse_args()
     import django
 
@@ -73,15 +78,27 @@ def main() -> None:
                 questions.append(item.question)
     ix.upsert_many(rows)
     t0 = time.perf_counter()
-    gloss.glossary()
+    table = gloss.glossary()
     load = time.perf_counter() - t0
+    if args.phonetic:
+        t0 = time.perf_counter()
+        with ix.lock:
+            ix.phonetic_matches("x", table)  # reads every term of the scope once
+        build = time.perf_counter() - t0
+        print(
+            f"phonetic table: {len(ix.terms)} terms read in {build:.3f}s, "
+            f"~{ix.phonetic.nbytes / 1e6:.1f} MB"
+        )
     prepared = [(q, embed_query(q), tokenize(q), is_cjk(q)) for q in questions]
     weight = settings.SEARCH_XLING_LEXICAL_WEIGHT
     times: dict[float, list[float]] = {0.0: [], weight: []}
     for _ in range(args.passes):
         for q, qvec, qtokens, qcjk in prepared:
             for w in (0.0, weight):
-                settings.SEARCH_XLING_LEXICAL_WEIGHT = w
+                if args.phonetic:  # "weight 0" is the phonetic match off, the bridge on
+                    settings.SEARCH_XLING_PHONETIC = w > 0
+                else:
+                    settings.SEARCH_XLING_LEXICAL_WEIGHT = w
                 t = time.perf_counter()
                 with ix.lock:
                     search._score_candidates(ix, qvec, qtokens, "hybrid", 30, None, 0.5, qcjk)

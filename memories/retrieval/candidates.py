@@ -37,8 +37,9 @@ def _bridge_all(
 ) -> index.SparseScores:
     """Cross-script lexical score of the live memories in the other script (within `mask`), the
     others scoring 0: the idf-weighted share of the query's words a memory holds through the
-    dictionary (gloss.alternatives; docs/search.md, "Cross-script scores"). The idf is over those
-    target memories, so a word most of them hold counts little.
+    dictionary (gloss.words; docs/search.md, "Cross-script scores") or, for a name, by sound
+    (SEARCH_XLING_PHONETIC: the index's terms that sound like it, phonetic.py). The idf is over
+    those target memories, so a word most of them hold counts little.
 
     Sparse: only the slots in the postings of the dictionary's terms are read; the number of
     target memories comes from the index's count of live CJK memories (a filter's mask is
@@ -56,8 +57,14 @@ def _bridge_all(
         return index.SparseScores(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
     total = 0.0
     held_by_word: list[tuple[np.ndarray, float]] = []
-    for terms in gloss.alternatives(qtokens):
-        held = ix.term_slots(terms, mask)
+    # Not on a partial index (another backend's candidates): its engine neither knows the keys
+    # nor counts their memories, and a table per query would read every candidate's terms.
+    phonetic = settings.SEARCH_XLING_PHONETIC and stats is None
+    table = gloss.glossary()
+    for word, terms in gloss.words(qtokens):
+        # A name the dictionary lacks: the terms that sound like it count as it too.
+        found = terms | ix.phonetic_matches(word, table) if phonetic else terms
+        held = ix.term_slots(found, mask)
         held = held[ix.cjk[held] != query_cjk]
         count = (
             len(held)

@@ -45,7 +45,9 @@ from django.utils import timezone
 from core.metrics import INDEX_LOADS, INDEX_MEMORIES, INDEX_SCOPES, timed
 from memories.models import IndexChange, Memory, MemoryScope, MemoryTier
 
+from . import gloss
 from .embeddings import Embedder, from_bytes
+from .phonetic import PhoneticTable
 from .text import is_cjk, tokenize, tokens_from_storage
 
 logger = logging.getLogger(__name__)
@@ -379,6 +381,10 @@ class ScopeIndex:
         self.slot_of: dict[int, int] = {}
         self.term_id: dict[str, int] = {}
         self.postings: list[_Postings] = []
+        self.terms: list[str] = []  # term id -> term (the phonetic table reads new terms)
+        # Keys of the terms that may be names (phonetic.py), built on the first cross-script
+        # search and extended with new terms on later ones.
+        self.phonetic = PhoneticTable()
         self.alive_count = 0
         self.alive_len = 0.0
         # Conversation context (docs/search.md, "Neighbours"): memories of a scope written one
@@ -517,6 +523,7 @@ class ScopeIndex:
             if tid is None:
                 tid = self.term_id[tok] = len(self.postings)
                 self.postings.append(_Postings())
+                self.terms.append(tok)
             counts[tid] = counts.get(tid, 0) + 1
         for tid, tf in counts.items():
             self.postings[tid].add(slot, tf)
@@ -619,6 +626,8 @@ class ScopeIndex:
             + postings
             + 120 * len(self.slot_of)
             + 100 * len(self.term_id)
+            + 8 * len(self.terms)
+            + self.phonetic.nbytes
         )
 
     # --- querying ------------------------------------------------------------------------------
@@ -686,6 +695,14 @@ class ScopeIndex:
         found = [s for s in map(self.slot_of.get, ids) if s is not None]
         mask[np.array(found, dtype=np.int64)] = True
         return mask
+
+    def phonetic_matches(self, token: str, glossary: gloss.Glossary) -> frozenset[str]:
+        """Terms of this index in the other script than `token` that sound like it (a
+        transliterated name: phonetic.py). Call under `lock`: reads the terms added since the
+        last call into the table first."""
+        if self.phonetic.done < len(self.terms):
+            self.phonetic.extend(self.terms, glossary)
+        return self.phonetic.matches(token, glossary)
 
     def term_slots(self, terms: Iterable[str], mask: np.ndarray | None = None) -> np.ndarray:
         """Sorted live slots holding any of `terms` (and true in `mask`, bool over slots)."""
@@ -1007,6 +1024,14 @@ class IndexRegistry:
                     batch = []
             ix.upsert_many(batch)
             ix.build_ann()
+            if (
+                settings.SEARCH_XLING_PHONETIC
+                and settings.SEARCH_XLING_LEXICAL_WEIGHT > 0
+                and 0 < ix.alive_cjk < ix.alive_count
+            ):
+                # Both scripts: cross-script searches will come. Reading every term's phonetic
+                # key here (~20 µs a term) keeps it off the first one's path.
+                ix.phonetic.extend(ix.terms, gloss.glossary())
             ix.synced_at = time.monotonic()
         with self._lock:
             self._indexes[key] = ix

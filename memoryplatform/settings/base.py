@@ -326,6 +326,8 @@ SEARCH_JIEBA_MIN_FREQ = env.int("SEARCH_JIEBA_MIN_FREQ", default=20)
 # Cross-script search (docs/search.md): weight of the CC-CEDICT word bridge joined to the dense
 # score of a memory in the other script than the query (0 turns it off).
 SEARCH_XLING_LEXICAL_WEIGHT = env.float("SEARCH_XLING_LEXICAL_WEIGHT", default=0.6)
+# ... and whether that bridge also matches names by sound (pinyin against English spelling).
+SEARCH_XLING_PHONETIC = env.bool("SEARCH_XLING_PHONETIC", default=True)
 SEARCH_DECAY_WEIGHT = env.float("SEARCH_DECAY_WEIGHT", default=0.1)
 SEARCH_DECAY_DAYS = env.float("SEARCH_DECAY_DAYS", default=30.0)
 # A search result counts as recalled (access_count + 1, last_accessed = now) only when its score is
