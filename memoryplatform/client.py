@@ -785,10 +785,8 @@ class _Endpoints:
     def _resendable(self, call: _Call[Any], attempt: int) -> bool:
         """Whether `call`, which got no answer (or a proxy's 502/503/504), is sent again: only
         when that cannot do anything twice (a read, a search, a write under its Idempotency-Key)
-        and re-sends are left."""
+        and re-sends are left. A keyed write has its key by then (`_keyed`, when retries > 0)."""
         if attempt >= self.retries or not call.resend:
-            return False
-        if call.keyed and not (call.headers and "Idempotency-Key" in call.headers):
             return False
         self.resends += 1
         return True
