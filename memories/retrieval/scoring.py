@@ -55,12 +55,16 @@ def fuse(dense: np.ndarray, lexical: np.ndarray, dense_weight: float) -> np.ndar
     return FUSIONS[settings.SEARCH_FUSION](dense, lexical, dense_weight)
 
 
-def bridge(dense: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:
-    """A cross-script pair's score: its calibrated dense score joined, as a noisy OR, by the
-    dictionary's word evidence discounted by SEARCH_XLING_LEXICAL_WEIGHT (docs/search.md,
-    "Cross-script scores"). A glossed word match is weaker evidence than the same word written
-    in the memory, so it cannot count in full."""
-    return 1.0 - (1.0 - dense) * (1.0 - weight * lexical)
+def bridge(
+    dense: np.ndarray, lexical: np.ndarray, weight: float, dense_share: float = 1.0
+) -> np.ndarray:
+    """A cross-script pair's score: its calibrated dense score, of which `dense_share` counts
+    (SEARCH_XLING_DENSE_WEIGHT), joined as a noisy OR by the dictionary's word evidence
+    discounted by SEARCH_XLING_LEXICAL_WEIGHT (docs/search.md, "Cross-script scores"). A glossed
+    word match is weaker evidence than the same word written in the memory, so it cannot count
+    in full; and across scripts the embedding tells an answer from a sentence on the same topic
+    less well than the words do, so where the words are weighed it counts for less."""
+    return 1.0 - (1.0 - dense_share * dense) * (1.0 - weight * lexical)
 
 
 # A memory lifted by a neighbour stays just below it (1 %): the reply is listed right after the

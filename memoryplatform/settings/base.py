@@ -325,7 +325,9 @@ SEARCH_BM25_B = env.float("SEARCH_BM25_B", default=0.4)
 SEARCH_JIEBA_MIN_FREQ = env.int("SEARCH_JIEBA_MIN_FREQ", default=20)
 # Cross-script search (docs/search.md): weight of the CC-CEDICT word bridge joined to the dense
 # score of a memory in the other script than the query (0 turns it off).
-SEARCH_XLING_LEXICAL_WEIGHT = env.float("SEARCH_XLING_LEXICAL_WEIGHT", default=0.6)
+SEARCH_XLING_LEXICAL_WEIGHT = env.float("SEARCH_XLING_LEXICAL_WEIGHT", default=0.85)
+# ... and the share of that pair's calibrated dense score kept beside the bridge (1 = all of it).
+SEARCH_XLING_DENSE_WEIGHT = env.float("SEARCH_XLING_DENSE_WEIGHT", default=0.7)
 # ... and whether that bridge also matches names by sound (pinyin against English spelling).
 SEARCH_XLING_PHONETIC = env.bool("SEARCH_XLING_PHONETIC", default=True)
 SEARCH_DECAY_WEIGHT = env.float("SEARCH_DECAY_WEIGHT", default=0.1)
