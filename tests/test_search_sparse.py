@@ -217,17 +217,17 @@ def dense_candidates(ix, qvec, qtokens, mode, want, allowed, dense_weight, query
     score = fuse(dense, lexical, dense_weight)
     rank = fuse(dense, context, dense_weight)
     if use_dense:
-        across = dense
+        across = order = dense
         if bridge_all is not None:
-            # Beside the bridge only a share of the embedding counts, unless BM25 sees a word.
+            # In the score only a share of the embedding counts beside the bridge, unless BM25
+            # sees a word; the order keeps all of it.
             kept = settings.SEARCH_XLING_DENSE_WEIGHT
             across = bridge(dense, bridge_all[slots], xling_weight, kept).astype(np.float32)
+            order = bridge(dense, bridge_all[slots], xling_weight).astype(np.float32)
             own = fuse(np.where(lexical > 0, dense, kept * dense), lexical, dense_weight)
-            near = fuse(np.where(context > 0, dense, kept * dense), context, dense_weight)
             score = np.where(other_script, own, score)
-            rank = np.where(other_script, near, rank)
         score = np.where(other_script, np.maximum(score, across), score)
-        rank = np.where(other_script, np.maximum(rank, across), rank)
+        rank = np.where(other_script, np.maximum(rank, order), rank)
     if neighbours and len(slots):
         rank = with_neighbours(slots, prev, nxt, rank)
     return slots, score, dense, lexical, rank

@@ -304,6 +304,42 @@ def test_a_cross_script_memory_without_shared_words_keeps_part_of_its_dense_scor
     assert score(named, GRAFANA_ZH) > _dense(named, GRAFANA_ZH)
 
 
+def test_the_share_of_the_embedding_changes_scores_not_the_order(api, settings):
+    """SEARCH_XLING_DENSE_WEIGHT decides what passes min_score; the order of cross-script
+    memories keeps the embedding in full (it ranks translations and paraphrases better than
+    glossed words do: with the share in the order too, the second and third results below
+    change)."""
+    for content in (
+        "用户对花生过敏，点餐时要避开含花生的菜",
+        "用户喜欢喝无糖的冰美式咖啡",
+        "每周五下午三点开团队周会，讨论迭代进度",
+        "服务器的日志保留三十天，超过后自动归档到对象存储",
+        "用户在阳台上种西红柿和辣椒",
+        "用户开一辆蓝色的特斯拉",
+        "用户每天早上上班前跑五公里",
+        "用户最喜欢的作家是村上春树",
+        "用户的生日是三月十二日",
+        "用户在学习西班牙语，每天练习半小时",
+    ):
+        write(api, content)
+
+    def ranked(query: str) -> list[tuple[str, float]]:
+        found = search(api, query, limit=3, min_score=0.0)
+        return [(m["content"], m["score"]) for m in found]
+
+    for query in (
+        "Server logs are kept for thirty days.",
+        "The user runs five kilometres every morning.",
+    ):
+        settings.SEARCH_XLING_DENSE_WEIGHT = 1.0
+        full = ranked(query)
+        settings.SEARCH_XLING_DENSE_WEIGHT = 0.7
+        share = ranked(query)
+        assert [c for c, _ in share] == [c for c, _ in full], query
+        assert all(a <= b for (_, a), (_, b) in zip(share, full, strict=True))
+        assert share[0][1] < full[0][1]
+
+
 def test_function_words_and_pronunciation_notes_gloss_nothing():
     """A Chinese word whose first meaning is English stop words only (谁 "who", 什么 "what",
     有 "to have; there is") is left out of the bridge, as English drops its stop words; a note

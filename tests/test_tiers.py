@@ -308,17 +308,20 @@ def _direct_reference(rows, qvec, qtokens, mode, dense_weight, query_cjk=False):
             if mode == "keyword"
             else float(fuse(np.array([dense]), np.array([lexical]), dense_weight)[0])
         )
+        rank = score
         if mode == "hybrid" and bool(cjk[i]) != query_cjk:
-            across = dense
+            across = order = dense
             if weight > 0 and words and qvec is not None:
                 share = sum(1 for terms in words if terms & held) / len(words)
                 kept = dj.SEARCH_XLING_DENSE_WEIGHT
+                order = float(bridge(np.array([dense]), np.array([share]), weight)[0])
                 if lexical == 0:  # no query word as written: the embedding's share only
                     score = float(fuse(np.array([kept * dense]), np.zeros(1), dense_weight)[0])
                 across = float(bridge(np.array([dense]), np.array([share]), weight, kept)[0])
             score = max(score, across)
+            rank = max(rank, order)
         if score > 0:
-            out.append(Candidate(mid, score, dense, lexical))
+            out.append(Candidate(mid, score, dense, lexical, rank))
     return out
 
 
@@ -356,7 +359,7 @@ def test_cold_rows_are_scored_as_row_by_row_in_chunks(team, monkeypatch, mode, t
     assert [c.memory_id for c in got] == [c.memory_id for c in want]
     # Equal up to float32 rounding: BLAS sums a chunk's matrix product in its own order.
     for mine, theirs in zip(got, want, strict=True):
-        assert (mine.score, mine.dense, mine.lexical) == pytest.approx(
-            (theirs.score, theirs.dense, theirs.lexical), abs=1e-6
+        assert (mine.score, mine.dense, mine.lexical, mine.rank) == pytest.approx(
+            (theirs.score, theirs.dense, theirs.lexical, theirs.rank), abs=1e-6
         )
     assert got  # the queries match something

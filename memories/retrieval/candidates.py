@@ -212,19 +212,21 @@ def _score_candidates(
     rank = fuse(dense, context, dense_weight)
     if use_dense:
         # Cross-script: BM25 cannot see the memory, so the embedding's full score stands
-        # instead of its discounted share, joined by the dictionary's word evidence; beside
-        # that evidence only SEARCH_XLING_DENSE_WEIGHT of the embedding counts, unless the
-        # memory holds a query word as written (a name, a number), which BM25 sees.
-        if bridge_all is None:
-            across = dense
-        else:
+        # instead of its discounted share, joined by the dictionary's word evidence. In the
+        # score (what min_score filters) only SEARCH_XLING_DENSE_WEIGHT of the embedding counts
+        # beside that evidence, unless the memory holds a query word as written (a name, a
+        # number: BM25 sees it); the order keeps it all, as the embedding ranks translations
+        # and paraphrases better than glossed words do (docs/search.md, "Function words").
+        across = order = dense
+        if bridge_all is not None:
+            held = bridge_all.at(slots)
             kept = settings.SEARCH_XLING_DENSE_WEIGHT
-            across = bridge(dense, bridge_all.at(slots), xling_weight, kept).astype(np.float32)
-            for fused, words in ((score, lexical), (rank, context)):
-                seen = np.where(words > 0, dense, kept * dense)
-                fused[other_script] = fuse(seen, words, dense_weight)[other_script]
+            across = bridge(dense, held, xling_weight, kept).astype(np.float32)
+            order = bridge(dense, held, xling_weight).astype(np.float32)
+            seen = np.where(lexical > 0, dense, kept * dense)
+            score[other_script] = fuse(seen, lexical, dense_weight)[other_script]
         score = np.where(other_script, np.maximum(score, across), score)
-        rank = np.where(other_script, np.maximum(rank, across), rank)
+        rank = np.where(other_script, np.maximum(rank, order), rank)
     if neighbours and len(slots):
         rank = with_neighbours(slots, prev, nxt, rank)
     return slots, score, dense, lexical, rank

@@ -242,28 +242,40 @@ def _score_direct_chunk(
     )
     dense64 = dense.astype(np.float64)
     if mode == "vector":
-        score = dense64
+        score = rank = dense64
     elif mode == "keyword":
-        score = lexical
+        score = rank = lexical
     else:
+        rank = np.asarray(fuse(dense64, lexical, dense_weight), dtype=np.float64)
         score = np.asarray(fuse(dense64, lexical, dense_weight), dtype=np.float64)
-        # Cross-script, as in _score_candidates (a plain share of the query's words here).
+        # Cross-script, as in _score_candidates (a plain share of the query's words here): the
+        # score keeps SEARCH_XLING_DENSE_WEIGHT of the embedding beside the bridge, the order
+        # all of it.
         kept = settings.SEARCH_XLING_DENSE_WEIGHT
         for i in np.flatnonzero(cjk != query_cjk):
-            across = float(dense64[i])
+            across = order = float(dense64[i])
             if weight > 0 and qtokens and qvec is not None:
                 if words is None:
                     words = gloss.alternatives(qtokens)
                 if words:
-                    share = sum(1 for terms in words if terms & held[i]) / len(words)
+                    share = np.array([sum(1 for terms in words if terms & held[i]) / len(words)])
+                    full = np.array([across])
+                    order = max(float(rank[i]), float(bridge(full, share, weight)[0]))
                     if lexical[i] == 0:  # no query word as written: the embedding's share
-                        score[i] = fuse(
-                            np.array([kept * across]), lexical[i : i + 1], dense_weight
-                        )[0]
-                    across = float(bridge(np.array([across]), np.array([share]), weight, kept)[0])
+                        score[i] = fuse(kept * full, lexical[i : i + 1], dense_weight)[0]
+                    across = float(bridge(full, share, weight, kept)[0])
             score[i] = max(float(score[i]), across)
+            rank[i] = max(float(rank[i]), order)
     for i in np.flatnonzero(score > 0):
-        out.append(Candidate(int(items[i][0]), float(score[i]), float(dense[i]), float(lexical[i])))
+        out.append(
+            Candidate(
+                int(items[i][0]),
+                float(score[i]),
+                float(dense[i]),
+                float(lexical[i]),
+                float(rank[i]),
+            )
+        )
     return words
 
 
