@@ -413,7 +413,9 @@ def test_the_dictionary_loads_offline_and_its_cache_is_rebuilt(fresh_glossary, m
     assert gloss.glossary() is built  # once per process
 
     gloss.reset()
-    assert gloss.glossary().forward == built.forward  # read back from the cache
+    read = gloss.glossary()  # read back from the cache
+    assert read.forward == built.forward and read.function == built.function
+    assert "什么" in read.function_words()
 
     path.write_text('{"forward": {"过敏": "broken"', encoding="utf-8")
     gloss.reset()

@@ -16,7 +16,7 @@ from django.conf import settings
 
 from . import gloss, index
 from .embeddings import get_embedder
-from .scoring import bridge, fuse, with_neighbours
+from .scoring import across_scripts, fuse, with_neighbours
 
 
 @dataclass
@@ -212,21 +212,17 @@ def _score_candidates(
     rank = fuse(dense, context, dense_weight)
     if use_dense:
         # Cross-script: BM25 cannot see the memory, so the embedding's full score stands
-        # instead of its discounted share, joined by the dictionary's word evidence. In the
-        # score (what min_score filters) only SEARCH_XLING_DENSE_WEIGHT of the embedding counts
-        # beside that evidence, unless the memory holds a query word as written (a name, a
-        # number: BM25 sees it); the order keeps it all, as the embedding ranks translations
-        # and paraphrases better than glossed words do (docs/search.md, "Function words").
-        across = order = dense
-        if bridge_all is not None:
+        # instead of its discounted share, joined by the dictionary's word evidence
+        # (scoring.across_scripts).
+        if bridge_all is None:
+            across, order = np.maximum(score, dense), np.maximum(rank, dense)
+        else:
             held = bridge_all.at(slots)
-            kept = settings.SEARCH_XLING_DENSE_WEIGHT
-            across = bridge(dense, held, xling_weight, kept).astype(np.float32)
-            order = bridge(dense, held, xling_weight).astype(np.float32)
-            seen = np.where(lexical > 0, dense, kept * dense)
-            score[other_script] = fuse(seen, lexical, dense_weight)[other_script]
-        score = np.where(other_script, np.maximum(score, across), score)
-        rank = np.where(other_script, np.maximum(rank, order), rank)
+            across, order = across_scripts(
+                dense, lexical, held, xling_weight, dense_weight, context
+            )
+        score = np.where(other_script, across, score).astype(np.float32)
+        rank = np.where(other_script, order, rank).astype(np.float32)
     if neighbours and len(slots):
         rank = with_neighbours(slots, prev, nxt, rank)
     return slots, score, dense, lexical, rank

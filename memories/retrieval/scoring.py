@@ -67,6 +67,30 @@ def bridge(
     return 1.0 - (1.0 - dense_share * dense) * (1.0 - weight * lexical)
 
 
+def across_scripts(
+    dense: np.ndarray,
+    lexical: np.ndarray,
+    held: np.ndarray,
+    weight: float,
+    dense_weight: float,
+    context: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(score, order) of cross-script pairs that the dictionary bridge weighs (`held`: the
+    share of the query's words each holds through it; docs/search.md, "Cross-script scores").
+
+    The score — what min_score filters — keeps SEARCH_XLING_DENSE_WEIGHT of the embedding beside
+    the bridge, all of it when the memory holds a query word as written (`lexical` > 0: a name,
+    a number, which BM25 sees). The order keeps all of it: the embedding ranks translations and
+    paraphrases better than glossed words do. `context` is the BM25 side of the order (with the
+    neighbours' words), `lexical` when None."""
+    kept = settings.SEARCH_XLING_DENSE_WEIGHT
+    seen = np.where(lexical > 0, dense, kept * dense)
+    score = np.maximum(fuse(seen, lexical, dense_weight), bridge(dense, held, weight, kept))
+    near = lexical if context is None else context
+    order = np.maximum(fuse(dense, near, dense_weight), bridge(dense, held, weight))
+    return score, order
+
+
 # A memory lifted by a neighbour stays just below it (1 %): the reply is listed right after the
 # turn that names the subject, and a neighbour of an exact match can never take its place.
 BELOW_LENDER = 0.99

@@ -47,7 +47,7 @@ from .candidates import (  # noqa: F401  (search._score_candidates etc.: bench/s
     _top_candidates,
 )
 from .embeddings import embed_passages, embed_query, get_embedder
-from .scoring import bridge, fuse, strength
+from .scoring import across_scripts, fuse, strength
 from .text import is_cjk, tokenize, tokens_stamp
 
 SearchMode = Literal["hybrid", "vector", "keyword"]
@@ -246,26 +246,21 @@ def _score_direct_chunk(
     elif mode == "keyword":
         score = rank = lexical
     else:
-        rank = np.asarray(fuse(dense64, lexical, dense_weight), dtype=np.float64)
         score = np.asarray(fuse(dense64, lexical, dense_weight), dtype=np.float64)
-        # Cross-script, as in _score_candidates (a plain share of the query's words here): the
-        # score keeps SEARCH_XLING_DENSE_WEIGHT of the embedding beside the bridge, the order
-        # all of it.
-        kept = settings.SEARCH_XLING_DENSE_WEIGHT
+        rank = score.copy()
+        # Cross-script, as in _score_candidates (a plain share of the query's words here).
         for i in np.flatnonzero(cjk != query_cjk):
-            across = order = float(dense64[i])
+            at = slice(i, i + 1)
+            across = order = np.maximum(score[at], dense64[at])
             if weight > 0 and qtokens and qvec is not None:
                 if words is None:
                     words = gloss.alternatives(qtokens)
                 if words:
                     share = np.array([sum(1 for terms in words if terms & held[i]) / len(words)])
-                    full = np.array([across])
-                    order = max(float(rank[i]), float(bridge(full, share, weight)[0]))
-                    if lexical[i] == 0:  # no query word as written: the embedding's share
-                        score[i] = fuse(kept * full, lexical[i : i + 1], dense_weight)[0]
-                    across = float(bridge(full, share, weight, kept)[0])
-            score[i] = max(float(score[i]), across)
-            rank[i] = max(float(rank[i]), order)
+                    across, order = across_scripts(
+                        dense64[at], lexical[at], share, weight, dense_weight
+                    )
+            score[i], rank[i] = float(across[0]), float(order[0])
     for i in np.flatnonzero(score > 0):
         out.append(
             Candidate(
@@ -620,12 +615,15 @@ def profile_search(
         score = float(fuse(np.array([dense]), np.array([lexical]), settings.SEARCH_DENSE_WEIGHT)[0])
         if other and weight > 0 and words:
             share = sum(1 for terms in words if terms & held) / len(words)
-            kept = settings.SEARCH_XLING_DENSE_WEIGHT
-            if lexical == 0:  # no query word as written: the embedding's share
-                score = float(
-                    fuse(np.array([kept * dense]), np.zeros(1), settings.SEARCH_DENSE_WEIGHT)[0]
-                )
-            score = max(score, float(bridge(np.array([dense]), np.array([share]), weight, kept)[0]))
+            score = float(
+                across_scripts(
+                    np.array([dense]),
+                    np.array([lexical]),
+                    np.array([share]),
+                    weight,
+                    settings.SEARCH_DENSE_WEIGHT,
+                )[0][0]
+            )
         if score >= min_score:
             hits.append(ProfileHit(field=f, score=score))
     hits.sort(key=lambda h: -h.score)
