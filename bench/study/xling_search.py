@@ -69,32 +69,15 @@ def main() -> None:
         return
     call_command("migrate", verbosity=0)
 
-    from memories import services
     from memories.retrieval import search
     from memories.retrieval.embeddings import embed_passages, embed_query
-    from memories.models import Memory, MemoryScope
-    from tenants.models import Team
+    from memories.models import MemoryScope
 
     paragraphs = json.load(open(args.data, encoding="utf-8"))
     if args.limit_paragraphs:
         paragraphs = paragraphs[: args.limit_paragraphs]
-    team, _ = Team.objects.get_or_create(id="xling_study", defaults={"name": "xling study"})
     t0 = time.time()
-    if not Memory.objects.filter(team=team).exists():
-        for p, para in enumerate(paragraphs):
-            for lang in ("en", "zh"):
-                for sentence in para["sentences"][lang]:
-                    services.memory_create(
-                        team=team,
-                        scope=MemoryScope.PERSONAL,
-                        agent_id=f"p{p}_{lang}",
-                        content=sentence,
-                        enable_dedup=False,
-                    )
-    ids: dict[tuple[int, str], list[int]] = {}
-    for m in Memory.objects.filter(team=team).order_by("id").only("id", "agent_id"):
-        p, lang = m.agent_id[1:].split("_")
-        ids.setdefault((int(p), lang), []).append(m.pk)
+    team, ids = ingest(paragraphs)
     print(f"loaded in {time.time() - t0:.0f}s", file=sys.stderr)
 
     def run(query: str, agent: str, **kw: object) -> list[dict]:
@@ -172,6 +155,33 @@ def main() -> None:
                 f"{np.percentile(g, 99):.3f}  other p50/p99 {np.percentile(o, 50):.3f}/"
                 f"{np.percentile(o, 99):.3f}"
             )
+
+
+def ingest(paragraphs: list[dict]) -> tuple[object, dict[tuple[int, str], list[int]]]:
+    """The team of the study, its agents `p<paragraph>_<lang>` holding the sentences of each
+    paragraph (written once: a later run over the same database reuses them), and the memory
+    ids of each (paragraph, language) in sentence order. Django must be set up and migrated."""
+    from memories import services
+    from memories.models import Memory, MemoryScope
+    from tenants.models import Team
+
+    team, _ = Team.objects.get_or_create(id="xling_study", defaults={"name": "xling study"})
+    if not Memory.objects.filter(team=team).exists():
+        for p, para in enumerate(paragraphs):
+            for lang in ("en", "zh"):
+                for sentence in para["sentences"][lang]:
+                    services.memory_create(
+                        team=team,
+                        scope=MemoryScope.PERSONAL,
+                        agent_id=f"p{p}_{lang}",
+                        content=sentence,
+                        enable_dedup=False,
+                    )
+    ids: dict[tuple[int, str], list[int]] = {}
+    for m in Memory.objects.filter(team=team).order_by("id").only("id", "agent_id"):
+        p, lang = m.agent_id[1:].split("_")
+        ids.setdefault((int(p), lang), []).append(m.pk)
+    return team, ids
 
 
 def anchors(path: str) -> None:
