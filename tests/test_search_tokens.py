@@ -66,3 +66,29 @@ def test_reembed_memories_tokens_backfills_missing_and_outdated_tokens(team):
     for m in (fresh, old, stale):
         m.refresh_from_db()
         assert tokens_from_storage(m.search_tokens) == tokenize(m.content)
+
+
+def test_latin_diacritics_are_folded_and_other_scripts_keep_their_letters():
+    # Agents often type a name without its accents; the memory keeps them.
+    assert tokenize("Müller moved to Zürich") == tokenize("Muller moved to Zurich")
+    assert tokenize("Ergänzungsschulen") == ("erganzungsschulen",)
+    assert tokenize("cafés") == tokenize("cafe")  # folded, then stemmed like any English word
+    assert tokenize("Straße") == tokenize("Strasse")
+    assert tokenize("nǐ hǎo") == ("ni", "hao")  # pinyin with tone marks
+    # Letters whose marks tell words apart in their own script stay as written.
+    assert tokenize("Привет, мир й") == ("привет", "мир", "й")
+    assert tokenize("Đà Nẵng") == ("đà", "nang")  # đ has no plain form; ẵ does
+    assert tokenize("東京 ガス") == ("東京", "ガス")  # kana keep their voicing marks
+
+
+def test_a_name_written_without_its_accents_finds_the_memory(api):
+    target = write(api, "Maria Müller runs the Zürich office").json()["data"]["id"]
+    write(api, "Maria Schmidt runs the Berlin office")
+    for query in ("Zurich", "Muller"):  # the only word telling the two apart
+        found = search(api, query, mode="keyword", min_score=0.0)
+        assert [m["id"] for m in found] == [target], (query, found)
+    # And the other way round: accents in the question, none in the memory.
+    plain = write(api, "Jose Nunez signed the Sao Paulo lease").json()["data"]["id"]
+    write(api, "Jose Garcia signed the Lima lease")
+    found = search(api, "Núñez São Paulo", mode="keyword", min_score=0.0)
+    assert [m["id"] for m in found] == [plain], found

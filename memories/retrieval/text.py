@@ -295,13 +295,29 @@ def tokenize(text: str) -> tuple[str, ...]:
                     out.append(word)
         else:
             word = _POSSESSIVE.sub("", tok.strip("'’.-_"))
+            if not word.isascii():
+                word = _fold_latin(word)
             if word not in STOP_WORDS:  # "it's" is "it"
                 out.append(_stem(word))
     return tuple(t for t in out if t)
 
 
+@lru_cache(maxsize=50_000)
+def _fold_latin(word: str) -> str:
+    """A Latin word without its diacritics, so a name typed without them still meets it:
+    "müller" -> "muller", "ergänzungsschulen" -> "erganzungsschulen", "straße" -> "strasse",
+    pinyin "nǐ" -> "ni" (and an ASCII word is then stemmed: "cafés" meets "cafe"). Only when the
+    folded word is plain ASCII: Cyrillic, Greek or Vietnamese "đ" keep their letters, whose marks
+    tell words apart."""
+    folded = "".join(
+        c for c in unicodedata.normalize("NFD", word.casefold()) if not unicodedata.combining(c)
+    )
+    return folded if folded.isascii() else word
+
+
 # Bump when tokenize() changes: tokens stored with another version are recomputed at index load.
-TOKENIZER_VERSION = 2
+# 3: Latin diacritics folded (_fold_latin).
+TOKENIZER_VERSION = 3
 
 
 def tokens_stamp() -> str:
