@@ -29,7 +29,10 @@ for each false-positive rate in turn (14, 16, 17.2, 18, 20 %). Read for:
   (answers against next-paragraph candidates), out of fold: 5 folds grouped by paragraph, so no
   question is scored by a model that saw its paragraph. If these do not beat `score`, no other
   fusion of these signals will by much;
-* `LR +hub`, `LR +clause`, `LR +hub +clause` — the same with the new signals.
+* `LR +hub`, `LR +clause`, `LR +hub +clause` — the same with the new signals;
+* `LR +answer type` — with whether the memory holds what the question asks for (a number for
+  "how many" / 多少, a year for "when" / 哪一年, a name for "who" / 谁, a place for "where" / 哪里)
+  and whether it lacks it; `LR +all three` with hubness, clauses and answer type together.
 
     DATABASE_URL=sqlite:////tmp/xling_study.sqlite3 OMP_NUM_THREADS=1 \\
         .venv/bin/python bench/study/xling_fusion.py --data <path to xquad.json>
@@ -57,6 +60,28 @@ CLAUSE = re.compile(r"[,;:，；：、（）()]|\s+(?:which|who|where|while|and|
 def clauses(text: str) -> list[str]:
     parts = [p.strip() for p in CLAUSE.split(text) if p and len(p.strip()) >= 6]
     return parts if len(parts) > 1 else []
+
+
+def answer_type(question: str) -> dict[str, bool]:
+    """What the question asks for, from its question words in either language."""
+    q = question.lower()
+    return {
+        "number": bool(re.search(r"how (many|much)|多少|几", q)),
+        "year": bool(re.search(r"\bwhen\b|what (year|century)|哪一?年|什么时候|何时|哪个世纪", q)),
+        "name": bool(re.search(r"\bwho\b|\bwhom\b|谁|哪位", q)),
+        "place": bool(re.search(r"\bwhere\b|哪里|在哪|何处", q)),
+    }
+
+
+def holds(text: str) -> dict[str, bool]:
+    """Whether a memory holds what such a question asks for (roughly: a digit or a Chinese
+    numeral, a year, a capitalised word inside the sentence or a name's middle dot, a place)."""
+    return {
+        "number": bool(re.search(r"\d|[一二三四五六七八九十百千万两]", text)),
+        "year": bool(re.search(r"\b1\d{3}\b|\b20\d{2}\b|\d{3,4}年|世纪|century", text)),
+        "name": bool(re.search(r"(?<!^)(?<![.!?] )\b[A-Z][a-z]+|·", text)),
+        "place": bool(re.search(r"\b(in|at|near|from) [A-Z]|[省市州县国城河山岛湖]", text)),
+    }
 
 
 def wordnet_examples(n: int, seed: int = 0) -> list[str]:
@@ -155,7 +180,8 @@ def main() -> None:
     )
     clause_vectors = {i: embed_passages(c) for i in order if (c := clauses(texts[i]))}
 
-    def features(f: dict, qvec: np.ndarray, extra: tuple[str, ...]) -> np.ndarray:
+    def features(f: dict, query: tuple[np.ndarray, str], extra: tuple[str, ...]) -> np.ndarray:
+        qvec, qtext = query
         d, h, lex, raw = f["dense"], f["held"], f["lexical"], f["raw"]
         cols = [d, h, lex, (lex > 0).astype(float), d * h, h * h, raw]
         if "hub" in extra:
@@ -168,6 +194,12 @@ def main() -> None:
                 ]
             )
             cols.append((raw + np.maximum(raw, best)) / 2)
+        if "type" in extra:
+            asks = answer_type(qtext)
+            has = [holds(texts[int(i)]) for i in f["ids"]]
+            for kind in ("number", "year", "name", "place"):
+                cols.append(np.array([asks[kind] and h[kind] for h in has], dtype=float))
+                cols.append(np.array([asks[kind] and not h[kind] for h in has], dtype=float))
         return np.stack(cols, axis=1)
 
     from sklearn.ensemble import HistGradientBoostingClassifier
@@ -182,7 +214,7 @@ def main() -> None:
     )
     print("returned at false positives (%), each question against the next paragraph's agent")
     def dense_signals(f: dict, qvec: np.ndarray) -> dict[str, np.ndarray]:
-        cols = features(f, qvec, ("hub", "clause"))
+        cols = features(f, (qvec, ""), ("hub", "clause"))
         raw, hub, clause = cols[:, 6], cols[:, 7], cols[:, 8]
         return {"cosine": raw, "cosine - hub": raw - hub, "clauses": clause}
 
@@ -207,7 +239,7 @@ def main() -> None:
                     {k: v[at[:1]] for k, v in own.items()} if len(at) and gold in top5 else None
                 )
                 qvec = embed_query(q[ql])
-                rows.append((p, qvec, gold_row, other))
+                rows.append((p, (qvec, q[ql]), gold_row, other))
                 # The embedding alone: the answer against the next paragraph's best sentence.
                 if len(at) and len(other["ids"]):
                     for name, col in dense_signals({k: v[at[:1]] for k, v in own.items()}, qvec).items():
@@ -240,6 +272,8 @@ def main() -> None:
             ("LR +hub", ("hub",), "lr"),
             ("LR +clause", ("clause",), "lr"),
             ("LR +hub +clause", ("hub", "clause"), "lr"),
+            ("LR +answer type", ("type",), "lr"),
+            ("LR +all three", ("hub", "clause", "type"), "lr"),
         ]
         for name, extra, kind in variants:
             answer = np.full(len(rows), -9.0)
