@@ -78,7 +78,8 @@ def test_latin_diacritics_are_folded_and_other_scripts_keep_their_letters():
     # Letters whose marks tell words apart in their own script stay as written.
     assert tokenize("Привет, мир й") == ("привет", "мир", "й")
     assert tokenize("Đà Nẵng") == ("đà", "nang")  # đ has no plain form; ẵ does
-    assert tokenize("東京 ガス") == ("東京", "ガス")  # kana keep their voicing marks
+    # Kana keep their voicing marks (kanji are read in simplified form, as all Chinese is).
+    assert tokenize("東京 ガス") == ("东京", "ガス")
 
 
 def test_a_name_written_without_its_accents_finds_the_memory(api):
@@ -92,3 +93,28 @@ def test_a_name_written_without_its_accents_finds_the_memory(api):
     write(api, "Jose Garcia signed the Lima lease")
     found = search(api, "Núñez São Paulo", mode="keyword", min_score=0.0)
     assert [m["id"] for m in found] == [plain], found
+
+
+# Written for these tests: the same preference in traditional and in simplified characters.
+PREFERENCE_TRADITIONAL = "使用者偏好簡潔直接的回覆，不喜歡冗長的解釋"
+PREFERENCE_SIMPLIFIED = "使用者偏好简洁直接的回复，不喜欢冗长的解释"
+
+
+def test_chinese_is_tokenised_in_simplified_characters():
+    assert tokenize(PREFERENCE_TRADITIONAL) == tokenize(PREFERENCE_SIMPLIFIED)
+    assert {"简洁", "回复", "解释"} <= set(tokenize(PREFERENCE_TRADITIONAL))
+    # Only the script: regional vocabulary stays as written (軟體 is 软体, not 软件).
+    assert "软体" in tokenize("軟體發佈")
+    # Simplified text is cut as before.
+    assert tokenize("黑豹队的防守丢了多少分") == ("黑豹", "队", "防守", "丢", "多少", "分")
+
+
+def test_a_question_in_simplified_characters_finds_a_memory_in_traditional_ones(api):
+    target = write(api, "回測資料來源改為幣安永續合約").json()["data"]["id"]
+    write(api, "每週五下午開團隊週會")
+    found = search(api, "回测数据来源", mode="keyword", min_score=0.0)
+    assert [m["id"] for m in found] == [target], found
+    # And the other way round.
+    plain = write(api, "服务器日志保留三十天").json()["data"]["id"]
+    found = search(api, "伺服器日誌保留多久", mode="keyword", min_score=0.0)
+    assert [m["id"] for m in found][:1] == [plain], found
