@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryplatform.settings.base")
 
 
@@ -41,8 +42,8 @@ def main() -> None:
 
     from memories import services
     from memories.models import Memory, MemoryScope
-    from memories.retrieval import search
     from tenants.models import Team
+    from xling_search import search_ids
 
     convert = opencc.OpenCC(f"{args.convert}.json").convert
     paragraphs = json.load(open(args.data, encoding="utf-8"))
@@ -65,19 +66,6 @@ def main() -> None:
         p, form = m.agent_id[1:].split("_")
         ids.setdefault((int(p), form), []).append(m.pk)
 
-    def run(query: str, agent: str, **kw: object) -> list[int]:
-        hits = search.memory_search(
-            search.SearchQuery(
-                team=team,
-                scope=MemoryScope.PERSONAL,
-                agent_id=agent,
-                text=query,
-                limit=5,
-                **kw,  # type: ignore[arg-type]
-            )
-        )
-        return [h.memory.pk for h in hits]
-
     print("| question → memories | R@1 | returned | false positives (next paragraph) |")
     print("| --- | --- | --- | --- |")
     for asked in ("simplified", "traditional"):
@@ -89,9 +77,9 @@ def main() -> None:
                     query = q["zh"] if asked == "simplified" else convert(q["zh"])
                     gold = ids[(p, stored)][q["answer_sentence"]["zh"]]
                     n += 1
-                    r1 += run(query, f"p{p}_{stored}", min_score=0.0)[:1] == [gold]
-                    returned += gold in run(query, f"p{p}_{stored}")
-                    fp += bool(run(query, f"p{nxt}_{stored}"))
+                    r1 += search_ids(team, f"p{p}_{stored}", query, min_score=0.0)[:1] == [gold]
+                    returned += gold in search_ids(team, f"p{p}_{stored}", query)
+                    fp += bool(search_ids(team, f"p{nxt}_{stored}", query))
             print(
                 f"| {asked} → {stored} | {100 * r1 / n:.1f} | {100 * returned / n:.1f} "
                 f"| {100 * fp / n:.1f} |",

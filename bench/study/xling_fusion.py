@@ -19,10 +19,11 @@ signals of every candidate the search scored are recorded from the search's own 
   long sentences dilute the part that answers.
 
 First, per direction, the AUC of the embedding alone (the answer's cosine against the next
-paragraph's best), with each new signal. Then, per direction, "returned at false positives" as in `xling_search.py`: a question's answer
-is returned when its score passes a threshold (and the search ranks it in its top 5), a false
-positive is a search of the next paragraph where any candidate passes it; the threshold is set
-for each false-positive rate in turn (14, 16, 17.2, 18, 20 %). Read for:
+paragraph's best), with each new signal. Then, per direction, "returned at false positives" as
+in `xling_search.py`: a question's answer is returned when its score passes a threshold (and
+the search ranks it in its top 5), a false positive is a search of the next paragraph where any
+candidate passes it; the threshold is set for each false-positive rate in turn (14, 16, 17.2,
+18, 20 %). Read for:
 
 * `score` — today's fusion;
 * `LR`, `GBM` — a logistic regression and gradient-boosted trees fitted on the same signals
@@ -121,10 +122,10 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     import numpy as np
 
-    from memories.models import Memory, MemoryScope
-    from memories.retrieval import candidates, search
+    from memories.models import Memory
+    from memories.retrieval import candidates
     from memories.retrieval.embeddings import embed_passages, embed_query
-    from xling_search import ingest
+    from xling_search import ingest, search_ids
 
     paragraphs = json.load(open(args.data, encoding="utf-8"))
     team, ids = ingest(paragraphs)
@@ -132,7 +133,9 @@ def main() -> None:
     recorded: list[dict] = []
     original = candidates._score_candidates
 
-    def recording(ix, qvec, qtokens, mode, want, mask, dense_weight, query_cjk=False, with_bridge=True):  # type: ignore[no-untyped-def]
+    def recording(
+        ix, qvec, qtokens, mode, want, mask, dense_weight, query_cjk=False, with_bridge=True
+    ):  # type: ignore[no-untyped-def]
         out = original(ix, qvec, qtokens, mode, want, mask, dense_weight, query_cjk, with_bridge)
         slots, score, dense, lexical, _rank = out
         held = candidates._bridge_all(ix, qtokens, query_cjk, mask).at(slots)
@@ -152,17 +155,7 @@ def main() -> None:
 
     def signals(query: str, agent: str) -> tuple[list[int], dict]:
         recorded.clear()
-        hits = search.memory_search(
-            search.SearchQuery(
-                team=team,
-                scope=MemoryScope.PERSONAL,
-                agent_id=agent,
-                text=query,
-                limit=5,
-                min_score=0.0,
-            )
-        )
-        return [h.memory.pk for h in hits], recorded[-1]
+        return search_ids(team, agent, query, min_score=0.0), recorded[-1]
 
     # The new signals of every memory, from its text (the stored vectors are these, quantised).
     texts = dict(Memory.objects.filter(team=team).values_list("id", "content"))
@@ -213,6 +206,7 @@ def main() -> None:
         + " --- |" * len(FALSE_POSITIVES)
     )
     print("returned at false positives (%), each question against the next paragraph's agent")
+
     def dense_signals(f: dict, qvec: np.ndarray) -> dict[str, np.ndarray]:
         cols = features(f, (qvec, ""), ("hub", "clause"))
         raw, hub, clause = cols[:, 6], cols[:, 7], cols[:, 8]
@@ -242,7 +236,9 @@ def main() -> None:
                 rows.append((p, (qvec, q[ql]), gold_row, other))
                 # The embedding alone: the answer against the next paragraph's best sentence.
                 if len(at) and len(other["ids"]):
-                    for name, col in dense_signals({k: v[at[:1]] for k, v in own.items()}, qvec).items():
+                    for name, col in dense_signals(
+                        {k: v[at[:1]] for k, v in own.items()}, qvec
+                    ).items():
                         separation.setdefault(name, ([], []))[0].append(col[0])
                     for name, col in dense_signals(other, qvec).items():
                         separation[name][1].append(col.max())
@@ -260,7 +256,9 @@ def main() -> None:
             return cells
 
         def best(f: dict, values: np.ndarray | None = None) -> float:
-            return float(-9 if len(f["ids"]) == 0 else (f["score"] if values is None else values).max())
+            return float(
+                -9 if len(f["ids"]) == 0 else (f["score"] if values is None else values).max()
+            )
 
         answer = np.array([-9.0 if g is None else float(g["score"][0]) for _, _, g, _ in rows])
         wrong = np.array([best(o) for _, _, _, o in rows])

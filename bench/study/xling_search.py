@@ -69,9 +69,7 @@ def main() -> None:
         return
     call_command("migrate", verbosity=0)
 
-    from memories.retrieval import search
     from memories.retrieval.embeddings import embed_passages, embed_query
-    from memories.models import MemoryScope
 
     paragraphs = json.load(open(args.data, encoding="utf-8"))
     if args.limit_paragraphs:
@@ -79,19 +77,6 @@ def main() -> None:
     t0 = time.time()
     team, ids = ingest(paragraphs)
     print(f"loaded in {time.time() - t0:.0f}s", file=sys.stderr)
-
-    def run(query: str, agent: str, **kw: object) -> list[dict]:
-        hits = search.memory_search(
-            search.SearchQuery(
-                team=team,
-                scope=MemoryScope.PERSONAL,
-                agent_id=agent,
-                text=query,
-                limit=5,
-                **kw,  # type: ignore[arg-type]
-            )
-        )
-        return [{"id": h.memory.pk, "score": h.score} for h in hits]
 
     if args.weights:
         from django.conf import settings
@@ -105,8 +90,8 @@ def main() -> None:
                     other = (p + 1) % len(paragraphs)
                     for q in para["questions"]:
                         gold_id = ids[(p, ml)][q["answer_sentence"][ml]]
-                        ret += gold_id in [r["id"] for r in run(q[ql], f"p{p}_{ml}")]
-                        fp += bool(run(q[ql], f"p{other}_{ml}"))
+                        ret += gold_id in search_ids(team, f"p{p}_{ml}", q[ql])
+                        fp += bool(search_ids(team, f"p{other}_{ml}", q[ql]))
                 n = sum(len(para["questions"]) for para in paragraphs)
                 cells.append(f"{ql}->{ml} {100 * ret / n:.1f} at {100 * fp / n:.1f}")
             print(f"w {w:g}: returned at false positives: " + ", ".join(cells), flush=True)
@@ -123,13 +108,13 @@ def main() -> None:
                     s = stats.setdefault(key, dict(n=0, r1=0, r5=0, ret=0, fp=0, gold=[]))
                     gold_id = ids[(p, ml)][q["answer_sentence"][ml]]
                     agent = f"p{p}_{ml}"
-                    ranked = [r["id"] for r in run(q[ql], agent, min_score=0.0)]
-                    default = run(q[ql], agent)
-                    wrong = run(q[ql], f"p{other}_{ml}")
+                    ranked = search_ids(team, agent, q[ql], min_score=0.0)
+                    default = search_ids(team, agent, q[ql])
+                    wrong = search_ids(team, f"p{other}_{ml}", q[ql])
                     s["n"] += 1
                     s["r1"] += bool(ranked[:1] == [gold_id])
                     s["r5"] += gold_id in ranked
-                    s["ret"] += gold_id in [r["id"] for r in default]
+                    s["ret"] += gold_id in default
                     s["fp"] += bool(wrong)
                     if args.raw:
                         qv = embed_query(q[ql])
@@ -155,6 +140,25 @@ def main() -> None:
                 f"{np.percentile(g, 99):.3f}  other p50/p99 {np.percentile(o, 50):.3f}/"
                 f"{np.percentile(o, 99):.3f}"
             )
+
+
+def search_ids(team: object, agent: str, query: str, **kw: object) -> list[int]:
+    """The ids a personal search of `agent` returns, best first (limit 5; the default
+    min_score unless given), through the search service itself."""
+    from memories.models import MemoryScope
+    from memories.retrieval import search
+
+    hits = search.memory_search(
+        search.SearchQuery(
+            team=team,  # type: ignore[arg-type]
+            scope=MemoryScope.PERSONAL,
+            agent_id=agent,
+            text=query,
+            limit=5,
+            **kw,  # type: ignore[arg-type]
+        )
+    )
+    return [h.memory.pk for h in hits]
 
 
 def ingest(paragraphs: list[dict]) -> tuple[object, dict[tuple[int, str], list[int]]]:

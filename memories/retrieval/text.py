@@ -309,7 +309,7 @@ _simplifier: Any = None
 def _simplified(run: str) -> str:
     """A run of Chinese characters in simplified characters (OpenCC's `t2s`: characters and
     the phrases whose conversion depends on them, never regional vocabulary), so a memory
-    written in traditional characters (使用者偏好簡潔的回覆) and a question in simplified ones
+    written in traditional characters (用戶偏好簡潔的回覆) and a question in simplified ones
     (用户偏好简洁的回复) share their words, and jieba, whose dictionary is simplified, cuts
     traditional text as well as simplified. Simplified text passes through unchanged but for a
     stray traditional character (內 -> 内). ~3 µs a sentence."""
