@@ -9,7 +9,7 @@ Usage (from the project root):
         --api-key mk_… --secret …   # an already running server (loopback only)
 
 DIR holds `dedup_pairs.jsonl`, `xquad.json` and `xling.tsv` (read only, never copied). Options:
---sets (dedup,xquad,xling or a subset), --limit N (quick runs: at most N pairs per language and
+--sets (dedup,xquad,xquad-all,xling or a subset), --limit N (quick runs: at most N pairs per language and
 label for dedup, N paragraphs for xquad, N pairs for xling; a fixed-seed sample), --json FILE,
 --server gunicorn|runserver, --server-env KEY=VALUE (repeatable), --keep, --max-minutes M (default
 60: a set still running then stops where it is and its result says `truncated`).
@@ -30,6 +30,10 @@ Protocol, deterministic, no LLM, default settings everywhere unless said:
   same article (the same topic: a harder test, the one `min_score`'s meaning across scripts is
   set by, docs/search.md), by a default search: the share of those searches returning anything,
   per direction.
+* xquad-all — the same questions against one agent per language holding the sentences of
+  *every* paragraph (about 600: a memory store on many topics, where the answer has to come
+  first among all of them): R@1 / R@5 and "default" as above, per direction. No false-positive
+  count here (every question has its answer in the store).
 * xling — one agent holds one side (en, then zh), each sentence of the other side is a query:
   R@1 (`limit=5, min_score=0`) and "default" (the translation is the first result of a default
   search, i.e. it passes the default `min_score`).
@@ -54,7 +58,7 @@ from common import BenchServer, code_version, log, machine_info, machine_load, s
 
 from memoryplatform.client import MemoryClient
 
-SETS = ("dedup", "xquad", "xling")
+SETS = ("dedup", "xquad", "xquad-all", "xling")
 LABELS = ("contradiction", "neutral", "entailed", "paraphrase")
 LANG_OF_SRC = {"sick": "en", "ocnli": "zh"}
 HARD_SHARE = 0.2
@@ -262,11 +266,65 @@ def run_xquad(client: MemoryClient, data: Path, limit: int | None) -> dict[str, 
     return {"paragraphs": n, "table": table, "false_positives": fp_table, "truncated": truncated}
 
 
+def run_xquad_all(client: MemoryClient, data: Path, limit: int | None) -> dict[str, Any]:
+    paragraphs = json.loads((data / "xquad.json").read_text(encoding="utf-8"))
+    if limit:
+        paragraphs = random.Random(0).sample(paragraphs, min(limit, len(paragraphs)))
+    ids: dict[tuple[int, str], list[int]] = {}
+    for lang in ("en", "zh"):
+        for p, para in enumerate(paragraphs):
+            ids[(p, lang)] = [
+                int(client.write_memory(f"fid-xqa-{lang}", s, enable_dedup=False)["id"])
+                for s in para["sentences"][lang]
+            ]
+    log(f"xquad-all: {sum(map(len, ids.values()))} sentences stored; {machine_load()}")
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    truncated = False
+    for p, para in enumerate(paragraphs):
+        if out_of_time("xquad-all"):
+            truncated = True
+            break
+        for q in para["questions"]:
+            for qlang in ("en", "zh"):
+                for mlang in ("en", "zh"):
+                    gold = ids[(p, mlang)][q["answer_sentence"][mlang]]
+                    agent = f"fid-xqa-{mlang}"
+                    got = [int(r["id"]) for r in ranked_search(client, agent, q[qlang])]
+                    dflt = [int(r["id"]) for r in default_search(client, agent, q[qlang])]
+                    c = counts[f"{qlang}→{mlang}"]
+                    c["n"] += 1
+                    c["r1"] += got[:1] == [gold]
+                    c["r5"] += gold in got[:5]
+                    c["default"] += gold in dflt
+    table = {
+        key: {
+            "n": c["n"],
+            "R@1": rate(c["r1"], c["n"]),
+            "R@5": rate(c["r5"], c["n"]),
+            "default": rate(c["default"], c["n"]),
+        }
+        for key, c in counts.items()
+    }
+    return {"sentences": sum(map(len, ids.values())), "table": table, "truncated": truncated}
+
+
+def print_xquad_table(table: dict[str, dict[str, Any]]) -> None:
+    print(f"{'':8}{'n':>6}{'R@1':>8}{'R@5':>8}{'default':>9}")
+    for key, row in table.items():
+        print(f"{key:8}{row['n']:>6}{row['R@1']:>8}{row['R@5']:>8}{row['default']:>9}")
+
+
+def print_xquad_all(result: dict[str, Any]) -> None:
+    print(
+        f"\nxquad-all (one agent per language, {result['sentences']} sentences in all): "
+        "answer sentence found, %"
+    )
+    print_xquad_table(result["table"])
+
+
 def print_xquad(result: dict[str, Any]) -> None:
     print(f"\nxquad ({result['paragraphs']} paragraphs): answer sentence found, %")
-    print(f"{'':8}{'n':>6}{'R@1':>8}{'R@5':>8}{'default':>9}")
-    for key, row in result["table"].items():
-        print(f"{key:8}{row['n']:>6}{row['R@1']:>8}{row['R@5']:>8}{row['default']:>9}")
+    print_xquad_table(result["table"])
     print("false positives, % (a default search returns anything), against a paragraph of:")
     print(f"{'':8}{'n':>6}{'another article':>17}{'n':>6}{'the same article':>18}")
     for key, row in result["false_positives"].items():
@@ -366,6 +424,9 @@ def main() -> int:
         if "xquad" in sets:
             report["xquad"] = run_xquad(client, args.data, args.limit)
             print_xquad(report["xquad"])
+        if "xquad-all" in sets:
+            report["xquad-all"] = run_xquad_all(client, args.data, args.limit)
+            print_xquad_all(report["xquad-all"])
         if "xling" in sets:
             report["xling"] = run_xling(client, args.data, args.limit)
             print_xling(report["xling"])
@@ -378,7 +439,6 @@ def main() -> int:
         f"\n{report['seconds']} s; before: {report['load_before']}; after: {report['load_after']}"
     )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
     return 0
