@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,6 +169,19 @@ def memories_needing_embedding(
     if not everything:
         qs = qs.exclude(embedding_model=model_name)
     return list(qs.order_by("id").values_list("id", flat=True))
+
+
+def memories_whose_content(*, team: Team | None, matches: Callable[[str], bool]) -> list[int]:
+    """Ids of the memories whose content `matches` (a test SQL cannot make, e.g. "the embedding
+    reads it differently now": reembed_memories --traditional), read in chunks."""
+    qs = Memory.objects.all()
+    if team is not None:
+        qs = qs.filter(team=team)
+    return [
+        pk
+        for pk, content in qs.order_by("id").values_list("id", "content").iterator(2000)
+        if matches(content)
+    ]
 
 
 # --- Review console: the lead's team-wide list and search ----------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from memories.models import Memory
@@ -118,3 +119,98 @@ def test_a_question_in_simplified_characters_finds_a_memory_in_traditional_ones(
     plain = write(api, "服务器日志保留三十天").json()["data"]["id"]
     found = search(api, "伺服器日誌保留多久", mode="keyword", min_score=0.0)
     assert [m["id"] for m in found][:1] == [plain], found
+
+
+def test_the_embedding_reads_chinese_in_simplified_characters():
+    from memories.retrieval.embeddings import embed_passages, embed_query
+    from memories.retrieval.text import for_embedding
+
+    # The same vector for the two forms, on both sides of a search.
+    np.testing.assert_allclose(
+        embed_passages([PREFERENCE_TRADITIONAL])[0], embed_passages([PREFERENCE_SIMPLIFIED])[0]
+    )
+    np.testing.assert_allclose(
+        embed_query(PREFERENCE_TRADITIONAL), embed_query(PREFERENCE_SIMPLIFIED)
+    )
+    # English and simplified text are read as written; Japanese (kana) keeps its kanji.
+    for text in ("Prefers short answers", PREFERENCE_SIMPLIFIED, "東京の會議は月曜日です"):
+        assert for_embedding(text) == text
+    assert for_embedding("會議 on Monday") == "会议 on Monday"
+
+
+def test_reembed_memories_traditional_replaces_vectors_of_the_text_as_written(team):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from memories.retrieval.embeddings import embed_passages, to_bytes
+    from memories.services import memory_create
+
+    written = {
+        "trad": PREFERENCE_TRADITIONAL,
+        "simp": PREFERENCE_SIMPLIFIED,
+        "en": "The user prefers short, direct answers",
+    }
+    made = {
+        k: memory_create(team=team, scope="personal", agent_id="a", content=v)[0]
+        for k, v in written.items()
+    }
+    # As the previous release stored it: the vector of the traditional text as written (the
+    # model itself, without the reading in simplified characters).
+    as_written = get_embedder()._cached_encode([PREFERENCE_TRADITIONAL], is_query=False)[0]
+    assert not np.allclose(as_written, embed_passages([PREFERENCE_SIMPLIFIED])[0])
+    Memory.objects.filter(pk=made["trad"].pk).update(embedding=to_bytes(as_written))
+    before = {k: bytes(Memory.objects.get(pk=m.pk).embedding) for k, m in made.items()}
+    index.registry.clear()
+
+    def scores() -> dict[int, float]:
+        # Through the search backend, whose index is loaded before the command runs: the new
+        # vector has to reach it through the change log.
+        from memories.retrieval.search import SearchQuery, memory_search
+
+        hits = memory_search(
+            SearchQuery(
+                team=team,
+                scope="personal",
+                agent_id="a",
+                text="用户喜欢什么样的回复？",
+                mode="vector",
+                min_score=0.0,
+                limit=5,
+            )
+        )
+        return {h.memory.pk: h.score for h in hits}
+
+    stale = scores()
+    assert stale[made["trad"].pk] != pytest.approx(stale[made["simp"].pk], abs=1e-3)
+
+    out = StringIO()
+    call_command("reembed_memories", "--traditional", "--team", team.id, stdout=out)
+    assert "1 memories with Chinese in traditional characters" in out.getvalue()
+    assert "re-embedded 1 memories" in out.getvalue()
+    after = {k: bytes(Memory.objects.get(pk=m.pk).embedding) for k, m in made.items()}
+    assert after["trad"] == to_bytes(embed_passages([PREFERENCE_SIMPLIFIED])[0])
+    assert after["trad"] != before["trad"]
+    assert after["simp"] == before["simp"] and after["en"] == before["en"]
+    fresh = scores()
+    assert fresh[made["trad"].pk] == pytest.approx(fresh[made["simp"].pk], abs=1e-4)
+
+
+def test_reembed_memories_traditional_and_tokens_are_two_runs(team):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="two runs"):
+        call_command("reembed_memories", "--traditional", "--tokens")
+
+
+def test_a_memory_in_traditional_characters_scores_as_its_simplified_twin(api):
+    # Two agents, one sentence each: the same preference in the two forms. A question in either
+    # form gives both the same dense score, so min_score means the same in both.
+    write(api, PREFERENCE_TRADITIONAL, agent="taipei")
+    write(api, PREFERENCE_SIMPLIFIED, agent="beijing")
+    for question in ("用户喜欢什么样的回复？", "使用者喜歡什麼樣的回覆？"):
+        scores = [
+            search(api, question, agent=agent, mode="vector", min_score=0.0)[0]["score"]
+            for agent in ("taipei", "beijing")
+        ]
+        assert scores[0] == pytest.approx(scores[1], abs=1e-4), (question, scores)

@@ -4,8 +4,8 @@ characters").
 The Chinese sentences of each XQuAD paragraph are stored twice, as the memories of two agents:
 as written (simplified) and converted to traditional characters by OpenCC (`--convert s2t`:
 the script only; `s2twp`: Taiwan's own words too). Every Chinese question is asked in both forms
-against both agents with the default search, and against the next paragraph's agents for the
-false positives, as `xling_search.py` counts them (R@1 with min_score 0; returned = the answer in
+(and the English question, across scripts) against both agents with the default search, and
+against the next paragraph's agents for the false positives, as `xling_search.py` counts them (R@1 with min_score 0; returned = the answer in
 a default search; false positives = a default search of the next paragraph returns anything).
 
     DATABASE_URL=sqlite:////tmp/traditional.sqlite3 OMP_NUM_THREADS=1 \\
@@ -68,13 +68,17 @@ def main() -> None:
 
     print("| question → memories | R@1 | returned | false positives (next paragraph) |")
     print("| --- | --- | --- | --- |")
-    for asked in ("simplified", "traditional"):
+    for asked in ("simplified", "traditional", "english"):
         for stored in ("simplified", "traditional"):
             n = r1 = returned = fp = 0
             for p, para in enumerate(paragraphs):
                 nxt = (p + 1) % len(paragraphs)
                 for q in para["questions"]:
-                    query = q["zh"] if asked == "simplified" else convert(q["zh"])
+                    query = {
+                        "simplified": q["zh"],
+                        "traditional": convert(q["zh"]),
+                        "english": q["en"],
+                    }[asked]
                     gold = ids[(p, stored)][q["answer_sentence"]["zh"]]
                     n += 1
                     r1 += search_ids(team, f"p{p}_{stored}", query, min_score=0.0)[:1] == [gold]

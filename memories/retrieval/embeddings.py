@@ -40,6 +40,8 @@ from django.conf import settings
 from core.errors import DomainError, ErrorCode
 from core.metrics import EMBEDDED_TEXTS, EMBEDDING_LATENCY, timed
 
+from .text import for_embedding
+
 logger = logging.getLogger(__name__)
 
 
@@ -169,11 +171,13 @@ class Embedder(ABC):
                     self._cache.popitem(last=False)
         return np.vstack(out) if out else np.zeros((0, self.dim), dtype=np.float32)  # type: ignore[arg-type]
 
+    # Every model reads Chinese in simplified characters (text.for_embedding), so a memory
+    # in traditional characters and a question in simplified ones are the same text to it.
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
-        return self._cached_encode(texts, is_query=False)
+        return self._cached_encode([for_embedding(t) for t in texts], is_query=False)
 
     def encode_query(self, text: str) -> np.ndarray:
-        return self._cached_encode([text], is_query=True)[0]
+        return self._cached_encode([for_embedding(text)], is_query=True)[0]
 
     def score(self, raw: np.ndarray | float) -> Any:
         """Query→memory relevance (search): 0.3 related, 0.85 answers it squarely."""

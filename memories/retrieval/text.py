@@ -324,6 +324,22 @@ def _simplified(run: str) -> str:
         return str(_simplifier.convert(run))
 
 
+_KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
+
+
+def for_embedding(text: str) -> str:
+    """The text the embedding model reads: Chinese in simplified characters (`_simplified`),
+    the rest as written. The model scores a traditional text against its simplified twin lower
+    than two texts in one form, and two traditional texts higher (a looser `min_score` in a
+    traditional scope); reading one form closes both (docs/search.md, "Diacritics and
+    traditional characters"). Text with kana is Japanese and stays as written: its kanji are
+    not traditional Chinese, and the model reads Japanese in its own spelling. Text without a
+    Chinese character is returned as is (no conversion, the same vector as before)."""
+    if text.isascii() or not _CJK_CHAR.search(text) or _KANA.search(text):
+        return text
+    return _simplified(text)
+
+
 @lru_cache(maxsize=50_000)
 def _fold_latin(word: str) -> str:
     """A Latin word without its diacritics, so a name typed without them still meets it:
