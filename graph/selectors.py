@@ -10,6 +10,7 @@ both its ends are.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, cast
@@ -431,3 +432,24 @@ def entity_console_detail(
         source_memories=list(rows),
         source_memories_total=len(memory_ids),
     )
+
+
+def entities_needing_embedding(
+    *,
+    team: Team | None,
+    model_name: str,
+    everything: bool = False,
+    matches: Callable[[str, str], bool] | None = None,
+) -> list[uuid.UUID]:
+    """Ids of the entities to embed again: without a vector or with another model's (all with
+    `everything`); with `matches`, those whose (name, description) it accepts instead (a test
+    SQL cannot make: "the embedding reads this text differently now"). Read in chunks."""
+    qs = Entity.objects.all()
+    if team is not None:
+        qs = qs.filter(team=team)
+    if matches is not None:
+        rows = qs.order_by("id").values_list("id", "name", "description").iterator(2000)
+        return [pk for pk, name, description in rows if matches(name, description)]
+    if not everything:
+        qs = qs.exclude(Q(embedding_model=model_name) & Q(embedding__isnull=False))
+    return list(qs.order_by("id").values_list("id", flat=True))

@@ -182,6 +182,31 @@ def entity_merge(
     return entity
 
 
+def entities_reembed(*, entity_ids: list[Any]) -> int:
+    """Embeds these entities again with the current model and reading (a batch). `updated_at`
+    moves, as when a merge embeds again, so every worker's vector cache of the team reloads
+    (graph.search). An entity renamed or merged meanwhile has embedded its new text itself:
+    it is left as it is."""
+    rows = list(Entity.objects.filter(pk__in=entity_ids).only("id", "name", "description"))
+    if not rows:
+        return 0
+    texts = {e.pk: embedding_text(e.name, e.description) for e in rows}
+    vectors = dict(zip(texts, embed_passages(list(texts.values())), strict=True))
+    model_name = get_embedder().model_name
+    now = timezone.now()
+    with transaction.atomic():
+        locked = list(Entity.objects.select_for_update().filter(pk__in=list(texts)))
+        fresh = [e for e in locked if embedding_text(e.name, e.description) == texts[e.pk]]
+        for entity in fresh:
+            entity.embedding = to_bytes(vectors[entity.pk])
+            entity.embedding_model = model_name
+            entity.updated_at = now
+        Entity.objects.bulk_update(
+            fresh, ["embedding", "embedding_model", "updated_at"], batch_size=500
+        )
+    return len(fresh)
+
+
 def entity_mention(*, entity: Entity, memory: Memory) -> None:
     """Records that `memory` mentions `entity` (idempotent)."""
     EntityMention.objects.get_or_create(
