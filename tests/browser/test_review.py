@@ -14,14 +14,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _wait_for_text(browser, text: str) -> None:  # type: ignore[no-untyped-def]
-    """Waits for the page after a POST (the old page's elements go stale meanwhile)."""
+    """Waits for the page after a POST. Its clicks go through `click_through`, which waits for
+    the old page to go first: Chromium reports a node of the page being replaced either as stale
+    or as "does not belong to the document", which no wait on the new page could tell apart from
+    a real error."""
     WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
         lambda b: text in b.find_element(By.TAG_NAME, "body").text
     )
 
 
 def test_lead_searches_by_meaning_corrects_inline_and_sees_the_revision(
-    browser, live_server, login, shot
+    browser, live_server, login, shot, click_through
 ):
     team = TeamFactory(id="team_review_a", name="Research bots")
     other = TeamFactory(id="team_review_b", name="Trading bots")
@@ -66,7 +69,7 @@ def test_lead_searches_by_meaning_corrects_inline_and_sees_the_revision(
     importance.send_keys("0.9")
     browser.find_element(By.NAME, "pinned").click()
     shot("3-correction-typed")
-    browser.find_element(By.CSS_SELECTOR, "#correction button[type=submit]").click()
+    click_through(browser.find_element(By.CSS_SELECTOR, "#correction button[type=submit]"))
     _wait_for_text(browser, "Saved")
     assert (
         browser.find_element(By.ID, "memory-content").text
@@ -87,7 +90,9 @@ def test_lead_searches_by_meaning_corrects_inline_and_sees_the_revision(
     shot("5-found-after-correction")
 
 
-def test_lead_promotes_a_memory_and_grants_another_agent(browser, live_server, login, shot):
+def test_lead_promotes_a_memory_and_grants_another_agent(
+    browser, live_server, login, shot, click_through
+):
     from memories.models import Memory, MemoryShare
     from tenants.services import agent_ensure
 
@@ -115,7 +120,9 @@ def test_lead_promotes_a_memory_and_grants_another_agent(browser, live_server, l
     browser.execute_script("arguments[0].scrollIntoView()", browser.find_element(By.ID, "sharing"))
     shot("1-granted")
 
-    browser.find_element(By.XPATH, "//button[normalize-space()='Promote to team memory']").click()
+    click_through(
+        browser.find_element(By.XPATH, "//button[normalize-space()='Promote to team memory']")
+    )
     _wait_for_text(browser, "Promoted:")
     promoted = Memory.objects.get(promoted_from=memory)
     assert f"/memories/{promoted.pk}/" in browser.current_url
