@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any
+from collections.abc import Callable, Sequence
+from typing import IO, Any, TypeVar
 
 from tqdm import tqdm
 
@@ -49,3 +50,25 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+T = TypeVar("T")
+
+
+def in_batches(
+    ids: Sequence[T],
+    work: Callable[[list[T]], int],
+    *,
+    batch_size: int,
+    label: str,
+    stream: Any = None,
+) -> int:
+    """Runs `work` over `ids` a batch at a time with a progress bar; the sum of what it returns
+    (how many it changed: a batch may skip some)."""
+    done = 0
+    with Progress(len(ids), label=label, stream=stream) as progress:
+        for start in range(0, len(ids), batch_size):
+            batch = list(ids[start : start + batch_size])
+            done += work(batch)
+            progress.advance(len(batch))
+    return done

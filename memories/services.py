@@ -531,17 +531,21 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
 
 
 def memories_reembed(*, memory_ids: list[int]) -> int:
-    """Embeds these memories with the current model (a batch) and tells every index."""
-    rows = list(Memory.objects.filter(pk__in=memory_ids).order_by("id"))
-    if not rows:
+    """Embeds these memories with the current model (a batch) and tells every index. A memory
+    edited while its batch was being embedded has embedded its new content itself (the edit's
+    own write): it is left as it is, rather than given the vector of the text it had."""
+    read = dict(Memory.objects.filter(pk__in=memory_ids).values_list("id", "content"))
+    if not read:
         return 0
-    vectors = embed_passages([m.content for m in rows])
+    vectors = dict(zip(read, embed_passages(list(read.values())), strict=True))
     model_name = get_embedder().model_name
-    for memory, vec in zip(rows, vectors, strict=True):
-        memory.embedding = to_bytes(vec)
-        memory.embedding_model = model_name
-        memory.search_tokens = tokens_for_storage(memory.content)
     with transaction.atomic():
+        locked = Memory.objects.select_for_update().filter(pk__in=list(read)).order_by("id")
+        rows = [m for m in locked if m.content == read[m.pk]]
+        for memory in rows:
+            memory.embedding = to_bytes(vectors[memory.pk])
+            memory.embedding_model = model_name
+            memory.search_tokens = tokens_for_storage(memory.content)
         Memory.objects.bulk_update(
             rows, ["embedding", "embedding_model", "search_tokens"], batch_size=500
         )

@@ -69,6 +69,17 @@ def test_entities_of_another_model_are_embedded_again_in_that_team_only(team, ot
     assert "re-embedded 2 entities" in run("--team", team.id, "--all")
 
 
+def assert_read_in_simplified(entity):
+    """The entity's stored vector is that of its text in simplified characters."""
+    entity.refresh_from_db()
+    np.testing.assert_allclose(
+        from_bytes(entity.embedding),
+        embed_passages([embedding_text(SIMPLIFIED_QUERY, "负责备份与灾难复原")])[0],
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
 def test_traditional_entities_are_read_in_simplified_characters(team):
     entity = create(team, *TRADITIONAL)
     english = create(team, "Taipei data centre", "backups and disaster recovery")
@@ -81,25 +92,13 @@ def test_traditional_entities_are_read_in_simplified_characters(team):
     out = run("--team", team.id, "--traditional")
     assert "1 entities with Chinese in traditional characters" in out
     assert "re-embedded 1 entities" in out
-    entity.refresh_from_db()
-    np.testing.assert_allclose(
-        from_bytes(entity.embedding),
-        embed_passages([embedding_text(SIMPLIFIED_QUERY, "负责备份与灾难复原")])[0],
-        rtol=1e-5,
-        atol=1e-6,
-    )
+    assert_read_in_simplified(entity)
     assert score_of(team, entity, SIMPLIFIED_QUERY) > before
     assert bytes(Entity.objects.get(pk=english.pk).embedding) == english_before
     # A second run has nothing left to change but finds the same entity by its text: the
     # command is idempotent (the vector is the same).
     assert "re-embedded 1 entities" in run("--team", team.id, "--traditional")
-    entity.refresh_from_db()
-    np.testing.assert_allclose(
-        from_bytes(entity.embedding),
-        embed_passages([embedding_text(SIMPLIFIED_QUERY, "负责备份与灾难复原")])[0],
-        rtol=1e-5,
-        atol=1e-6,
-    )
+    assert_read_in_simplified(entity)
 
 
 def test_an_entity_changed_while_it_was_embedded_keeps_its_own_vector(team, monkeypatch):

@@ -214,3 +214,30 @@ def test_a_memory_in_traditional_characters_scores_as_its_simplified_twin(api):
             for agent in ("taipei", "beijing")
         ]
         assert scores[0] == pytest.approx(scores[1], abs=1e-4), (question, scores)
+
+
+def test_a_memory_edited_while_its_batch_is_embedded_keeps_its_new_vector(team, monkeypatch):
+    from memories import services
+
+    memory, _ = services.memory_create(
+        team=team, scope="personal", agent_id="a", content=PREFERENCE_TRADITIONAL
+    )
+    real = services.embed_passages
+    edited = "使用者改為偏好詳細的解釋"
+
+    def edit_meanwhile(texts):  # type: ignore[no-untyped-def]
+        # Another worker edits the memory between the batch's read and its write (the edit
+        # embeds its own content, through the real function).
+        vectors = real(texts)
+        monkeypatch.setattr(services, "embed_passages", real)
+        services.memory_update(memory=memory, actor=services.Actor(), content=edited)
+        return vectors
+
+    monkeypatch.setattr(services, "embed_passages", edit_meanwhile)
+    assert services.memories_reembed(memory_ids=[memory.pk]) == 0
+    memory.refresh_from_db()
+    assert memory.content == edited
+    np.testing.assert_allclose(
+        np.frombuffer(bytes(memory.embedding), dtype="<f4"), real([edited])[0], rtol=1e-6
+    )
+    assert tokens_from_storage(memory.search_tokens) == tokenize(edited)

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from core.progress import Progress
+from core.progress import in_batches
 from graph.selectors import entities_needing_embedding
 from graph.services import embedding_text, entities_reembed
 from memories.retrieval.embeddings import get_embedder
@@ -54,10 +54,11 @@ class Command(BaseCommand):
         )
         what = "with Chinese in traditional characters" if opts["traditional"] else "to embed"
         self.stdout.write(f"{len(ids)} entities {what} ({embedder.model_name})")
-        done = 0
-        with Progress(len(ids), label="re-embedded", stream=self.stderr) as progress:
-            for start in range(0, len(ids), opts["batch_size"]):
-                batch = ids[start : start + opts["batch_size"]]
-                done += entities_reembed(entity_ids=batch)
-                progress.advance(len(batch))
+        done = in_batches(
+            ids,
+            lambda batch: entities_reembed(entity_ids=batch),
+            batch_size=opts["batch_size"],
+            label="re-embedded",
+            stream=self.stderr,
+        )
         self.stdout.write(self.style.SUCCESS(f"re-embedded {done} entities"))

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from core.progress import Progress
+from core.progress import in_batches
 from memories.retrieval.embeddings import get_embedder
 from memories.retrieval.text import for_embedding, tokens_stamp
 from memories.selectors import (
@@ -66,11 +66,11 @@ class Command(BaseCommand):
             )
             work, what = memories_reembed, "re-embedded"
             self.stdout.write(f"{len(ids)} memories to embed with {embedder.model_name}")
-        total = len(ids)
-        done = 0
-        with Progress(total, label=what.split(" ")[0], stream=self.stderr) as progress:
-            for start in range(0, total, opts["batch_size"]):
-                batch = ids[start : start + opts["batch_size"]]
-                done += work(memory_ids=batch)
-                progress.advance(len(batch))
+        done = in_batches(
+            ids,
+            lambda batch: work(memory_ids=batch),
+            batch_size=opts["batch_size"],
+            label=what.split(" ")[0],
+            stream=self.stderr,
+        )
         self.stdout.write(self.style.SUCCESS(f"{what} {done} memories"))
