@@ -9,8 +9,8 @@ Usage (from the project root):
         --api-key mk_… --secret …   # an already running server (loopback only)
 
 DIR holds `dedup_pairs.jsonl`, `xquad.json` and `xling.tsv` (read only, never copied). Options:
---sets (dedup,xquad,xquad-all,xling or a subset), --limit N (quick runs: at most N pairs per language and
-label for dedup, N paragraphs for xquad, N pairs for xling; a fixed-seed sample), --json FILE,
+--sets (dedup,xquad,xquad-all,xling or a subset), --limit N (quick runs: at most N pairs per
+language and label for dedup, N paragraphs for xquad, N pairs for xling; a fixed-seed sample), --json FILE,
 --server gunicorn|runserver, --server-env KEY=VALUE (repeatable), --keep, --max-minutes M (default
 60: a set still running then stops where it is and its result says `truncated`).
 
@@ -186,10 +186,37 @@ def print_dedup(result: dict[str, Any]) -> None:
 # --- xquad ------------------------------------------------------------------------------------
 
 
-def run_xquad(client: MemoryClient, data: Path, limit: int | None) -> dict[str, Any]:
+def load_xquad(data: Path, limit: int | None) -> list[dict[str, Any]]:
     paragraphs = json.loads((data / "xquad.json").read_text(encoding="utf-8"))
     if limit:
         paragraphs = random.Random(0).sample(paragraphs, min(limit, len(paragraphs)))
+    return list(paragraphs)
+
+
+def tally_ranking(
+    counts: dict[str, dict[str, int]], key: str, got: list[int], dflt: list[int], gold: int
+) -> None:
+    c = counts[key]
+    c["n"] += 1
+    c["r1"] += got[:1] == [gold]
+    c["r5"] += gold in got[:5]
+    c["default"] += gold in dflt
+
+
+def ranking_table(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, Any]]:
+    return {
+        key: {
+            "n": c["n"],
+            "R@1": rate(c["r1"], c["n"]),
+            "R@5": rate(c["r5"], c["n"]),
+            "default": rate(c["default"], c["n"]),
+        }
+        for key, c in counts.items()
+    }
+
+
+def run_xquad(client: MemoryClient, data: Path, limit: int | None) -> dict[str, Any]:
+    paragraphs = load_xquad(data, limit)
     ids: dict[tuple[int, str], list[int]] = {}
     for p, para in enumerate(paragraphs):
         for lang in ("en", "zh"):
@@ -229,11 +256,7 @@ def run_xquad(client: MemoryClient, data: Path, limit: int | None) -> dict[str, 
                     agent = f"fid-xq-{p}-{mlang}"
                     got = [int(r["id"]) for r in ranked_search(client, agent, q[qlang])]
                     dflt = [int(r["id"]) for r in default_search(client, agent, q[qlang])]
-                    c = counts[key]
-                    c["n"] += 1
-                    c["r1"] += got[:1] == [gold]
-                    c["r5"] += gold in got[:5]
-                    c["default"] += gold in dflt
+                    tally_ranking(counts, key, got, dflt, gold)
                     f = fp[key]
                     if other is not None:
                         f["n"] += 1
@@ -245,15 +268,7 @@ def run_xquad(client: MemoryClient, data: Path, limit: int | None) -> dict[str, 
                         f["near"] += bool(
                             default_search(client, f"fid-xq-{near}-{mlang}", q[qlang])
                         )
-    table = {
-        key: {
-            "n": c["n"],
-            "R@1": rate(c["r1"], c["n"]),
-            "R@5": rate(c["r5"], c["n"]),
-            "default": rate(c["default"], c["n"]),
-        }
-        for key, c in counts.items()
-    }
+    table = ranking_table(counts)
     fp_table = {
         key: {
             "n": c["n"],
@@ -267,9 +282,7 @@ def run_xquad(client: MemoryClient, data: Path, limit: int | None) -> dict[str, 
 
 
 def run_xquad_all(client: MemoryClient, data: Path, limit: int | None) -> dict[str, Any]:
-    paragraphs = json.loads((data / "xquad.json").read_text(encoding="utf-8"))
-    if limit:
-        paragraphs = random.Random(0).sample(paragraphs, min(limit, len(paragraphs)))
+    paragraphs = load_xquad(data, limit)
     ids: dict[tuple[int, str], list[int]] = {}
     for lang in ("en", "zh"):
         for p, para in enumerate(paragraphs):
@@ -291,20 +304,8 @@ def run_xquad_all(client: MemoryClient, data: Path, limit: int | None) -> dict[s
                     agent = f"fid-xqa-{mlang}"
                     got = [int(r["id"]) for r in ranked_search(client, agent, q[qlang])]
                     dflt = [int(r["id"]) for r in default_search(client, agent, q[qlang])]
-                    c = counts[f"{qlang}→{mlang}"]
-                    c["n"] += 1
-                    c["r1"] += got[:1] == [gold]
-                    c["r5"] += gold in got[:5]
-                    c["default"] += gold in dflt
-    table = {
-        key: {
-            "n": c["n"],
-            "R@1": rate(c["r1"], c["n"]),
-            "R@5": rate(c["r5"], c["n"]),
-            "default": rate(c["default"], c["n"]),
-        }
-        for key, c in counts.items()
-    }
+                    tally_ranking(counts, f"{qlang}→{mlang}", got, dflt, gold)
+    table = ranking_table(counts)
     return {"sentences": sum(map(len, ids.values())), "table": table, "truncated": truncated}
 
 
