@@ -195,7 +195,8 @@ def entities_reembed(*, entity_ids: list[Any]) -> int:
     model_name = get_embedder().model_name
     now = timezone.now()
     with transaction.atomic():
-        locked = list(Entity.objects.select_for_update().filter(pk__in=list(texts)))
+        # In id order, as memories_reembed: two runs at once lock their rows in one order.
+        locked = list(Entity.objects.select_for_update().filter(pk__in=list(texts)).order_by("pk"))
         fresh = [e for e in locked if embedding_text(e.name, e.description) == texts[e.pk]]
         for entity in fresh:
             entity.embedding = to_bytes(vectors[entity.pk])

@@ -33,21 +33,30 @@ class Stack:
     urls: list[str]
     api_key: str
     secret: str
+    # The stack's own MariaDB database (None on SQLite).
+    mysql_name: str | None = None
+
+
+def mysql_connection(database: str | None = None) -> Any:
+    """A raw connection to the test run's MariaDB server (autocommit off, as MySQLdb opens it)."""
+    import MySQLdb
+
+    db = settings.DATABASES["default"]
+    return MySQLdb.connect(
+        host=db.get("HOST") or "127.0.0.1",
+        port=int(db.get("PORT") or 3306),
+        user=db.get("USER") or "root",
+        passwd=db.get("PASSWORD") or "",
+        **({"db": database} if database else {}),
+    )
 
 
 def _database_url(tmp: Path) -> tuple[str, str | None]:
     """A fresh database of the same kind as the test run's (SQLite file, or a MariaDB database)."""
     db = settings.DATABASES["default"]
     if db["ENGINE"] == "django.db.backends.mysql":
-        import MySQLdb
-
         name = f"mp_xproc_{uuid.uuid4().hex[:8]}"
-        conn = MySQLdb.connect(
-            host=db.get("HOST") or "127.0.0.1",
-            port=int(db.get("PORT") or 3306),
-            user=db.get("USER") or "root",
-            passwd=db.get("PASSWORD") or "",
-        )
+        conn = mysql_connection()
         conn.cursor().execute(
             f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
         )
@@ -63,15 +72,7 @@ def _database_url(tmp: Path) -> tuple[str, str | None]:
 
 
 def _drop_mysql(name: str) -> None:
-    import MySQLdb
-
-    db = settings.DATABASES["default"]
-    conn = MySQLdb.connect(
-        host=db.get("HOST") or "127.0.0.1",
-        port=int(db.get("PORT") or 3306),
-        user=db.get("USER") or "root",
-        passwd=db.get("PASSWORD") or "",
-    )
+    conn = mysql_connection()
     conn.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
     conn.close()
 
@@ -140,7 +141,13 @@ def live_stack(
                 if time.time() > deadline:
                     raise RuntimeError(f"server {u} did not start")
                 time.sleep(0.2)
-        yield Stack(env=env, urls=urls, api_key=creds["api_key"], secret=creds["secret"])
+        yield Stack(
+            env=env,
+            urls=urls,
+            api_key=creds["api_key"],
+            secret=creds["secret"],
+            mysql_name=mysql_name,
+        )
     finally:
         for p in procs:
             p.terminate()

@@ -1,0 +1,181 @@
+"""A re-embed run (`reembed_memories`, `reembed_entities`) racing an edit through the API, each in
+its own process on one MariaDB database. The run reads its batch, embeds it without a lock, then
+writes under row locks; an edit that committed in between has embedded its new text itself, and
+must keep that vector rather than be given the one of the text the run read.
+
+The interleaving is forced, not hoped for: a third process holds the row's lock, so the edit
+(already embedded) waits on it; the run then reads the old text, embeds it and queues behind the
+edit; releasing the holder lets the edit commit first (InnoDB grants a row's lock in the order it
+was asked for), then the run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from django.db import connection
+
+from memoryplatform.client import MemoryClient
+
+from .livestack import ROOT, Stack, live_stack, mysql_connection, stack_python
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "mysql", reason="row locks across processes: MariaDB only"
+    ),
+]
+
+# Holds one row's lock in a process of its own until a line arrives on stdin.
+HOLD = """
+import sys
+from django.db import transaction
+from {module} import {model}
+with transaction.atomic():
+    {model}.objects.select_for_update().get(pk={pk!r})
+    print("locked", flush=True)
+    sys.stdin.readline()
+"""
+
+# The stored vector of a row and the one its current text embeds to now, read in another process.
+VECTORS = """
+import json
+import numpy as np
+from {module} import {model}
+from memories.retrieval.embeddings import embed_passages
+row = {model}.objects.get(pk={pk!r})
+print(json.dumps({{
+    "text": {text},
+    "stored": np.frombuffer(bytes(row.embedding), dtype="<f4").tolist(),
+    "fresh": embed_passages([{text}])[0].tolist(),
+}}))
+"""
+
+
+@contextmanager
+def row_held(stack: Stack, module: str, model: str, pk: Any) -> Iterator[None]:
+    code = HOLD.format(module=module, model=model, pk=pk)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=stack.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        # `shell` may print a line of its own first.
+        while (line := proc.stdout.readline()) and line.strip() != "locked":
+            pass
+        assert line, "the holding process ended without the lock"
+        yield
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def wait_for_lock_waits(stack: Stack, count: int) -> None:
+    """Until `count` transactions on the stack's database wait for a row lock."""
+    monitor = mysql_connection()
+    monitor.autocommit(True)
+    deadline = time.time() + 90
+    try:
+        while True:
+            cur = monitor.cursor()
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.INNODB_TRX t "
+                "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
+                "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s",
+                [stack.mysql_name],
+            )
+            if cur.fetchone()[0] >= count:
+                return
+            assert time.time() < deadline, f"never {count} lock waits"
+            # InnoDB refreshes this table only when it was not read for 0.1 s.
+            time.sleep(0.25)
+    finally:
+        monitor.close()
+
+
+def manage(stack: Stack, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=stack.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def vectors(stack: Stack, module: str, model: str, pk: Any, text: str) -> dict[str, Any]:
+    return stack_python(stack, VECTORS.format(module=module, model=model, pk=pk, text=text))
+
+
+def test_a_memory_edited_during_reembed_memories_keeps_the_vector_of_its_new_text(tmp_path):
+    edited = "The user now prefers detailed explanations with worked examples."
+    with live_stack(tmp_path, servers=1) as stack:
+        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=120)
+        target = client.write_memory("coder", "The user prefers short answers.")["id"]
+        other = client.write_memory("coder", "Deploys happen on Fridays at 5pm.")["id"]
+        client.search("coder", "warm up")  # the server's model is loaded before the race
+
+        with ThreadPoolExecutor(1) as pool:
+            with row_held(stack, "memories.models", "Memory", target):
+                edit = pool.submit(client.update_memory, target, content=edited)
+                wait_for_lock_waits(stack, 1)  # the edit has embedded and waits to write
+                run = manage(stack, "reembed_memories", "--all", "--team", "xproc")
+                wait_for_lock_waits(stack, 2)  # the run has read the old text and embedded it
+            assert edit.result(timeout=60)["content"] == edited
+            out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        state = vectors(stack, "memories.models", "Memory", target, "row.content")
+        assert state["text"] == edited
+        np.testing.assert_allclose(state["stored"], state["fresh"], rtol=1e-5, atol=1e-6)
+        # The untouched memory was re-embedded; the edited one was left to its edit.
+        assert "re-embedded 1 memories" in out, out
+        untouched = vectors(stack, "memories.models", "Memory", other, "row.content")
+        np.testing.assert_allclose(untouched["stored"], untouched["fresh"], rtol=1e-5, atol=1e-6)
+        found = client.search("coder", "detailed explanations with worked examples")
+        assert found and found[0]["id"] == target and found[0]["score"] > 0.8
+
+
+def test_an_entity_renamed_during_reembed_entities_keeps_the_vector_of_its_new_name(tmp_path):
+    with live_stack(tmp_path, servers=1) as stack:
+        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=120)
+        target = client.request(
+            "POST", "/graph/entities", {"name": "Zebrafish", "entity_type": "concept"}
+        )["id"]
+        client.request("POST", "/graph/entities", {"name": "Kubernetes", "entity_type": "skill"})
+
+        with ThreadPoolExecutor(1) as pool:
+            with row_held(stack, "graph.models", "Entity", target):
+                rename = pool.submit(
+                    client.request,
+                    "PUT",
+                    f"/graph/entities/{target}",
+                    {"name": "Lighthouse", "description": "a tower guiding ships"},
+                )
+                wait_for_lock_waits(stack, 1)
+                run = manage(stack, "reembed_entities", "--all", "--team", "xproc")
+                wait_for_lock_waits(stack, 2)
+            assert rename.result(timeout=60)["name"] == "Lighthouse"
+            out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        text = "embedding_text(row.name, row.description)"
+        state = stack_python(
+            stack,
+            "from graph.services import embedding_text\n"
+            + VECTORS.format(module="graph.models", model="Entity", pk=target, text=text),
+        )
+        np.testing.assert_allclose(state["stored"], state["fresh"], rtol=1e-5, atol=1e-6)
+        assert "re-embedded 1 entities" in out, out
