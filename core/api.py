@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
+from django.db import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -131,10 +132,38 @@ def _validation_details(detail: Any) -> dict[str, list[str]]:
     return {"non_field_errors": [str(detail)]}
 
 
+# MariaDB/MySQL error numbers. Busy: the row stayed held by another transaction for
+# DB_LOCK_WAIT_SECONDS, or a deadlock chose this one; either way the server rolled back, and the
+# request's atomic block with it. Down: no connection, or it was lost.
+_DB_BUSY = frozenset({1205, 1213})
+_DB_DOWN = frozenset({2002, 2003, 2005, 2006, 2013})
+
+
+def _database_error(exc: OperationalError) -> DomainError | None:
+    errno = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    text = str(exc)
+    if errno in _DB_BUSY or "database is locked" in text:  # the second: SQLite's busy timeout
+        logger.warning("database busy, answered 503: %s", text)
+        return DomainError(
+            ErrorCode.SERVICE_UNAVAILABLE,
+            "busy: another request held data this one needed for longer than the lock wait; "
+            "retry it",
+            headers={"Retry-After": "1"},
+        )
+    if errno in _DB_DOWN or "unable to open database file" in text:
+        logger.error("database unavailable, answered 503: %s", text)
+        return DomainError(
+            ErrorCode.SERVICE_UNAVAILABLE, "database unavailable", headers={"Retry-After": "5"}
+        )
+    return None
+
+
 def error_for_exception(exc: BaseException) -> DomainError | None:
     """Maps any known exception to a DomainError; None means "unexpected" (a 500)."""
     if isinstance(exc, DomainError):
         return exc
+    if isinstance(exc, OperationalError):
+        return _database_error(exc)
     if isinstance(exc, drf_exceptions.ValidationError):
         details = _validation_details(exc.detail)
         first = next(iter(details.items()), ("input", ["invalid"]))

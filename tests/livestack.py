@@ -245,3 +245,41 @@ def stack_python(stack: Stack, code: str) -> Any:
         text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+# Holds one row's lock in a process of its own until a line arrives on stdin.
+HOLD = """
+import sys
+from django.db import transaction
+from {module} import {model}
+with transaction.atomic():
+    {model}.objects.select_for_update().get(pk={pk!r})
+    print("locked", flush=True)
+    sys.stdin.readline()
+"""
+
+
+@contextmanager
+def row_held(stack: Stack, module: str, model: str, pk: Any) -> Iterator[None]:
+    """Another process holds row `pk` of `module.model` locked for the `with` block (on SQLite,
+    where every transaction begins IMMEDIATE, the database's write lock)."""
+    code = HOLD.format(module=module, model=model, pk=pk)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=stack.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        # `shell` may print a line of its own first.
+        while (line := proc.stdout.readline()) and line.strip() != "locked":
+            pass
+        assert line, "the holding process ended without the lock"
+        yield
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)

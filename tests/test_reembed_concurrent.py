@@ -13,9 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -24,7 +22,7 @@ from django.db import connection
 
 from memoryplatform.client import MemoryClient
 
-from .livestack import ROOT, Stack, live_stack, mysql_connection, stack_python
+from .livestack import ROOT, Stack, live_stack, mysql_connection, row_held, stack_python
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -32,17 +30,6 @@ pytestmark = [
         connection.vendor != "mysql", reason="row locks across processes: MariaDB only"
     ),
 ]
-
-# Holds one row's lock in a process of its own until a line arrives on stdin.
-HOLD = """
-import sys
-from django.db import transaction
-from {module} import {model}
-with transaction.atomic():
-    {model}.objects.select_for_update().get(pk={pk!r})
-    print("locked", flush=True)
-    sys.stdin.readline()
-"""
 
 # The stored vector of a row and the one its current text embeds to now, read in another process.
 VECTORS = """
@@ -57,30 +44,6 @@ print(json.dumps({{
     "fresh": embed_passages([{text}])[0].tolist(),
 }}))
 """
-
-
-@contextmanager
-def row_held(stack: Stack, module: str, model: str, pk: Any) -> Iterator[None]:
-    code = HOLD.format(module=module, model=model, pk=pk)
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=ROOT,
-        env=stack.env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None and proc.stdin is not None
-    try:
-        # `shell` may print a line of its own first.
-        while (line := proc.stdout.readline()) and line.strip() != "locked":
-            pass
-        assert line, "the holding process ended without the lock"
-        yield
-    finally:
-        proc.stdin.write("\n")
-        proc.stdin.close()
-        proc.wait(timeout=60)
 
 
 def wait_for_lock_waits(stack: Stack, count: int) -> None:

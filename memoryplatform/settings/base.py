@@ -94,11 +94,18 @@ TEMPLATES = [
 DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'db.sqlite3'}"),
 }
+# How long a statement waits for a row (MariaDB) or the write lock (SQLite) another transaction
+# holds before giving up: the API then answers 503 SERVICE_UNAVAILABLE with Retry-After (core.api),
+# rather than keep the client waiting MariaDB's 50 s default.
+DB_LOCK_WAIT_SECONDS = env.int("DB_LOCK_WAIT_SECONDS", default=20)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     # utf8mb4 so Chinese (and emoji) round-trip byte-exact; strict mode so bad data is an error.
     DATABASES["default"].setdefault("OPTIONS", {})
     DATABASES["default"]["OPTIONS"].setdefault("charset", "utf8mb4")
-    DATABASES["default"]["OPTIONS"].setdefault("init_command", "SET sql_mode='STRICT_TRANS_TABLES'")
+    DATABASES["default"]["OPTIONS"].setdefault(
+        "init_command",
+        f"SET sql_mode='STRICT_TRANS_TABLES', innodb_lock_wait_timeout={DB_LOCK_WAIT_SECONDS}",
+    )
     DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
@@ -106,7 +113,7 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + a busy timeout avoid "database is locked" under concurrent readers and one writer
     # (a recurring complaint about comparable memory services built on SQLite).
     DATABASES["default"].setdefault("OPTIONS", {})
-    DATABASES["default"]["OPTIONS"].setdefault("timeout", 20)
+    DATABASES["default"]["OPTIONS"].setdefault("timeout", DB_LOCK_WAIT_SECONDS)
     DATABASES["default"]["OPTIONS"].setdefault(
         "init_command", "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
     )

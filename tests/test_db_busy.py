@@ -1,0 +1,106 @@
+"""The database busy or gone answers the API's envelope, 503 with Retry-After, never a 500: a row
+held by another process past DB_LOCK_WAIT_SECONDS (MariaDB's lock wait, SQLite's busy timeout),
+and a database that cannot be reached."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+from django.db import connection
+
+from memoryplatform.client import MemoryAPIError, MemoryClient
+
+from .livestack import ROOT, free_port, live_stack, row_held, stack_python
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_write_that_waits_past_the_lock_wait_is_a_503_and_changes_nothing(tmp_path):
+    with live_stack(tmp_path, servers=1, extra_env={"DB_LOCK_WAIT_SECONDS": "1"}) as stack:
+        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=60)
+        memory = client.write_memory("coder", "Deploys happen on Fridays at 5pm.")
+        with (
+            row_held(stack, "memories.models", "Memory", memory["id"]),
+            pytest.raises(MemoryAPIError) as busy,
+        ):
+            client.update_memory(memory["id"], content="Deploys happen on Mondays at 9am.")
+        assert (busy.value.status, busy.value.code) == (503, "SERVICE_UNAVAILABLE")
+        assert "retry" in str(busy.value)
+        kept = stack_python(
+            stack,
+            "import json\nfrom memories.models import Memory, MemoryRevision\n"
+            f"m = Memory.objects.get(pk={memory['id']})\n"
+            "print(json.dumps([m.content, MemoryRevision.objects.filter(memory=m).count()]))",
+        )
+        assert kept[0] == "Deploys happen on Fridays at 5pm."
+        # Once the row is free, the same request goes through.
+        client.update_memory(memory["id"], content="Deploys happen on Mondays at 9am.")
+        assert client.get_memory(memory["id"])["content"] == "Deploys happen on Mondays at 9am."
+
+
+def test_the_busy_answer_comes_after_the_setting_with_retry_after(tmp_path):
+    with live_stack(tmp_path, servers=1, extra_env={"DB_LOCK_WAIT_SECONDS": "1"}) as stack:
+        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=60)
+        memory = client.write_memory("coder", "The user drinks green tea.")
+        answers: list[requests.Response] = []
+        client.session.hooks["response"].append(lambda r, *args, **kwargs: answers.append(r))
+        with row_held(stack, "memories.models", "Memory", memory["id"]):
+            started = time.monotonic()
+            with pytest.raises(MemoryAPIError):
+                client.delete_memory(memory["id"])
+            waited = time.monotonic() - started
+        # The lock wait is the setting's, not MariaDB's 50 s default.
+        assert waited < 15, waited
+        assert answers[-1].status_code == 503 and answers[-1].headers["Retry-After"] == "1"
+        assert client.get_memory(memory["id"])["content"] == "The user drinks green tea."
+
+
+def test_a_database_that_cannot_be_reached_is_a_503(tmp_path):
+    if connection.vendor == "mysql":
+        url = f"mysql://root@127.0.0.1:{free_port()}/nowhere"  # nothing listens there
+    else:
+        url = f"sqlite:///{tmp_path}/no/such/dir/db.sqlite3"
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "memoryplatform.wsgi",
+            "-w",
+            "1",
+            "-b",
+            f"127.0.0.1:{port}",
+        ],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
+            "DATABASE_URL": url,
+            "DATA_DIR": str(tmp_path),
+            "DEBUG": "0",
+        },
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                requests.get(base + "/health", timeout=1)
+                break
+            except requests.RequestException:
+                assert time.time() < deadline, "server did not start"
+                time.sleep(0.2)
+        client = MemoryClient("mk_000000000000000000000000", "s" * 43, base_url=base, timeout=30)
+        with pytest.raises(MemoryAPIError) as down:
+            client.search("coder", "anything")
+        assert (down.value.status, down.value.code) == (503, "SERVICE_UNAVAILABLE")
+        assert "database unavailable" in str(down.value)
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
