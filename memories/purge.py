@@ -609,7 +609,16 @@ def trash_restore(*, team: Team, items: list[TrashedMemory]) -> RestoreResult:
         if item.team_id != team.id:  # callers fetch by team; never restore across teams
             continue
         with transaction.atomic():
-            _restore_one(team, item, result)
+            # Read again under lock, as the API's restore and erase do: an item restored or
+            # erased since the caller fetched it is not put back from the copy in hand (an
+            # erasure must never be undone by a restore that raced it).
+            locked = TrashedMemory.objects.select_for_update().filter(team=team, pk=item.pk).first()
+            if locked is None:
+                result.problems.append(
+                    f"#{item.memory_id}: no longer in the trash (restored or erased meanwhile)."
+                )
+                continue
+            _restore_one(team, locked, result)
     return result
 
 

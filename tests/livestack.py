@@ -283,3 +283,26 @@ def row_held(stack: Stack, module: str, model: str, pk: Any) -> Iterator[None]:
         proc.stdin.write("\n")
         proc.stdin.close()
         proc.wait(timeout=60)
+
+
+def wait_for_lock_waits(stack: Stack, count: int) -> None:
+    """Until `count` transactions on the stack's database wait for a row lock."""
+    monitor = mysql_connection()
+    monitor.autocommit(True)
+    deadline = time.time() + 90
+    try:
+        while True:
+            cur = monitor.cursor()
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.INNODB_TRX t "
+                "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
+                "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s",
+                [stack.mysql_name],
+            )
+            if cur.fetchone()[0] >= count:
+                return
+            assert time.time() < deadline, f"never {count} lock waits"
+            # InnoDB refreshes this table only when it was not read for 0.1 s.
+            time.sleep(0.25)
+    finally:
+        monitor.close()

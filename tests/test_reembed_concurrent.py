@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,7 +21,7 @@ from django.db import connection
 
 from memoryplatform.client import MemoryClient
 
-from .livestack import ROOT, Stack, live_stack, mysql_connection, row_held, stack_python
+from .livestack import ROOT, Stack, live_stack, row_held, stack_python, wait_for_lock_waits
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -44,29 +43,6 @@ print(json.dumps({{
     "fresh": embed_passages([{text}])[0].tolist(),
 }}))
 """
-
-
-def wait_for_lock_waits(stack: Stack, count: int) -> None:
-    """Until `count` transactions on the stack's database wait for a row lock."""
-    monitor = mysql_connection()
-    monitor.autocommit(True)
-    deadline = time.time() + 90
-    try:
-        while True:
-            cur = monitor.cursor()
-            cur.execute(
-                "SELECT COUNT(*) FROM information_schema.INNODB_TRX t "
-                "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
-                "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s",
-                [stack.mysql_name],
-            )
-            if cur.fetchone()[0] >= count:
-                return
-            assert time.time() < deadline, f"never {count} lock waits"
-            # InnoDB refreshes this table only when it was not read for 0.1 s.
-            time.sleep(0.25)
-    finally:
-        monitor.close()
 
 
 def manage(stack: Stack, *args: str) -> subprocess.Popen[str]:

@@ -1,0 +1,117 @@
+"""A console restore racing the API's erase or restore of the same trash item, each in its own
+process on one MariaDB database. The console restores items it listed a moment before; what was
+erased meanwhile must stay erased (an erasure request is final), and what was restored meanwhile
+is restored once, the other attempt reported, never a 500 or a second copy.
+
+The order is forced, not hoped for: a third process holds the trash row, the API request queues
+on it first, then the console's restore; releasing the holder lets the API go first (InnoDB grants
+a row's lock in the order it was asked for)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from memoryplatform.client import MemoryAPIError, MemoryClient
+
+from .livestack import ROOT, Stack, live_stack, row_held, stack_python, wait_for_lock_waits
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "mysql", reason="row locks across processes: MariaDB only"
+    ),
+]
+
+# What the console's restore view does with an item its page listed: the item read before, then
+# memories.purge.trash_restore.
+CONSOLE_RESTORE = """
+import json
+from memories.models import TrashedMemory
+from memories.purge import trash_restore
+item = TrashedMemory.objects.get(memory_id={mid})
+print("read", flush=True)
+result = trash_restore(team=item.team, items=[item])
+print(json.dumps({{"restored": result.restored, "problems": result.problems}}))
+"""
+
+STATE = """
+import json
+from memories.models import Memory, TrashedMemory
+print(json.dumps({{
+    "live": Memory.objects.filter(pk={mid}).count(),
+    "trashed": TrashedMemory.objects.filter(memory_id={mid}).count(),
+}}))
+"""
+
+
+def console_restore(stack: Stack, mid: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "shell", "-c", CONSOLE_RESTORE.format(mid=mid)],
+        cwd=ROOT,
+        env=stack.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    while (line := proc.stdout.readline()) and line.strip() != "read":
+        pass
+    assert line, proc.communicate()
+    return proc
+
+
+def trashed_memory(stack: Stack) -> tuple[MemoryClient, int, int]:
+    client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=120)
+    mid = client.write_memory("coder", "The user's home address is 12 Elm Street.")["id"]
+    client.delete_memory(mid)
+    item = stack_python(
+        stack,
+        "import json\nfrom memories.models import TrashedMemory\n"
+        f"print(json.dumps(TrashedMemory.objects.get(memory_id={mid}).pk))",
+    )
+    return client, mid, item
+
+
+def race(stack: Stack, item: int, mid: int, api_call: Any) -> tuple[Any, dict[str, Any]]:
+    """`api_call` and the console's restore of `mid`, queued in that order on the trash row."""
+    with ThreadPoolExecutor(1) as pool:
+        with row_held(stack, "memories.models", "TrashedMemory", item):
+            api = pool.submit(api_call)
+            wait_for_lock_waits(stack, 1)
+            console = console_restore(stack, mid)
+            wait_for_lock_waits(stack, 2)
+        out, err = console.communicate(timeout=120)
+        assert console.returncode == 0, err
+        return api.result(timeout=60), json.loads(out.strip().splitlines()[-1])
+
+
+def test_an_erasure_is_not_undone_by_a_console_restore_that_raced_it(tmp_path):
+    with live_stack(tmp_path, servers=1) as stack:
+        client, mid, item = trashed_memory(stack)
+        erased, console = race(stack, item, mid, lambda: client.erase_memory(mid))
+        assert erased is None
+        assert stack_python(stack, STATE.format(mid=mid)) == {"live": 0, "trashed": 0}
+        assert console["restored"] == []
+        assert "no longer in the trash" in console["problems"][0]
+        assert client.search("coder", "home address Elm Street", min_score=0.0) == []
+
+
+def test_two_restores_at_once_put_the_memory_back_once(tmp_path):
+    with live_stack(tmp_path, servers=1) as stack:
+        client, mid, item = trashed_memory(stack)
+        restored, console = race(stack, item, mid, lambda: client.restore_memory(mid))
+        assert restored["id"] == mid
+        assert stack_python(stack, STATE.format(mid=mid)) == {"live": 1, "trashed": 0}
+        assert console["restored"] == [] and len(console["problems"]) == 1
+        found = client.search("coder", "home address Elm Street")
+        assert [m["id"] for m in found] == [mid]
+        with pytest.raises(MemoryAPIError) as gone:
+            client.restore_memory(mid)
+        assert gone.value.status == 404
