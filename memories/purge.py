@@ -347,6 +347,7 @@ def memories_trash(
     reasons: dict[int, str] | None = None,
     purge_run: PurgeRun | None = None,
     now: datetime | None = None,
+    still: QuerySet[Memory] | None = None,
 ) -> list[int]:
     """Moves the team's `memories` to the trash (restorable for TRASH_RETENTION_DAYS) -> their ids.
 
@@ -354,12 +355,15 @@ def memories_trash(
     each is copied to a TrashedMemory with who removed it (`removed_by`, one of
     RemovedBy) and why (`reasons[id]`, else `reason`), then deleted through
     `memories_delete`, so every process's search index drops it. The rows are re-read under lock:
-    one deleted meanwhile by another request is skipped, never trashed twice.
+    one deleted meanwhile by another request is skipped, never trashed twice. `still` is what a
+    row must still match once locked (the caller's criteria, e.g. a cleanup's "unpinned, idle,
+    unimportant"): one pinned, recalled or re-weighted since the caller chose it is skipped.
     """
     now = now or timezone.now()
     with transaction.atomic():
         ids = [m.pk for m in memories if m.team_id == team.id]
-        rows = list(Memory.objects.select_for_update().filter(team=team, pk__in=ids).order_by("id"))
+        base = still if still is not None else Memory.objects.all()
+        rows = list(base.select_for_update().filter(team=team, pk__in=ids).order_by("id"))
         if not rows:
             return []
         live = [m.pk for m in rows]
@@ -701,5 +705,6 @@ def memories_bulk_delete(*, team: Team, memory_ids: list[int], actor: Actor) -> 
         memories=deletable,
         removed_by="console",
         reason=f"bulk delete by {actor.label}",
+        still=Memory.objects.filter(pinned=False),  # one pinned meanwhile stays
     )
     return BulkResult(done=len(trashed), skipped=skipped)

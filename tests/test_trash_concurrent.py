@@ -115,3 +115,53 @@ def test_two_restores_at_once_put_the_memory_back_once(tmp_path):
         with pytest.raises(MemoryAPIError) as gone:
             client.restore_memory(mid)
         assert gone.value.status == 404
+
+
+STALE = """
+import json
+from datetime import timedelta
+from django.conf import settings
+from django.utils import timezone
+from memories.models import Memory, MemoryTier
+now = timezone.now()
+Memory.objects.filter(pk__in={ids}).update(
+    created_at=now - timedelta(days=200),
+    last_accessed=now - timedelta(days=200),
+    tier=MemoryTier.COLD,
+    tier_changed_at=now - timedelta(days=settings.CLEANUP_COLD_GRACE_DAYS + 1),
+)
+print(json.dumps(True))
+"""
+
+
+def test_a_memory_pinned_while_a_cleanup_runs_is_not_trashed(tmp_path):
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        a.request("POST", "/lifecycle/auto-config", {"enabled": False})
+        pinned, other = (
+            a.write_memory("coder", text, importance=0.1)["id"]
+            for text in ("The staging password rotates monthly.", "Lunch is at noon.")
+        )
+        assert stack_python(stack, STALE.format(ids=[pinned, other]))
+
+        # The pin queues first on the row; the cleanup reads both as candidates (the pin is
+        # not committed), then queues behind it for the rows' locks.
+        with ThreadPoolExecutor(2) as pool:
+            with row_held(stack, "memories.models", "Memory", pinned):
+                pin = pool.submit(a.update_memory, pinned, pinned=True)
+                wait_for_lock_waits(stack, 1)
+                cleanup = pool.submit(
+                    b.request,
+                    "POST",
+                    "/lifecycle/cleanup",
+                    {"max_age_days": 90, "min_importance": 0.2},
+                )
+                wait_for_lock_waits(stack, 2)
+            assert pin.result(timeout=60)["pinned"] is True
+            done = cleanup.result(timeout=60)
+        assert done["trashed"] == [other]
+        state = stack_python(stack, STATE.format(mid=pinned))
+        assert state == {"live": 1, "trashed": 0}
+        assert a.get_memory(pinned)["pinned"] is True

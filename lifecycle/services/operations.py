@@ -601,6 +601,9 @@ def cleanup(
             memories=list(ready.filter(pk__in=ids[start : start + CLEANUP_CHUNK])),
             removed_by=removed_by,
             reason=reason,
+            # Checked again under the rows' locks: one pinned, recalled (hot again) or made
+            # important since it was read stays where it is.
+            still=ready,
         )
     cooled: list[int] = []
     for start in range(0, len(cool), CLEANUP_CHUNK):
