@@ -109,20 +109,35 @@ def _find_duplicate(
     memory is stored and linked to them (`metadata.related_to`) for the lifecycle to consolidate.
     """
     exact_id = memory_same_content_id(team=team, scope=scope, agent_id=agent_id, chash=chash)
-    # filter().first(), not get(): a delete (which does not take the scope's lock) may have
-    # removed it since; then it is not a duplicate any more.
-    exact = Memory.objects.filter(pk=exact_id).first() if exact_id is not None else None
-    if exact is not None:
-        return DedupHit(exact, 1.0)
+    if exact_id is not None:
+        exact = _locked_unchanged(exact_id, content_hash=chash)
+        if exact is not None:
+            return DedupHit(exact, 1.0)
     for old, score in memory_find_similar(
         team=team, scope=scope, agent_id=agent_id, vector=vector, min_score=threshold
     ):
         reason = conflict_reason(content, old.content)
         if reason is None:
-            return DedupHit(old, score)
+            if _locked_unchanged(old.pk, content_hash=old.content_hash) is not None:
+                return DedupHit(old, score)
+            logger.info("memory %s changed since it was compared: written as a new memory", old.pk)
+            continue
         logger.info("not a duplicate of memory %s (%s): written as a new memory", old.pk, reason)
         related.append(old.pk)
     return None
+
+
+def _locked_unchanged(memory_id: int, *, content_hash: str) -> Memory | None:
+    """The memory a write is about to be skipped for, locked until the write's transaction ends,
+    if it still holds the content the write was compared with and is live. Edits, supersessions
+    and deletes lock the row but not the scope: one that committed since the comparison read
+    (or commits while this waits) means the memory no longer says what the write says, and the
+    write is stored instead of being lost."""
+    return (
+        Memory.objects.select_for_update()
+        .filter(pk=memory_id, content_hash=content_hash, superseded_by__isnull=True)
+        .first()
+    )
 
 
 def memory_write_prepare(*, team: Team, scope: str, agent_id: str, enable_dedup: bool) -> None:

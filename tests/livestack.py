@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,8 +286,9 @@ def row_held(stack: Stack, module: str, model: str, pk: Any) -> Iterator[None]:
         proc.wait(timeout=60)
 
 
-def wait_for_lock_waits(stack: Stack, count: int) -> None:
-    """Until `count` transactions on the stack's database wait for a row lock."""
+def wait_for_lock_waits(stack: Stack, count: int, unless: Future[Any] | None = None) -> None:
+    """Until `count` transactions on the stack's database wait for a row lock, or the request
+    `unless` has finished without waiting (the test's assertions then say what it did)."""
     monitor = mysql_connection()
     monitor.autocommit(True)
     deadline = time.time() + 90
@@ -299,7 +301,7 @@ def wait_for_lock_waits(stack: Stack, count: int) -> None:
                 "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s",
                 [stack.mysql_name],
             )
-            if cur.fetchone()[0] >= count:
+            if cur.fetchone()[0] >= count or (unless is not None and unless.done()):
                 return
             assert time.time() < deadline, f"never {count} lock waits"
             # InnoDB refreshes this table only when it was not read for 0.1 s.
