@@ -26,6 +26,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from tenants.models import Team
@@ -98,31 +99,39 @@ def _log_cold_moves(rows: Iterable[tuple[int, str, str, str]]) -> None:
 
 
 def memories_set_tier(
-    *, team: Team, memory_ids: list[int], tier: str, accessed: bool = False
-) -> int:
-    """Moves the team's given memories to `tier` (those not there already); how many moved.
+    *,
+    team: Team,
+    memory_ids: list[int],
+    tier: str,
+    accessed: bool = False,
+    still: QuerySet[Memory] | None = None,
+) -> list[int]:
+    """Moves the team's given memories to `tier` (those not there already) -> the ids moved.
     `accessed` also sets their `last_accessed`, so the tier rule agrees with the move (a
-    promotion). The index changes are written in the same transaction as the update."""
+    promotion). The index changes are written in the same transaction as the update. `still`
+    is what a memory must still match once locked (a cleanup's criteria: one pinned or recalled
+    since it was chosen is not moved)."""
     if not memory_ids:
-        return 0
+        return []
     now = timezone.now()
     fields: dict[str, object] = {"tier": tier, "tier_changed_at": now}
     if accessed:
         fields["last_accessed"] = now
     with transaction.atomic():
         moving = list(
-            Memory.objects.filter(team=team, pk__in=memory_ids)
+            (still if still is not None else Memory.objects.all())
+            .filter(team=team, pk__in=memory_ids)
             .exclude(tier=tier)
             .select_for_update()
             .values_list("pk", "team_id", "scope", "agent_id", "tier")
         )
         if not moving:
-            return 0
+            return []
         Memory.objects.filter(pk__in=[m[0] for m in moving]).update(**fields)
         _log_cold_moves(
             m[:4] for m in moving if MemoryTier.COLD in (m[4], tier)
         )  # hot <-> warm changes nothing the index holds
-    return len(moving)
+    return [m[0] for m in moving]
 
 
 def memories_promote(*, team: Team, memory_ids: list[int]) -> int:
@@ -135,7 +144,7 @@ def memories_promote(*, team: Team, memory_ids: list[int]) -> int:
             "pk", flat=True
         )
     )
-    return memories_set_tier(team=team, memory_ids=cold, tier=MemoryTier.HOT, accessed=True)
+    return len(memories_set_tier(team=team, memory_ids=cold, tier=MemoryTier.HOT, accessed=True))
 
 
 def memories_retier(*, team: Team | None = None, now: datetime | None = None) -> RetierResult:

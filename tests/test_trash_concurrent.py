@@ -117,6 +117,8 @@ def test_two_restores_at_once_put_the_memory_back_once(tmp_path):
         assert gone.value.status == 404
 
 
+# Idle for 200 days; `cold`: in the cold tier for longer than the grace (the cleanup trashes it),
+# else warm (the cleanup moves it to the cold tier).
 STALE = """
 import json
 from datetime import timedelta
@@ -127,14 +129,21 @@ now = timezone.now()
 Memory.objects.filter(pk__in={ids}).update(
     created_at=now - timedelta(days=200),
     last_accessed=now - timedelta(days=200),
-    tier=MemoryTier.COLD,
+    tier=MemoryTier.COLD if {cold} else MemoryTier.WARM,
     tier_changed_at=now - timedelta(days=settings.CLEANUP_COLD_GRACE_DAYS + 1),
 )
 print(json.dumps(True))
 """
 
+TIER = """
+import json
+from memories.models import Memory
+print(json.dumps(Memory.objects.get(pk={mid}).tier))
+"""
 
-def test_a_memory_pinned_while_a_cleanup_runs_is_not_trashed(tmp_path):
+
+@pytest.mark.parametrize("cold", [True, False], ids=["trash", "cool"])
+def test_a_memory_pinned_while_a_cleanup_runs_stays_where_it_was(tmp_path, cold):
     with live_stack(tmp_path, servers=2) as stack:
         a, b = (
             MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
@@ -144,7 +153,7 @@ def test_a_memory_pinned_while_a_cleanup_runs_is_not_trashed(tmp_path):
             a.write_memory("coder", text, importance=0.1)["id"]
             for text in ("The staging password rotates monthly.", "Lunch is at noon.")
         )
-        assert stack_python(stack, STALE.format(ids=[pinned, other]))
+        assert stack_python(stack, STALE.format(ids=[pinned, other], cold=cold))
 
         # The pin queues first on the row; the cleanup reads both as candidates (the pin is
         # not committed), then queues behind it for the rows' locks.
@@ -161,7 +170,8 @@ def test_a_memory_pinned_while_a_cleanup_runs_is_not_trashed(tmp_path):
                 wait_for_lock_waits(stack, 2)
             assert pin.result(timeout=60)["pinned"] is True
             done = cleanup.result(timeout=60)
-        assert done["trashed"] == [other]
+        assert (done["trashed"], done["cooled"]) == (([other], []) if cold else ([], [other]))
         state = stack_python(stack, STATE.format(mid=pinned))
         assert state == {"live": 1, "trashed": 0}
+        assert stack_python(stack, TIER.format(mid=pinned)) == ("cold" if cold else "warm")
         assert a.get_memory(pinned)["pinned"] is True

@@ -607,13 +607,14 @@ def cleanup(
         )
     cooled: list[int] = []
     for start in range(0, len(cool), CLEANUP_CHUNK):
-        chunk = cool[start : start + CLEANUP_CHUNK]
-        # Still candidates (not recalled, pinned or re-weighted in between): checked again.
-        still = list(
-            qs.filter(pk__in=chunk).exclude(tier=MemoryTier.COLD).values_list("pk", flat=True)
+        # Moved only while still candidates under the rows' locks: one recalled, pinned or
+        # re-weighted since it was read stays where it is.
+        cooled += memories_set_tier(
+            team=team,
+            memory_ids=cool[start : start + CLEANUP_CHUNK],
+            tier=MemoryTier.COLD,
+            still=qs,
         )
-        memories_set_tier(team=team, memory_ids=still, tier=MemoryTier.COLD)
-        cooled += still
     result = CleanupResult(
         cleaned=len(trashed), remaining=scope_qs.count(), trashed=trashed, cooled=cooled
     )
