@@ -78,6 +78,36 @@ def _drop_mysql(name: str) -> None:
     conn.close()
 
 
+def start_server(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """One gunicorn process (one worker) on a free port -> the process and its base URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "gunicorn", "memoryplatform.wsgi", "-w", "1"),
+            *("-b", f"127.0.0.1:{port}", "--timeout", "120", "--log-level", "warning"),
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_until_up(urls: list[str], *, healthy: bool = True) -> None:
+    """Until each server answers /health: with a 2xx, or (`healthy` False: a server whose
+    database is meant to be gone answers 503) with anything at all."""
+    deadline = time.time() + 60
+    for u in urls:
+        while True:
+            try:
+                if requests.get(u + "/health", timeout=1).ok or not healthy:
+                    break
+            except requests.RequestException:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"server {u} did not start")
+            time.sleep(0.2)
+
+
 @contextmanager
 def live_stack(
     tmp: Path, *, servers: int = 2, extra_env: dict[str, str] | None = None
@@ -109,39 +139,10 @@ def live_stack(
         creds = json.loads(out.strip().splitlines()[-1])
         urls = []
         for _ in range(servers):
-            port = free_port()
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "gunicorn",
-                        "memoryplatform.wsgi",
-                        "-w",
-                        "1",
-                        "-b",
-                        f"127.0.0.1:{port}",
-                        "--timeout",
-                        "120",
-                        "--log-level",
-                        "warning",
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                )
-            )
-            urls.append(f"http://127.0.0.1:{port}")
-        deadline = time.time() + 60
-        for u in urls:
-            while True:
-                try:
-                    if requests.get(u + "/health", timeout=1).ok:
-                        break
-                except requests.RequestException:
-                    pass
-                if time.time() > deadline:
-                    raise RuntimeError(f"server {u} did not start")
-                time.sleep(0.2)
+            proc, url = start_server(env)
+            procs.append(proc)
+            urls.append(url)
+        wait_until_up(urls)
         yield Stack(
             env=env,
             urls=urls,

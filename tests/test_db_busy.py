@@ -5,8 +5,6 @@ and a database that cannot be reached."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,7 +13,7 @@ from django.db import connection
 
 from memoryplatform.client import MemoryAPIError, MemoryClient
 
-from .livestack import ROOT, free_port, live_stack, row_held, stack_python
+from .livestack import free_port, live_stack, row_held, stack_python, start_server, wait_until_up
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,37 +63,17 @@ def test_a_database_that_cannot_be_reached_is_a_503(tmp_path):
         url = f"mysql://root@127.0.0.1:{free_port()}/nowhere"  # nothing listens there
     else:
         url = f"sqlite:///{tmp_path}/no/such/dir/db.sqlite3"
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "memoryplatform.wsgi",
-            "-w",
-            "1",
-            "-b",
-            f"127.0.0.1:{port}",
-        ],
-        cwd=ROOT,
-        env={
+    server, base = start_server(
+        {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
             "DATABASE_URL": url,
             "DATA_DIR": str(tmp_path),
             "DEBUG": "0",
-        },
+        }
     )
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                requests.get(base + "/health", timeout=1)
-                break
-            except requests.RequestException:
-                assert time.time() < deadline, "server did not start"
-                time.sleep(0.2)
+        wait_until_up([base], healthy=False)
         client = MemoryClient("mk_000000000000000000000000", "s" * 43, base_url=base, timeout=30)
         with pytest.raises(MemoryAPIError) as down:
             client.search("coder", "anything")
