@@ -36,6 +36,7 @@ from django.utils import timezone
 from core.errors import DomainError, ErrorCode, NotFound
 from tenants.models import Agent, ApiKey, Team
 
+from . import locks
 from .models import (
     Memory,
     MemoryRevision,
@@ -506,6 +507,10 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
             f"#{mid}: its agent {item.agent_id} no longer exists; left in the trash."
         )
         return
+    # The scope's write lock, as memory_create takes for its dedup: without it two restores of
+    # different items with the same content (or a restore and a write of it) both read "no
+    # duplicate" and both insert. Taken after the trash row's lock, never before it.
+    locks.scope_lock(team_id=team.id, scope=item.scope, agent_id=item.agent_id)
     duplicate = memory_same_content_id(
         team=team, scope=item.scope, agent_id=item.agent_id, chash=snap["content_hash"]
     )
@@ -612,6 +617,7 @@ def trash_restore(*, team: Team, items: list[TrashedMemory]) -> RestoreResult:
     for item in items:
         if item.team_id != team.id:  # callers fetch by team; never restore across teams
             continue
+        locks.scope_lock_prepare(team_id=team.id, scope=item.scope, agent_id=item.agent_id)
         with transaction.atomic():
             # Read again under lock, as the API's restore and erase do: an item restored or
             # erased since the caller fetched it is not put back from the copy in hand (an
@@ -668,6 +674,8 @@ def trash_restore_one(*, team: Team, memory_id: int, acting_agent: str | None) -
     """Restores one trashed memory (API): NotFound when not visible, CONFLICT when it cannot be
     put back (a live memory says the same, its id is taken, its agent is gone)."""
     result = RestoreResult()
+    seen = trash_item_get(team=team, memory_id=memory_id, acting_agent=acting_agent)
+    locks.scope_lock_prepare(team_id=team.id, scope=seen.scope, agent_id=seen.agent_id)
     with transaction.atomic():
         # Locked: two concurrent restores of one item wait for each other; the second finds none.
         item = trash_item_get(team=team, memory_id=memory_id, acting_agent=acting_agent, lock=True)

@@ -175,3 +175,50 @@ def test_a_memory_pinned_while_a_cleanup_runs_stays_where_it_was(tmp_path, cold)
         assert state == {"live": 1, "trashed": 0}
         assert stack_python(stack, TIER.format(mid=pinned)) == ("cold" if cold else "warm")
         assert a.get_memory(pinned)["pinned"] is True
+
+
+@pytest.mark.parametrize("first", ["restore", "write"])
+def test_a_restore_racing_the_same_content_leaves_one_memory(tmp_path, first):
+    """Two trash items saying the same (written, deleted, written again, deleted): a restore of
+    the second races a restore of the first, or a new write of the same text, through another
+    server. One memory comes back; the restore answers 409 and its item stays in the trash.
+
+    The order is forced on the team's row, which every INSERT of a memory reads (the foreign
+    key's shared lock): without the scope's write lock in the restore, both had passed their
+    "a live memory says the same" check before either inserted, and both were stored."""
+    text = "Deploys to production need two approvals."
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        ids = []
+        for _ in range(2):
+            ids.append(a.write_memory("coder", text)["id"])
+            a.delete_memory(ids[-1])
+        team = stack_python(
+            stack,
+            "import json\nfrom tenants.models import Team\nprint(json.dumps(Team.objects.get().pk))",
+        )
+
+        def restore() -> Any:
+            try:
+                return b.restore_memory(ids[1])
+            except MemoryAPIError as e:
+                return e.status
+
+        def winner() -> Any:
+            return a.restore_memory(ids[0]) if first == "restore" else a.write_memory("coder", text)
+
+        with ThreadPoolExecutor(2) as pool:
+            with row_held(stack, "tenants.models", "Team", team):
+                won = pool.submit(winner)
+                wait_for_lock_waits(stack, 1)
+                lost = pool.submit(restore)
+                wait_for_lock_waits(stack, 2)
+            kept = won.result(timeout=60)
+            assert lost.result(timeout=60) == 409
+        assert kept.get("dedup_skipped") is not True
+        assert stack_python(stack, STATE.format(mid=ids[1])) == {"live": 0, "trashed": 1}
+        found = a.search("coder", "production approvals")
+        assert [m["id"] for m in found] == [kept["id"]]
+        assert kept["id"] == ids[0] if first == "restore" else kept["id"] not in ids
