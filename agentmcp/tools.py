@@ -211,12 +211,14 @@ def memory_update(
 def memory_forget(principal: McpPrincipal, *, memory_id: int) -> dict[str, Any]:
     """DELETE /memories/{scope}/{id} without purge: to the trash, restorable over REST."""
     memory = _memory(principal, memory_id, DELETE)
-    purge.memories_trash(
+    trashed = purge.memories_trash(
         team=principal.team,
         memories=[memory],
         removed_by=RemovedBy.API,
         reason=f"forgotten through MCP by {principal.label}",
     )
+    if not trashed:  # removed by another request after it was read
+        raise NotFound("memory")
     return {"forgotten": memory_id, "trash": True}
 
 

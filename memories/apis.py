@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from core.access import AgentResource, require_agent
 from core.api import EnvelopeResponse, validated_body
-from core.errors import DomainError, ValidationFailed
+from core.errors import DomainError, NotFound, ValidationFailed
 from core.openapi import api_operation
 from core.serializers import (
     JSONObjectField,
@@ -432,12 +432,14 @@ def _delete(request: Request, scope: str, memory_id: int) -> Response:
     if skip_trash:
         services.memory_delete(memory=memory)
     else:
-        purge.memories_trash(
+        trashed = purge.memories_trash(
             team=principal.team,
             memories=[memory],
             removed_by="api",
             reason=f"deleted through the API by {Actor.for_key(principal.api_key).label}",
         )
+        if not trashed:  # another request removed it after it was read: as a moment later
+            raise NotFound("memory")
     return Response(None)
 
 

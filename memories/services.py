@@ -403,7 +403,7 @@ def memory_update(
     if content is not None and content != memory.content:
         vector = embed_passages([content])[0]
     with transaction.atomic():
-        memory = Memory.objects.select_for_update().get(pk=memory.pk)
+        memory = _locked(memory)
         before = _snapshot(memory)
         if content is not None:
             memory.content = content
@@ -436,8 +436,29 @@ def memory_update(
     return memory
 
 
+def _locked(memory: Memory) -> Memory:
+    """The memory's row, locked until the transaction ends. NotFound when another request removed
+    it after the caller read it (a DELETE that held the row first): the caller answers what it
+    would have a moment later, never a 500."""
+    locked = Memory.objects.select_for_update().filter(pk=memory.pk).first()
+    if locked is None:
+        raise NotFound("memory")
+    return locked
+
+
 def memory_delete(*, memory: Memory) -> None:
+    """Erases a memory at once (`?purge=true`, an erasure request): its shares, revisions and
+    links go with it. One moved to the trash by a request that held it first is erased there."""
     with transaction.atomic():
+        try:
+            memory = _locked(memory)
+        except NotFound:
+            # The erasure still holds: "gone at once, everywhere".
+            if not TrashedMemory.objects.filter(team=memory.team_id, memory_id=memory.pk).delete()[
+                0
+            ]:
+                raise
+            return
         _index_changed(memory, deleted=True)
         memory.delete()
 
@@ -508,6 +529,9 @@ def memory_share(*, memory: Memory, agent_ids: list[str], permission: str) -> li
     team = memory.team
     shares = []
     with transaction.atomic():
+        # Held until the shares commit: a DELETE that took the row first has trashed the memory
+        # (with the shares it had), and this one answers NotFound instead of failing on the key.
+        memory = _locked(memory)
         for agent_id in agent_ids:
             if agent_id == memory.agent_id:
                 continue
@@ -649,7 +673,7 @@ def memory_revert(*, memory: Memory, revision: MemoryRevision, actor: Actor) -> 
 def memory_unsupersede(*, memory: Memory, actor: Actor) -> Memory:
     """Makes a superseded memory current again (the newer one is kept), recording who did it."""
     with transaction.atomic():
-        memory = Memory.objects.select_for_update().get(pk=memory.pk)
+        memory = _locked(memory)
         if memory.superseded_by_id is None:
             return memory
         _revision(
@@ -676,6 +700,7 @@ def memory_promote(*, memory: Memory, actor: Actor) -> tuple[Memory, DedupHit | 
         raise ValidationFailed({"memory": ["only a personal memory can be promoted"]})
     embed_passages([memory.content])  # outside the transaction (fills the cache)
     with transaction.atomic():
+        memory = _locked(memory)  # not deleted until the copy and its link commit
         team_memory, hit = memory_create(
             team=memory.team,
             scope=MemoryScope.TEAM,

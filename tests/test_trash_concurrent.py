@@ -222,3 +222,72 @@ def test_a_restore_racing_the_same_content_leaves_one_memory(tmp_path, first):
         found = a.search("coder", "production approvals")
         assert [m["id"] for m in found] == [kept["id"]]
         assert kept["id"] == ids[0] if first == "restore" else kept["id"] not in ids
+
+
+@pytest.mark.parametrize(
+    "method, suffix, body",
+    [
+        ("PUT", "", {"content": "The user's home address is 7 Oak Road."}),
+        ("POST", "/share", {"agent_ids": ["reviewer"], "permission": "read"}),
+        ("DELETE", "", None),
+    ],
+    ids=["update", "share", "delete"],
+)
+def test_a_request_queued_behind_a_delete_finds_the_memory_gone(tmp_path, method, suffix, body):
+    """An edit, a share or a second delete that found the memory, then waited for its row while
+    a DELETE moved it to the trash, answers 404 as it would have a moment later (it was a 500),
+    and the trash keeps the memory as the DELETE saw it."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        mid = a.write_memory("coder", "The user's home address is 12 Elm Street.")["id"]
+
+        def late() -> Any:
+            try:
+                return b.request(method, f"/memories/personal/{mid}{suffix}", body)
+            except MemoryAPIError as e:
+                return e.status, e.code
+
+        with ThreadPoolExecutor(2) as pool:
+            with row_held(stack, "memories.models", "Memory", mid):
+                deleted = pool.submit(a.delete_memory, mid)
+                wait_for_lock_waits(stack, 1)
+                queued = pool.submit(late)
+                wait_for_lock_waits(stack, 2, unless=queued)
+            assert deleted.result(timeout=60) is None
+            assert queued.result(timeout=60) == (404, "NOT_FOUND")
+        assert stack_python(stack, STATE.format(mid=mid)) == {"live": 0, "trashed": 1}
+        (item,) = a.list_trash()["items"]
+        assert item["content"] == "The user's home address is 12 Elm Street."
+        restored = a.restore_memory(mid)
+        assert restored["content"] == "The user's home address is 12 Elm Street."
+
+
+@pytest.mark.parametrize("first", ["delete", "update"])
+def test_an_erasure_queued_behind_another_request_still_erases(tmp_path, first):
+    """`DELETE ?purge=true` that found the memory, then waited for its row: behind a DELETE that
+    moved it to the trash it erases the trash item (it answered 200 and left the memory there for
+    the retention); behind an edit it erases the edited memory and the revision the edit wrote
+    (the database refused the delete for that revision: a 500)."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        mid = a.write_memory("coder", "The user's home address is 12 Elm Street.")["id"]
+        before = (
+            (lambda: a.delete_memory(mid))
+            if first == "delete"
+            else (lambda: a.update_memory(mid, content="The user's home address is 7 Oak Road."))
+        )
+        with ThreadPoolExecutor(2) as pool:
+            with row_held(stack, "memories.models", "Memory", mid):
+                done = pool.submit(before)
+                wait_for_lock_waits(stack, 1)
+                erased = pool.submit(b.delete_memory, mid, purge=True)
+                wait_for_lock_waits(stack, 2)
+            done.result(timeout=60)
+            assert erased.result(timeout=60) is None
+        assert stack_python(stack, STATE.format(mid=mid)) == {"live": 0, "trashed": 0}
+        assert a.list_trash()["items"] == []
+        assert a.search("coder", "home address", min_score=0.0) == []

@@ -297,8 +297,12 @@ def share(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
         _errors(request, form)
     else:
         d = form.cleaned_data
-        services.memory_share(memory=memory, agent_ids=d["agents"], permission=d["permission"])
-        messages.success(request, f"Shared with {', '.join(d['agents'])} ({d['permission']}).")
+        try:
+            services.memory_share(memory=memory, agent_ids=d["agents"], permission=d["permission"])
+        except DomainError as exc:  # deleted by another request since this page read it
+            messages.error(request, _message(exc))
+        else:
+            messages.success(request, f"Shared with {', '.join(d['agents'])} ({d['permission']}).")
     return redirect("console:memory-detail", team_id=team.id, memory_id=memory.pk)
 
 
