@@ -13,9 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import (
+    ObjectDoesNotExist,
+    RequestDataTooBig,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+)
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
-from django.db import OperationalError
+from django.db import IntegrityError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -158,12 +163,36 @@ def _database_error(exc: OperationalError) -> DomainError | None:
     return None
 
 
+# A row another request removed between this one's read and its write: the foreign key refuses
+# the write (1452: the referenced row is gone; 1451: a row now refers to the one being deleted).
+_DB_REFERENCE = frozenset({1451, 1452})
+
+
+def _removed_meanwhile(exc: ObjectDoesNotExist | IntegrityError) -> DomainError | None:
+    """A concurrent removal the service did not lock against answers what the request would
+    have a moment later (404, or 409 for a write that refers to it), never a 500; the service's
+    atomic block rolled back, so nothing was written. Logged, as a service should lock instead."""
+    if isinstance(exc, ObjectDoesNotExist):
+        logger.warning("row gone during the request, answered 404: %s", exc)
+        return DomainError(ErrorCode.NOT_FOUND, "not found: removed by another request meanwhile")
+    errno = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    if errno in _DB_REFERENCE or "FOREIGN KEY constraint failed" in str(exc):
+        logger.warning("reference gone during the request, answered 409: %s", exc)
+        return DomainError(
+            ErrorCode.CONFLICT,
+            "conflict: another request removed data this one refers to; nothing was written",
+        )
+    return None
+
+
 def error_for_exception(exc: BaseException) -> DomainError | None:
     """Maps any known exception to a DomainError; None means "unexpected" (a 500)."""
     if isinstance(exc, DomainError):
         return exc
     if isinstance(exc, OperationalError):
         return _database_error(exc)
+    if isinstance(exc, ObjectDoesNotExist | IntegrityError):
+        return _removed_meanwhile(exc)
     if isinstance(exc, drf_exceptions.ValidationError):
         details = _validation_details(exc.detail)
         first = next(iter(details.items()), ("input", ["invalid"]))

@@ -82,3 +82,24 @@ def test_a_database_that_cannot_be_reached_is_a_503(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+def test_a_write_refused_for_a_row_removed_meanwhile_maps_to_409_not_500(team):
+    """The envelope's net for a path that does not lock what it refers to: the database's own
+    foreign-key refusal (a share of a memory id that no longer exists) is a 409 CONFLICT, a
+    vanished row a 404, anything else stays a 500."""
+    from django.db import IntegrityError, transaction
+    from rest_framework import views  # noqa: F401  (first, as a request does: see below)
+
+    # core.api is the renderer DRF's settings load when rest_framework.views is imported: imported
+    # on its own first, it would import itself through them, half-initialised.
+    from core.api import error_for_exception
+    from memories.models import Memory, MemoryShare
+
+    with pytest.raises(IntegrityError) as refused, transaction.atomic():
+        MemoryShare.objects.create(team=team, memory_id=987654, agent_id="a", permission="read")
+    mapped = error_for_exception(refused.value)
+    assert mapped is not None and (mapped.status, mapped.code) == (409, "CONFLICT")
+    gone = error_for_exception(Memory.DoesNotExist("Memory matching query does not exist."))
+    assert gone is not None and (gone.status, gone.code) == (404, "NOT_FOUND")
+    assert error_for_exception(IntegrityError(1048, "Column 'team_id' cannot be null")) is None

@@ -1,0 +1,74 @@
+"""A graph request that read an entity, then waited for its row while a DELETE of the entity
+committed, each in its own server process on one MariaDB database. It answers what it would have
+a moment later (404: the entity is gone), never a 500, and writes nothing. These paths do not
+lock the entity before they read it; the API's envelope maps the vanished row (the ORM's
+DoesNotExist, the foreign key's refusal) instead.
+
+The order is forced: a third process holds the entity's row, the DELETE queues on it first, then
+the other request; releasing the holder lets the DELETE go first (InnoDB grants a row's lock in
+the order it was asked for)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from memoryplatform.client import MemoryAPIError, MemoryClient
+
+from .livestack import live_stack, row_held, stack_python, wait_for_lock_waits
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "mysql", reason="row locks across processes: MariaDB only"
+    ),
+]
+
+COUNTS = """
+import json
+from graph.models import Entity, Relation
+print(json.dumps([Entity.objects.count(), Relation.objects.count()]))
+"""
+
+
+@pytest.mark.parametrize("late", ["update", "relate"])
+def test_a_graph_request_queued_behind_an_entity_delete_answers_404(tmp_path, late):
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        gone, kept = (
+            a.request("POST", "/graph/entities", {"name": name, "entity_type": "concept"})
+            for name in ("risk limits", "leverage")
+        )
+
+        def request() -> Any:
+            try:
+                if late == "update":
+                    return b.request(
+                        "PUT", f"/graph/entities/{gone['id']}", {"description": "capped at 3x"}
+                    )
+                return b.request(
+                    "POST",
+                    "/graph/relations",
+                    {
+                        "source_entity_id": kept["id"],
+                        "target_entity_id": gone["id"],
+                        "relation_type": "related_to",
+                    },
+                )
+            except MemoryAPIError as e:
+                return e.status, e.code
+
+        with ThreadPoolExecutor(2) as pool:
+            with row_held(stack, "graph.models", "Entity", gone["id"]):
+                deleted = pool.submit(a.request, "DELETE", f"/graph/entities/{gone['id']}")
+                wait_for_lock_waits(stack, 1)
+                queued = pool.submit(request)
+                wait_for_lock_waits(stack, 2, unless=queued)
+            deleted.result(timeout=60)
+            assert queued.result(timeout=60) == (404, "NOT_FOUND")
+        assert stack_python(stack, COUNTS) == [1, 0]
