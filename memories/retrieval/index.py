@@ -42,6 +42,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core import allocator
 from core.metrics import INDEX_LOADS, INDEX_MEMORIES, INDEX_SCOPES, timed
 from memories.models import IndexChange, Memory, MemoryScope, MemoryTier
 
@@ -1037,6 +1038,9 @@ class IndexRegistry:
             self._indexes[key] = ix
             self._indexes.move_to_end(key)
             self._evict(keep=key)
+        # The load's temporary arrays (and an evicted index) are free now, but their pages stay
+        # in the process until trimmed: -17 MB at 50k memories, a few ms once per load.
+        allocator.release_free_memory()
         return ix
 
     def _sync(self, ix: ScopeIndex) -> None:

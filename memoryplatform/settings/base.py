@@ -98,6 +98,10 @@ DATABASES = {
 # holds before giving up: the API then answers 503 SERVICE_UNAVAILABLE with Retry-After (core.api),
 # rather than keep the client waiting MariaDB's 50 s default.
 DB_LOCK_WAIT_SECONDS = env.int("DB_LOCK_WAIT_SECONDS", default=20)
+# glibc's mmap threshold in bytes, fixed at start (core.allocator): blocks over it are given back
+# to the system when freed, which keeps a worker holding a large search index from growing.
+# 0 leaves glibc's dynamic threshold.
+ALLOCATOR_MMAP_THRESHOLD = env.int("ALLOCATOR_MMAP_THRESHOLD", default=131072)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     # utf8mb4 so Chinese (and emoji) round-trip byte-exact; strict mode so bad data is an error.
     DATABASES["default"].setdefault("OPTIONS", {})
