@@ -454,9 +454,9 @@ def memory_delete(*, memory: Memory) -> None:
             memory = _locked(memory)
         except NotFound:
             # The erasure still holds: "gone at once, everywhere".
-            if not TrashedMemory.objects.filter(team=memory.team_id, memory_id=memory.pk).delete()[
-                0
-            ]:
+            trash = TrashedMemory.objects.filter(team_id=memory.team_id, memory_id=memory.pk)
+            erased, _ = trash.delete()
+            if not erased:
                 raise
             return
         _index_changed(memory, deleted=True)
