@@ -39,17 +39,24 @@ def test_free_pages_go_back_after_a_large_temporary_allocation():
     libc.free(blocks[-1])
 
 
-def test_an_index_load_trims(team, monkeypatch):
-    """The registry trims once a scope's index is loaded (published first, then trimmed)."""
+def test_a_large_index_load_trims(team, monkeypatch):
+    """The registry trims once a large scope's index is loaded (published first, then trimmed);
+    a small one's load does not pay for a trim."""
     from memories.retrieval import index
     from memories.retrieval.embeddings import get_embedder
     from memories.services import memory_create
 
     memory_create(team=team, scope="personal", agent_id="a", content="Deploys run on Fridays.")
-    index.registry.clear()
     calls = []
     monkeypatch.setattr(allocator, "release_free_memory", lambda: calls.append(1) or True)
-    ix = index.registry.get(
-        team_id=team.id, scope="personal", agent_id="a", embedder=get_embedder()
-    )
-    assert ix.alive_count == 1 and calls == [1]
+
+    def load() -> int:
+        index.registry.clear()
+        ix = index.registry.get(
+            team_id=team.id, scope="personal", agent_id="a", embedder=get_embedder()
+        )
+        return ix.alive_count
+
+    assert load() == 1 and calls == []
+    monkeypatch.setattr(index, "TRIM_AFTER_LOAD_ROWS", 1)
+    assert load() == 1 and calls == [1]

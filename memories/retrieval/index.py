@@ -53,6 +53,9 @@ from .text import is_cjk, tokenize, tokens_from_storage
 
 logger = logging.getLogger(__name__)
 
+# Rows from which an index load is followed by a trim of the allocator (core.allocator).
+TRIM_AFTER_LOAD_ROWS = 10_000
+
 # How many removed ids a neighbour lookup skips before giving up (ScopeIndex._live_neighbour).
 NEIGHBOUR_WALK = 8
 
@@ -1039,8 +1042,10 @@ class IndexRegistry:
             self._indexes.move_to_end(key)
             self._evict(keep=key)
         # The load's temporary arrays (and an evicted index) are free now, but their pages stay
-        # in the process until trimmed: -17 MB at 50k memories, a few ms once per load.
-        allocator.release_free_memory()
+        # in the process until trimmed: -17 MB at 50k memories. Only after a large load: a trim
+        # walks every arena (milliseconds at 400 MB), and a small scope's load leaves little.
+        if ix.alive_count >= TRIM_AFTER_LOAD_ROWS:
+            allocator.release_free_memory()
         return ix
 
     def _sync(self, ix: ScopeIndex) -> None:
