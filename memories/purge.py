@@ -715,4 +715,4 @@ def memories_bulk_delete(*, team: Team, memory_ids: list[int], actor: Actor) -> 
         reason=f"bulk delete by {actor.label}",
         still=Memory.objects.filter(pinned=False),  # one pinned meanwhile stays
     )
-    return BulkResult(done=len(trashed), skipped=skipped)
+    return BulkResult(done=len(trashed), skipped=skipped, gone=len(deletable) - len(trashed))

@@ -729,6 +729,9 @@ def memory_promote(*, memory: Memory, actor: Actor) -> tuple[Memory, DedupHit | 
 class BulkResult:
     done: int
     skipped: int
+    # Listed but left as they were: removed (or, for a delete, pinned) by another request
+    # between the read of the selection and the change.
+    gone: int = 0
 
 
 def memories_bulk_correct(
@@ -740,15 +743,19 @@ def memories_bulk_correct(
     importance: float | None = None,
 ) -> BulkResult:
     """Sets pin state and/or importance on the team's memories, one revision per memory changed."""
-    done = 0
+    done = gone = 0
     for memory in Memory.objects.filter(team=team, pk__in=memory_ids).order_by("id"):
         if (pinned is None or memory.pinned == pinned) and (
             importance is None or memory.importance == importance
         ):
             continue
-        memory_update(memory=memory, actor=actor, pinned=pinned, importance=importance)
+        try:
+            memory_update(memory=memory, actor=actor, pinned=pinned, importance=importance)
+        except NotFound:  # deleted since the selection was read: the others still change
+            gone += 1
+            continue
         done += 1
-    return BulkResult(done=done, skipped=0)
+    return BulkResult(done=done, skipped=0, gone=gone)
 
 
 def memories_bulk_share(
@@ -758,7 +765,7 @@ def memories_bulk_share(
 
     Team memories are skipped: every agent of the team can already read and write them.
     """
-    done = skipped = 0
+    done = skipped = gone = 0
     for memory in Memory.objects.filter(team=team, pk__in=memory_ids).order_by("id"):
         if memory.scope != MemoryScope.PERSONAL:
             skipped += 1
@@ -767,9 +774,13 @@ def memories_bulk_share(
         if not grantees:
             skipped += 1
             continue
-        memory_share(memory=memory, agent_ids=grantees, permission=permission)
+        try:
+            memory_share(memory=memory, agent_ids=grantees, permission=permission)
+        except NotFound:  # deleted since the selection was read
+            gone += 1
+            continue
         done += 1
-    return BulkResult(done=done, skipped=skipped)
+    return BulkResult(done=done, skipped=skipped, gone=gone)
 
 
 # --- episodic memory: past cases, found again by the task ---------------------------------------

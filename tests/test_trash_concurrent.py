@@ -9,6 +9,7 @@ a row's lock in the order it was asked for)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -262,6 +263,39 @@ def test_a_request_queued_behind_a_delete_finds_the_memory_gone(tmp_path, method
         assert item["content"] == "The user's home address is 12 Elm Street."
         restored = a.restore_memory(mid)
         assert restored["content"] == "The user's home address is 12 Elm Street."
+
+
+def test_an_mcp_forget_queued_behind_a_delete_finds_the_memory_gone(tmp_path):
+    """The MCP `memory_forget` tool that read the memory, then waited for its row while an API
+    DELETE moved it to the trash: NOT_FOUND, as a moment later (it said "forgotten" although it
+    trashed nothing), and the trash item is the DELETE's."""
+    from .test_mcp import error_code, session
+
+    with live_stack(tmp_path, servers=2) as stack:
+        a = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=120)
+        mid = a.write_memory("coder", "The user's home address is 12 Elm Street.")["id"]
+        token = stack_python(
+            stack,
+            "import json\nfrom tenants.models import Team\n"
+            "from tenants.services import mcp_token_issue\n"
+            "print(json.dumps(mcp_token_issue(team=Team.objects.get()).token))",
+        )
+
+        async def forget() -> str:
+            async with session(f"{stack.urls[1]}/mcp", token) as c:
+                return error_code(await c.call_tool("memory_forget", {"memory_id": mid}))
+
+        with ThreadPoolExecutor(2) as pool:
+            with row_held(stack, "memories.models", "Memory", mid):
+                deleted = pool.submit(a.delete_memory, mid)
+                wait_for_lock_waits(stack, 1)
+                queued = pool.submit(asyncio.run, forget())
+                wait_for_lock_waits(stack, 2, unless=queued)
+            assert deleted.result(timeout=60) is None
+            assert queued.result(timeout=60) == "NOT_FOUND"
+        assert stack_python(stack, STATE.format(mid=mid)) == {"live": 0, "trashed": 1}
+        (item,) = a.list_trash()["items"]
+        assert "MCP" not in item["reason"]
 
 
 @pytest.mark.parametrize("first", ["delete", "update"])

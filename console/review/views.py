@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console import access
-from core.errors import DomainError
+from core.errors import DomainError, NotFound
 from memories import purge, selectors, services
 from memories.models import Memory, MemoryRevision, MemoryScope
 from memories.retrieval import search
@@ -44,6 +44,18 @@ def _back(request: HttpRequest, team: Team, memory: Memory | None = None) -> Htt
         return HttpResponseRedirect(nxt)
     if memory is not None:
         return redirect("console:memory-detail", team_id=team.id, memory_id=memory.pk)
+    return redirect("console:memories", team_id=team.id)
+
+
+def _gone(request: HttpRequest, team: Team, memory_id: int) -> HttpResponseRedirect:
+    """The memory this page showed was removed by another request (an agent's DELETE, a cleanup)
+    before the change reached it: nothing was changed, say so on the list (its own page is a
+    404 now)."""
+    messages.error(
+        request,
+        f"Memory #{memory_id} was removed by another request meanwhile; nothing was changed. "
+        "If it went to the trash, it can be restored from there.",
+    )
     return redirect("console:memories", team_id=team.id)
 
 
@@ -116,12 +128,15 @@ def quick_edit(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse
     if not form.is_valid():
         _errors(request, form)
         return _back(request, team, memory)
-    services.memory_update(
-        memory=memory,
-        actor=Actor.for_user(request.user),
-        importance=form.cleaned_data["importance"],
-        pinned=form.cleaned_data["pinned"],
-    )
+    try:
+        services.memory_update(
+            memory=memory,
+            actor=Actor.for_user(request.user),
+            importance=form.cleaned_data["importance"],
+            pinned=form.cleaned_data["pinned"],
+        )
+    except NotFound:
+        return _gone(request, team, memory.pk)
     messages.success(request, f"Memory #{memory.pk} updated.")
     return _back(request, team, memory)
 
@@ -143,6 +158,10 @@ def bulk(request: HttpRequest, team: Team) -> HttpResponse:
             text += f" Skipped {result.skipped} pinned (protected) memories."
         if result.done:
             text += " They stay restorable in the trash."
+        if result.gone:
+            text += (
+                f" Left {result.gone} as they were: removed or pinned by another request meanwhile."
+            )
     elif action in ("pin", "unpin"):
         result = services.memories_bulk_correct(
             team=team, memory_ids=ids, actor=actor, pinned=action == "pin"
@@ -163,6 +182,8 @@ def bulk(request: HttpRequest, team: Team) -> HttpResponse:
                 f" Skipped {result.skipped} (team memories are already shared with every agent;"
                 " a memory is never shared with its owner)."
             )
+    if action != "delete" and result.gone:
+        text += f" {result.gone} were removed by another request meanwhile and left out."
     messages.success(request, text)
     return _back(request, team)
 
@@ -185,6 +206,8 @@ def detail(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
                     category=d["category"],
                     pinned=d["pinned"],
                 )
+            except NotFound:
+                return _gone(request, team, memory.pk)
             except DomainError as exc:
                 # Nothing was written (the embedding comes first); the form keeps the input.
                 form.add_error(None, _message(exc))
@@ -244,6 +267,8 @@ def revert(request: HttpRequest, team: Team, memory_id: int, revision_id: int) -
     revision = get_object_or_404(MemoryRevision, team=team, memory=memory, pk=revision_id)
     try:
         services.memory_revert(memory=memory, revision=revision, actor=Actor.for_user(request.user))
+    except NotFound:
+        return _gone(request, team, memory.pk)
     except DomainError as exc:
         messages.error(request, _message(exc))
     else:
@@ -262,6 +287,8 @@ def promote(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
         team_memory, hit = services.memory_promote(
             memory=memory, actor=Actor.for_user(request.user)
         )
+    except NotFound:
+        return _gone(request, team, memory.pk)
     except DomainError as exc:
         messages.error(request, _message(exc))
         return redirect("console:memory-detail", team_id=team.id, memory_id=memory.pk)
@@ -299,7 +326,9 @@ def share(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
         d = form.cleaned_data
         try:
             services.memory_share(memory=memory, agent_ids=d["agents"], permission=d["permission"])
-        except DomainError as exc:  # deleted by another request since this page read it
+        except NotFound:
+            return _gone(request, team, memory.pk)
+        except DomainError as exc:
             messages.error(request, _message(exc))
         else:
             messages.success(request, f"Shared with {', '.join(d['agents'])} ({d['permission']}).")
