@@ -20,7 +20,7 @@ from django.core.exceptions import (
     TooManyFieldsSent,
 )
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import IntegrityError, OperationalError
+from django.db import DatabaseError, IntegrityError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -166,13 +166,19 @@ def _database_error(exc: OperationalError) -> DomainError | None:
 # A row another request removed between this one's read and its write: the foreign key refuses
 # the write (1452: the referenced row is gone; 1451: a row now refers to the one being deleted).
 _DB_REFERENCE = frozenset({1451, 1452})
+# What Django raises when it saves an instance whose row is gone (an UPDATE that matched none).
+_SAVE_MISSED = frozenset(
+    {"Save with update_fields did not affect any rows.", "Forced update did not affect any rows."}
+)
 
 
-def _removed_meanwhile(exc: ObjectDoesNotExist | IntegrityError) -> DomainError | None:
+def _removed_meanwhile(exc: ObjectDoesNotExist | DatabaseError) -> DomainError | None:
     """A concurrent removal the service did not lock against answers what the request would
     have a moment later (404, or 409 for a write that refers to it), never a 500; the service's
     atomic block rolled back, so nothing was written. Logged, as a service should lock instead."""
-    if isinstance(exc, ObjectDoesNotExist):
+    if isinstance(exc, ObjectDoesNotExist) or (
+        type(exc) is DatabaseError and str(exc) in _SAVE_MISSED
+    ):
         logger.warning("row gone during the request, answered 404: %s", exc)
         return DomainError(ErrorCode.NOT_FOUND, "not found: removed by another request meanwhile")
     errno = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
@@ -191,7 +197,7 @@ def error_for_exception(exc: BaseException) -> DomainError | None:
         return exc
     if isinstance(exc, OperationalError):
         return _database_error(exc)
-    if isinstance(exc, ObjectDoesNotExist | IntegrityError):
+    if isinstance(exc, ObjectDoesNotExist | IntegrityError) or type(exc) is DatabaseError:
         return _removed_meanwhile(exc)
     if isinstance(exc, drf_exceptions.ValidationError):
         details = _validation_details(exc.detail)

@@ -849,17 +849,33 @@ def procedure_create(
 def procedure_update(
     *, procedure: Procedure, rule: str | None = None, status: str | None = None
 ) -> Procedure:
-    """Edits a rule, or accepts (`active`) / rejects a proposal."""
-    if rule is not None:
-        procedure.rule = rule
-    if status is not None:
-        procedure.status = status
-    procedure.save(update_fields=["rule", "status", "updated_at"])
-    return procedure
+    """Edits a rule, or accepts (`active`) / rejects a proposal.
+
+    Writes only the fields given, on the row read afresh under its lock: an agent editing a
+    rule's text while a lead decides on it keeps both changes (each request wrote back the
+    other's field as it had read it, so one change was lost). NotFound when another request
+    removed the rule after the caller read it."""
+    with transaction.atomic():
+        locked = Procedure.objects.select_for_update().filter(pk=procedure.pk).first()
+        if locked is None:
+            raise NotFound("procedure")
+        fields = ["updated_at"]
+        if rule is not None:
+            locked.rule = rule
+            fields.append("rule")
+        if status is not None:
+            locked.status = status
+            fields.append("status")
+        locked.save(update_fields=fields)
+    return locked
 
 
 def procedure_delete(*, procedure: Procedure) -> None:
-    procedure.delete()
+    """NotFound when another request removed it first (its DELETE answered; this one did not
+    delete anything)."""
+    deleted, _ = Procedure.objects.filter(pk=procedure.pk).delete()
+    if not deleted:
+        raise NotFound("procedure")
 
 
 # --- the agent profile (memories.profile has its keys, values and classifier) -------------------

@@ -44,11 +44,11 @@ user = get_user_model().objects.create_user("lead", password="pw-123456", is_sta
 TeamMembership.objects.create(user=user, team=team, role=TeamRole.LEAD)
 client = Client()
 client.force_login(user)
-response = client.post(f"/review/{{team.id}}/memories/{path}", {data})
+response = client.post(f"/review/{{team.id}}/{path}", {data})
 print(json.dumps({{
     "status": response.status_code,
     "location": response.get("Location", ""),
-    "list": f"/review/{{team.id}}/memories/",
+    "base": f"/review/{{team.id}}/",
     "messages": [str(m) for m in get_messages(response.wsgi_request)],
 }}))
 """
@@ -66,6 +66,7 @@ print(json.dumps({{
 
 
 def console_post(stack: Stack, path: str, data: dict[str, Any]) -> dict[str, Any]:
+    """POST `data` to the team's console page `path` (under /review/<team>/) as a lead."""
     proc = subprocess.run(
         [
             sys.executable,
@@ -122,8 +123,8 @@ def test_a_console_change_queued_behind_a_delete_says_the_memory_is_gone(tmp_pat
             "share": (f"{mid}/share/", {"agents": ["reviewer"], "permission": "read"}),
             "promote": (f"{mid}/promote/", {}),
         }[action]
-        answer = behind_a_delete(stack, client, mid, path, data)
-        assert (answer["status"], answer["location"]) == (302, answer["list"])
+        answer = behind_a_delete(stack, client, mid, f"memories/{path}", data)
+        assert (answer["status"], answer["location"]) == (302, answer["base"] + "memories/")
         assert answer["messages"] == [
             f"Memory #{mid} was removed by another request meanwhile; nothing was changed. "
             "If it went to the trash, it can be restored from there."
@@ -149,8 +150,8 @@ def test_a_console_bulk_change_leaves_out_a_memory_deleted_meanwhile(tmp_path, a
         data: dict[str, Any] = {"ids": [str(gone), str(kept)], "action": action}
         if action == "share":
             data.update(agents=["reviewer"], permission="read")
-        answer = behind_a_delete(stack, client, gone, "bulk/", data)
-        assert (answer["status"], answer["location"]) == (302, answer["list"])
+        answer = behind_a_delete(stack, client, gone, "memories/bulk/", data)
+        assert (answer["status"], answer["location"]) == (302, answer["base"] + "memories/")
         assert answer["messages"] == [
             {
                 "pin": "Pinned 1 memories. 1 were removed by another request meanwhile and left"

@@ -87,14 +87,14 @@ def test_a_database_that_cannot_be_reached_is_a_503(tmp_path):
 def test_a_write_refused_for_a_row_removed_meanwhile_maps_to_409_not_500(team):
     """The envelope's net for a path that does not lock what it refers to: the database's own
     foreign-key refusal (a share of a memory id that no longer exists) is a 409 CONFLICT, a
-    vanished row a 404, anything else stays a 500."""
-    from django.db import IntegrityError, transaction
+    vanished row a 404 (read, or saved over), anything else stays a 500."""
+    from django.db import DatabaseError, IntegrityError, transaction
     from rest_framework import views  # noqa: F401  (first, as a request does: see below)
 
     # core.api is the renderer DRF's settings load when rest_framework.views is imported: imported
     # on its own first, it would import itself through them, half-initialised.
     from core.api import error_for_exception
-    from memories.models import Memory, MemoryShare
+    from memories.models import Memory, MemoryShare, Procedure
 
     with pytest.raises(IntegrityError) as refused, transaction.atomic():
         MemoryShare.objects.create(team=team, memory_id=987654, agent_id="a", permission="read")
@@ -103,3 +103,11 @@ def test_a_write_refused_for_a_row_removed_meanwhile_maps_to_409_not_500(team):
     gone = error_for_exception(Memory.DoesNotExist("Memory matching query does not exist."))
     assert gone is not None and (gone.status, gone.code) == (404, "NOT_FOUND")
     assert error_for_exception(IntegrityError(1048, "Column 'team_id' cannot be null")) is None
+    # An instance saved after its row was deleted: Django's own refusal, a 404 too.
+    rule = Procedure.objects.create(team=team, agent_id="a", rule="r", source="agent")
+    Procedure.objects.filter(pk=rule.pk).delete()
+    with pytest.raises(DatabaseError) as missed:
+        rule.save(update_fields=["rule"])
+    mapped = error_for_exception(missed.value)
+    assert mapped is not None and (mapped.status, mapped.code) == (404, "NOT_FOUND")
+    assert error_for_exception(DatabaseError("something else")) is None

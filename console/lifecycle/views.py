@@ -19,6 +19,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console import access
+from core.errors import NotFound
 from lifecycle import presenters, selectors
 from lifecycle.models import JobRun, JobStatus
 from lifecycle.services import pipeline
@@ -252,7 +253,14 @@ def procedure_decide(request: HttpRequest, team: Team, procedure_id: int) -> Htt
     if decision not in DECISIONS:
         messages.error(request, "Choose accept or reject.")
         return redirect("console:lifecycle-procedures", team_id=team.id)
-    memory_services.procedure_update(procedure=procedure, status=DECISIONS[decision])
+    try:
+        memory_services.procedure_update(procedure=procedure, status=DECISIONS[decision])
+    except NotFound:
+        messages.error(
+            request,
+            f"Rule #{procedure.pk} was removed by another request meanwhile; nothing was decided.",
+        )
+        return redirect("console:lifecycle-procedures", team_id=team.id)
     messages.success(
         request,
         f"Rule #{procedure.pk} of {procedure.agent_id} "

@@ -1,0 +1,126 @@
+"""Two requests on one rule (procedural memory) at once, each in its own server process on one
+MariaDB database: an agent edits a rule's text while a lead accepts or rejects it, or a request
+reaches a rule another one deleted. Both changes must hold; a rule deleted meanwhile is a 404 as a
+moment later, never a 500 and never a "deleted" for nothing.
+
+The order is forced: a third process holds the rule's row, the first request queues on it, then
+the second; releasing the holder lets them go in that order (InnoDB grants a row's lock in the
+order it was asked for)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from memoryplatform.client import MemoryAPIError, MemoryClient
+
+from .livestack import Stack, live_stack, row_held, stack_python, wait_for_lock_waits
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "mysql", reason="row locks across processes: MariaDB only"
+    ),
+]
+
+RULE = "Run the tests before every commit."
+
+
+def answer(call: Callable[[], Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        try:
+            return call()
+        except MemoryAPIError as e:
+            return e.status, e.code
+
+    return run
+
+
+def queued(stack: Stack, pk: int, first: Callable[[], Any], second: Callable[[], Any]) -> Any:
+    """`first` then `second`, queued in that order on rule `pk`'s row; both answers."""
+    with ThreadPoolExecutor(2) as pool:
+        with row_held(stack, "memories.models", "Procedure", pk):
+            one = pool.submit(answer(first))
+            wait_for_lock_waits(stack, 1, unless=one)
+            two = pool.submit(answer(second))
+            wait_for_lock_waits(stack, 2, unless=two)
+        return one.result(timeout=60), two.result(timeout=60)
+
+
+def clients(stack: Stack) -> list[MemoryClient]:
+    return [MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls]
+
+
+def proposed_rule(stack: Stack) -> int:
+    """A rule the lifecycle proposed (the API adds active ones)."""
+    pk = clients(stack)[0].add_procedure("coder", RULE)["id"]
+    stack_python(
+        stack,
+        "import json\nfrom memories.models import Procedure\n"
+        f"Procedure.objects.filter(pk={pk}).update(status='proposed')\nprint(json.dumps(1))",
+    )
+    return pk
+
+
+@pytest.mark.parametrize("decision", ["active", "rejected"])
+@pytest.mark.parametrize("edit_first", [True, False], ids=["edit first", "decision first"])
+def test_an_edit_and_a_decision_at_once_both_hold(tmp_path, decision, edit_first):
+    """Each request wrote both fields as it had read them: the later one undid the earlier one's
+    change (a rejected proposal came back as proposed, or the edited text reverted)."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = clients(stack)
+        pk = proposed_rule(stack)
+        edit = lambda: a.update_procedure("coder", pk, rule="Run the full test suite first.")  # noqa: E731
+        decide = lambda: b.update_procedure("coder", pk, status=decision)  # noqa: E731
+        first, second = (edit, decide) if edit_first else (decide, edit)
+        queued(stack, pk, first, second)
+        (rule,) = a.list_procedures("coder")["procedures"]
+        assert (rule["rule"], rule["status"]) == ("Run the full test suite first.", decision)
+
+
+@pytest.mark.parametrize("late", ["update", "delete"])
+def test_a_request_queued_behind_a_delete_finds_the_rule_gone(tmp_path, late):
+    """An edit that read the rule, then waited while a DELETE removed it, answered 500 ("save
+    with update_fields did not affect any rows"); a second DELETE answered 200."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = clients(stack)
+        pk = a.add_procedure("coder", RULE)["id"]
+        then = (
+            (lambda: b.update_procedure("coder", pk, rule="Run the full test suite first."))
+            if late == "update"
+            else (lambda: b.delete_procedure("coder", pk))
+        )
+        deleted, answered = queued(stack, pk, lambda: a.delete_procedure("coder", pk), then)
+        assert deleted == {"deleted": pk}
+        assert answered == (404, "NOT_FOUND")
+        assert a.list_procedures("coder")["procedures"] == []
+
+
+def test_a_lead_deciding_on_a_rule_deleted_meanwhile_is_told_so(tmp_path):
+    """The console's accept of a rule the agent deleted after the page listed it (a 500)."""
+    from .test_console_concurrent import console_post
+
+    with live_stack(tmp_path, servers=1) as stack:
+        a = clients(stack)[0]
+        pk = proposed_rule(stack)
+        deleted, answer = queued(
+            stack,
+            pk,
+            lambda: a.delete_procedure("coder", pk),
+            lambda: console_post(
+                stack, f"lifecycle/procedures/{pk}/decide/", {"decision": "accept"}
+            ),
+        )
+        assert deleted == {"deleted": pk}
+        assert (answer["status"], answer["location"]) == (
+            302,
+            answer["base"] + "lifecycle/procedures/",
+        )
+        assert answer["messages"] == [
+            f"Rule #{pk} was removed by another request meanwhile; nothing was decided."
+        ]
+        assert a.list_procedures("coder")["procedures"] == []
