@@ -103,15 +103,24 @@ def config_is_saved(config: PipelineConfig) -> bool:
 
 
 def config_update(*, team: Team, **fields: Any) -> PipelineConfig:
-    config = config_get(team=team)
+    """Saves the fields given (the first save turns automation on).
+
+    Only those fields are written, on the row locked afresh: two updates of different fields at
+    once both hold (each wrote back every other field as it had read it, so "enabled: false"
+    could be undone by a change of an unrelated setting), and two first saves at once make one
+    row (the second was a duplicate-key 500)."""
     if "warmup_compress_every_n" in fields and "warmup_doubling" not in fields:
         # A team that sets the fixed warm-up step (the older field) keeps it: doubling would
         # silently ignore it (docs/lifecycle.md, precedence).
         fields = {**fields, "warmup_doubling": False}
-    for name, value in fields.items():
-        if name in CONFIG_FIELDS:
+    changed = {name: value for name, value in fields.items() if name in CONFIG_FIELDS}
+    with transaction.atomic():
+        # Django retries a lost insert race as a read (READ COMMITTED on MariaDB).
+        PipelineConfig.objects.get_or_create(team=team)
+        config = PipelineConfig.objects.select_for_update().get(team=team)
+        for name, value in changed.items():
             setattr(config, name, value)
-    config.save()
+        config.save(update_fields=[*changed, "updated_at"])
     _config_cache.pop(team.id)
     return config
 
