@@ -62,14 +62,23 @@ def _run_hooks_on_commit(hooks: list[Callable[..., None]], *args: str) -> None:
 def team_upsert(
     *, team_id: str, name: str, description: str | None = None, config: dict[str, Any] | None = None
 ) -> tuple[Team, bool]:
-    team, created = Team.objects.get_or_create(id=team_id, defaults={"name": name})
-    team.name = name
-    if description is not None:
-        team.description = description
-    if config is not None:
-        team.config = config
-    team.full_clean()
-    team.save()
+    """Creates the team or updates the fields given. Only those are written, on the row locked
+    afresh: another request's change of a field this one did not send (a description, a config,
+    the admin requiring signature v2) is never written back over with what this one read."""
+    with transaction.atomic():
+        team, created = Team.objects.get_or_create(id=team_id, defaults={"name": name})
+        if not created:
+            team = Team.objects.select_for_update().get(pk=team.pk)
+        team.name = name
+        fields = ["name", "updated_at"]
+        if description is not None:
+            team.description = description
+            fields.append("description")
+        if config is not None:
+            team.config = config
+            fields.append("config")
+        team.full_clean()
+        team.save(update_fields=fields)
     return team, created
 
 
@@ -91,18 +100,25 @@ def agent_upsert(
     role: str | None = None,
     config: dict[str, Any] | None = None,
 ) -> tuple[Agent, bool]:
-    agent, created = Agent.objects.get_or_create(
-        team=team,
-        agent_id=agent_id,
-        defaults={"name": name, "role": role or "", "config": config or {}},
-    )
-    if not created:
-        agent.name = name
-        if role is not None:
-            agent.role = role
-        if config is not None:
-            agent.config = config
-        agent.save()
+    """Creates the agent or updates the fields given, on the row locked afresh (as team_upsert):
+    two updates of different fields at once both hold."""
+    with transaction.atomic():
+        agent, created = Agent.objects.get_or_create(
+            team=team,
+            agent_id=agent_id,
+            defaults={"name": name, "role": role or "", "config": config or {}},
+        )
+        if not created:
+            agent = Agent.objects.select_for_update().get(pk=agent.pk)
+            agent.name = name
+            fields = ["name", "updated_at"]
+            if role is not None:
+                agent.role = role
+                fields.append("role")
+            if config is not None:
+                agent.config = config
+                fields.append("config")
+            agent.save(update_fields=fields)
     return agent, created
 
 

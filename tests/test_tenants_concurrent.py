@@ -1,0 +1,78 @@
+"""Two upserts of one team, or of one agent, at once, each in its own server process on one
+MariaDB database, each sending a different optional field: both fields must hold.
+
+The order is forced: a third process holds the row, the first request queues on it, then the
+second; releasing the holder lets them go in that order (InnoDB grants a row's lock in the order
+it was asked for)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from memoryplatform.client import MemoryClient
+
+from .livestack import Stack, live_stack, row_held, stack_python, wait_for_lock_waits
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "mysql", reason="row locks across processes: MariaDB only"
+    ),
+]
+
+
+def one_after_the_other(
+    stack: Stack, held: tuple[str, str, Any], first: Callable[[], Any], second: Callable[[], Any]
+) -> None:
+    with ThreadPoolExecutor(2) as pool:
+        with row_held(stack, *held):
+            one = pool.submit(first)
+            wait_for_lock_waits(stack, 1, unless=one)
+            two = pool.submit(second)
+            wait_for_lock_waits(stack, 2, unless=two)
+        one.result(timeout=60)
+        two.result(timeout=60)
+
+
+def test_two_team_upserts_of_different_fields_at_once_both_hold(tmp_path):
+    """Each request wrote every column as it had read it: the second undid the first's
+    description, and would as well undo the admin's "require signature v2" set meanwhile."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        team = a.get_team("xproc")
+        one_after_the_other(
+            stack,
+            ("tenants.models", "Team", "xproc"),
+            lambda: a.upsert_team("xproc", team["name"], description="The platform team."),
+            lambda: b.upsert_team("xproc", team["name"], config={"region": "eu"}),
+        )
+        after = a.get_team("xproc")
+        assert (after["description"], after["config"]) == ("The platform team.", {"region": "eu"})
+
+
+def test_two_agent_upserts_of_different_fields_at_once_both_hold(tmp_path):
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        a.upsert_agent("coder", "Coder")
+        pk = stack_python(
+            stack,
+            "import json\nfrom tenants.models import Agent\n"
+            "print(json.dumps(Agent.objects.get(agent_id='coder').pk))",
+        )
+        one_after_the_other(
+            stack,
+            ("tenants.models", "Agent", pk),
+            lambda: a.upsert_agent("coder", "Coder", role="reviews migrations"),
+            lambda: b.upsert_agent("coder", "Coder", config={"model": "small"}),
+        )
+        (agent,) = [x for x in a.list_agents("xproc") if x["id"] == "coder"]
+        assert (agent["role"], agent["config"]) == ("reviews migrations", {"model": "small"})
