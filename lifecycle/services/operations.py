@@ -266,7 +266,9 @@ def store_fact(
 
     A fact that states a profile field ("I work as a …", "我住在…": memories.profile) also sets
     that field, with `source` and the memory's id, in the caller's transaction — unless a person
-    or an agent set the field through the API or the console."""
+    or an agent set the field through the API or the console.
+
+    The caller holds the agent's personal scope lock (memories.locks) in that transaction."""
     stored = _store_fact(
         team=team,
         agent_id=agent_id,
@@ -301,13 +303,27 @@ def _store_fact(
     run_id: str,
 ) -> StoredFact:
     vector = embed_passages([fact.content])[0]
-    similar = memory_find_similar(
+    found = memory_find_similar(
         team=team,
         scope=MemoryScope.PERSONAL,
         agent_id=agent_id,
         vector=vector,
         min_score=SUPERSEDE_MIN_SCORE,
     )
+    # The candidates locked and read again (after the scope lock the caller holds: the order a
+    # write's dedup takes them in). An edit takes only the row's lock, so one may have committed
+    # since the read above; a memory whose text changed is no longer the one compared, and
+    # superseding it would hide the agent's edit behind a fact about its old text. Those, and
+    # any superseded or deleted meanwhile, are left out: the fact is then written, and the
+    # write's own dedup compares it with the memory as it is now.
+    fresh = Memory.objects.select_for_update().in_bulk([m.pk for m, _ in found])
+    similar = [
+        (fresh[m.pk], score)
+        for m, score in found
+        if m.pk in fresh
+        and fresh[m.pk].content_hash == m.content_hash
+        and fresh[m.pk].superseded_by_id is None
+    ]
     metadata = {"source": source, "source_items": source_items, "job_id": job_id}
 
     def write(meta: dict[str, Any], *, enable_dedup: bool) -> tuple[Memory, DedupHit | None]:
@@ -382,8 +398,11 @@ def _extract_facts(
     embed_passages([f.content for f in facts])
     stored: list[Memory] = []
     duplicates = superseded = 0
+    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
     with transaction.atomic():
         claim.confirm()
+        # Before the first fact's comparison, as ingest does: store_fact decides under it.
+        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
         for fact in facts:
             outcome = store_fact(
                 team=team,
@@ -712,13 +731,22 @@ def consolidate(
             # Two consolidations of one agent at once (a manual run beside an automatic one):
             # the second waits here, then finds the fragments cold and writes nothing.
             locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
-            live = (
-                Memory.objects.filter(pk__in=[m.pk for m in fragments], superseded_by__isnull=True)
-                .exclude(tier=MemoryTier.COLD)
-                .count()
-            )
-            if live < len(fragments):
+            # The fragments locked and read again: an edit, a pin or a delete takes only the
+            # row's lock, and the summary was written from the texts read before the engine
+            # call. A fragment changed since (its text, pinned, superseded, cold, gone) leaves
+            # its group as it is: demoting an edited fragment would hide the agent's correction
+            # behind a fact about its old text.
+            fresh = Memory.objects.select_for_update().in_bulk([m.pk for m in fragments])
+            if any(
+                (now := fresh.get(m.pk)) is None
+                or now.content_hash != m.content_hash
+                or now.pinned
+                or now.superseded_by_id is not None
+                or now.tier == MemoryTier.COLD
+                for m in fragments
+            ):
                 continue
+            fragments = [fresh[m.pk] for m in fragments]
             fact, _ = memory_create(
                 team=team,
                 scope=MemoryScope.PERSONAL,
