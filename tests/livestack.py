@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from concurrent.futures import Future
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -309,3 +309,20 @@ def wait_for_lock_waits(stack: Stack, count: int, unless: Future[Any] | None = N
             time.sleep(0.25)
     finally:
         monitor.close()
+
+
+def queued_in_order(
+    stack: Stack, row: tuple[str, str, Any], first: Callable[[], Any], second: Callable[[], Any]
+) -> tuple[Any, Any]:
+    """Runs `first`, then `second`, each in a thread, queued in that order on `row` (module,
+    model, pk) while another process holds it; releasing the row lets them go in that order
+    (InnoDB grants a row's lock in the order it was asked for). Both answers. A call that ends
+    without waiting (it never reached the row) ends the wait for it: the caller's assertions say
+    what it did."""
+    with ThreadPoolExecutor(2) as pool:
+        with row_held(stack, *row):
+            one = pool.submit(first)
+            wait_for_lock_waits(stack, 1, unless=one)
+            two = pool.submit(second)
+            wait_for_lock_waits(stack, 2, unless=two)
+        return one.result(timeout=120), two.result(timeout=180)

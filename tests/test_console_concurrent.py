@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from django.db import connection
 
 from memoryplatform.client import MemoryClient
 
-from .livestack import ROOT, Stack, live_stack, row_held, stack_python, wait_for_lock_waits
+from .livestack import ROOT, Stack, live_stack, queued_in_order, stack_python
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -89,14 +88,14 @@ def behind_a_delete(
     stack: Stack, client: MemoryClient, mid: int, path: str, data: dict[str, Any]
 ) -> dict[str, Any]:
     """The console's POST of `path`, queued on memory `mid`'s row behind an API DELETE of it."""
-    with ThreadPoolExecutor(2) as pool:
-        with row_held(stack, "memories.models", "Memory", mid):
-            deleted = pool.submit(client.delete_memory, mid)
-            wait_for_lock_waits(stack, 1)
-            console = pool.submit(console_post, stack, path, data)
-            wait_for_lock_waits(stack, 2, unless=console)
-        assert deleted.result(timeout=60) is None
-        return console.result(timeout=180)
+    deleted, answer = queued_in_order(
+        stack,
+        ("memories.models", "Memory", mid),
+        lambda: client.delete_memory(mid),
+        lambda: console_post(stack, path, data),
+    )
+    assert deleted is None
+    return answer
 
 
 @pytest.mark.parametrize(

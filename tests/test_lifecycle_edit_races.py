@@ -11,7 +11,6 @@ holder lets the edit commit first (InnoDB grants a row's lock in the order it wa
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from django.db import connection
 
 from memoryplatform.client import MemoryClient
 
-from .livestack import Stack, live_stack, row_held, stack_python, wait_for_lock_waits
+from .livestack import Stack, live_stack, queued_in_order, stack_python
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -40,14 +39,7 @@ print(json.dumps({{
 
 def edit_then(stack: Stack, mid: int, edit: Callable[[], Any], then: Callable[[], Any]) -> Any:
     """`edit` queued on memory `mid`'s row, then `then`; the answer of `then`."""
-    with ThreadPoolExecutor(2) as pool:
-        with row_held(stack, "memories.models", "Memory", mid):
-            edited = pool.submit(edit)
-            wait_for_lock_waits(stack, 1)
-            queued = pool.submit(then)
-            wait_for_lock_waits(stack, 2, unless=queued)
-        edited.result(timeout=60)
-        return queued.result(timeout=120)
+    return queued_in_order(stack, ("memories.models", "Memory", mid), edit, then)[1]
 
 
 def state(stack: Stack) -> dict[int, list[Any]]:

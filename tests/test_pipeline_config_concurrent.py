@@ -8,7 +8,6 @@ lock in the order it was asked for)."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from django.db import connection
 
 from memoryplatform.client import MemoryAPIError, MemoryClient
 
-from .livestack import live_stack, row_held, stack_python, wait_for_lock_waits
+from .livestack import live_stack, queued_in_order, stack_python
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -51,13 +50,12 @@ def test_two_updates_of_different_fields_at_once_both_hold(tmp_path, saved_befor
             except MemoryAPIError as e:
                 return e.status, e.code
 
-        with ThreadPoolExecutor(2) as pool:
-            with row_held(stack, *held):
-                first = pool.submit(send, a, enabled=False)
-                wait_for_lock_waits(stack, 1, unless=first)
-                second = pool.submit(send, b, cleanup_idle_days=7)
-                wait_for_lock_waits(stack, 2, unless=second)
-            answers = first.result(timeout=60), second.result(timeout=60)
+        answers = queued_in_order(
+            stack,
+            held,
+            lambda: send(a, enabled=False),
+            lambda: send(b, cleanup_idle_days=7),
+        )
         assert all(isinstance(x, dict) for x in answers), answers
         assert (answers[0]["enabled"], answers[1]["cleanup_idle_days"]) == (False, 7)
         config = a.get_pipeline_config()

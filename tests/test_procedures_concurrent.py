@@ -10,7 +10,6 @@ order it was asked for)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from django.db import connection
 
 from memoryplatform.client import MemoryAPIError, MemoryClient
 
-from .livestack import Stack, live_stack, row_held, stack_python, wait_for_lock_waits
+from .livestack import Stack, live_stack, queued_in_order, stack_python
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -42,13 +41,9 @@ def answer(call: Callable[[], Any]) -> Callable[[], Any]:
 
 def queued(stack: Stack, pk: int, first: Callable[[], Any], second: Callable[[], Any]) -> Any:
     """`first` then `second`, queued in that order on rule `pk`'s row; both answers."""
-    with ThreadPoolExecutor(2) as pool:
-        with row_held(stack, "memories.models", "Procedure", pk):
-            one = pool.submit(answer(first))
-            wait_for_lock_waits(stack, 1, unless=one)
-            two = pool.submit(answer(second))
-            wait_for_lock_waits(stack, 2, unless=two)
-        return one.result(timeout=60), two.result(timeout=60)
+    return queued_in_order(
+        stack, ("memories.models", "Procedure", pk), answer(first), answer(second)
+    )
 
 
 def clients(stack: Stack) -> list[MemoryClient]:

@@ -7,16 +7,12 @@ it was asked for)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
 import pytest
 from django.db import connection
 
 from memoryplatform.client import MemoryClient
 
-from .livestack import Stack, live_stack, row_held, stack_python, wait_for_lock_waits
+from .livestack import live_stack, queued_in_order, stack_python
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -24,19 +20,6 @@ pytestmark = [
         connection.vendor != "mysql", reason="row locks across processes: MariaDB only"
     ),
 ]
-
-
-def one_after_the_other(
-    stack: Stack, held: tuple[str, str, Any], first: Callable[[], Any], second: Callable[[], Any]
-) -> None:
-    with ThreadPoolExecutor(2) as pool:
-        with row_held(stack, *held):
-            one = pool.submit(first)
-            wait_for_lock_waits(stack, 1, unless=one)
-            two = pool.submit(second)
-            wait_for_lock_waits(stack, 2, unless=two)
-        one.result(timeout=60)
-        two.result(timeout=60)
 
 
 def test_two_team_upserts_of_different_fields_at_once_both_hold(tmp_path):
@@ -47,7 +30,7 @@ def test_two_team_upserts_of_different_fields_at_once_both_hold(tmp_path):
             MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
         )
         team = a.get_team("xproc")
-        one_after_the_other(
+        queued_in_order(
             stack,
             ("tenants.models", "Team", "xproc"),
             lambda: a.upsert_team("xproc", team["name"], description="The platform team."),
@@ -68,7 +51,7 @@ def test_two_agent_upserts_of_different_fields_at_once_both_hold(tmp_path):
             "import json\nfrom tenants.models import Agent\n"
             "print(json.dumps(Agent.objects.get(agent_id='coder').pk))",
         )
-        one_after_the_other(
+        queued_in_order(
             stack,
             ("tenants.models", "Agent", pk),
             lambda: a.upsert_agent("coder", "Coder", role="reviews migrations"),
