@@ -23,13 +23,14 @@ import io
 import json
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, time, timedelta
 from typing import IO, Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, models, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -216,11 +217,11 @@ def bundle_write(
 ) -> dict[str, int]:
     """Writes the bundle of `team` (or of one agent) as gzip to `sink`; returns the counts.
 
-    Read in one transaction, so that the header's counts and the records agree (a snapshot on
-    MariaDB's repeatable read; SQLite's transaction holds its readers' view too).
+    Read in one transaction, so that the header's counts and the records agree: one snapshot
+    (`_snapshot_reads`; SQLite's transaction holds its readers' view anyway).
     """
     embedder = get_embedder()
-    with transaction.atomic():
+    with _snapshot_transaction():
         querysets = _querysets(team=team, agent_id=agent_id)
         counts = {kind: qs.count() for kind, qs in querysets.items()}
         header = {
@@ -242,6 +243,23 @@ def bundle_write(
                     if progress is not None:
                         progress(1)
     return counts
+
+
+@contextmanager
+def _snapshot_transaction() -> Iterator[None]:
+    """A transaction whose reads see one consistent snapshot. On MariaDB Django connects at READ
+    COMMITTED, where each query sees what committed before it: an export read while agents write
+    could hold a revision or a share whose memory it lacks, and records that disagree with its
+    header's counts. So the level of the transaction being opened is set to REPEATABLE READ, as
+    its first statement (MariaDB refuses to change the level of one in progress); the
+    connection's next transactions keep its default. Nested in a caller's transaction, that one
+    decides. SQLite's transaction holds its readers' view anyway."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "mysql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        yield
 
 
 class _ChunkSink(io.RawIOBase):
@@ -281,7 +299,7 @@ def export_run(*, team: Team, agent_id: str | None, job_id: int) -> ExportResult
     """The export job: the bundle written into the job's chunks (replacing any a previous
     attempt of the same job left), in one transaction with the reads."""
     sink = _ChunkSink(job_id)
-    with transaction.atomic():
+    with _snapshot_transaction():
         ExportChunk.objects.filter(job_id=job_id).delete()
         counts = bundle_write(team=team, agent_id=agent_id, sink=sink)
         sink.finish()
