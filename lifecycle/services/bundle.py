@@ -218,7 +218,7 @@ def bundle_write(
     """Writes the bundle of `team` (or of one agent) as gzip to `sink`; returns the counts.
 
     Read in one transaction, so that the header's counts and the records agree: one snapshot
-    (`_snapshot_reads`; SQLite's transaction holds its readers' view anyway).
+    (`_snapshot_transaction`; SQLite's transaction holds its readers' view anyway).
     """
     embedder = get_embedder()
     with _snapshot_transaction():
