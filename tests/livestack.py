@@ -238,14 +238,15 @@ def stack_python(stack: Stack, code: str) -> Any:
     """Runs `code` in a fresh Django process on the stack's database (`manage.py shell`) and
     returns what it printed as JSON on its last line: how a test reads the stack's rows, which
     live in another database than the test's own."""
-    out = subprocess.run(
+    proc = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", code],
         cwd=ROOT,
         env=stack.env,
-        check=True,
         capture_output=True,
         text=True,
-    ).stdout
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

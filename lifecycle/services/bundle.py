@@ -21,6 +21,7 @@ import gzip
 import hashlib
 import io
 import json
+import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -79,6 +80,7 @@ KINDS = (
     "profile_revision",
 )
 CHUNK_BYTES = 1024 * 1024  # one ExportChunk row at most
+SPOOL_BYTES = 8 * CHUNK_BYTES  # an export job's bundle held in memory before a temporary file
 ON_CONFLICT = ("skip", "overwrite", "new_ids")
 _EMBED_BATCH = 64
 # Keys of JSON columns that hold memory ids (memory metadata, revision before/after): remapped on
@@ -247,16 +249,36 @@ def bundle_write(
 
 @contextmanager
 def _snapshot_transaction() -> Iterator[None]:
-    """A transaction whose reads see one consistent snapshot. On MariaDB Django connects at READ
-    COMMITTED, where each query sees what committed before it: an export read while agents write
-    could hold a revision or a share whose memory it lacks, and records that disagree with its
-    header's counts. So the level of the transaction being opened is set to REPEATABLE READ, as
-    its first statement (MariaDB refuses to change the level of one in progress); the
-    connection's next transactions keep its default. Nested in a caller's transaction, that one
-    decides. SQLite's transaction holds its readers' view anyway."""
-    outermost = not connection.in_atomic_block
+    """A read transaction that sees one consistent snapshot, without holding writers back.
+
+    * MariaDB: Django connects at READ COMMITTED, where each query sees what committed before
+      it: an export read while agents write could hold a revision or a share whose memory it
+      lacks, and records that disagree with its header's counts. The transaction is opened at
+      REPEATABLE READ, as its first statement (MariaDB refuses to change the level of one in
+      progress); the connection's next transactions keep its default.
+    * SQLite: every transaction here begins IMMEDIATE (the database's write lock, which the
+      writes' dedup relies on); an export holding it for its whole read (2.7 s at 20,000
+      memories on this machine) made every write wait that long. This one begins DEFERRED: under
+      WAL a reader sees the snapshot of its first read while writers go on. It must not write.
+
+    Nested in a caller's transaction, that one decides."""
+    if connection.in_atomic_block:
+        with transaction.atomic():
+            yield
+        return
+    if connection.vendor == "sqlite":
+        connection.ensure_connection()  # opening it would set the configured mode again
+        # The SQLite wrapper's `transaction_mode` (Django 5.1+; not in django-stubs).
+        mode = connection.transaction_mode  # type: ignore[attr-defined]
+        connection.transaction_mode = "DEFERRED"  # type: ignore[attr-defined]
+        try:
+            with transaction.atomic():
+                yield
+        finally:
+            connection.transaction_mode = mode  # type: ignore[attr-defined]
+        return
     with transaction.atomic():
-        if outermost and connection.vendor == "mysql":
+        if connection.vendor == "mysql":
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         yield
@@ -296,13 +318,20 @@ class _ChunkSink(io.RawIOBase):
 
 
 def export_run(*, team: Team, agent_id: str | None, job_id: int) -> ExportResult:
-    """The export job: the bundle written into the job's chunks (replacing any a previous
-    attempt of the same job left), in one transaction with the reads."""
+    """The export job: the bundle read in one snapshot (bundle_write) into a spool, then
+    written into the job's chunks in a short transaction of its own (replacing any a previous
+    attempt of the same job left), so the read holds no write lock."""
     sink = _ChunkSink(job_id)
-    with _snapshot_transaction():
-        ExportChunk.objects.filter(job_id=job_id).delete()
-        counts = bundle_write(team=team, agent_id=agent_id, sink=sink)
-        sink.finish()
+    # In memory up to SPOOL_BYTES, then a temporary file: a worker's scratch, never where a
+    # bundle is kept (the chunks are, in the database).
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+        counts = bundle_write(team=team, agent_id=agent_id, sink=spool)
+        spool.seek(0)
+        with transaction.atomic():
+            ExportChunk.objects.filter(job_id=job_id).delete()
+            while data := spool.read(CHUNK_BYTES):
+                sink.write(data)
+            sink.finish()
     return ExportResult(
         job_id=job_id,
         agent_id=agent_id,
