@@ -404,6 +404,12 @@ def memory_update(
         vector = embed_passages([content])[0]
     with transaction.atomic():
         memory = _locked(memory)
+        if content is not None and content != memory.content and vector is None:
+            # Another request changed the text since the caller read it (the comparison above
+            # was with that stale copy): the text written back needs its own vector, or search
+            # would find it by the meaning of the text it replaced. Rare; embedded under the
+            # row's lock (a few ms).
+            vector = embed_passages([content])[0]
         before = _snapshot(memory)
         if content is not None:
             memory.content = content
