@@ -11,6 +11,7 @@ import unicodedata
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -160,14 +161,16 @@ def entity_merge(
 ) -> Entity:
     """Merges what is newly known into an entity: description appended, properties merged."""
     properties = properties or {}
-    merged_description = _merge_description(entity.description, description)
+    planned = embedding_text(entity.name, _merge_description(entity.description, description))
     vector = None
-    if merged_description != entity.description or entity.embedding is None:
-        vector = embed_passages([embedding_text(entity.name, merged_description)])[0]
+    if planned != embedding_text(entity.name, entity.description) or entity.embedding is None:
+        vector = embed_passages([planned])[0]  # outside the transaction, as read
     with transaction.atomic():
         entity = Entity.objects.select_for_update().get(pk=entity.pk)
         # Re-read under the lock: a merge racing this one must not lose its description.
-        entity.description = _merge_description(entity.description, description)
+        merged = _merge_description(entity.description, description)
+        vector = _vector_for(entity, entity.name, merged, planned, vector)
+        entity.description = merged
         entity.properties = {**entity.properties, **properties}
         if vector is not None:
             entity.embedding = to_bytes(vector)
@@ -215,6 +218,20 @@ def entity_mention(*, entity: Entity, memory: Memory) -> None:
     )
 
 
+def _vector_for(
+    locked: Entity, name: str, description: str, planned: str, vector: np.ndarray | None
+) -> np.ndarray | None:
+    """The embedding an entity gets when its name and description become these, or None to keep
+    its own: the vector computed before the row's lock if it is of this text, else computed now
+    (another request changed the entity meanwhile; rare, a few ms under the lock)."""
+    text = embedding_text(name, description)
+    if text == embedding_text(locked.name, locked.description) and locked.embedding is not None:
+        return None
+    if vector is not None and text == planned:
+        return vector
+    return embed_passages([text])[0]
+
+
 def entity_update(
     *,
     entity: Entity,
@@ -237,12 +254,18 @@ def entity_update(
             raise DomainError(
                 ErrorCode.CONFLICT, "another entity of this scope already has this name and type"
             )
+    planned = embedding_text(new_name, new_description)
     vector = None
     if new_name != entity.name or new_description != entity.description:
-        vector = embed_passages([embedding_text(new_name, new_description)])[0]
+        vector = embed_passages([planned])[0]  # outside the transaction, as read
     try:
         with transaction.atomic():
             entity = Entity.objects.select_for_update().get(pk=entity.pk)
+            # What the caller left out (None) is what the row holds now, not what it read: an
+            # edit of the description must not write back a name another request just changed.
+            new_name = entity.name if name is None else name
+            new_description = entity.description if description is None else description.strip()
+            vector = _vector_for(entity, new_name, new_description, planned, vector)
             if not same_name(new_name, entity.name):
                 # Linked across agents by its old name: the new one may name something else
                 # (graph.identity links it again at the next extraction or link run).

@@ -18,7 +18,7 @@ from django.db import connection
 
 from memoryplatform.client import MemoryAPIError, MemoryClient
 
-from .livestack import live_stack, row_held, stack_python, wait_for_lock_waits
+from .livestack import live_stack, queued_in_order, row_held, stack_python, wait_for_lock_waits
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -72,3 +72,40 @@ def test_a_graph_request_queued_behind_an_entity_delete_answers_404(tmp_path, la
             deleted.result(timeout=60)
             assert queued.result(timeout=60) == (404, "NOT_FOUND")
         assert stack_python(stack, COUNTS) == [1, 0]
+
+
+# An entity's name, description and whether its stored embedding is that of its own text.
+ENTITY = """
+import json
+import numpy as np
+from graph.models import Entity
+from graph.services import embedding_text
+from memories.retrieval.embeddings import embed_passages
+e = Entity.objects.get(pk={pk!r})
+own = embed_passages([embedding_text(e.name, e.description)])[0]
+print(json.dumps([e.name, e.description, float(np.frombuffer(e.embedding, np.float32) @ own)]))
+"""
+
+
+@pytest.mark.parametrize("rename_first", [True, False], ids=["rename first", "describe first"])
+def test_a_rename_and_a_description_edit_at_once_both_hold(tmp_path, rename_first):
+    """Each PUT wrote back the field it left out as it had read it: the description edit undid a
+    rename that committed while it waited (and the rename kept the vector of the old
+    description). Now both hold, and the embedding is that of the final text."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        entity = a.request(
+            "POST",
+            "/graph/entities",
+            {"name": "risk limits", "entity_type": "concept", "description": "capped at 3x"},
+        )
+        path = f"/graph/entities/{entity['id']}"
+        rename = lambda: a.request("PUT", path, {"name": "leverage policy"})  # noqa: E731
+        describe = lambda: b.request("PUT", path, {"description": "raised to 5x in May"})  # noqa: E731
+        first, second = (rename, describe) if rename_first else (describe, rename)
+        queued_in_order(stack, ("graph.models", "Entity", entity["id"]), first, second)
+        name, description, cosine = stack_python(stack, ENTITY.format(pk=entity["id"]))
+        assert (name, description) == ("leverage policy", "raised to 5x in May")
+        assert cosine > 0.99
