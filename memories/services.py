@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from core.errors import NotFound, ValidationFailed
 from core.metrics import SEARCH_LATENCY, WRITE_LATENCY, timed
+from core.rows import assign_given
 from tenants.models import ApiKey, Team
 from tenants.services import agent_register
 from tenants.usage import KIND_SEARCH, usage_record
@@ -865,14 +866,7 @@ def procedure_update(
         locked = Procedure.objects.select_for_update().filter(pk=procedure.pk).first()
         if locked is None:
             raise NotFound("procedure")
-        fields = ["updated_at"]
-        if rule is not None:
-            locked.rule = rule
-            fields.append("rule")
-        if status is not None:
-            locked.status = status
-            fields.append("status")
-        locked.save(update_fields=fields)
+        locked.save(update_fields=assign_given(locked, rule=rule, status=status))
     return locked
 
 

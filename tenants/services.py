@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from core.errors import NotFound
 from core.localcache import TTLCache
+from core.rows import assign_given
 
 from . import crypto
 from .models import Agent, ApiKey, McpToken, Team, TeamMembership, TeamRole
@@ -69,14 +70,7 @@ def team_upsert(
         team, created = Team.objects.get_or_create(id=team_id, defaults={"name": name})
         if not created:
             team = Team.objects.select_for_update().get(pk=team.pk)
-        team.name = name
-        fields = ["name", "updated_at"]
-        if description is not None:
-            team.description = description
-            fields.append("description")
-        if config is not None:
-            team.config = config
-            fields.append("config")
+        fields = assign_given(team, name=name, description=description, config=config)
         team.full_clean()
         team.save(update_fields=fields)
     return team, created
@@ -110,15 +104,7 @@ def agent_upsert(
         )
         if not created:
             agent = Agent.objects.select_for_update().get(pk=agent.pk)
-            agent.name = name
-            fields = ["name", "updated_at"]
-            if role is not None:
-                agent.role = role
-                fields.append("role")
-            if config is not None:
-                agent.config = config
-                fields.append("config")
-            agent.save(update_fields=fields)
+            agent.save(update_fields=assign_given(agent, name=name, role=role, config=config))
     return agent, created
 
 

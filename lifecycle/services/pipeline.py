@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from core.localcache import TTLCache
+from core.rows import assign_given
 from graph.extraction import graph_extract
 from lifecycle.models import JobKind, JobRun, JobStatus, Persona, PipelineConfig
 from llm import Usage
@@ -118,9 +119,7 @@ def config_update(*, team: Team, **fields: Any) -> PipelineConfig:
         # Django retries a lost insert race as a read (READ COMMITTED on MariaDB).
         PipelineConfig.objects.get_or_create(team=team)
         config = PipelineConfig.objects.select_for_update().get(team=team)
-        for name, value in changed.items():
-            setattr(config, name, value)
-        config.save(update_fields=[*changed, "updated_at"])
+        config.save(update_fields=assign_given(config, **changed))
     _config_cache.pop(team.id)
     return config
 
