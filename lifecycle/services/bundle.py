@@ -219,8 +219,8 @@ def bundle_write(
 ) -> dict[str, int]:
     """Writes the bundle of `team` (or of one agent) as gzip to `sink`; returns the counts.
 
-    Read in one transaction, so that the header's counts and the records agree: one snapshot
-    (`_snapshot_transaction`; SQLite's transaction holds its readers' view anyway).
+    Read in one snapshot (`_snapshot_transaction`), so that the header's counts and the records
+    agree while agents write, and their writes do not wait for it.
     """
     embedder = get_embedder()
     with _snapshot_transaction():
@@ -257,8 +257,8 @@ def _snapshot_transaction() -> Iterator[None]:
       REPEATABLE READ, as its first statement (MariaDB refuses to change the level of one in
       progress); the connection's next transactions keep its default.
     * SQLite: every transaction here begins IMMEDIATE (the database's write lock, which the
-      writes' dedup relies on); an export holding it for its whole read (2.7 s at 20,000
-      memories on this machine) made every write wait that long. This one begins DEFERRED: under
+      writes' dedup relies on); an export holding it for its whole read (seconds for a large
+      team) made every write wait that long. This one begins DEFERRED: under
       WAL a reader sees the snapshot of its first read while writers go on. It must not write.
 
     Nested in a caller's transaction, that one decides."""
