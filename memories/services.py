@@ -427,6 +427,7 @@ def memory_update(
             memory.metadata = metadata
         if pinned is not None:
             memory.pinned = pinned
+        left_cold = _hot_if_kept(memory)
         memory.save()
         after = _snapshot(memory)
         changed = {f for f in REVISED_FIELDS if before[f] != after[f]}
@@ -438,9 +439,24 @@ def memory_update(
                 before={f: before[f] for f in changed},
                 after={f: after[f] for f in changed},
             )
-        if "content" in changed:
+        if "content" in changed or left_cold:
             _index_changed(memory, deleted=False)
     return memory
+
+
+def _hot_if_kept(memory: Memory) -> bool:
+    """The tier rule makes a pinned or important memory hot (memories.tiers.tier_for): applied
+    at once, not at the next tiering pass — a lead pinning a cold memory means it to be found
+    now, and embedded mode has no hourly pass at all. True when it leaves cold (the index must
+    add it back)."""
+    if memory.tier == MemoryTier.HOT or not (
+        memory.pinned or memory.importance >= settings.TIER_HOT_IMPORTANCE
+    ):
+        return False
+    was_cold = memory.tier == MemoryTier.COLD
+    memory.tier = MemoryTier.HOT
+    memory.tier_changed_at = timezone.now()
+    return was_cold
 
 
 def _locked(memory: Memory) -> Memory:

@@ -23,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -147,11 +148,50 @@ def memories_promote(*, team: Team, memory_ids: list[int]) -> int:
     return len(memories_set_tier(team=team, memory_ids=cold, tier=MemoryTier.HOT, accessed=True))
 
 
+# The rule's inputs and the row's place, as the tiering pass reads them.
+_RULE_FIELDS = (
+    "pk",
+    "team_id",
+    "scope",
+    "agent_id",
+    "tier",
+    "importance",
+    "access_count",
+    "last_accessed",
+    "created_at",
+    "pinned",
+)
+
+
+def _pass_target(row: tuple[Any, ...], now: datetime) -> str | None:
+    """Where the tiering pass moves a row of `_RULE_FIELDS`, or None to leave it.
+
+    The pass follows idleness, so it never takes a memory out of cold on retention alone: a
+    cold memory is either idle (the rule agrees) or was demoted on purpose — a consolidated
+    fragment, a cleanup candidate in its grace period — and moving those back each hour would
+    undo consolidation and restart the cleanup ladder's clock forever. Cold is left by an
+    access (`memories_promote`), or by a pin or an importance that makes the memory hot."""
+    _, _, _, _, tier, importance, access_count, last, created, pinned = row
+    if tier == MemoryTier.COLD and not (pinned or importance >= settings.TIER_HOT_IMPORTANCE):
+        return None
+    want = tier_for(
+        importance=importance,
+        access_count=access_count,
+        last_accessed=last,
+        created_at=created,
+        pinned=pinned,
+        now=now,
+    )
+    return want if want != tier else None
+
+
 def memories_retier(*, team: Team | None = None, now: datetime | None = None) -> RetierResult:
     """Applies the tier rule to every live memory (of one team, or all): the beat task.
 
     Idempotent and cheap to repeat: a memory whose tier is right is not written. Reads in id
-    chunks (values only, no vectors) and moves each chunk in one transaction.
+    chunks (values only, no vectors); the rows a chunk would move are then locked and judged
+    again in one transaction, so a pin, a recall or a manual move made since the read wins over
+    the pass.
     """
     now = now or timezone.now()
     result = RetierResult()
@@ -161,47 +201,30 @@ def memories_retier(*, team: Team | None = None, now: datetime | None = None) ->
     last_id = 0
     while True:
         rows = list(
-            qs.filter(pk__gt=last_id)
-            .order_by("pk")
-            .values_list(
-                "pk",
-                "team_id",
-                "scope",
-                "agent_id",
-                "tier",
-                "importance",
-                "access_count",
-                "last_accessed",
-                "created_at",
-                "pinned",
-            )[:RETIER_CHUNK]
+            qs.filter(pk__gt=last_id).order_by("pk").values_list(*_RULE_FIELDS)[:RETIER_CHUNK]
         )
         if not rows:
             break
         last_id = rows[-1][0]
         result.examined += len(rows)
-        targets: dict[str, list[tuple[int, str, str, str, str]]] = defaultdict(list)
-        for mid, team_id, scope, agent_id, tier, imp, count, last, created, pinned in rows:
-            want = tier_for(
-                importance=imp,
-                access_count=count,
-                last_accessed=last,
-                created_at=created,
-                pinned=pinned,
-                now=now,
+        ids = [row[0] for row in rows if _pass_target(row, now) is not None]
+        if not ids:
+            continue
+        with transaction.atomic():
+            locked = list(
+                qs.filter(pk__in=ids).order_by("pk").select_for_update().values_list(*_RULE_FIELDS)
             )
-            if want != tier:
-                targets[want].append((mid, team_id, scope, agent_id, tier))
-        for want, moving in targets.items():
-            with transaction.atomic():
-                # Only rows still in the tier read above: an access or a manual move in between
-                # wins over this pass.
-                for old in {m[4] for m in moving}:
-                    ids = [m[0] for m in moving if m[4] == old]
-                    changed = Memory.objects.filter(pk__in=ids, tier=old).update(
-                        tier=want, tier_changed_at=now
-                    )
-                    key = f"{old}->{want}"
-                    result.moves[key] = result.moves.get(key, 0) + changed
-                _log_cold_moves(m[:4] for m in moving if MemoryTier.COLD in (m[4], want))
+            moving: dict[tuple[str, str], list[tuple[Any, ...]]] = defaultdict(list)
+            for row in locked:
+                want = _pass_target(row, now)
+                if want is not None:
+                    moving[(row[4], want)].append(row)
+            for (old, want), moved in moving.items():
+                Memory.objects.filter(pk__in=[m[0] for m in moved]).update(
+                    tier=want, tier_changed_at=now
+                )
+                key = f"{old}->{want}"
+                result.moves[key] = result.moves.get(key, 0) + len(moved)
+                if MemoryTier.COLD in (old, want):
+                    _log_cold_moves(m[:4] for m in moved)
     return result

@@ -363,3 +363,74 @@ def test_cold_rows_are_scored_as_row_by_row_in_chunks(team, monkeypatch, mode, t
             (theirs.score, theirs.dense, theirs.lexical, theirs.rank), abs=1e-6
         )
     assert got  # the queries match something
+
+
+class TestDeliberateMoves:
+    """The tiering pass only follows idleness: a demotion made on purpose (consolidation, the
+    cleanup ladder) stays until an agent asks for the memory, and a pin or an importance that
+    makes a memory hot acts at once (docs/lifecycle.md, "Tiers")."""
+
+    def test_consolidated_fragments_stay_cold_through_the_pass(self, team, api):
+        from .test_consolidate import FRAGMENTS, _remember
+
+        fragments = _remember(team, FRAGMENTS)
+        data = ok_data(api.post("/lifecycle/consolidate", {"agent_id": "researcher"}))
+        assert data["count"] == 1
+        # Fresh fragments: by idleness alone the rule calls them hot.
+        tiers.memories_retier(team=team)
+        for m in fragments:
+            m.refresh_from_db()
+            assert m.tier == "cold"
+        hits = search_ids(api, "short answers", min_score=0)
+        assert not {m.pk for m in fragments} & set(hits)
+
+    def test_a_memory_cleanup_cooled_stays_cold_and_reaches_the_trash(self, team):
+        from lifecycle.services.operations import cleanup
+
+        # Unimportant and idle for 100 days (a cleanup candidate), but recalled three times
+        # before: retention ~0.28, which the rule alone calls warm.
+        memory = MemoryFactory(
+            team=team, content="the user once asked about a font", importance=0.1
+        )
+        idle(memory, 100, access_count=3)
+        result, _, _ = cleanup(team=team)
+        assert result.cooled == [memory.pk]
+        tiers.memories_retier(team=team)
+        memory.refresh_from_db()
+        assert memory.tier == "cold"
+        # After the grace period, the next cleanup moves it to the trash.
+        Memory.objects.filter(pk=memory.pk).update(
+            tier_changed_at=timezone.now() - timedelta(days=8)
+        )
+        tiers.memories_retier(team=team)
+        result, _, _ = cleanup(team=team)
+        assert result.trashed == [memory.pk]
+
+    def test_pinning_or_weighting_a_cold_memory_makes_it_hot_at_once(self, team, api):
+        pinned = MemoryFactory(team=team, content="The user's first laptop was a ThinkPad X220.")
+        weighted = MemoryFactory(team=team, content="The user's first phone was a Nokia 3310.")
+        idle(pinned, 300)
+        idle(weighted, 300)
+        tiers.memories_retier(team=team)
+        assert not {pinned.pk, weighted.pk} & set(search_ids(api, "first laptop phone"))
+        before = IndexChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        from memories.services import Actor, memory_update
+
+        memory_update(memory=pinned, actor=Actor(), pinned=True)
+        memory_update(memory=weighted, actor=Actor(), importance=0.9)
+        got = dict(Memory.objects.filter(pk__in=[pinned.pk, weighted.pk]).values_list("pk", "tier"))
+        assert got == {pinned.pk: "hot", weighted.pk: "hot"}
+        # Logged for every process's index, and found by everyday search again.
+        changed = IndexChange.objects.filter(id__gt=before).values_list("memory_id", flat=True)
+        assert set(changed) == {pinned.pk, weighted.pk}
+        assert {pinned.pk, weighted.pk} <= set(search_ids(api, "first laptop phone", min_score=0))
+
+    def test_an_edit_that_keeps_a_memory_unimportant_leaves_its_tier(self, team):
+        memory = MemoryFactory(team=team, content="The user's first bike was blue.")
+        idle(memory, 300)
+        tiers.memories_retier(team=team)
+        from memories.services import Actor, memory_update
+
+        memory_update(memory=memory, actor=Actor(), importance=0.5, category="history")
+        memory.refresh_from_db()
+        assert memory.tier == "cold"

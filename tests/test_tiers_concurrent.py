@@ -1,0 +1,86 @@
+"""The hourly tiering pass against a pin or an importance given at the same moment, each in its
+own process on one MariaDB database. The pass read the memory idle and unpinned, then moved it
+to the cold tier after the lead's pin had committed: a pinned memory out of everyday search
+until the next pass. Now the pass locks the rows it would move and judges them again.
+
+The order is forced: a third process holds the memory's row, the pin queues on it first, then
+the pass (which has already read the row as it was); releasing the holder lets the pin commit
+first (InnoDB grants a row's lock in the order it was asked for)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from memoryplatform.client import MemoryClient
+
+from .livestack import Stack, live_stack, queued_in_order, stack_python
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "mysql", reason="row locks across processes: MariaDB only"
+    ),
+]
+
+IDLE = """
+import json
+from datetime import timedelta
+from django.utils import timezone
+from memories.models import Memory
+when = timezone.now() - timedelta(days=300)
+Memory.objects.filter(pk={mid}).update(last_accessed=when, created_at=when)
+print(json.dumps(True))
+"""
+
+RETIER = """
+import json
+from memories.tiers import memories_retier
+print(json.dumps(memories_retier().moves))
+"""
+
+ROW = """
+import json
+from memories.models import Memory
+m = Memory.objects.get(pk={mid})
+print(json.dumps([m.tier, m.pinned, m.importance]))
+"""
+
+
+def _idle_memory(stack: Stack, client: MemoryClient, text: str) -> int:
+    mid = client.write_memory("coder", text, importance=0.3)["id"]
+    stack_python(stack, IDLE.format(mid=mid))
+    return mid
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [({"pinned": True}, [True, 0.3]), ({"importance": 0.9}, [False, 0.9])],
+    ids=["pin", "importance"],
+)
+def test_a_pass_queued_behind_a_pin_leaves_the_memory_hot(tmp_path, change, expected):
+    with live_stack(tmp_path, servers=1) as stack:
+        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=180)
+        mid = _idle_memory(stack, client, "The staging cluster's admin password rotates monthly.")
+        edited, moves = queued_in_order(
+            stack,
+            ("memories.models", "Memory", mid),
+            lambda: client.update_memory(mid, **change),
+            lambda: stack_python(stack, RETIER),
+        )
+        assert (edited["pinned"], edited["importance"]) == tuple(expected)
+        assert moves == {}
+        assert stack_python(stack, ROW.format(mid=mid)) == ["hot", *expected]
+
+
+def test_the_pass_still_moves_an_idle_memory(tmp_path):
+    """The same memory, nothing in the way: the pass moves it cold (the test above is not a pass
+    that never moves anything)."""
+    with live_stack(tmp_path, servers=1) as stack:
+        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=180)
+        mid = _idle_memory(stack, client, "The staging cluster's admin password rotates monthly.")
+        moves: Any = stack_python(stack, RETIER)
+        assert moves == {"hot->cold": 1}
+        assert stack_python(stack, ROW.format(mid=mid)) == ["cold", False, 0.3]
