@@ -108,6 +108,10 @@ class ApiKey(RevocableCredential, models.Model):
     # Rotation: the previous secret keeps verifying until previous_secret_expires_at.
     previous_secret_encrypted = models.TextField(blank=True, default="")
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
+    # Secrets before the previous one that were still in their grace when the key was rotated
+    # again, newest first: [{"secret": <encrypted>, "until": <ISO time>}]. Each keeps its own
+    # grace, so a second rotation does not cut off agents still on the original secret.
+    earlier_secrets = models.JSONField(default=list, blank=True)
     # Requests per window for this key; null = the API_RATE_LIMIT setting, 0 = unlimited.
     rate_limit = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -122,6 +126,24 @@ class ApiKey(RevocableCredential, models.Model):
 
     def __str__(self) -> str:
         return self.key_id
+
+    def old_secrets(self, now: datetime | None = None) -> list[tuple[str, datetime]]:
+        """The old secrets still in their grace, newest first: (encrypted secret, until)."""
+        now = now or timezone.now()
+        found: list[tuple[str, datetime]] = []
+        until = self.previous_secret_expires_at
+        if self.previous_secret_encrypted and until is not None and until > now:
+            found.append((self.previous_secret_encrypted, until))
+        for item in self.earlier_secrets or []:
+            until = datetime.fromisoformat(item["until"])
+            if until > now:
+                found.append((item["secret"], until))
+        return found
+
+    @property
+    def old_secrets_until(self) -> list[datetime]:
+        """When each old secret still verifying stops, latest first (what the console shows)."""
+        return sorted((until for _, until in self.old_secrets()), reverse=True)
 
 
 class McpToken(RevocableCredential, models.Model):

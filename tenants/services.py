@@ -185,17 +185,27 @@ def api_key_issue(
     return IssuedKey(api_key=api_key, secret=secret)
 
 
+# Old secrets a key keeps verifying at most, the previous one included: rotating more often than
+# this within a grace period ends the oldest at once. Bounds the HMACs a request costs.
+MAX_OLD_SECRETS = 5
+
+
 @transaction.atomic
 def api_key_rotate(*, api_key: ApiKey, grace_seconds: int | None = None) -> IssuedKey:
-    """Gives the key a new secret; the old one keeps verifying for the grace period."""
+    """Gives the key a new secret; the old one keeps verifying for the grace period, and so do
+    older ones still in their own grace (a second rotation must not cut off the agents still
+    on the first secret). A grace of 0 ends every old secret at once: the answer to a leak."""
     api_key = ApiKey.objects.select_for_update().get(pk=api_key.pk)
     grace = settings.API_KEY_ROTATION_GRACE_SECONDS if grace_seconds is None else grace_seconds
     now = timezone.now()
     secret = _new_secret()
     if grace > 0:
+        kept = api_key.old_secrets(now)[: MAX_OLD_SECRETS - 1]
+        api_key.earlier_secrets = [{"secret": s, "until": u.isoformat()} for s, u in kept]
         api_key.previous_secret_encrypted = api_key.secret_encrypted
         api_key.previous_secret_expires_at = now + timedelta(seconds=grace)
     else:
+        api_key.earlier_secrets = []
         api_key.previous_secret_encrypted = ""
         api_key.previous_secret_expires_at = None
     api_key.secret_encrypted = crypto.encrypt(secret)
@@ -229,15 +239,11 @@ def api_key_touch(*, api_key: ApiKey) -> None:
 
 
 def api_key_secrets(*, api_key: ApiKey) -> list[str]:
-    """The secrets that currently verify for this key: the current one, then the previous."""
-    found = [crypto.decrypt(api_key.secret_encrypted)]
-    if (
-        api_key.previous_secret_encrypted
-        and api_key.previous_secret_expires_at is not None
-        and api_key.previous_secret_expires_at > timezone.now()
-    ):
-        found.append(crypto.decrypt(api_key.previous_secret_encrypted))
-    return found
+    """The secrets that currently verify for this key: the current one, then the old ones still
+    in their grace, newest first."""
+    return [crypto.decrypt(api_key.secret_encrypted)] + [
+        crypto.decrypt(encrypted) for encrypted, _ in api_key.old_secrets()
+    ]
 
 
 # --- MCP tokens -----------------------------------------------------------------------------

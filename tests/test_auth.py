@@ -167,6 +167,51 @@ def test_rotation_without_grace_stops_the_old_secret_at_once(api, issued):
     assert api.get("/stats", secret=new.secret).status_code == 200
 
 
+def test_a_second_rotation_within_the_grace_keeps_the_original_secret_for_its_own(api, issued):
+    """Rotated twice before the first grace ended (two consoles, or a secret not saved): the
+    agents still on the original secret keep working until its own grace ends."""
+    first = services.api_key_rotate(api_key=issued.api_key, grace_seconds=3600)
+    second = services.api_key_rotate(api_key=issued.api_key, grace_seconds=600)
+    for secret in (issued.secret, first.secret, second.secret):
+        assert api.get("/stats", secret=secret).status_code == 200
+    row = ApiKey.objects.get(pk=issued.api_key.pk)
+    assert len(row.old_secrets_until) == 2
+    assert issued.secret not in json.dumps(row.earlier_secrets)  # encrypted like the others
+    # The original ends when its own grace does; the first rotation's when its does.
+    (earlier,) = row.earlier_secrets
+    ApiKey.objects.filter(pk=row.pk).update(
+        earlier_secrets=[{**earlier, "until": (timezone.now() - timedelta(seconds=1)).isoformat()}]
+    )
+    assert error_code(api.get("/stats")) == "INVALID_SIGNATURE"
+    assert api.get("/stats", secret=first.secret).status_code == 200
+    ApiKey.objects.filter(pk=row.pk).update(
+        previous_secret_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert error_code(api.get("/stats", secret=first.secret)) == "INVALID_SIGNATURE"
+    assert api.get("/stats", secret=second.secret).status_code == 200
+
+
+def test_rotation_without_grace_ends_every_old_secret(api, issued):
+    first = services.api_key_rotate(api_key=issued.api_key, grace_seconds=3600)
+    services.api_key_rotate(api_key=issued.api_key, grace_seconds=3600)
+    third = services.api_key_rotate(api_key=issued.api_key, grace_seconds=0)
+    for secret in (issued.secret, first.secret):
+        assert error_code(api.get("/stats", secret=secret)) == "INVALID_SIGNATURE"
+    assert api.get("/stats", secret=third.secret).status_code == 200
+    assert ApiKey.objects.get(pk=issued.api_key.pk).old_secrets() == []
+
+
+def test_a_key_keeps_a_bounded_number_of_old_secrets(api, issued):
+    secrets = [issued.secret]
+    for _ in range(services.MAX_OLD_SECRETS + 2):
+        secrets.append(services.api_key_rotate(api_key=issued.api_key, grace_seconds=3600).secret)
+    row = ApiKey.objects.get(pk=issued.api_key.pk)
+    assert len(row.old_secrets()) == services.MAX_OLD_SECRETS
+    verifying = [api.get("/stats", secret=s).status_code == 200 for s in secrets]
+    # The current secret and the newest old ones; the oldest two ended.
+    assert verifying == [False, False] + [True] * (services.MAX_OLD_SECRETS + 1)
+
+
 def test_the_signature_may_be_upper_case_hex(api):
     ts = str(int(time.time()))
     sig = hmac.new(api.secret.encode(), ts.encode(), hashlib.sha256).hexdigest().upper()

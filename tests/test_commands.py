@@ -74,6 +74,12 @@ def test_rotate_prints_a_new_secret_and_keeps_the_old_one_for_the_grace(issued, 
     assert data["previous_secret_valid_until"]
     assert api.get("/stats").status_code == 200
     assert api.get("/stats", secret=data["secret"]).status_code == 200
+    assert data["earlier_secrets_valid_until"] == []
+    # Again within the grace: the original secret keeps its own.
+    again = json.loads(run("rotate_api_key", issued.key_id, "--grace-seconds", "60", "--json"))
+    assert again["earlier_secrets_valid_until"] == [data["previous_secret_valid_until"]]
+    assert api.get("/stats").status_code == 200
+    assert "an older secret valid until" in run("rotate_api_key", issued.key_id)
 
 
 def test_revoke_stops_the_key(issued, api):

@@ -114,6 +114,19 @@ class TestRotateAndRevoke:
             <= timedelta(hours=2)
         )
 
+    def test_rotating_again_within_the_grace_keeps_the_original_and_says_so(self, team, lead):
+        old = api_key_issue(team=team, label="rotated twice")
+        url = keys_url(team.id, f"{old.key_id}/rotate/")
+        first = lead.post(url, {"grace_hours": "2"}).context["issued"]
+        response = lead.post(url, {"grace_hours": "1"})
+        second = response.context["issued"]
+        assert "1 older secret still in its own grace too" in response.content.decode()
+        for secret in (old.secret, first.secret, second.secret):
+            assert api_status(old.key_id, secret) == 200
+        page = lead.get(keys_url(team.id)).content.decode()
+        row = page.split(f'data-key-id="{old.key_id}"')[1].split("</tr>")[0]
+        assert "2 old secrets, the last until" in row
+
     def test_rotate_without_grace_stops_the_old_secret_at_once(self, team, lead):
         old = api_key_issue(team=team)
         response = lead.post(keys_url(team.id, f"{old.key_id}/rotate/"), {"grace_hours": "0"})

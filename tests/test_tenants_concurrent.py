@@ -59,3 +59,36 @@ def test_two_agent_upserts_of_different_fields_at_once_both_hold(tmp_path):
         )
         (agent,) = [x for x in a.list_agents("xproc") if x["id"] == "coder"]
         assert (agent["role"], agent["config"]) == ("reviews migrations", {"model": "small"})
+
+
+ROTATE = """
+import json
+from tenants.models import ApiKey
+from tenants.services import api_key_rotate
+key = ApiKey.objects.get(key_id={key_id!r})
+print(json.dumps(api_key_rotate(api_key=key, grace_seconds=3600).secret))
+"""
+
+
+def test_two_rotations_at_once_leave_every_secret_in_its_grace(tmp_path):
+    """Two leads rotate the same key at the same moment (console, command): they run one after
+    the other on the key's locked row. The agents on the original secret and on the first
+    rotation's both keep working through the grace; before, the second rotation ended the
+    original at once."""
+    with live_stack(tmp_path, servers=1) as stack:
+        pk = stack_python(
+            stack,
+            "import json\nfrom tenants.models import ApiKey\n"
+            f"print(json.dumps(ApiKey.objects.get(key_id={stack.api_key!r}).pk))",
+        )
+        rotate = ROTATE.format(key_id=stack.api_key)
+        first, second = queued_in_order(
+            stack,
+            ("tenants.models", "ApiKey", pk),
+            lambda: stack_python(stack, rotate),
+            lambda: stack_python(stack, rotate),
+        )
+        assert len({stack.secret, first, second}) == 3
+        for secret in (stack.secret, first, second):
+            client = MemoryClient(stack.api_key, secret, base_url=stack.urls[0], timeout=60)
+            assert client.get_team("xproc")["id"] == "xproc"  # raises on a 401

@@ -35,6 +35,8 @@ class Command(BaseCommand):
             raise CommandError("--grace-seconds must be >= 0")
         issued = services.api_key_rotate(api_key=api_key, grace_seconds=opts["grace_seconds"])
         until = issued.api_key.previous_secret_expires_at
+        # Older secrets still in their own grace (rotated again before it ended).
+        earlier = [u.isoformat() for _, u in issued.api_key.old_secrets()[1:]] if until else []
         if opts["json"]:
             self.stdout.write(
                 json.dumps(
@@ -43,6 +45,7 @@ class Command(BaseCommand):
                         "api_key": issued.key_id,
                         "secret": issued.secret,
                         "previous_secret_valid_until": until.isoformat() if until else None,
+                        "earlier_secrets_valid_until": earlier,
                     }
                 )
             )
@@ -52,4 +55,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"old secret valid until: {until.isoformat() if until else 'no longer valid'}"
         )
+        for when in earlier:
+            self.stdout.write(f"an older secret valid until: {when}")
         self.stdout.write(self.style.WARNING("The secret is shown only now: store it safely."))
