@@ -95,17 +95,24 @@ def agent_upsert(
     config: dict[str, Any] | None = None,
 ) -> tuple[Agent, bool]:
     """Creates the agent or updates the fields given, on the row locked afresh (as team_upsert):
-    two updates of different fields at once both hold."""
+    two updates of different fields at once both hold. One deleted while this waited for its
+    row is created again, as the same request a moment later would."""
     with transaction.atomic():
-        agent, created = Agent.objects.get_or_create(
-            team=team,
-            agent_id=agent_id,
-            defaults={"name": name, "role": role or "", "config": config or {}},
-        )
-        if not created:
-            agent = Agent.objects.select_for_update().get(pk=agent.pk)
-            agent.save(update_fields=assign_given(agent, name=name, role=role, config=config))
-    return agent, created
+        # Twice at most: the second read sees the delete (READ COMMITTED, Django's default on
+        # MariaDB), unless deletes keep racing this request.
+        for _ in range(2):
+            agent, created = Agent.objects.get_or_create(
+                team=team,
+                agent_id=agent_id,
+                defaults={"name": name, "role": role or "", "config": config or {}},
+            )
+            if created:
+                return agent, True
+            locked = Agent.objects.select_for_update().filter(pk=agent.pk).first()
+            if locked is not None:
+                locked.save(update_fields=assign_given(locked, name=name, role=role, config=config))
+                return locked, False
+    raise Agent.DoesNotExist("removed by another request meanwhile")
 
 
 def agent_ensure(*, team: Team, agent_id: str) -> Agent:

@@ -61,6 +61,30 @@ def test_two_agent_upserts_of_different_fields_at_once_both_hold(tmp_path):
         assert (agent["role"], agent["config"]) == ("reviews migrations", {"model": "small"})
 
 
+def test_an_agent_upsert_queued_behind_its_delete_registers_it_again(tmp_path):
+    """An upsert that found the agent, then waited for its row while a DELETE removed it, was a
+    404 for a PUT that a moment later would have created the agent. Now it creates it."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        a.upsert_agent("coder", "Coder", role="writes code")
+        pk = stack_python(
+            stack,
+            "import json\nfrom tenants.models import Agent\n"
+            "print(json.dumps(Agent.objects.get(agent_id='coder').pk))",
+        )
+        _, upserted = queued_in_order(
+            stack,
+            ("tenants.models", "Agent", pk),
+            lambda: a.delete_agent("xproc", "coder"),
+            lambda: b.upsert_agent("coder", "Coder", role="reviews migrations"),
+        )
+        assert upserted["role"] == "reviews migrations"
+        (agent,) = [x for x in a.list_agents("xproc") if x["id"] == "coder"]
+        assert (agent["role"], agent["config"]) == ("reviews migrations", {})
+
+
 ROTATE = """
 import json
 from tenants.models import ApiKey
