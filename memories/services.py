@@ -449,8 +449,8 @@ def _hot_if_kept(memory: Memory) -> bool:
     at once, not at the next tiering pass — a lead pinning a cold memory means it to be found
     now, and embedded mode has no hourly pass at all. True when it leaves cold (the index must
     add it back)."""
-    if memory.tier == MemoryTier.HOT or not (
-        memory.pinned or memory.importance >= settings.TIER_HOT_IMPORTANCE
+    if memory.tier == MemoryTier.HOT or not tiers.held_hot(
+        pinned=memory.pinned, importance=memory.importance
     ):
         return False
     was_cold = memory.tier == MemoryTier.COLD

@@ -54,6 +54,11 @@ def retention(
     return math.exp(-idle_days / max(stability, 1e-6))
 
 
+def held_hot(*, pinned: bool, importance: float) -> bool:
+    """The rule's first clause: a pinned or important memory is hot, however idle."""
+    return pinned or importance >= settings.TIER_HOT_IMPORTANCE
+
+
 def tier_for(
     *,
     importance: float,
@@ -64,7 +69,7 @@ def tier_for(
     now: datetime,
 ) -> str:
     """The tier the rule gives a memory now (module docstring)."""
-    if pinned or importance >= settings.TIER_HOT_IMPORTANCE:
+    if held_hot(pinned=pinned, importance=importance):
         return MemoryTier.HOT
     r = retention(
         importance=importance,
@@ -172,7 +177,7 @@ def _pass_target(row: tuple[Any, ...], now: datetime) -> str | None:
     undo consolidation and restart the cleanup ladder's clock forever. Cold is left by an
     access (`memories_promote`), or by a pin or an importance that makes the memory hot."""
     _, _, _, _, tier, importance, access_count, last, created, pinned = row
-    if tier == MemoryTier.COLD and not (pinned or importance >= settings.TIER_HOT_IMPORTANCE):
+    if tier == MemoryTier.COLD and not held_hot(pinned=pinned, importance=importance):
         return None
     want = tier_for(
         importance=importance,

@@ -36,7 +36,7 @@ class Command(BaseCommand):
         issued = services.api_key_rotate(api_key=api_key, grace_seconds=opts["grace_seconds"])
         until = issued.api_key.previous_secret_expires_at
         # Older secrets still in their own grace (rotated again before it ended).
-        earlier = [u.isoformat() for _, u in issued.api_key.old_secrets()[1:]] if until else []
+        earlier = [item["until"] for item in issued.api_key.earlier_secrets]
         if opts["json"]:
             self.stdout.write(
                 json.dumps(
