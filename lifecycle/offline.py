@@ -83,7 +83,7 @@ import numpy as np
 from django.conf import settings
 
 from core.errors import DomainError
-from core.text import CJK, jieba_module
+from core.text import CJK, UNSPACED, jieba_module
 from graph.offline import third_party_subject
 from llm import Usage
 from memories.retrieval.text import STOP_WORDS, normalise, tokenize
@@ -129,8 +129,17 @@ MIN_UNITS = 4
 _CJK = CJK
 _CJK_CHAR = re.compile(f"[{_CJK}]")
 _CJK_RUN = re.compile(f"[{_CJK}]+")
-_LATIN_WORD = re.compile(r"[A-Za-z0-9]+(?:['’.\-_][A-Za-z0-9]+)*")
-_FEATURE_TOKEN = re.compile(rf"[{_CJK}]+|[A-Za-z][A-Za-z0-9'’\-]*")
+# Scripts written without spaces between words besides Chinese (kana, Thai, Lao, Myanmar,
+# Khmer): their letters are counted one by one, like Chinese characters.
+_UNSPACED = UNSPACED
+_UNSPACED_CHAR = re.compile(f"[{_UNSPACED}]")
+# A word of any other script (Latin, Cyrillic, Greek, Arabic, Hebrew, Hangul, Devanagari…):
+# counting only [A-Za-z] took every sentence in Russian or Korean for noise, so their facts
+# were never extracted and a compress archived them without a summary.
+_WORD = rf"[^\W_{_CJK}{_UNSPACED}]"
+_OTHER_WORD = re.compile(rf"{_WORD}+(?:['’.\-_]{_WORD}+)*")
+_LETTER = rf"[^\W\d_{_CJK}{_UNSPACED}]"
+_FEATURE_TOKEN = re.compile(rf"[{_CJK}]+|{_LETTER}(?:{_WORD}|['’\-])*")
 _POSSESSIVE = re.compile(r"['’]s$")
 _POSSESSIVES = re.compile(r"(\w)['’]s\b")
 
@@ -139,16 +148,19 @@ _POSSESSIVES = re.compile(r"(\w)['’]s\b")
 
 
 def _units(text: str) -> tuple[int, int]:
-    """(CJK characters, Latin words/numbers) in `text`."""
-    return len(_CJK_CHAR.findall(text)), len(_LATIN_WORD.findall(text))
+    """(letters of scripts without spaces — CJK, kana, Thai… —, words and numbers of the
+    others) in `text`: how much it says, whatever its language."""
+    letters = len(_CJK_CHAR.findall(text)) + len(_UNSPACED_CHAR.findall(text))
+    return letters, len(_OTHER_WORD.findall(text))
 
 
 def dominant_language(texts: list[str]) -> str:
-    """ "zh" when the texts hold at least as many CJK characters as Latin words, else "en"."""
+    """ "zh" when the texts hold at least as many CJK characters as other words, else "en"
+    (which separator and keyword extraction a summary gets)."""
     cjk = words = 0
     for t in texts:
-        c, w = _units(t)
-        cjk, words = cjk + c, words + w
+        cjk += len(_CJK_CHAR.findall(t))
+        words += len(_OTHER_WORD.findall(t))
     return "zh" if cjk and cjk >= words else "en"
 
 
@@ -403,7 +415,17 @@ def classify(sentence: str) -> str:
 
 # --- text utilities -------------------------------------------------------------------------------
 
-_WORD_CHAR = re.compile(r"[0-9A-Za-z.%_\-/:@#+]")
+_WORD_CHAR = re.compile(rf"{_WORD}|[.%_\-/:@#+]")
+
+
+def _inside_word(text: str, cut: int) -> bool:
+    """Whether cutting before `text[cut]` splits a word or a number (any spaced script), or a
+    letter from its combining marks (a Thai tone mark, a Devanagari vowel sign)."""
+    return bool(
+        (_WORD_CHAR.match(text[cut - 1]) and _WORD_CHAR.match(text[cut]))
+        or unicodedata.combining(text[cut])
+        or unicodedata.category(text[cut]) == "Mc"
+    )
 
 
 def trim_text(text: str, limit: int) -> str:
@@ -412,7 +434,7 @@ def trim_text(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     cut = max(1, limit - 1)
-    while cut > 0 and _WORD_CHAR.match(text[cut - 1]) and _WORD_CHAR.match(text[cut]):
+    while cut > 0 and _inside_word(text, cut):
         cut -= 1
     if cut == 0:  # one giant token: cutting it is all that is left
         cut = max(1, limit - 1)
@@ -731,7 +753,7 @@ def _good_keyword(word: str) -> bool:
         and not re.search(r"\d", w)
         and w.lower() not in STOP_WORDS
         and not _TIME_WORD.match(w.lower())
-        and bool(re.search(rf"[{_CJK}A-Za-z]", w))
+        and bool(re.search(rf"[{_CJK}]|{_LETTER}", w))
     )
 
 
@@ -750,7 +772,7 @@ def keywords(texts: list[str], k: int = 3) -> list[str]:
         counts: Counter[str] = Counter()
         surfaces: dict[str, Counter[str]] = {}
         first_seen: dict[str, int] = {}
-        for pos, match in enumerate(re.finditer(r"[A-Za-z][A-Za-z'’\-]*", joined)):
+        for pos, match in enumerate(re.finditer(rf"{_LETTER}(?:{_LETTER}|['’\-])*", joined)):
             word = _POSSESSIVE.sub("", match.group(0))
             stems = tokenize(word)
             if len(word) < 3 or not stems or not _good_keyword(word):

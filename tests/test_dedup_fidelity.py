@@ -255,7 +255,37 @@ PHRASES_STORED = [
 ]
 
 
+# Other scripts than English and Chinese: compared word by word as written, whole (a Thai run
+# without spaces is one word). Each pair is near (same_score >= 0.85) and was skipped by a
+# reader that saw only [a-z] and Chinese characters: no word at all in Russian, Hebrew, Korean,
+# Thai or Hindi, "Müller" as "m" + "ller".
+OTHER_SCRIPTS_STORED = [
+    ("Пользователь любит пить чай по утрам", "Пользователь не любит пить чай по утрам"),
+    ("Пользователь не любит пить чай по утрам", "Пользователь любит пить чай по утрам"),
+    ("Der Kunde heißt Müller und wohnt in Köln", "Der Kunde heißt Möller und wohnt in Köln"),
+    ("המשתמש אוהב תה ירוק", "המשתמש לא אוהב תה ירוק"),
+    ("사용자는 커피를 좋아합니다", "사용자는 커피를 싫어합니다"),
+    ("ผู้ใช้ชอบดื่มชาเขียวในตอนเช้า", "ผู้ใช้ไม่ชอบดื่มชาเขียวในตอนเช้า"),
+    ("उपयोगकर्ता को चाय पसंद है", "उपयोगकर्ता को चाय पसंद नहीं है"),
+    # A translation is not provably the same statement: stored beside it, and linked.
+    ("Al usuario le gusta beber té verde por la mañana", "ผู้ใช้ชอบดื่มชาเขียวในตอนเช้า"),
+]
+OTHER_SCRIPTS_SKIPPED = [
+    ("Пользователь любит пить чай, по утрам", "Пользователь любит пить чай по утрам"),
+    ("ผู้ใช้ชอบดื่มชาเขียวในตอนเช้า", "ผู้ใช้ชอบดื่มชาเขียวในตอนเช้า!"),
+    ("El usuario vive en Málaga.", "El usuario vive en Málaga"),
+]
+
+
 class TestConflictReason:
+    @pytest.mark.parametrize("old,new", OTHER_SCRIPTS_STORED)
+    def test_other_scripts_are_read_word_by_word(self, old, new):
+        assert conflict_reason(new, old) is not None
+
+    @pytest.mark.parametrize("old,new", OTHER_SCRIPTS_SKIPPED)
+    def test_the_same_words_in_another_script_have_none(self, old, new):
+        assert conflict_reason(new, old) is None
+
     @pytest.mark.parametrize("old,new", REWORDED)
     def test_a_rewording_has_none(self, old, new):
         assert conflict_reason(new, old) is None
@@ -304,7 +334,12 @@ class TestConflictReason:
 class TestThroughTheApi:
     @pytest.mark.parametrize(
         "old,new",
-        STORED_NEAR + STORED_OTHER[:4] + STORED_OTHER[8:10] + WORDNET_STORED[:8] + PHRASES_STORED,
+        STORED_NEAR
+        + STORED_OTHER[:4]
+        + STORED_OTHER[8:10]
+        + WORDNET_STORED[:8]
+        + PHRASES_STORED
+        + OTHER_SCRIPTS_STORED,
     )
     def test_a_near_write_that_says_something_else_is_stored(self, api, old, new):
         first = ok_data(write(api, old))
@@ -336,7 +371,8 @@ class TestThroughTheApi:
         assert "related_to" not in data["metadata"]
 
     @pytest.mark.parametrize(
-        "old,new", SKIPPED + SYNONYM_SWAPS + MORE_GENERAL[:2] + PHRASES_SKIPPED
+        "old,new",
+        SKIPPED + SYNONYM_SWAPS + MORE_GENERAL[:2] + PHRASES_SKIPPED + OTHER_SCRIPTS_SKIPPED,
     )
     def test_the_same_statement_is_skipped(self, api, old, new):
         first = ok_data(write(api, old))

@@ -77,6 +77,26 @@ class TestCompress:
         )
         assert found and found[0]["metadata"]["source"] == "compression"
 
+    def test_compress_offline_keeps_what_is_written_in_other_scripts(self, manual):
+        notes = [
+            "Пользователь живёт в Казани и работает инженером",
+            "사용자는 부산에서 엔지니어로 일합니다",
+            "ผู้ใช้ทำงานเป็นวิศวกรที่เชียงใหม่",
+        ]
+        working(manual, "polyglot", notes)
+        data = ok_data(
+            manual.post("/lifecycle/compress", {"agent_id": "polyglot", "target_count": 1})
+        )
+        assert data["compressed"] == 3 and len(data["memory_ids"]) == 1
+        content = Memory.objects.get(pk=data["memory_ids"][0]).content
+        assert all(note in content for note in notes)
+        found = ok_data(
+            manual.post(
+                "/memories/personal/search", {"agent_id": "polyglot", "query": "живёт в Казани"}
+            )
+        )
+        assert [m["id"] for m in found] == data["memory_ids"]
+
     def test_nothing_to_compress(self, manual):
         data = ok_data(manual.post("/lifecycle/compress", {"agent_id": "idle"}))
         assert data == {

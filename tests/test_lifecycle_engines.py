@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import unicodedata
 
 import pytest
 
@@ -741,6 +742,39 @@ def test_offline_engine_handles_english(offline):
     assert "concise" in draft.communication_style
     assert "Bob is an experienced Rust developer" in draft.expertise
     assert draft.summary.startswith("Built from")
+
+
+# One statement per script the offline engine has no rules for: each must come out as a fact
+# (a reader counting only Chinese characters and [A-Za-z] words took them all for noise).
+OTHER_SCRIPTS = [
+    "Пользователь живёт в Казани и работает инженером",
+    "Ο χρήστης προτιμά σύντομες απαντήσεις",
+    "המשתמש עובד כמהנדס בחיפה",
+    "المستخدم يعمل مهندسا في القاهرة",
+    "उपयोगकर्ता पुणे में इंजीनियर है",
+    "사용자는 부산에서 엔지니어로 일합니다",
+    "ผู้ใช้มีแมวสองตัวที่บ้าน",
+    "ユーザーはまいあさジョギングをします",
+]
+
+
+def test_the_offline_engine_keeps_statements_in_any_script(offline):
+    facts, _ = offline.extract_facts([*OTHER_SCRIPTS, "Спасибо!", "ok"])
+    assert [f.content for f in facts] == OTHER_SCRIPTS
+    assert sorted(i for f in facts for i in f.source_indexes) == list(range(len(OTHER_SCRIPTS)))
+    summaries, _ = offline.compress(OTHER_SCRIPTS, 1)
+    assert len(summaries) == 1
+    assert all(text in summaries[0].content for text in OTHER_SCRIPTS)
+
+
+def test_trim_never_cuts_inside_a_word_of_any_script():
+    # Russian words, and a Thai letter from its vowel and tone marks.
+    assert trim_text("Пользователь предпочитает короткие ответы", 20) == "Пользователь…"
+    thai = "ผู้ใช้ชอบดื่มชาเขียว"
+    for limit in range(4, len(thai)):
+        cut = trim_text(thai, limit)[:-1]
+        assert len(cut) < limit and thai.startswith(cut)
+        assert not unicodedata.combining(thai[len(cut)]), (limit, cut)
 
 
 def test_the_offline_persona_does_not_take_another_speakers_wishes_for_the_users(offline):

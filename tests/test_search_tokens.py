@@ -96,6 +96,27 @@ def test_a_name_written_without_its_accents_finds_the_memory(api):
     assert [m["id"] for m in found] == [plain], found
 
 
+def test_a_word_keeps_its_combining_marks():
+    # Devanagari and Bengali vowel signs and viramas are marks, which `\\w` leaves out: the
+    # words fell apart into single letters that every other memory in the script shares.
+    assert tokenize("नमस्ते दुनिया") == ("नमस्ते", "दुनिया")
+    assert tokenize("আমি বই পড়তে ভালোবাসি") == ("আমি", "বই", "পড়তে", "ভালোবাসি")
+    # A script written without spaces (Thai) still splits where its marks are: its run is a
+    # sentence, and one token per sentence would match nothing.
+    assert len(tokenize("ผู้ใช้ชอบดื่มชาเขียว")) > 1
+
+
+def test_a_hindi_question_matches_only_the_words_it_shares(api):
+    tea = write(api, "उपयोगकर्ता को चाय पसंद है").json()["data"]["id"]
+    write(api, "बैठक मंगलवार को है")
+    write(api, "सर्वर का पासवर्ड हर महीने बदलता है")
+    # "How is the weather?": no word in common but the copula; its letters are in all three.
+    found = search(api, "मौसम कैसा है", mode="keyword", min_score=0.0)
+    assert all(m["score"] < 0.1 for m in found), found
+    found = search(api, "चाय", mode="keyword")
+    assert [m["id"] for m in found] == [tea], found
+
+
 # Written for these tests: the same preference in traditional and in simplified characters.
 PREFERENCE_TRADITIONAL = "使用者偏好簡潔直接的回覆，不喜歡冗長的解釋"
 PREFERENCE_SIMPLIFIED = "使用者偏好简洁直接的回复，不喜欢冗长的解释"

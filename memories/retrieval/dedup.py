@@ -25,6 +25,8 @@ import unicodedata
 from collections import Counter
 from functools import lru_cache
 
+from core.text import combining_marks
+
 from .text import tokenize
 
 _NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*\s*%?")
@@ -696,6 +698,24 @@ _EN_SOME = re.compile(
 )
 
 
+# The runs `_clauses` compares: Chinese characters (cut by jieba), or letters, digits and
+# combining marks of any script, with apostrophes and a number's decimals or percent. Not only
+# [a-z]: a reader blind to other scripts saw no word at all in "Пользователь не любит чай" and
+# "Müller" as "m" + "ller", so a reversal in Russian or a changed name was "nothing new".
+_RUN = re.compile(
+    rf"[\u3400-\u9fff]+|(?:[^\W_\u3400-\u9fff]|[{combining_marks(unspaced=True)}]|')+"
+    r"(?:[.%][0-9]+)*%?"
+)
+
+
+def _latin(run: str) -> bool:
+    """Written in the Latin alphabet (diacritics allowed): read as English words (stems,
+    WordNet), which leave a word of another language as it is."""
+    return run.isascii() or all(
+        not c.isalpha() or unicodedata.name(c, "").startswith("LATIN") for c in run
+    )
+
+
 def _zh_words(run: str) -> list[str]:
     from .text import search_tokenizer
 
@@ -782,9 +802,13 @@ def _clauses(text: str, manner: bool, relatives: bool) -> tuple[tuple[str, ...],
             subject = head.group(1) if head else ""
         words: list[str] = []
         prev = ""
-        for run in re.findall(r"[\u3400-\u9fff]+|[a-z0-9']+(?:[.%][0-9]+)*%?", part):
+        for run in _RUN.findall(part):
             if re.match(r"[\u3400-\u9fff]", run):
                 words.extend(w for w in _zh_words(run) if w not in _ZH_FILLER)
+            elif not _latin(run):
+                # Another script (Cyrillic, Hangul, kana, Thai, Hebrew…): compared as written,
+                # whole — a run without spaces (Thai) is one word, so any change in it is new.
+                words.append(run.strip("'"))
             elif not manner and _is_manner_adverb(run):
                 continue
             elif run.strip("'") and run not in _EN_FILLER:

@@ -14,14 +14,18 @@ from typing import Any
 
 from django.conf import settings
 
-from core.text import CJK, jieba_module
+from core.text import CJK, combining_marks, jieba_module
 
 _CJK = CJK
 # Runs of CJK characters, or runs of other letters/digits (with inner ' . - _ kept, e.g. "don't",
 # "3.5"). A change of script ends a token: Chinese text glues numbers and Latin names to the next
 # word ("1991年", "BSkyB是什么"), and one token "1991年" would match neither "1991" nor "年".
 # (Splitting at hyphens as well was measured and not kept: docs/search.md, "Tokens across scripts".)
-_WORD = rf"[^\W_{_CJK}]"
+# Letters carry their combining marks (a Devanagari vowel sign, a virama): without them "नमस्ते"
+# was "नमस" + "त", and single letters matched every other Hindi memory. Not in the scripts
+# written without spaces (Thai…), whose marks are where such a run splits into syllable-sized
+# pieces: with them a whole sentence would be one token.
+_WORD = rf"(?:[^\W_{_CJK}]|[{combining_marks(unspaced=False)}])"
 _TOKEN_RE = re.compile(rf"[{_CJK}]+|{_WORD}+(?:['’.\-_]{_WORD}+)*", re.UNICODE)
 # An English possessive is its noun ("Kublai's" -> "kublai", as Snowball's step 0 would do if the
 # apostrophe reached it).
@@ -355,7 +359,8 @@ def _fold_latin(word: str) -> str:
 
 # Bump when tokenize() changes: tokens stored with another version are recomputed at index load.
 # 3: Latin diacritics folded (_fold_latin); Chinese in simplified characters (_simplified).
-TOKENIZER_VERSION = 3
+# 4: combining marks are part of their word (Devanagari, Bengali, Tamil… words whole).
+TOKENIZER_VERSION = 4
 
 
 def tokens_stamp() -> str:
