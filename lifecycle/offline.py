@@ -78,6 +78,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 from django.conf import settings
@@ -535,12 +536,30 @@ def sentence_similarity(texts: list[str]) -> np.ndarray:
     from memories.retrieval.embeddings import embed_passages, get_embedder
 
     try:
+        embedder = get_embedder()
         vectors = embed_passages(texts)
-        sim = np.clip(np.asarray(get_embedder().score(vectors @ vectors.T), dtype=np.float64), 0, 1)
+        sim = np.clip(np.asarray(embedder.score(vectors @ vectors.T), dtype=np.float64), 0, 1)
+        sim = _words_where_unread(sim, texts, embedder.reads)
     except DomainError as exc:
         logger.warning("offline engine: embeddings unavailable (%s), comparing keywords", exc)
         sim = _keyword_similarity(texts)
     np.fill_diagonal(sim, 1.0)
+    return sim
+
+
+def _words_where_unread(
+    sim: np.ndarray, texts: list[str], reads: Callable[[str], bool]
+) -> np.ndarray:
+    """`sim` with the rows and columns of texts in a script the model never learnt replaced by
+    their keyword similarity: the model puts all such sentences at nearly one point, and
+    "the same point" read from it collapsed four different Hebrew facts into one."""
+    unread = [i for i, t in enumerate(texts) if not reads(t)]
+    if not unread:
+        return sim
+    words = _keyword_similarity(texts)
+    sim = sim.copy()
+    sim[unread, :] = words[unread, :]
+    sim[:, unread] = words[:, unread]
     return sim
 
 
@@ -675,6 +694,7 @@ def similarity_matrix(texts: list[str]) -> np.ndarray:
         embedder = get_named_embedder(settings.LIFECYCLE_TOPIC_EMBEDDING_BACKEND)
         vectors = embedder.encode_passages(texts)
         semantic = np.asarray(embedder.score(vectors @ vectors.T), dtype=np.float64)
+        semantic = _words_where_unread(semantic, texts, embedder.reads)
         sim = EMBEDDING_WEIGHT * semantic + (1.0 - EMBEDDING_WEIGHT) * lexical
     except DomainError as exc:
         logger.warning("offline engine: embeddings unavailable (%s), grouping by keywords", exc)

@@ -114,6 +114,7 @@ def _find_duplicate(
         exact = _locked_unchanged(exact_id, content_hash=chash)
         if exact is not None:
             return DedupHit(exact, 1.0)
+    reads = get_embedder().reads(content)
     for old, score in memory_find_similar(
         team=team, scope=scope, agent_id=agent_id, vector=vector, min_score=threshold
     ):
@@ -124,7 +125,8 @@ def _find_duplicate(
             logger.info("memory %s changed since it was compared: written as a new memory", old.pk)
             continue
         logger.info("not a duplicate of memory %s (%s): written as a new memory", old.pk, reason)
-        related.append(old.pk)
+        if reads:  # in a script the model never learnt, every memory of that script is "near"
+            related.append(old.pk)
     return None
 
 

