@@ -274,6 +274,7 @@ OTHER_SCRIPTS_SKIPPED = [
     ("Пользователь любит пить чай, по утрам", "Пользователь любит пить чай по утрам"),
     ("ผู้ใช้ชอบดื่มชาเขียวในตอนเช้า", "ผู้ใช้ชอบดื่มชาเขียวในตอนเช้า!"),
     ("El usuario vive en Málaga.", "El usuario vive en Málaga"),
+    ("Great session today 🧘", "Great session today 🧘\u200d♀\ufe0f"),  # a variation selector
 ]
 
 

@@ -104,6 +104,8 @@ def test_a_word_keeps_its_combining_marks():
     # A script written without spaces (Thai) still splits where its marks are: its run is a
     # sentence, and one token per sentence would match nothing.
     assert len(tokenize("ผู้ใช้ชอบดื่มชาเขียว")) > 1
+    # A mark with no letter before it (an emoji's variation selector) is no word.
+    assert tokenize("Keep going! 🧘\u200d♀\ufe0f") == tokenize("Keep going!")
 
 
 def test_a_hindi_question_matches_only_the_words_it_shares(api):

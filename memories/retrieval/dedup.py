@@ -703,8 +703,8 @@ _EN_SOME = re.compile(
 # [a-z]: a reader blind to other scripts saw no word at all in "Пользователь не любит чай" and
 # "Müller" as "m" + "ller", so a reversal in Russian or a changed name was "nothing new".
 _RUN = re.compile(
-    rf"[\u3400-\u9fff]+|(?:[^\W_\u3400-\u9fff]|[{combining_marks(unspaced=True)}]|')+"
-    r"(?:[.%][0-9]+)*%?"
+    rf"[\u3400-\u9fff]+|(?:[^\W_\u3400-\u9fff]|')"
+    rf"(?:[^\W_\u3400-\u9fff]|[{combining_marks(unspaced=True)}]|')*(?:[.%][0-9]+)*%?"
 )
 
 

@@ -25,7 +25,8 @@ _CJK = CJK
 # was "नमस" + "त", and single letters matched every other Hindi memory. Not in the scripts
 # written without spaces (Thai…), whose marks are where such a run splits into syllable-sized
 # pieces: with them a whole sentence would be one token.
-_WORD = rf"(?:[^\W_{_CJK}]|[{combining_marks(unspaced=False)}])"
+# (A mark only after a letter: a lone one — an emoji's variation selector — is no word.)
+_WORD = rf"(?:[^\W_{_CJK}][{combining_marks(unspaced=False)}]*)"
 _TOKEN_RE = re.compile(rf"[{_CJK}]+|{_WORD}+(?:['’.\-_]{_WORD}+)*", re.UNICODE)
 # An English possessive is its noun ("Kublai's" -> "kublai", as Snowball's step 0 would do if the
 # apostrophe reached it).
