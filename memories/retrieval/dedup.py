@@ -29,7 +29,9 @@ from core.text import combining_marks
 
 from .text import tokenize
 
-_NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*\s*%?")
+# A sign belongs to its number ("-5°C" is not "5°C") unless a word or a number comes right
+# before it ("2-3", "v1-2" are ranges and names).
+_NUMBER = re.compile(r"(?:(?<![\w.])[-+\u2212])?\d+(?:[.,:/\-]\d+)*\s*%?")
 _EN_NEGATIONS = frozenset(
     [
         "not",
@@ -172,7 +174,10 @@ def _words(text: str) -> list[str]:
 def numbers(text: str) -> list[str]:
     """Numbers in order of appearance: "75% to 92%" and "92% to 75%" are different facts."""
     norm = unicodedata.normalize("NFKC", text)
-    return [re.sub(r"\s+", "", m.group(0)).rstrip(".,") for m in _NUMBER.finditer(norm)]
+    return [
+        re.sub(r"\s+", "", m.group(0)).rstrip(".,").replace("\u2212", "-").lstrip("+")
+        for m in _NUMBER.finditer(norm)
+    ]
 
 
 def negation_count(text: str) -> int:
@@ -705,7 +710,16 @@ _EN_SOME = re.compile(
 _RUN = re.compile(
     rf"[\u3400-\u9fff]+|(?:[^\W_\u3400-\u9fff]|')"
     rf"(?:[^\W_\u3400-\u9fff]|[{combining_marks(unspaced=True)}]|')*(?:[.%][0-9]+)*%?"
+    r"|[^\w\s]"
 )
+
+
+def _symbol(char: str) -> bool:
+    """A character that states something: a math sign, a currency, an arrow, a check mark, an
+    emoji (Unicode categories S*) — "status: ✅" and "status: ❌", "x == y" and "x != y",
+    "$100" and "€100" say different things in the same words. Not the backtick, which formats
+    code rather than saying anything."""
+    return char != "`" and unicodedata.category(char).startswith("S")
 
 
 def _latin(run: str) -> bool:
@@ -802,7 +816,13 @@ def _clauses(text: str, manner: bool, relatives: bool) -> tuple[tuple[str, ...],
             subject = head.group(1) if head else ""
         words: list[str] = []
         prev = ""
-        for run in _RUN.findall(part):
+        for match in _RUN.finditer(part):
+            run = match.group(0)
+            if len(run) == 1 and not run.isalnum() and run != "'":
+                sign = run in "+\u2212" and part[match.end() : match.end() + 1].isdigit()
+                if _symbol(run) and not sign:  # a number's sign is compared with the number
+                    words.append(run)  # compared as a word: it must be there, in its place
+                continue
             if re.match(r"[\u3400-\u9fff]", run):
                 words.extend(w for w in _zh_words(run) if w not in _ZH_FILLER)
             elif not _latin(run):
