@@ -291,6 +291,15 @@ SYMBOLS_STORED = [
     ("$100", "€100"),
     ("Temperature: 5°C", "Temperature: -5°C"),
 ]
+# "A" as a name, not the article: the dedup dropped it, and the new text said "less" — the
+# first two were skipped (under a threshold that calls them near); the others, with "A" before
+# a verb or a preposition, were stored on their word order and now on the label itself.
+LABELS_STORED = [
+    ("We chose plan B", "We chose plan A"),
+    ("The patient lacks vitamin C", "The patient lacks vitamin A"),
+    ("Plan B is better", "Plan A is better"),
+    ("Bob got a B in math", "Bob got an A in math"),
+]
 SYMBOLS_SKIPPED = [
     ("Temperature: 5°C", "Temperature: +5°C"),
     ("Room temperature is −3 degrees", "Room temperature is -3 degrees"),
@@ -308,7 +317,7 @@ class TestConflictReason:
     def test_the_same_words_in_another_script_have_none(self, old, new):
         assert conflict_reason(new, old) is None
 
-    @pytest.mark.parametrize("old,new", SYMBOLS_STORED)
+    @pytest.mark.parametrize("old,new", SYMBOLS_STORED + LABELS_STORED)
     def test_a_symbol_says_something(self, old, new):
         assert conflict_reason(new, old) is not None
 
@@ -380,6 +389,15 @@ class TestThroughTheApi:
         assert data.get("dedup_skipped") is None and data["content"] == new
         assert Memory.objects.filter(agent_id="assistant").count() == 2
         assert first["id"] != data["id"]
+
+    @pytest.mark.parametrize("old,new", LABELS_STORED)
+    def test_a_label_changed_is_stored_under_a_looser_threshold(self, api, old, new):
+        # Under the default threshold these pairs are not near; a caller who loosens it
+        # must not lose the new plan either.
+        write(api, old)
+        r = write(api, new, dedup_threshold=0.5)
+        assert r.status_code == 201, r.content
+        assert Memory.objects.filter(agent_id="assistant").count() == 2
 
     @pytest.mark.parametrize("old,new", STORED_NEAR)
     def test_it_is_linked_to_the_near_memory(self, api, old, new):

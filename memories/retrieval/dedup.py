@@ -722,6 +722,24 @@ def _symbol(char: str) -> bool:
     return char != "`" and unicodedata.category(char).startswith("S")
 
 
+# An article comes before a noun or its adjective, never before one of these or at the end.
+_NOT_AFTER_ARTICLE = frozenset(
+    ["in", "on", "at", "for", "to", "of", "with", "from", "by", "and", "or", "but", "than", "as"]
+)
+_NEXT_WORD = re.compile(r"[^\S\n]*([a-z0-9']+)?")
+
+
+def _label(run: str, part: str, end: int) -> bool:
+    """Whether an "a" is a name, not the article: "plan A", "vitamin A", "an A in math", "Plan A
+    is better" — at the end of its clause, or before a verb "to be" or a preposition. Read as
+    the article it was dropped, and "We chose plan A" stated nothing "We chose plan B" did not."""
+    if run != "a":
+        return False
+    following = _NEXT_WORD.match(part, end)
+    word = following.group(1) if following else None
+    return word is None or word in _EN_BE or word in _NOT_AFTER_ARTICLE
+
+
 def _latin(run: str) -> bool:
     """Written in the Latin alphabet (diacritics allowed): read as English words (stems,
     WordNet), which leave a word of another language as it is."""
@@ -831,7 +849,7 @@ def _clauses(text: str, manner: bool, relatives: bool) -> tuple[tuple[str, ...],
                 words.append(run.strip("'"))
             elif not manner and _is_manner_adverb(run):
                 continue
-            elif run.strip("'") and run not in _EN_FILLER:
+            elif run.strip("'") and (run not in _EN_FILLER or _label(run, part, match.end())):
                 if prev in _EN_BE and (
                     run.endswith("ed") or run in _EN_PARTICIPLES or run in _EN_SAME_FORM_PARTICIPLES
                 ):
