@@ -862,6 +862,15 @@ def _clauses(text: str, manner: bool, relatives: bool) -> tuple[tuple[str, ...],
     return tuple(tuple(c) for c in out)
 
 
+# The tense of "to be", which the compared words leave out: "Alice was the owner" says she no
+# longer is. Compared only when both texts use the verb (an active rewording has none).
+_EN_BE_TENSE = {"is": "now", "are": "now", "am": "now", "was": "past", "were": "past"}
+
+
+def _be_tenses(text: str) -> set[str]:
+    return {_EN_BE_TENSE[w] for w in _words(text) if w in _EN_BE_TENSE}
+
+
 def _qualifiers(text: str, flat: list[str]) -> Counter[str]:
     found = Counter(w for w in flat if w in _EN_QUALIFIERS)
     norm = unicodedata.normalize("NFKC", text)  # also "？" → "?": a question states no fact
@@ -1012,6 +1021,9 @@ def _unstated(new: str, old: str, *, swaps: tuple[Swap, ...], relatives: bool) -
         return "adds " + ", ".join(missing[:3])
     if _qualifiers(new, new_flat) != _qualifiers(old, old_flat):
         return "qualifier differs"
+    tenses = (_be_tenses(new), _be_tenses(old))
+    if all(tenses) and tenses[0] != tenses[1]:
+        return "tense differs"
     reason = _roles_reason(new_clauses, old_clauses)
     if reason and len(new_clauses) == len(old_clauses) == 1:
         # One clause on each side with the same one manner adverb: where it stands does not
