@@ -42,6 +42,15 @@ def test_the_words_it_shares_find_the_memory(api):
     assert _ids(search(api, "הפגישה")) == [ids[3]]
 
 
+def test_an_inflected_greek_question_finds_the_memory(api):
+    target = ok_data(write(api, "Ο χρήστης μένει στη Θεσσαλονίκη"))["id"]
+    write(api, "Η συνάντηση είναι την Τρίτη")
+    # "Where do the users live?": plural forms of both words the memory holds, and no word as
+    # written; "where" and "the" hold nothing, so the match is weak but first and alone.
+    found = search(api, "Πού μένουν οι χρήστες;", min_score=0.0)
+    assert _ids(found) == [target], found
+
+
 def test_an_explicit_vector_search_still_gets_the_model(api):
     for text in HEBREW:
         write(api, text)

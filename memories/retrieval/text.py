@@ -268,6 +268,40 @@ def _stem(word: str) -> str:
         return str(_stemmer.stemWord(word))
 
 
+# Scripts written in one language mostly, and the Snowball stemmer of that language: so
+# "живёт" meets "живет" and "пользователя" meets "пользователь", as "hiking" meets "hikes".
+# A Latin word is English to the stemmer whatever its language (above): the script does not
+# tell French from English. Hebrew has no Snowball stemmer.
+_SCRIPT_STEMMERS = {
+    "CYRILLIC": "russian",
+    "GREEK": "greek",
+    "DEVANAGARI": "hindi",
+    "ARABIC": "arabic",
+    "ARMENIAN": "armenian",
+    "TAMIL": "tamil",
+}
+_native_lock = threading.Lock()
+_native_stemmers: dict[str, Any] = {}
+
+
+@lru_cache(maxsize=50_000)
+def _native_stem(word: str) -> str:
+    """The stem of a word in a script that mostly writes one language (_SCRIPT_STEMMERS), by
+    that language's Snowball stemmer; any other word as it is."""
+    first = next((c for c in word if c.isalpha()), "")
+    script = unicodedata.name(first, "").split(" ")[0]
+    language = _SCRIPT_STEMMERS.get(script)
+    if language is None:
+        return word
+    with _native_lock:  # snowball stemmer objects keep state between calls
+        stemmer = _native_stemmers.get(language)
+        if stemmer is None:
+            import snowballstemmer
+
+            stemmer = _native_stemmers[language] = snowballstemmer.stemmer(language)
+        return str(stemmer.stemWord(word)) or word
+
+
 _CJK_CHAR = re.compile(rf"[{_CJK}]")
 _WORD_CHAR = re.compile(r"[^\W_]")
 
@@ -303,7 +337,7 @@ def tokenize(text: str) -> tuple[str, ...]:
             if not word.isascii():
                 word = _fold_latin(word)
             if word not in STOP_WORDS:  # "it's" is "it"
-                out.append(_stem(word))
+                out.append(_stem(word) if word.isascii() else _native_stem(word))
     return tuple(t for t in out if t)
 
 
@@ -360,7 +394,8 @@ def _fold_latin(word: str) -> str:
 
 # Bump when tokenize() changes: tokens stored with another version are recomputed at index load.
 # 3: Latin diacritics folded (_fold_latin); Chinese in simplified characters (_simplified).
-# 4: combining marks are part of their word (Devanagari, Bengali, Tamil… words whole).
+# 4: combining marks are part of their word (Devanagari, Bengali, Tamil… words whole); Cyrillic,
+#    Greek, Devanagari, Arabic, Armenian and Tamil words stemmed (_native_stem).
 TOKENIZER_VERSION = 4
 
 
