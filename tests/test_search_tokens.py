@@ -120,6 +120,23 @@ def test_words_of_a_one_language_script_are_stemmed_in_that_language():
     assert tokenize("사용자는 המשתמש") == ("사용자는", "המשתמש")
 
 
+def test_kana_runs_are_cut_where_katakana_and_hiragana_meet():
+    assert tokenize("サーバーのパスワードは毎月変わります")[:4] == (
+        "サーバー",
+        "の",
+        "パスワード",
+        "は",
+    )
+    assert tokenize("すごーい") == ("すごーい",)  # the long-vowel mark stays in its word
+
+
+def test_a_katakana_word_finds_the_japanese_memory_holding_it(api):
+    target = write(api, "サーバーのパスワードは毎月変わります").json()["data"]["id"]
+    write(api, "会議は火曜日です")
+    write(api, "ユーザーはコーヒーが好きです")
+    assert [m["id"] for m in search(api, "パスワード")] == [target]
+
+
 def test_a_hindi_question_matches_only_the_words_it_shares(api):
     tea = write(api, "उपयोगकर्ता को चाय पसंद है").json()["data"]["id"]
     write(api, "बैठक मंगलवार को है")

@@ -26,8 +26,17 @@ _CJK = CJK
 # written without spaces (Thai…), whose marks are where such a run splits into syllable-sized
 # pieces: with them a whole sentence would be one token.
 # (A mark only after a letter: a lone one — an emoji's variation selector — is no word.)
-_WORD = rf"(?:[^\W_{_CJK}][{combining_marks(unspaced=False)}]*)"
-_TOKEN_RE = re.compile(rf"[{_CJK}]+|{_WORD}+(?:['’.\-_]{_WORD}+)*", re.UNICODE)
+# Japanese kana: katakana and hiragana are scripts of their own, so a run of kana ends where
+# one gives way to the other — katakana words (loanwords and names: パスワード, サーバー) stand
+# between hiragana particles and endings (サーバーのパスワードは → サーバー / の / パスワード /
+# は), the cut a character-type segmenter makes first; one token for the whole run matched
+# nothing but itself.
+_KATAKANA = "\u30a0-\u30ff\u31f0-\u31ff"
+_HIRAGANA = "\u3040-\u309f\u30fc"  # with the long-vowel mark: すごーい
+_WORD = rf"(?:[^\W_{_CJK}{_KATAKANA}{_HIRAGANA}][{combining_marks(unspaced=False)}]*)"
+_TOKEN_RE = re.compile(
+    rf"[{_CJK}]+|[{_KATAKANA}]+|[{_HIRAGANA}]+|{_WORD}+(?:['’.\-_]{_WORD}+)*", re.UNICODE
+)
 # An English possessive is its noun ("Kublai's" -> "kublai", as Snowball's step 0 would do if the
 # apostrophe reached it).
 _POSSESSIVE = re.compile(r"['’]s$")
@@ -395,7 +404,8 @@ def _fold_latin(word: str) -> str:
 # Bump when tokenize() changes: tokens stored with another version are recomputed at index load.
 # 3: Latin diacritics folded (_fold_latin); Chinese in simplified characters (_simplified).
 # 4: combining marks are part of their word (Devanagari, Bengali, Tamil… words whole); Cyrillic,
-#    Greek, Devanagari, Arabic, Armenian and Tamil words stemmed (_native_stem).
+#    Greek, Devanagari, Arabic, Armenian and Tamil words stemmed (_native_stem); katakana and
+#    hiragana runs cut apart.
 TOKENIZER_VERSION = 4
 
 
