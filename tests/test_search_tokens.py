@@ -118,6 +118,8 @@ def test_words_of_a_one_language_script_are_stemmed_in_that_language():
     # A Latin word is read as English whatever its language; other scripts are left as written.
     assert tokenize("usuarios") == ("usuario",)
     assert tokenize("사용자는 המשתמש") == ("사용자는", "המשתמש")
+    # Digits of other scripts have no letter to tell their language: left as written.
+    assert tokenize("٣٤٥ १२३") == ("٣٤٥", "१२३")
 
 
 def test_kana_runs_are_cut_where_katakana_and_hiragana_meet():

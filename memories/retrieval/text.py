@@ -297,7 +297,9 @@ _native_stemmers: dict[str, Any] = {}
 def _native_stem(word: str) -> str:
     """The stem of a word in a script that mostly writes one language (_SCRIPT_STEMMERS), by
     that language's Snowball stemmer; any other word as it is."""
-    first = next((c for c in word if c.isalpha()), "")
+    first = next((c for c in word if c.isalpha()), None)
+    if first is None:  # digits of another script, marks: nothing to stem
+        return word
     script = unicodedata.name(first, "").split(" ")[0]
     language = _SCRIPT_STEMMERS.get(script)
     if language is None:
