@@ -518,6 +518,22 @@ def test_the_content_diff_is_by_word_and_by_character_for_chinese():
         ("delete", "120"),
         ("insert", "150"),
     ]
+    # A Devanagari word keeps its vowel signs; Thai goes by letter with its marks.
+    assert [(s.op, s.text) for s in content_diff("नमस्ते दुनिया", "नमस्कार दुनिया")] == [
+        ("delete", "नमस्ते"),
+        ("insert", "नमस्कार"),
+        ("equal", " दुनिया"),
+    ]
+    thai = content_diff("ผู้ใช้ชอบชา", "ผู้ใช้ไม่ชอบชา")
+    assert [(s.op, s.text) for s in thai] == [
+        ("equal", "ผู้ใช้"),
+        ("insert", "ไม่"),
+        ("equal", "ชอบชา"),
+    ]
+    for before, after in (("नमस्ते दुनिया", "नमस्कार"), ("ผู้ใช้ชอบชา", "ผู้ใช้ไม่ชอบชา")):
+        segments = content_diff(before, after)
+        assert "".join(s.text for s in segments if s.op != "insert") == before
+        assert "".join(s.text for s in segments if s.op != "delete") == after
 
 
 def test_a_derived_memory_links_to_its_job_and_sources(lead, corpus):

@@ -12,11 +12,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.text import CJK, UNSPACED, combining_marks
 from memories.models import MemoryRevision
 
-# Words for alphabetic text, single characters for CJK (no spaces between words there), and the
-# whitespace and punctuation in between, so the diff can be joined back into the exact text.
-_TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\uac00-\ud7af]|\w+|\s+|[^\w\s]")
+# Words for alphabetic text, single characters (with their combining marks) where words have no
+# spaces between them — Chinese, kana, Thai, Khmer… — and for Hangul syllables, and the
+# whitespace and punctuation in between, so the diff can be joined back into the exact text. A
+# word keeps its marks: "नमस्ते" is one word, not "नमस" + "्" + "त" + "े" with a vowel sign
+# highlighted alone.
+_MARKS = combining_marks(unspaced=True)
+_BY_CHARACTER = rf"{CJK}{UNSPACED}\uac00-\ud7af"
+_TOKEN = re.compile(
+    rf"[{_BY_CHARACTER}][{_MARKS}]*|[^\W{_BY_CHARACTER}](?:[^\W{_BY_CHARACTER}]|[{_MARKS}])*"
+    r"|\s+|[^\w\s]"
+)
 
 
 @dataclass
