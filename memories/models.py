@@ -43,6 +43,15 @@ class MemoryTier(models.TextChoices):
     COLD = "cold", "cold"  # long idle: out of the in-memory index until asked for
 
 
+class ColdReason(models.TextChoices):
+    """Why a cold memory went cold (Memory.cold_reason): the tiering pass may warm back only what
+    it cooled itself (`retier_memories --rewarm`), never a deliberate demotion."""
+
+    IDLE = "idle", "idle"  # the tier rule: long idle (the tiering pass)
+    CLEANUP = "cleanup", "cleanup"  # a cleanup candidate in its grace period before the trash
+    CONSOLIDATED = "consolidated", "consolidated"  # a fragment a consolidated fact replaced
+
+
 class RemovedBy(models.TextChoices):
     """Which path removed a memory into the trash (TrashedMemory.removed_by)."""
 
@@ -85,6 +94,11 @@ class Memory(models.Model):
     # an agent asks for it. `tier_changed_at` dates the move (cleanup's cold grace period).
     tier = models.CharField(max_length=8, choices=MemoryTier.choices, default=MemoryTier.HOT)
     tier_changed_at = models.DateTimeField(null=True, blank=True)
+    # Why a cold memory is cold (ColdReason); "" when it is not cold, or went cold before this
+    # was recorded.
+    cold_reason = models.CharField(
+        max_length=16, choices=ColdReason.choices, blank=True, default=""
+    )
     # Set when a newer fact replaced this one (lifecycle); superseded memories stay for history
     # but are left out of default search.
     superseded_by = models.ForeignKey(
@@ -109,6 +123,10 @@ class Memory(models.Model):
             ),
             models.CheckConstraint(
                 condition=models.Q(tier__in=MemoryTier.values), name="mem_tier_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(cold_reason__in=["", *ColdReason.values]),
+                name="mem_cold_reason_valid",
             ),
         ]
         indexes = [

@@ -458,6 +458,7 @@ def _hot_if_kept(memory: Memory) -> bool:
     was_cold = memory.tier == MemoryTier.COLD
     memory.tier = MemoryTier.HOT
     memory.tier_changed_at = timezone.now()
+    memory.cold_reason = ""
     return was_cold
 
 

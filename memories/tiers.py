@@ -27,12 +27,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from tenants.models import Team
 
-from .models import Memory, MemoryScope, MemoryTier
+from .models import ColdReason, Memory, MemoryScope, MemoryTier
 from .retrieval import index
 
 # Rows read and moved per transaction by `memories_retier`.
@@ -111,16 +111,21 @@ def memories_set_tier(
     tier: str,
     accessed: bool = False,
     still: QuerySet[Memory] | None = None,
+    cold_reason: str = "",
 ) -> list[int]:
     """Moves the team's given memories to `tier` (those not there already) -> the ids moved.
     `accessed` also sets their `last_accessed`, so the tier rule agrees with the move (a
     promotion). The index changes are written in the same transaction as the update. `still`
     is what a memory must still match once locked (a cleanup's criteria: one pinned or recalled
-    since it was chosen is not moved)."""
+    since it was chosen is not moved). `cold_reason` (ColdReason) says why, for a move to cold."""
     if not memory_ids:
         return []
     now = timezone.now()
-    fields: dict[str, object] = {"tier": tier, "tier_changed_at": now}
+    fields: dict[str, object] = {
+        "tier": tier,
+        "tier_changed_at": now,
+        "cold_reason": cold_reason if tier == MemoryTier.COLD else "",
+    }
     if accessed:
         fields["last_accessed"] = now
     with transaction.atomic():
@@ -226,10 +231,75 @@ def memories_retier(*, team: Team | None = None, now: datetime | None = None) ->
                     moving[(row[4], want)].append(row)
             for (old, want), moved in moving.items():
                 Memory.objects.filter(pk__in=[m[0] for m in moved]).update(
-                    tier=want, tier_changed_at=now
+                    tier=want,
+                    tier_changed_at=now,
+                    cold_reason=ColdReason.IDLE if want == MemoryTier.COLD else "",
                 )
                 key = f"{old}->{want}"
                 result.moves[key] = result.moves.get(key, 0) + len(moved)
                 if MemoryTier.COLD in (old, want):
                     _log_cold_moves(m[:4] for m in moved)
+    return result
+
+
+# Cold memories the tiering pass may warm back: those it cooled itself, or of unknown reason
+# (cooled before reasons were recorded) that are no consolidated fragment.
+_REWARMABLE = Q(cold_reason=ColdReason.IDLE) | (
+    Q(cold_reason="") & ~Q(metadata__has_key="consolidated_into")
+)
+
+
+def memories_rewarm(*, team: Team | None = None, now: datetime | None = None) -> RetierResult:
+    """Warms back the cold memories the tier rule no longer calls cold: after an operator
+    lowers TIER_COLD_RETENTION (or raises the decay), the hourly pass, which never takes a
+    memory out of cold on retention alone (_pass_target), leaves them where they are. Only
+    memories the pass cooled itself: a cleanup candidate in its grace period and a
+    consolidated fragment stay cold (Memory.cold_reason). Locked and judged again before they
+    move, like the pass; idempotent."""
+    now = now or timezone.now()
+    result = RetierResult()
+    qs = Memory.objects.filter(superseded_by__isnull=True, tier=MemoryTier.COLD).filter(_REWARMABLE)
+    if team is not None:
+        qs = qs.filter(team=team)
+
+    def target(row: tuple[Any, ...]) -> str | None:
+        _, _, _, _, tier, importance, access_count, last, created, pinned = row
+        want = tier_for(
+            importance=importance,
+            access_count=access_count,
+            last_accessed=last,
+            created_at=created,
+            pinned=pinned,
+            now=now,
+        )
+        return want if want != tier else None
+
+    last_id = 0
+    while True:
+        rows = list(
+            qs.filter(pk__gt=last_id).order_by("pk").values_list(*_RULE_FIELDS)[:RETIER_CHUNK]
+        )
+        if not rows:
+            break
+        last_id = rows[-1][0]
+        result.examined += len(rows)
+        ids = [row[0] for row in rows if target(row) is not None]
+        if not ids:
+            continue
+        with transaction.atomic():
+            locked = list(
+                qs.filter(pk__in=ids).order_by("pk").select_for_update().values_list(*_RULE_FIELDS)
+            )
+            moving: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+            for row in locked:
+                want = target(row)
+                if want is not None:
+                    moving[want].append(row)
+            for want, moved in moving.items():
+                Memory.objects.filter(pk__in=[m[0] for m in moved]).update(
+                    tier=want, tier_changed_at=now, cold_reason=""
+                )
+                key = f"cold->{want}"
+                result.moves[key] = result.moves.get(key, 0) + len(moved)
+                _log_cold_moves(m[:4] for m in moved)
     return result

@@ -340,6 +340,7 @@ def test_a_consolidation_moves_with_its_tiers_and_links(
     fact = Memory.objects.get(team=target, metadata__source="consolidation")
     fragments = Memory.objects.filter(team=target, tier="cold")
     assert fragments.count() == 3
+    assert {f.cold_reason for f in fragments} == {"consolidated"}  # never re-warmed there
     assert {f.metadata["consolidated_into"] for f in fragments} == {fact.pk}
     assert sorted(fact.metadata["consolidated_from"]) == sorted(f.pk for f in fragments)
     # Cold on this side too: out of everyday search, found with include_cold.

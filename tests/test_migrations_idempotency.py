@@ -32,3 +32,32 @@ def test_the_records_move_with_their_table():
     assert (row.endpoint, row.status_code) == ("ingest", 202)
     assert IdempotentRequest._meta.db_table in connection.introspection.table_names()
     assert "lifecycle_idempotentrequest" not in connection.introspection.table_names()
+
+
+def test_cold_consolidated_fragments_get_their_reason_on_upgrade():
+    before = [("memories", "0015_memory_hash_index_order")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    team = old.get_model("tenants", "Team").objects.create(id="team_c", name="c")
+    Memory = old.get_model("memories", "Memory")
+
+    def memory(content, **fields):
+        return Memory.objects.create(
+            team=team,
+            scope="personal",
+            agent_id="a",
+            content=content,
+            content_hash=content,
+            **fields,
+        ).pk
+
+    fragment = memory("fragment", tier="cold", metadata={"consolidated_into": 9})
+    idle = memory("idle", tier="cold", metadata={})
+    hot = memory("hot", metadata={"consolidated_into": 9})  # asked for since: hot, no reason
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    from memories.models import Memory as Current
+
+    reasons = dict(Current.objects.filter(team_id="team_c").values_list("pk", "cold_reason"))
+    assert reasons == {fragment: "consolidated", idle: "", hot: ""}

@@ -434,3 +434,86 @@ class TestDeliberateMoves:
         memory_update(memory=memory, actor=Actor(), importance=0.5, category="history")
         memory.refresh_from_db()
         assert memory.tier == "cold"
+
+
+class TestRewarm:
+    """`retier_memories --rewarm`: after the cold threshold is lowered, the memories the pass
+    cooled for idleness come back; deliberate demotions stay (docs/lifecycle.md, "Tiers")."""
+
+    def _idle_cold(self, team, content):
+        # Importance 0.5, never recalled, idle 110 days: retention ~0.087, cold under 0.1.
+        memory = MemoryFactory(team=team, content=content, importance=0.5)
+        idle(memory, 110)
+        tiers.memories_retier(team=team)
+        memory.refresh_from_db()
+        assert (memory.tier, memory.cold_reason) == ("cold", "idle")
+        return memory
+
+    def test_what_the_pass_cooled_comes_back_when_the_rule_no_longer_calls_it_cold(
+        self, settings, team, other_team, api
+    ):
+        memory = self._idle_cold(team, "The user's first car was a green Volvo.")
+        theirs = self._idle_cold(other_team, "The user's first car was a green Volvo.")
+        assert memory.pk not in search_ids(api, "first car Volvo")
+        settings.TIER_COLD_RETENTION = 0.05
+        assert tiers.memories_retier(team=team).moves == {}  # the hourly pass never warms
+        before = IndexChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        assert tiers.memories_rewarm(team=team).moves == {"cold->warm": 1}
+        memory.refresh_from_db()
+        assert (memory.tier, memory.cold_reason) == ("warm", "")
+        changed = IndexChange.objects.filter(id__gt=before).values_list("memory_id", flat=True)
+        assert list(changed) == [memory.pk]
+        assert memory.pk in search_ids(api, "first car Volvo")
+        assert tiers.memories_rewarm(team=team).moves == {}  # idempotent
+        assert Memory.objects.get(pk=theirs.pk).tier == "cold"  # another team's: not asked
+
+    def test_cleanup_and_consolidation_demotions_stay_cold(self, settings, team, api):
+        from lifecycle.services.operations import cleanup
+
+        from .test_consolidate import FRAGMENTS, _remember
+
+        candidate = MemoryFactory(team=team, content="the user once asked about a font")
+        idle(candidate, 100, importance=0.1, access_count=3)
+        result, _, _ = cleanup(team=team)
+        assert result.cooled == [candidate.pk]
+        fragments = _remember(team, FRAGMENTS)
+        assert ok_data(api.post("/lifecycle/consolidate", {"agent_id": "researcher"}))["count"]
+        reasons = dict(Memory.objects.filter(tier="cold").values_list("pk", "cold_reason"))
+        assert reasons == {candidate.pk: "cleanup"} | {m.pk: "consolidated" for m in fragments}
+        settings.TIER_COLD_RETENTION = 0.0  # nothing is cold by the rule any more
+        assert tiers.memories_rewarm(team=team).moves == {}
+        assert Memory.objects.filter(tier="cold").count() == 1 + len(fragments)
+
+    def test_a_memory_of_unknown_reason_comes_back_unless_it_is_a_fragment(self, settings, team):
+        # Cooled before reasons were recorded: "" (the migration marks consolidated fragments).
+        plain = MemoryFactory(team=team, content="The office moved to the fifth floor.")
+        fragment = MemoryFactory(
+            team=team, content="The office plants need water.", metadata={"consolidated_into": 1}
+        )
+        for m in (plain, fragment):
+            idle(m, 200, tier="cold", cold_reason="")
+        settings.TIER_COLD_RETENTION = 0.0
+        assert tiers.memories_rewarm(team=team).moves == {"cold->warm": 1}
+        assert Memory.objects.get(pk=plain.pk).tier == "warm"
+        assert Memory.objects.get(pk=fragment.pk).tier == "cold"
+
+    def test_an_access_clears_the_reason(self, team, api):
+        memory = self._idle_cold(team, "The user's first bike was a red Peugeot.")
+        assert memory.pk in search_ids(api, "first bike Peugeot", include_cold=True)
+        memory.refresh_from_db()
+        assert (memory.tier, memory.cold_reason) == ("hot", "")
+
+    def test_the_command_rewarms_on_request_only(self, settings, team):
+        from io import StringIO
+
+        from django.core.management import call_command
+
+        memory = self._idle_cold(team, "The user's first flat was in Leeds.")
+        settings.TIER_COLD_RETENTION = 0.05
+        out = StringIO()
+        call_command("retier_memories", "--team", team.id, stdout=out)
+        assert "rewarm" not in out.getvalue()
+        assert Memory.objects.get(pk=memory.pk).tier == "cold"
+        call_command("retier_memories", "--team", team.id, "--rewarm", stdout=out)
+        assert "rewarm: examined 1 cold memories; moves: cold->warm: 1" in out.getvalue()
+        assert Memory.objects.get(pk=memory.pk).tier == "warm"

@@ -463,7 +463,8 @@ def _decode(f: models.Field[Any, Any], value: Any) -> Any:
             raise ValueError(f"{f.name} must be a string")
         if f.max_length is not None and len(value) > f.max_length:
             raise ValueError(f"{f.name} is longer than {f.max_length} characters")
-        if f.choices and value not in {str(c[0]) for c in f.choices}:
+        allowed = {str(c[0]) for c in f.choices or ()} | ({""} if f.blank else set())
+        if f.choices and value not in allowed:
             raise ValueError(f"{f.name} {value!r} is not one of the allowed values")
         return value
     if isinstance(f, models.JSONField):

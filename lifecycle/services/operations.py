@@ -36,7 +36,14 @@ from lifecycle.offline import REPEAT_THRESHOLD, repeated_points, similarity_matr
 from lifecycle.schemas import Fact
 from llm import Usage
 from memories import locks
-from memories.models import Memory, MemoryScope, MemoryTier, Procedure, ProcedureStatus
+from memories.models import (
+    ColdReason,
+    Memory,
+    MemoryScope,
+    MemoryTier,
+    Procedure,
+    ProcedureStatus,
+)
 from memories.profile import profile_fields_in
 from memories.purge import memories_trash
 from memories.retrieval.dedup import conflict_reason, preference_terms
@@ -633,6 +640,7 @@ def cleanup(
             memory_ids=cool[start : start + CLEANUP_CHUNK],
             tier=MemoryTier.COLD,
             still=qs,
+            cold_reason=ColdReason.CLEANUP,
         )
     result = CleanupResult(
         cleaned=len(trashed), remaining=scope_qs.count(), trashed=trashed, cooled=cooled
@@ -767,6 +775,11 @@ def consolidate(
                     actor=SYSTEM,
                     metadata={**fragment.metadata, "consolidated_into": fact.pk},
                 )
-            memories_set_tier(team=team, memory_ids=[m.pk for m in fragments], tier=MemoryTier.COLD)
+            memories_set_tier(
+                team=team,
+                memory_ids=[m.pk for m in fragments],
+                tier=MemoryTier.COLD,
+                cold_reason=ColdReason.CONSOLIDATED,
+            )
         done.append(Consolidation(memory=fact, fragments=[m.pk for m in fragments]))
     return ConsolidateResult(consolidated=done, examined=len(memories)), usage, engine.name
