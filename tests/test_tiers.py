@@ -249,6 +249,9 @@ class TestConsole:
         assert f'data-id="{cold.pk}"' in found
         assert Memory.objects.get(pk=cold.pk).tier == "cold"
         assert lead.get(f"/review/{team.id}/memories/?tier=lukewarm").status_code == 200
+        # The detail page says why it is cold.
+        detail = lead.get(f"/review/{team.id}/memories/{cold.pk}/").content.decode()
+        assert ">cold: idle</span>" in detail
 
 
 def test_the_command_runs_the_pass(team, other_team):
