@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -181,9 +181,15 @@ def _pass_target(row: tuple[Any, ...], now: datetime) -> str | None:
     fragment, a cleanup candidate in its grace period — and moving those back each hour would
     undo consolidation and restart the cleanup ladder's clock forever. Cold is left by an
     access (`memories_promote`), or by a pin or an importance that makes the memory hot."""
-    _, _, _, _, tier, importance, access_count, last, created, pinned = row
+    _, _, _, _, tier, importance, _, _, _, pinned = row
     if tier == MemoryTier.COLD and not held_hot(pinned=pinned, importance=importance):
         return None
+    return _rule_target(row, now)
+
+
+def _rule_target(row: tuple[Any, ...], now: datetime) -> str | None:
+    """The tier the rule gives a row of `_RULE_FIELDS`, or None when it is there already."""
+    _, _, _, _, tier, importance, access_count, last, created, pinned = row
     want = tier_for(
         importance=importance,
         access_count=access_count,
@@ -204,42 +210,10 @@ def memories_retier(*, team: Team | None = None, now: datetime | None = None) ->
     the pass.
     """
     now = now or timezone.now()
-    result = RetierResult()
     qs = Memory.objects.filter(superseded_by__isnull=True)
     if team is not None:
         qs = qs.filter(team=team)
-    last_id = 0
-    while True:
-        rows = list(
-            qs.filter(pk__gt=last_id).order_by("pk").values_list(*_RULE_FIELDS)[:RETIER_CHUNK]
-        )
-        if not rows:
-            break
-        last_id = rows[-1][0]
-        result.examined += len(rows)
-        ids = [row[0] for row in rows if _pass_target(row, now) is not None]
-        if not ids:
-            continue
-        with transaction.atomic():
-            locked = list(
-                qs.filter(pk__in=ids).order_by("pk").select_for_update().values_list(*_RULE_FIELDS)
-            )
-            moving: dict[tuple[str, str], list[tuple[Any, ...]]] = defaultdict(list)
-            for row in locked:
-                want = _pass_target(row, now)
-                if want is not None:
-                    moving[(row[4], want)].append(row)
-            for (old, want), moved in moving.items():
-                Memory.objects.filter(pk__in=[m[0] for m in moved]).update(
-                    tier=want,
-                    tier_changed_at=now,
-                    cold_reason=ColdReason.IDLE if want == MemoryTier.COLD else "",
-                )
-                key = f"{old}->{want}"
-                result.moves[key] = result.moves.get(key, 0) + len(moved)
-                if MemoryTier.COLD in (old, want):
-                    _log_cold_moves(m[:4] for m in moved)
-    return result
+    return _move_by(qs, lambda row: _pass_target(row, now), now)
 
 
 # Cold memories the tiering pass may warm back: those it cooled itself, or of unknown reason
@@ -257,23 +231,20 @@ def memories_rewarm(*, team: Team | None = None, now: datetime | None = None) ->
     consolidated fragment stay cold (Memory.cold_reason). Locked and judged again before they
     move, like the pass; idempotent."""
     now = now or timezone.now()
-    result = RetierResult()
     qs = Memory.objects.filter(superseded_by__isnull=True, tier=MemoryTier.COLD).filter(_REWARMABLE)
     if team is not None:
         qs = qs.filter(team=team)
+    return _move_by(qs, lambda row: _rule_target(row, now), now)
 
-    def target(row: tuple[Any, ...]) -> str | None:
-        _, _, _, _, tier, importance, access_count, last, created, pinned = row
-        want = tier_for(
-            importance=importance,
-            access_count=access_count,
-            last_accessed=last,
-            created_at=created,
-            pinned=pinned,
-            now=now,
-        )
-        return want if want != tier else None
 
+def _move_by(
+    qs: QuerySet[Memory], target: Callable[[tuple[Any, ...]], str | None], now: datetime
+) -> RetierResult:
+    """Moves each row of `qs` to `target(row)` (None: leaves it), in id chunks of values
+    (`_RULE_FIELDS`, no vectors); the rows a chunk would move are locked and judged again in one
+    transaction, so a pin, a recall or another move made since the read wins. A move to cold
+    is the rule's (ColdReason.IDLE); one into or out of cold is logged for every index."""
+    result = RetierResult()
     last_id = 0
     while True:
         rows = list(
@@ -290,16 +261,19 @@ def memories_rewarm(*, team: Team | None = None, now: datetime | None = None) ->
             locked = list(
                 qs.filter(pk__in=ids).order_by("pk").select_for_update().values_list(*_RULE_FIELDS)
             )
-            moving: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+            moving: dict[tuple[str, str], list[tuple[Any, ...]]] = defaultdict(list)
             for row in locked:
                 want = target(row)
                 if want is not None:
-                    moving[want].append(row)
-            for want, moved in moving.items():
+                    moving[(row[4], want)].append(row)
+            for (old, want), moved in moving.items():
                 Memory.objects.filter(pk__in=[m[0] for m in moved]).update(
-                    tier=want, tier_changed_at=now, cold_reason=""
+                    tier=want,
+                    tier_changed_at=now,
+                    cold_reason=ColdReason.IDLE if want == MemoryTier.COLD else "",
                 )
-                key = f"cold->{want}"
+                key = f"{old}->{want}"
                 result.moves[key] = result.moves.get(key, 0) + len(moved)
-                _log_cold_moves(m[:4] for m in moved)
+                if MemoryTier.COLD in (old, want):
+                    _log_cold_moves(m[:4] for m in moved)
     return result
