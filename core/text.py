@@ -8,6 +8,7 @@ with jieba and tell Chinese from other text by the same range; one definition ke
 
 from __future__ import annotations
 
+import functools
 import threading
 import unicodedata
 from typing import Any
@@ -20,13 +21,14 @@ UNSPACED = r"\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff"
 _UNSPACED_BLOCKS = ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x3040, 0x30FF))
 
 
+@functools.cache
 def combining_marks(*, unspaced: bool) -> str:
     """The combining marks (Unicode categories Mn, Mc, Me) of the Basic Multilingual Plane as a
     character class body; without those of the UNSPACED scripts unless `unspaced`.
 
     Python's `\\w` leaves marks out, so a word that carries them — nearly every Devanagari,
     Bengali or Tamil word: "नमस्ते" — falls apart at each vowel sign into pieces of one or two
-    letters that match the pieces of any other word. ~7 ms, once per caller at import."""
+    letters that match the pieces of any other word. ~7 ms, once per process and flag (cached)."""
     out: list[str] = []
     start = prev = -2
     for cp in range(0x300, 0x10000):
