@@ -1,7 +1,8 @@
-"""The hourly tiering pass against a pin or an importance given at the same moment, each in its
-own process on one MariaDB database. The pass read the memory idle and unpinned, then moved it
-to the cold tier after the lead's pin had committed: a pinned memory out of everyday search
-until the next pass. Now the pass locks the rows it would move and judges them again.
+"""The hourly tiering pass (and the rewarm) against a pin, an importance or a read given at the
+same moment, each in its own process on one MariaDB database. The pass read the memory idle and
+unpinned, then moved it to the cold tier after the lead's pin had committed: a pinned memory out
+of everyday search until the next pass. Now the pass locks the rows it would move and judges
+them again.
 
 The order is forced: a third process holds the memory's row, the pin queues on it first, then
 the pass (which has already read the row as it was); releasing the holder lets the pin commit
@@ -84,3 +85,52 @@ def test_the_pass_still_moves_an_idle_memory(tmp_path):
         moves: Any = stack_python(stack, RETIER)
         assert moves == {"hot->cold": 1}
         assert stack_python(stack, ROW.format(mid=mid)) == ["cold", False, 0.3]
+
+
+# The rewarm after an operator lowered the cold threshold to 0: nothing is cold by the rule.
+REWARM = """
+import json
+from django.conf import settings
+from memories.tiers import memories_rewarm
+settings.TIER_COLD_RETENTION = 0.0
+print(json.dumps(memories_rewarm().moves))
+"""
+
+
+def _cooled_memory(stack: Stack, client: MemoryClient, text: str) -> int:
+    mid = _idle_memory(stack, client, text)
+    assert stack_python(stack, RETIER) == {"hot->cold": 1}
+    return mid
+
+
+@pytest.mark.parametrize(
+    "recall, expected",
+    [
+        (lambda client, mid: client.get_memory(mid), ["hot", False]),
+        (lambda client, mid: client.update_memory(mid, pinned=True), ["hot", True]),
+    ],
+    ids=["read-by-id", "pin"],
+)
+def test_a_rewarm_queued_behind_a_recall_leaves_the_memory_hot(tmp_path, recall, expected):
+    """The rewarm read the memory cold and idle and would make it warm; a read by id (or a pin)
+    made it hot first. Judged again under the row's lock, the rewarm leaves it hot."""
+    with live_stack(tmp_path, servers=1) as stack:
+        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=180)
+        mid = _cooled_memory(stack, client, "The billing service retries a failed charge twice.")
+        _, moves = queued_in_order(
+            stack,
+            ("memories.models", "Memory", mid),
+            lambda: recall(client, mid),
+            lambda: stack_python(stack, REWARM),
+        )
+        assert moves == {}
+        assert stack_python(stack, ROW.format(mid=mid))[:2] == expected
+
+
+def test_the_rewarm_still_warms_a_cooled_memory(tmp_path):
+    """Nothing in the way: the same rewarm warms the memory (the test above can fail)."""
+    with live_stack(tmp_path, servers=1) as stack:
+        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=180)
+        mid = _cooled_memory(stack, client, "The billing service retries a failed charge twice.")
+        assert stack_python(stack, REWARM) == {"cold->warm": 1}
+        assert stack_python(stack, ROW.format(mid=mid)) == ["warm", False, 0.3]
