@@ -47,6 +47,7 @@ from .models import (
     TrashedMemory,
 )
 from .retrieval import index
+from .retrieval.text import content_hash
 from .selectors import memory_same_content_id
 from .services import Actor, BulkResult, memories_delete
 
@@ -511,8 +512,11 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
     # different items with the same content (or a restore and a write of it) both read "no
     # duplicate" and both insert. Taken after the trash row's lock, never before it.
     locks.scope_lock(team_id=team.id, scope=item.scope, agent_id=item.agent_id)
+    # The hash of the content as this version reads "the same content" (the snapshot's was made
+    # by the version that trashed it).
+    chash = content_hash(snap["content"])
     duplicate = memory_same_content_id(
-        team=team, scope=item.scope, agent_id=item.agent_id, chash=snap["content_hash"]
+        team=team, scope=item.scope, agent_id=item.agent_id, chash=chash
     )
     if duplicate is not None:
         # Restoring would write what the dedup of memory_create never lets in twice.
@@ -540,7 +544,7 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
         metadata=snap["metadata"],
         embedding=item.embedding,
         embedding_model=snap["embedding_model"],
-        content_hash=snap["content_hash"],
+        content_hash=chash,
         # Older trash items have no stored tokens: the index then tokenises the content.
         search_tokens=snap.get("search_tokens", ""),
         access_count=snap["access_count"],

@@ -305,6 +305,20 @@ TENSE_STORED = [
     ("Alice is the owner of the billing service", "Alice was the owner of the billing service"),
     ("The user was vegetarian", "The user is vegetarian"),
 ]
+# Case is part of an identifier, a key, a password or a code (a word with digits, or a capital
+# after a small letter): the dedup read every word in lower case and skipped each of these.
+CASE_STORED = [
+    ("The API key ends in x7QZ", "The API key ends in x7Qz"),
+    ("The wifi password is hunter2", "The wifi password is Hunter2"),
+    ("Deploy token: abc123DEF", "Deploy token: ABC123def"),
+    ("Set the feature flag enableV2 to on", "Set the feature flag enablev2 to on"),
+]
+# An ordinary word's case follows the sentence or the writer's habit.
+CASE_SKIPPED = [
+    ("The server is down", "THE SERVER IS DOWN"),
+    ("the berlin office moved", "The Berlin office moved"),
+    ("The user's API key is in vault", "The user's api key is in vault"),
+]
 SYMBOLS_SKIPPED = [
     ("Temperature: 5°C", "Temperature: +5°C"),
     ("Room temperature is −3 degrees", "Room temperature is -3 degrees"),
@@ -325,6 +339,14 @@ class TestConflictReason:
     @pytest.mark.parametrize("old,new", SYMBOLS_STORED + LABELS_STORED + TENSE_STORED)
     def test_a_symbol_a_label_or_a_tense_says_something(self, old, new):
         assert conflict_reason(new, old) is not None
+
+    @pytest.mark.parametrize("old,new", CASE_STORED)
+    def test_case_in_an_identifier_says_something(self, old, new):
+        assert conflict_reason(new, old) is not None
+
+    @pytest.mark.parametrize("old,new", CASE_SKIPPED)
+    def test_case_in_ordinary_words_says_nothing_new(self, old, new):
+        assert conflict_reason(new, old) is None
 
     @pytest.mark.parametrize("old,new", SYMBOLS_SKIPPED)
     def test_a_sign_or_formatting_alone_says_nothing_new(self, old, new):
@@ -385,7 +407,8 @@ class TestThroughTheApi:
         + PHRASES_STORED
         + OTHER_SCRIPTS_STORED
         + SYMBOLS_STORED
-        + TENSE_STORED,
+        + TENSE_STORED
+        + CASE_STORED,
     )
     def test_a_near_write_that_says_something_else_is_stored(self, api, old, new):
         first = ok_data(write(api, old))
@@ -432,7 +455,8 @@ class TestThroughTheApi:
         + MORE_GENERAL[:2]
         + PHRASES_SKIPPED
         + OTHER_SCRIPTS_SKIPPED
-        + SYMBOLS_SKIPPED,
+        + SYMBOLS_SKIPPED
+        + CASE_SKIPPED,
     )
     def test_the_same_statement_is_skipped(self, api, old, new):
         first = ok_data(write(api, old))

@@ -61,3 +61,39 @@ def test_cold_consolidated_fragments_get_their_reason_on_upgrade():
 
     reasons = dict(Current.objects.filter(team_id="team_c").values_list("pk", "cold_reason"))
     assert reasons == {fragment: "consolidated", idle: "", hot: ""}
+
+
+def test_hashes_are_made_again_where_case_carries_meaning():
+    """Before, "the same content" folded every word's case, so a key written "x7QZ" had the hash
+    of one written "x7Qz": a write of the other was skipped as the same content."""
+    import hashlib
+    import unicodedata
+
+    from memories.retrieval.text import content_hash
+
+    def folded(text):
+        return hashlib.sha256(
+            " ".join(unicodedata.normalize("NFKC", text).casefold().split()).encode()
+        ).hexdigest()
+
+    before = [("memories", "0016_cold_reason")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    team = old.get_model("tenants", "Team").objects.create(id="team_h", name="h")
+    Memory = old.get_model("memories", "Memory")
+    texts = ["The API key ends in x7QZ", "The Berlin office moved"]
+    ids = [
+        Memory.objects.create(
+            team=team, scope="personal", agent_id="a", content=t, content_hash=folded(t)
+        ).pk
+        for t in texts
+    ]
+    assert folded(texts[0]) == folded("The API key ends in x7Qz")
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    from memories.models import Memory as Current
+
+    hashes = dict(Current.objects.filter(team_id="team_h").values_list("pk", "content_hash"))
+    assert hashes[ids[0]] == content_hash(texts[0]) != content_hash("The API key ends in x7Qz")
+    assert hashes[ids[1]] == folded(texts[1]) == content_hash(texts[1])  # unchanged

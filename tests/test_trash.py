@@ -225,6 +225,16 @@ class TestRestore:
         api.delete(f"/memories/personal/{other}")
         assert api.post(f"/memories/trash/{other}/restore").status_code == 200
 
+    def test_a_key_in_other_capitals_is_no_duplicate(self, api):
+        # "x7QZ" is not "x7Qz": both are kept, and the trashed one comes back beside the other.
+        mid = write(api, "the deploy key ends in x7QZ")
+        api.delete(f"/memories/personal/{mid}")
+        other = write(api, "the deploy key ends in x7Qz")
+        assert api.post(f"/memories/trash/{mid}/restore").status_code == 200
+        contents = set(Memory.objects.values_list("content", flat=True))
+        assert contents == {"the deploy key ends in x7QZ", "the deploy key ends in x7Qz"}
+        assert Memory.objects.get(pk=mid).content_hash != Memory.objects.get(pk=other).content_hash
+
     def test_agent_deletion_is_final_and_empties_its_trash(self, api, team):
         mid = write(api, "a note of an agent about to be deleted", agent="gone")
         api.delete(f"/memories/personal/{mid}")

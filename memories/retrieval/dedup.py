@@ -27,7 +27,7 @@ from functools import lru_cache
 
 from core.text import combining_marks
 
-from .text import tokenize
+from .text import case_carries_meaning, tokenize
 
 # A sign belongs to its number ("-5°C" is not "5°C") unless a word or a number comes right
 # before it ("2-3", "v1-2" are ranges and names).
@@ -178,6 +178,26 @@ def numbers(text: str) -> list[str]:
         re.sub(r"\s+", "", m.group(0)).rstrip(".,").replace("\u2212", "-").lstrip("+")
         for m in _NUMBER.finditer(norm)
     ]
+
+
+# A word of letters and digits, as written (the case kept).
+_CASED_WORD = re.compile(r"[^\W_]+")
+
+
+def case_changed(new: str, old: str) -> str | None:
+    """A word of `new` that `old` writes with other capitals, where case carries meaning
+    (case_carries_meaning, on either side): "ends in x7Qz" is not "ends in x7QZ"."""
+    old_words = set(_CASED_WORD.findall(unicodedata.normalize("NFKC", old)))
+    by_lower: dict[str, list[str]] = {}
+    for word in old_words:
+        by_lower.setdefault(word.casefold(), []).append(word)
+    for word in _CASED_WORD.findall(unicodedata.normalize("NFKC", new)):
+        if word in old_words:
+            continue
+        others = by_lower.get(word.casefold(), [])
+        if any(case_carries_meaning(word) or case_carries_meaning(o) for o in others):
+            return word
+    return None
 
 
 def negation_count(text: str) -> int:
@@ -1082,6 +1102,8 @@ def conflict_reason(new: str, old: str) -> str | None:
     """Why `new` says something different from `old` although they look alike; None if it doesn't."""
     if numbers(new) != numbers(old):
         return "numbers differ"
+    if (word := case_changed(new, old)) is not None:
+        return f"case differs: {word}"
     if negation_count(new) % 2 != negation_count(old) % 2:
         return "negation differs"
     if preference_terms(new) != preference_terms(old):

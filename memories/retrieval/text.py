@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import tempfile
@@ -435,9 +436,31 @@ def tokens_from_storage(stored: str) -> tuple[str, ...] | None:
     return tuple(stored[len(stamp) :].split())
 
 
+# A run of letters and digits, or a run of anything else.
+_CASE_RUN = re.compile(r"[^\W_]+|[\W_]+")
+
+
+def case_carries_meaning(word: str) -> bool:
+    """Whether a word's case is part of what it says: one that mixes letters and digits
+    ("x7Qz", "Hunter2", "A1B2") or has a capital after a small letter ("iPhone", "aBcD") is an
+    identifier, a key, a password or a code, where "x7Qz" and "x7QZ" are two values. An ordinary
+    word's case ("The", "API", "ALICE") only follows the sentence or the writer's habit."""
+    if not any(c.isupper() or c.islower() for c in word):
+        return False  # no letters, or a script without case
+    if any(c.isdigit() for c in word):
+        return True
+    return any(a.islower() and b.isupper() for a, b in itertools.pairwise(word))
+
+
+def _fold(match: re.Match[str]) -> str:
+    run = match.group(0)
+    return run if case_carries_meaning(run) else run.casefold()
+
+
 def normalise(text: str) -> str:
-    """What counts as "the same content": NFKC, case-folded, whitespace collapsed."""
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    """What counts as "the same content": NFKC, case-folded (not where case carries meaning:
+    "key x7Qz" is not "key x7QZ"), whitespace collapsed."""
+    return " ".join(_CASE_RUN.sub(_fold, unicodedata.normalize("NFKC", text)).split())
 
 
 def content_hash(text: str) -> str:
