@@ -156,6 +156,38 @@ def test_the_default_model_reads_the_scripts_it_learnt_and_says_which_it_does_no
     assert embedder.reads("Deploy the service with Ηλίας on Friday")
 
 
+def test_vietnamese_is_told_by_its_letters_and_not_read():
+    embedder = get_embedder()
+    # Why: a question nothing answers scores unrelated Vietnamese memories as answers (the
+    # search scale: 0.3 is the default min_score), where a Russian one scores them near 0.
+    memories = {
+        "vi": ["Mật khẩu máy chủ được thay đổi mỗi tháng.", "Người dùng bị dị ứng với đậu phộng."],
+        "ru": ["Пароль сервера меняется каждый месяц.", "У пользователя аллергия на арахис."],
+    }
+    questions = {
+        "vi": "Người dùng có bao nhiêu anh chị em?",
+        "ru": "Сколько братьев и сестёр у пользователя?",
+    }
+    best = {
+        lang: float(
+            np.max(embedder.score(embed_passages(texts) @ embedder.encode_query(questions[lang])))
+        )
+        for lang, texts in memories.items()
+    }
+    assert best["vi"] > 0.6 and best["ru"] < 0.3, best
+    for text in (*memories["vi"], questions["vi"], "Call Nguyễn Thị Ánh"):
+        assert not embedder.reads(text), text
+    for text in (
+        "Tôi là sinh viên",  # shared letters only: not told apart, read as before
+        "Meeting with Nguyễn Văn An about the budget tomorrow",
+        "The user loves phở and bánh mì",
+        "O usuário mora em São Paulo e não gosta de café",
+        "Korisnik živi u Đakovu i voli čaj",
+        "Utilizatorul locuiește în București",
+    ):
+        assert embedder.reads(text), text
+
+
 def test_min_score_on_fused_score(api):
     """min_score=0.3 keeps the relevant memory and drops the unrelated one, for every case."""
     for i, (query, relevant, unrelated, _dup) in enumerate(CASES):

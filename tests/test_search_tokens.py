@@ -295,3 +295,13 @@ def test_a_memory_edited_while_its_batch_is_embedded_keeps_its_new_vector(team, 
         np.frombuffer(bytes(memory.embedding), dtype="<f4"), real([edited])[0], rtol=1e-6
     )
     assert tokens_from_storage(memory.search_tokens) == tokenize(edited)
+
+
+def test_a_stop_word_is_one_as_written_not_once_folded():
+    # Vietnamese "ăn" (eat), "án" (a case, a project), "hệ" (system) fold into the English stop
+    # words "an", "he": they were dropped, and "the user does not eat beef" lost its verb.
+    assert "an" in tokenize("Người dùng không ăn thịt bò")
+    assert "an" in tokenize("Dự án phải hoàn thành")
+    assert "he" in tokenize("hệ quản trị")
+    # English stop words as written still go.
+    assert tokenize("an apple for him") == tokenize("apple for")

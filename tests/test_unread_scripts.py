@@ -76,6 +76,32 @@ def test_near_writes_are_not_linked_to_every_memory_of_the_script(api):
     assert again.status_code == 200 and ok_data(again)["dedup_skipped"] is True
 
 
+# Vietnamese is written in Latin letters the model reads, in a language it never learnt: these
+# questions scored the unrelated memories at 0.6-0.9, and a default search returned them all.
+VIETNAMESE = [
+    "Người dùng thích uống trà xanh vào buổi sáng.",
+    "Người dùng sống ở thành phố Đà Nẵng.",
+    "Mật khẩu máy chủ được thay đổi mỗi tháng.",
+    "Cuộc họp nhóm diễn ra vào thứ Ba hàng tuần.",
+    "Người dùng bị dị ứng với đậu phộng.",
+    "Người dùng làm kỹ sư phần mềm tại một công ty ngân hàng.",
+]
+
+
+def test_vietnamese_questions_nothing_answers_come_back_empty(api):
+    ids = [ok_data(write(api, text, agent="vi"))["id"] for text in VIETNAMESE]
+    for question in (
+        "Tỷ số trận bóng đá tối qua là bao nhiêu?",  # last night's football score
+        "Xe ô tô của người dùng màu gì?",  # the colour of the user's car
+        "Người dùng có bao nhiêu anh chị em?",  # how many siblings the user has
+        "Mã xác thực hai lớp được gửi qua đâu?",  # where the two-factor code is sent
+    ):
+        assert search(api, question, agent="vi") == [], question
+    # "Where does the user live?": its memory, alone (the password memory came second at 0.9).
+    assert _ids(search(api, "Người dùng sống ở đâu?", agent="vi")) == [ids[1]]
+    assert _ids(search(api, "Người dùng dị ứng với thứ gì?", agent="vi")) == [ids[4]]
+
+
 def test_the_offline_compress_keeps_each_fact(settings):
     summaries, _ = OfflineEngine().compress(HEBREW, 1)
     assert len(summaries) == 1

@@ -330,6 +330,40 @@ def is_cjk(text: str) -> bool:
     return letters > 0 and 3 * len(_CJK_CHAR.findall(text)) >= letters
 
 
+# Letters that, among the languages written in Latin letters, Vietnamese alone writes: the tone
+# letters of Latin Extended Additional (ạ ả ấ … ỹ), ơ, ư, ĩ, ũ and đ.
+_VI_MARKED = re.compile(
+    "[\u1ea0-\u1ef9\u01a0\u01a1\u01af\u01b0\u0128\u0129\u0168\u0169\u0110\u0111]"
+)
+# Every other Latin letter Vietnamese writes (plain ASCII aside): à á â ã è é ê ì í ò ó ô õ ù ú
+# ý ă. A Latin letter outside both (č, ñ, ß, ş, ł…) says another language ("Đakovo" is Croatian).
+_VI_SHARED = re.compile(
+    "[\u00c0-\u00c3\u00c8-\u00ca\u00cc\u00cd\u00d2-\u00d5\u00d9\u00da\u00dd"
+    "\u00e0-\u00e3\u00e8-\u00ea\u00ec\u00ed\u00f2-\u00f5\u00f9\u00fa\u00fd\u0102\u0103]"
+)
+_LETTER_RUN = re.compile(r"[^\W\d_]+")
+
+
+def is_vietnamese(text: str) -> bool:
+    """Vietnamese, told by its letters: a letter only Vietnamese writes (_VI_MARKED), at least
+    half of the words accented (nearly every Vietnamese syllable is), and no Latin letter foreign
+    to it. A sentence of shared letters only ("Tôi là sinh viên") is not recognised; an English
+    sentence with a Vietnamese name or two ("Meeting with Nguyễn Văn An") is not Vietnamese."""
+    if text.isascii():
+        return False
+    words = _LETTER_RUN.findall(unicodedata.normalize("NFC", text))
+    marked = accented = 0
+    for word in words:
+        for c in word:
+            if c.isascii() or _VI_MARKED.match(c) or _VI_SHARED.match(c):
+                continue
+            if unicodedata.name(c, "").startswith("LATIN"):
+                return False
+        marked += bool(_VI_MARKED.search(word))
+        accented += not word.isascii()
+    return marked > 0 and 2 * accented >= len(words)
+
+
 # Small on purpose: index loads tokenise every memory once, and a large cache would keep every
 # memory's text and tokens alive (measured: RSS 538 MB with 100k memories and a 65k-entry cache).
 @lru_cache(maxsize=2048)
@@ -345,10 +379,13 @@ def tokenize(text: str) -> tuple[str, ...]:
                 if word and word not in STOP_WORDS:
                     out.append(word)
         else:
-            word = _POSSESSIVE.sub("", tok.strip("'’.-_"))
+            word = written = _POSSESSIVE.sub("", tok.strip("'’.-_"))
             if not word.isascii():
                 word = _fold_latin(word)
-            if word not in STOP_WORDS:  # "it's" is "it"
+            # A stop word as written ("it's" is "it"): a word that only folds into one is a word
+            # of another language — Vietnamese "ăn" (eat), "án" (case), "hệ", "sở" are not
+            # "an", "he", "so".
+            if written not in STOP_WORDS:
                 out.append(_stem(word) if word.isascii() else _native_stem(word))
     return tuple(t for t in out if t)
 
@@ -409,7 +446,8 @@ def _fold_latin(word: str) -> str:
 # 4: combining marks are part of their word (Devanagari, Bengali, Tamil… words whole); Cyrillic,
 #    Greek, Devanagari, Arabic, Armenian and Tamil words stemmed (_native_stem); katakana and
 #    hiragana runs cut apart.
-TOKENIZER_VERSION = 4
+# 5: a word is a stop word only as written, not once folded (Vietnamese "ăn" is not "an").
+TOKENIZER_VERSION = 5
 
 
 def tokens_stamp() -> str:
