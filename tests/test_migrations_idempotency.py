@@ -15,19 +15,26 @@ BEFORE = [("tenants", "0005_mcp_token"), ("lifecycle", "0013_recall_timeout")]
 AFTER = [("tenants", "0006_idempotentrequest"), ("lifecycle", "0014_idempotentrequest_to_tenants")]
 
 
-def test_the_records_move_with_their_table():
+def _migrated_to(targets):
+    """The database migrated back to `targets`: the models as they were there."""
     executor = MigrationExecutor(connection)
-    executor.migrate(BEFORE)
-    old = executor.loader.project_state(BEFORE).apps
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+def _migrated_to_latest():
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+def test_the_records_move_with_their_table():
+    old = _migrated_to(BEFORE)
     team = old.get_model("tenants", "Team").objects.create(id="team_m", name="m")
     old.get_model("lifecycle", "IdempotentRequest").objects.create(
         team=team, endpoint="ingest", key="k-1", request_hash="h" * 64, status_code=202, body={}
     )
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(AFTER)
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    _migrated_to(AFTER)
+    _migrated_to_latest()
     row = IdempotentRequest.objects.get(team_id="team_m", key="k-1")
     assert (row.endpoint, row.status_code) == ("ingest", 202)
     assert IdempotentRequest._meta.db_table in connection.introspection.table_names()
@@ -36,9 +43,7 @@ def test_the_records_move_with_their_table():
 
 def test_cold_consolidated_fragments_get_their_reason_on_upgrade():
     before = [("memories", "0015_memory_hash_index_order")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    old = executor.loader.project_state(before).apps
+    old = _migrated_to(before)
     team = old.get_model("tenants", "Team").objects.create(id="team_c", name="c")
     Memory = old.get_model("memories", "Memory")
 
@@ -55,8 +60,7 @@ def test_cold_consolidated_fragments_get_their_reason_on_upgrade():
     fragment = memory("fragment", tier="cold", metadata={"consolidated_into": 9})
     idle = memory("idle", tier="cold", metadata={})
     hot = memory("hot", metadata={"consolidated_into": 9})  # asked for since: hot, no reason
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    _migrated_to_latest()
     from memories.models import Memory as Current
 
     reasons = dict(Current.objects.filter(team_id="team_c").values_list("pk", "cold_reason"))
@@ -77,9 +81,7 @@ def test_hashes_are_made_again_where_case_carries_meaning():
         ).hexdigest()
 
     before = [("memories", "0016_cold_reason")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    old = executor.loader.project_state(before).apps
+    old = _migrated_to(before)
     team = old.get_model("tenants", "Team").objects.create(id="team_h", name="h")
     Memory = old.get_model("memories", "Memory")
     texts = ["The API key ends in x7QZ", "The Berlin office moved"]
@@ -90,8 +92,7 @@ def test_hashes_are_made_again_where_case_carries_meaning():
         for t in texts
     ]
     assert folded(texts[0]) == folded("The API key ends in x7Qz")
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    _migrated_to_latest()
     from memories.models import Memory as Current
 
     hashes = dict(Current.objects.filter(team_id="team_h").values_list("pk", "content_hash"))

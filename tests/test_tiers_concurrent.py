@@ -10,6 +10,7 @@ first (InnoDB grants a row's lock in the order it was asked for)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -50,6 +51,21 @@ print(json.dumps([m.tier, m.pinned, m.importance]))
 """
 
 
+def _client(stack: Stack) -> MemoryClient:
+    return MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=180)
+
+
+def _queued(stack: Stack, mid: int, first: Callable[[], Any], code: str) -> tuple[Any, Any]:
+    """`first` (a request) queued on the memory's row, then `code` (a pass, in a process of its
+    own) behind it: both answers."""
+    return queued_in_order(
+        stack,
+        ("memories.models", "Memory", mid),
+        first,
+        lambda: stack_python(stack, code),
+    )
+
+
 def _idle_memory(stack: Stack, client: MemoryClient, text: str) -> int:
     mid = client.write_memory("coder", text, importance=0.3)["id"]
     stack_python(stack, IDLE.format(mid=mid))
@@ -63,14 +79,9 @@ def _idle_memory(stack: Stack, client: MemoryClient, text: str) -> int:
 )
 def test_a_pass_queued_behind_a_pin_leaves_the_memory_hot(tmp_path, change, expected):
     with live_stack(tmp_path, servers=1) as stack:
-        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=180)
+        client = _client(stack)
         mid = _idle_memory(stack, client, "The staging cluster's admin password rotates monthly.")
-        edited, moves = queued_in_order(
-            stack,
-            ("memories.models", "Memory", mid),
-            lambda: client.update_memory(mid, **change),
-            lambda: stack_python(stack, RETIER),
-        )
+        edited, moves = _queued(stack, mid, lambda: client.update_memory(mid, **change), RETIER)
         assert (edited["pinned"], edited["importance"]) == tuple(expected)
         assert moves == {}
         assert stack_python(stack, ROW.format(mid=mid)) == ["hot", *expected]
@@ -80,7 +91,7 @@ def test_the_pass_still_moves_an_idle_memory(tmp_path):
     """The same memory, nothing in the way: the pass moves it cold (the test above is not a pass
     that never moves anything)."""
     with live_stack(tmp_path, servers=1) as stack:
-        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=180)
+        client = _client(stack)
         mid = _idle_memory(stack, client, "The staging cluster's admin password rotates monthly.")
         moves: Any = stack_python(stack, RETIER)
         assert moves == {"hot->cold": 1}
@@ -115,14 +126,9 @@ def test_a_rewarm_queued_behind_a_recall_leaves_the_memory_hot(tmp_path, recall,
     """The rewarm read the memory cold and idle and would make it warm; a read by id (or a pin)
     made it hot first. Judged again under the row's lock, the rewarm leaves it hot."""
     with live_stack(tmp_path, servers=1) as stack:
-        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=180)
+        client = _client(stack)
         mid = _cooled_memory(stack, client, "The billing service retries a failed charge twice.")
-        _, moves = queued_in_order(
-            stack,
-            ("memories.models", "Memory", mid),
-            lambda: recall(client, mid),
-            lambda: stack_python(stack, REWARM),
-        )
+        _, moves = _queued(stack, mid, lambda: recall(client, mid), REWARM)
         assert moves == {}
         assert stack_python(stack, ROW.format(mid=mid))[:2] == expected
 
@@ -130,7 +136,7 @@ def test_a_rewarm_queued_behind_a_recall_leaves_the_memory_hot(tmp_path, recall,
 def test_the_rewarm_still_warms_a_cooled_memory(tmp_path):
     """Nothing in the way: the same rewarm warms the memory (the test above can fail)."""
     with live_stack(tmp_path, servers=1) as stack:
-        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=180)
+        client = _client(stack)
         mid = _cooled_memory(stack, client, "The billing service retries a failed charge twice.")
         assert stack_python(stack, REWARM) == {"cold->warm": 1}
         assert stack_python(stack, ROW.format(mid=mid)) == ["warm", False, 0.3]
