@@ -184,6 +184,7 @@ def test_vietnamese_is_told_by_its_letters_and_not_read():
         "O usuário mora em São Paulo e não gosta de café",
         "Korisnik živi u Đakovu i voli čaj",
         "Utilizatorul locuiește în București",
+        "用户的同事叫 Nguyễn Văn An",  # Chinese, with a Vietnamese name
     ):
         assert embedder.reads(text), text
 

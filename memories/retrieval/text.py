@@ -346,19 +346,17 @@ _LETTER_RUN = re.compile(r"[^\W\d_]+")
 
 def is_vietnamese(text: str) -> bool:
     """Vietnamese, told by its letters: a letter only Vietnamese writes (_VI_MARKED), at least
-    half of the words accented (nearly every Vietnamese syllable is), and no Latin letter foreign
-    to it. A sentence of shared letters only ("Tôi là sinh viên") is not recognised; an English
-    sentence with a Vietnamese name or two ("Meeting with Nguyễn Văn An") is not Vietnamese."""
+    half of the words accented (nearly every Vietnamese syllable is), and no letter foreign to
+    it — another Latin letter, or another script (a Chinese sentence naming "Nguyễn Văn An" is
+    Chinese). A sentence of shared letters only ("Tôi là sinh viên") is not recognised; an
+    English sentence with a Vietnamese name or two ("Meeting with Nguyễn Văn An") is English."""
     if text.isascii():
         return False
     words = _LETTER_RUN.findall(unicodedata.normalize("NFC", text))
     marked = accented = 0
     for word in words:
-        for c in word:
-            if c.isascii() or _VI_MARKED.match(c) or _VI_SHARED.match(c):
-                continue
-            if unicodedata.name(c, "").startswith("LATIN"):
-                return False
+        if not all(c.isascii() or _VI_MARKED.match(c) or _VI_SHARED.match(c) for c in word):
+            return False
         marked += bool(_VI_MARKED.search(word))
         accented += not word.isascii()
     return marked > 0 and 2 * accented >= len(words)
