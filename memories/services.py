@@ -319,8 +319,7 @@ def memories_insert(*, team: Team, memories: list[Memory]) -> list[Memory]:
         for m, (created_at, updated_at) in zip(memories, stamps, strict=True):
             m.created_at = created_at or m.created_at
             m.updated_at = updated_at or m.updated_at
-        # bulk_update writes the values as they are (no auto_now stamping).
-        Memory.objects.bulk_update(memories, ["created_at", "updated_at"], batch_size=500)
+        _stamps_write(memories)
         by_scope: dict[tuple[str, str], list[int]] = {}
         for m in memories:
             by_scope.setdefault((m.scope, m.agent_id), []).append(m.pk)
@@ -329,6 +328,30 @@ def memories_insert(*, team: Team, memories: list[Memory]) -> list[Memory]:
                 team_id=team.id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=False
             )
     return memories
+
+
+def _stamps_write(memories: list[Memory]) -> None:
+    """Writes the rows' `created_at` / `updated_at` as they are (bulk_create stamped them with
+    the insert time). One UPDATE run for each row: bulk_update's CASE over 500 rows cost ~0.5 ms
+    a row, inside an import's transaction (on SQLite, the whole database's write lock)."""
+    meta = Memory._meta
+    created, updated = meta.get_field("created_at"), meta.get_field("updated_at")
+    # Names from the model's own metadata, values as parameters.
+    table, created_col, updated_col, id_col = map(
+        connection.ops.quote_name,
+        (meta.db_table, created.column or "created_at", updated.column or "updated_at", "id"),
+    )
+    sql = f"UPDATE {table} SET {created_col} = %s, {updated_col} = %s WHERE {id_col} = %s"  # noqa: S608
+    rows = [
+        (
+            created.get_db_prep_value(m.created_at, connection),
+            updated.get_db_prep_value(m.updated_at, connection),
+            m.pk,
+        )
+        for m in memories
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
 
 
 def memories_link(*, team: Team, links: list[tuple[int, str, int | None]]) -> None:

@@ -751,6 +751,21 @@ def test_the_commands_export_and_import_with_the_same_code(team, tmp_path, capsy
     assert {r["agent_id"] for r in records if r["kind"] == "memory"} == {"alice"}
 
 
+def test_the_import_command_shows_the_embedding_done_before_the_import(team, tmp_path, capsys):
+    records = [
+        {**MEMORY, "id": i, "content": f"memory number {i} of another model"} for i in range(40)
+    ]
+    path = tmp_path / "other.jsonl.gz"
+    path.write_bytes(make_bundle(_header(embedding_model="other", counts={"memory": 40}), records))
+    call_command("import_team", str(path), "--team", team.id)
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1])["reembedded"] == 40
+    lines = err.splitlines()
+    embedded = next(i for i, line in enumerate(lines) if line.startswith("embedded: 40/40 (100 %)"))
+    imported = next(i for i, line in enumerate(lines) if line.startswith("imported: 40/40"))
+    assert embedded < imported
+
+
 def test_a_bundle_moves_to_a_fresh_database_and_exports_the_same(team, tmp_path):
     """Export here, import into another installation (a fresh SQLite database, migrated from
     scratch, the commands run as real processes), export there: the same bundle, ids mapped."""

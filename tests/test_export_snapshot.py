@@ -1,5 +1,5 @@
 """An export read while an agent writes: the bundle is one snapshot of the team, and the write
-does not wait for the export.
+does not wait for the export. An import that embeds again does not keep writers waiting either.
 
 * MariaDB: Django's transactions read at READ COMMITTED, where each of the export's queries
   (memories, then revisions, shares, …) saw what had committed before it; a memory written
@@ -10,9 +10,15 @@ does not wait for the export.
 
 The exporter and the writer are processes of their own on the stack's database (a file with WAL
 on SQLite); the write is made at a fixed point: after the export has read the memories and
-written the first one, before it reads the revisions."""
+written the first one, before it reads the revisions.
+
+An import from a server of another model embeds every memory again. That ran inside its
+transaction: on SQLite every other writer waited for the whole embedding, then got a 503. Now it
+embeds first; the write is made after its first batch of vectors."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -83,3 +89,53 @@ def test_an_export_is_one_snapshot_and_does_not_hold_writers_back(tmp_path):
         # Both writes did commit.
         assert client.get_memory(int(new))["content"] == "The user moved to Oslo."
         assert client.get_memory(ids[0])["importance"] == 0.9
+
+
+# Another process imports a bundle of another model's vectors (all embedded again); after the
+# first batch, a third process writes a memory of another agent and counts what the import has
+# written so far.
+IMPORT = f"""
+import gzip, json, subprocess, sys
+from lifecycle.services.bundle import bundle_import
+from tenants.models import Team
+WRITE = {WRITE!r} + "\\nprint(json.dumps([new.pk, Memory.objects.filter(agent_id='importer').count()]))"
+n = 200
+header = {{"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
+          "embedding_model": "another-model", "embedding_dim": 3, "counts": {{"memory": n}}}}
+records = [{{"kind": "memory", "id": i, "scope": "personal", "agent_id": "importer",
+            "content": f"Imported fact number {{i}} about the deploy pipeline",
+            "embedding_model": "another-model"}} for i in range(n)]
+data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in [header, *records]))
+done = {{}}
+batches = []
+def embedding(total):
+    def advance(n):
+        batches.append(n)
+        if not done:
+            p = subprocess.run(
+                [sys.executable, "manage.py", "shell", "-c", WRITE],
+                capture_output=True, text=True, timeout=120,
+            )
+            done.update(rc=p.returncode, out=p.stdout.strip().splitlines()[-1:], err=p.stderr[-800:])
+    return advance
+result = bundle_import(team=Team.objects.get(), data=data, embedding_progress=embedding)
+print(json.dumps({{"imported": result.imported["memory"], "reembedded": result.reembedded,
+                  "batches": batches, "write": done}}))
+"""
+
+
+def test_an_import_embeds_before_it_holds_writers_back(tmp_path):
+    with live_stack(tmp_path, servers=1, extra_env={"DB_LOCK_WAIT_SECONDS": "3"}) as stack:
+        client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=120)
+        client.write_memory("coder", "The user prefers tea.")
+        out = stack_python(stack, IMPORT)
+        write = out["write"]
+        assert write["rc"] == 0, write["err"]  # not "database is locked"
+        (line,) = write["out"]
+        new, imported_then = json.loads(line)
+        # The write was made while the import ran: nothing of it had been written yet.
+        assert imported_then == 0 and sum(out["batches"]) == 200 and len(out["batches"]) > 1
+        assert out["imported"] == out["reembedded"] == 200
+        assert client.get_memory(new)["content"] == "The user moved to Oslo."
+        found = client.search("importer", "fact number 17 deploy pipeline", limit=3)
+        assert "Imported fact number 17 about the deploy pipeline" in [m["content"] for m in found]

@@ -10,7 +10,9 @@ maps them to the rows it writes and rewrites every reference.
 
 An export is written by a job (`pipeline.HANDLERS[JobKind.EXPORT]`) into `ExportChunk` rows,
 so any node answers its download; `exports_prune` removes them after EXPORT_RETENTION_HOURS.
-An import runs in the request, in one transaction: all of it or nothing.
+An import runs in the request, in one transaction: all of it or nothing. What it must embed
+again is embedded before that transaction opens (`_embed_ahead`), so the database's locks are
+held for the writes only.
 """
 
 from __future__ import annotations
@@ -541,13 +543,21 @@ class _Import:
     agents: set[str] = field(default_factory=set)
     pending: list[tuple[Any, Memory, dict[str, Any]]] = field(default_factory=list)
     links: list[tuple[Any, str, Any]] = field(default_factory=list)
-    overwrites: list[tuple[Memory, dict[str, Any]]] = field(default_factory=list)
+    overwrites: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     metadata_of: dict[Any, Memory] = field(default_factory=dict)
     memories_done: bool = False
     sources: set[Any] = field(default_factory=set)
     # (agent, key) of the profile fields kept as they were here (skipped): their history is
     # this server's; every other key's history comes along (a deleted key's too).
     profile_kept: set[tuple[str, str]] = field(default_factory=set)
+    # Vectors embedded before the transaction (`_embed_ahead`), by the text embedded.
+    vectors: dict[str, bytes] = field(default_factory=dict)
+    # The bundle's memory contents and their hashes, read before the transaction too.
+    hashes: dict[str, str] = field(default_factory=dict)
+    # (scope, agent, content hash, superseded) -> the first such memory of the team: read in one
+    # pass when the transaction opens (`read_existing`: a query a memory held the lock ~1 ms
+    # each), then told of each memory the import writes.
+    existing: dict[tuple[str, str, str, bool], int] = field(default_factory=dict)
 
     # -- helpers
 
@@ -599,6 +609,36 @@ class _Import:
             self.reembed_all or not raw or model_name != self.model_name or len(raw) != 4 * self.dim
         )
 
+    def hash_of(self, content: str) -> str:
+        if content not in self.hashes:
+            self.hashes[content] = content_hash(content)
+        return self.hashes[content]
+
+    def read_existing(self) -> None:
+        """The team's memories with a content of the bundle (inside the transaction: what it
+        reads, it writes against)."""
+        if self.on_conflict == "new_ids":
+            return
+        hashes = sorted(set(self.hashes.values()))
+        for start in range(0, len(hashes), 500):
+            rows = (
+                Memory.objects.filter(team=self.team, content_hash__in=hashes[start : start + 500])
+                .order_by("id")
+                .values_list("pk", "scope", "agent_id", "content_hash", "superseded_by_id")
+            )
+            for pk, scope, agent_id, digest, superseded_by in rows:
+                self.existing.setdefault((scope, agent_id, digest, superseded_by is not None), pk)
+
+    def embedded(self, texts: list[str]) -> list[bytes]:
+        """The vectors of `texts`: those embedded ahead, the others now."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        for start in range(0, len(missing), _EMBED_BATCH):
+            batch = missing[start : start + _EMBED_BATCH]
+            for text, vector in zip(batch, embed_passages(batch), strict=True):
+                self.vectors[text] = to_bytes(vector)
+        self.reembedded += len(texts)
+        return [self.vectors[t] for t in texts]
+
     # -- memories: batched (embedding) and linked once all are written
 
     def memory(self, line: int, rec: dict[str, Any]) -> None:
@@ -629,19 +669,9 @@ class _Import:
         self.agent(agent_id)
         superseded = rec.get("superseded_by") is not None
         if self.on_conflict != "new_ids":
-            existing = (
-                Memory.objects.filter(
-                    team=self.team,
-                    scope=scope,
-                    agent_id=agent_id,
-                    content_hash=content_hash(content),
-                    superseded_by__isnull=not superseded,
-                )
-                .order_by("id")
-                .first()
-            )
+            existing = self.existing.get((scope, agent_id, self.hash_of(content), superseded))
             if existing is not None:
-                self.ids["memory"][source] = existing.pk
+                self.ids["memory"][source] = existing
                 if self.on_conflict == "skip":
                     self.skipped["memory"] += 1
                 else:
@@ -659,16 +689,16 @@ class _Import:
         stale = [
             m for _, m, _ in self.pending if self.needs_embedding(m.embedding, m.embedding_model)
         ]
-        for start in range(0, len(stale), _EMBED_BATCH):
-            batch = stale[start : start + _EMBED_BATCH]
-            vectors = embed_passages([m.content for m in batch])
-            for m, vector in zip(batch, vectors, strict=True):
-                m.embedding = to_bytes(vector)
-                m.embedding_model = self.model_name
-        self.reembedded += len(stale)
+        for m, vector in zip(stale, self.embedded([m.content for m in stale]), strict=True):
+            m.embedding = vector
+            m.embedding_model = self.model_name
         memories_insert(team=self.team, memories=[m for _, m, _ in self.pending])
         for source, memory, rec in self.pending:
             self.ids["memory"][source] = memory.pk
+            # Found by a later record of the same content, as a memory already here would be
+            # (its links come at the end: not superseded yet).
+            key = (memory.scope, memory.agent_id, memory.content_hash, False)
+            self.existing.setdefault(key, memory.pk)
             self.new_memories.add(source)
             self.metadata_of[source] = memory
             for name in ("superseded_by", "promoted_from"):
@@ -696,10 +726,11 @@ class _Import:
                 memory.metadata = remapped
                 changed.append(memory)
         Memory.objects.bulk_update(changed, ["metadata"], batch_size=500)
-        for existing, columns in self.overwrites:
+        rows = Memory.objects.in_bulk([pk for pk, _ in self.overwrites])
+        for pk, columns in self.overwrites:
             # The service: a revision records what changed (content is the same by definition).
             memory_update(
-                memory=existing,
+                memory=rows[pk],
                 actor=self.actor,
                 importance=columns.get("importance"),
                 category=columns.get("category"),
@@ -851,10 +882,9 @@ class _Import:
         if existing is None:
             source_memory = self.ref(line, "entity", rec, "source_memory", required=False)
             if self.needs_embedding(columns.get("embedding"), columns.get("embedding_model", "")):
-                vector = embed_passages([embedding_text(name, columns.get("description", ""))])[0]
-                columns["embedding"] = to_bytes(vector)
+                text = embedding_text(name, columns.get("description", ""))
+                columns["embedding"] = self.embedded([text])[0]
                 columns["embedding_model"] = self.model_name
-                self.reembedded += 1
             row = Entity(
                 team=self.team,
                 normalized_name=normalise_name(name, entity_type),
@@ -989,6 +1019,70 @@ class _Import:
         self.imported["profile_revision"] += 1
 
 
+def _embed_ahead(
+    data: bytes,
+    state: _Import,
+    progress: Callable[[int], Callable[[int], None]] | None = None,
+) -> None:
+    """Embeds, before the import's transaction opens, the texts it will embed again: memories'
+    contents and entities' names whose vector is missing or of another model. Hashes every
+    memory's content too (`read_existing` looks them all up at once).
+
+    Embedding is the slow part of an import from a server of another model (a few ms a memory
+    on 2 cores). Inside the transaction it held SQLite's write lock, so every other writer of the
+    server waited, then got a 503; on MariaDB it held the new rows' locks as long. A record this
+    pass cannot use is left to the transaction's pass, which checks it; a text it did not embed
+    (a memory here with the same content, skipped below) is embedded there if needed. The
+    vectors stay in memory until the import ends (2 KiB a text with the default model).
+    """
+    memories: dict[str, str] = {}  # content -> its hash
+    entities: dict[str, None] = {}
+    records = _lines(data)
+    next(records, None)  # the header
+    for _, rec in records:
+        kind = rec.get("kind")
+        if kind not in ("memory", "entity"):
+            continue
+        try:
+            columns = _columns(kind, rec)
+        except (ValueError, TypeError, DjangoValidationError):
+            continue
+        if kind == "memory" and isinstance(columns.get("content"), str):
+            state.hash_of(columns["content"])
+        if not state.needs_embedding(columns.get("embedding"), columns.get("embedding_model", "")):
+            continue
+        owner = columns.get("agent_id", "")
+        if kind == "memory" and columns.get("scope") != MemoryScope.PERSONAL:
+            owner = ""
+        if state.acting_agent is not None and owner != state.acting_agent:
+            continue  # the transaction's pass refuses it (403): nothing to embed for it
+        if kind == "memory":
+            content = columns.get("content")
+            if isinstance(content, str) and content.strip():
+                memories[content] = state.hash_of(content)
+        elif columns.get("name"):
+            entities[embedding_text(columns["name"], columns.get("description", ""))] = None
+    if state.on_conflict != "new_ids":
+        # A memory already here is skipped or overwritten, never embedded: a read, no lock.
+        hashes = list(set(memories.values()))
+        here: set[str] = set()
+        for start in range(0, len(hashes), 500):
+            here.update(
+                Memory.objects.filter(
+                    team=state.team, content_hash__in=hashes[start : start + 500]
+                ).values_list("content_hash", flat=True)
+            )
+        memories = {c: h for c, h in memories.items() if h not in here}
+    texts = [*memories, *(t for t in entities if t not in memories)]
+    advance = progress(len(texts)) if progress is not None and texts else None
+    for start in range(0, len(texts), _EMBED_BATCH):
+        batch = texts[start : start + _EMBED_BATCH]
+        for text, vector in zip(batch, embed_passages(batch), strict=True):
+            state.vectors[text] = to_bytes(vector)
+        if advance is not None:
+            advance(len(batch))
+
+
 def bundle_read_header(data: bytes) -> dict[str, Any]:
     """The bundle's header (checked): a command shows its counts before importing."""
     for number, header in _lines(data):
@@ -1005,11 +1099,14 @@ def bundle_import(
     acting_agent: str | None = None,
     actor: Actor | None = None,
     progress: Callable[[int], None] | None = None,
+    embedding_progress: Callable[[int], Callable[[int], None]] | None = None,
 ) -> ImportResult:
     """Imports a gzipped bundle into `team` (whatever team its header names): all or nothing.
 
     `acting_agent` (an agent-scoped key): every record must be that agent's. Memories are
-    embedded again when the bundle's model is not this server's (or a vector is missing).
+    embedded again when the bundle's model is not this server's (or a vector is missing), before
+    the transaction opens. `progress(n)`: n more records read; `embedding_progress(total)`, when
+    there is something to embed ahead: returns the callback told of each batch embedded.
     """
     if on_conflict not in ON_CONFLICT:
         raise DomainError(
@@ -1035,8 +1132,10 @@ def bundle_import(
     handlers: dict[str, Callable[[int, dict[str, Any]], None]] = {
         kind: getattr(state, kind) for kind in KINDS
     }
+    _embed_ahead(data, state, embedding_progress)
     position = 0
     with transaction.atomic():
+        state.read_existing()
         for number, rec in lines:
             kind = rec.get("kind")
             if kind not in handlers:

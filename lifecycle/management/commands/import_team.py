@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -39,13 +41,22 @@ class Command(BaseCommand):
         try:
             header = bundle_read_header(data)
             total = sum(int(n) for n in header["counts"].values())
-            with Progress(total, label="imported", stream=self.stderr) as progress:
+            with ExitStack() as bars:
+
+                def embedding(texts: int) -> Callable[[int], None]:
+                    # The embedding done before the transaction, a bar of its own.
+                    return bars.enter_context(
+                        Progress(texts, label="embedded", stream=self.stderr)
+                    ).advance
+
+                progress = bars.enter_context(Progress(total, label="imported", stream=self.stderr))
                 result = bundle_import(
                     team=team,
                     data=data,
                     on_conflict=opts["on_conflict"],
                     actor=Actor(label="command import_team"),
                     progress=progress.advance,
+                    embedding_progress=embedding,
                 )
         except DomainError as exc:
             raise CommandError(exc.message) from exc

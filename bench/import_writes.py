@@ -1,0 +1,145 @@
+"""Writes of another agent while a bundle from a server of another model is imported.
+
+Usage (from the project root):
+
+    .venv/bin/python bench/import_writes.py [--memories 2000] [--lang en] [--mysql] [--json out.json]
+
+What it does:
+
+1. **Bundle**: `--memories` synthetic memories (`bench/corpus.py`) of one agent, with a header
+   naming another embedding model, so the import embeds every one again (what moving a team
+   to a server of another model does).
+2. **Serve**: a fresh server (gunicorn, two sync workers: the import occupies one) on a fresh
+   SQLite file (`--mysql`: a fresh MariaDB database at 127.0.0.1:3306 as root, dropped after).
+3. **Measure**: `POST /import` in a thread; meanwhile another agent writes a memory every
+   0.2 s (`enable_dedup` true, no retries) until the import answers. Prints the import's time,
+   and the writes' latency (median, p95, max, ms) and answers by status.
+
+Before the import embedded ahead of its transaction, on SQLite every such write waited for the
+database's write lock and, past `DB_LOCK_WAIT_SECONDS`, failed with 503 `SERVICE_UNAVAILABLE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import BenchServer, code_version, log, machine_info, summarise
+from corpus import generate
+
+from memoryplatform.client import MemoryAPIError, MemoryClient
+
+
+def bundle(texts: list[str]) -> bytes:
+    header = {
+        "format": "memoryplatform-bundle",
+        "version": 1,
+        "team_id": "elsewhere",
+        "embedding_model": "another-model",
+        "embedding_dim": 3,
+        "counts": {"memory": len(texts)},
+    }
+    records = [
+        {"kind": "memory", "id": i, "scope": "personal", "agent_id": "imported", "content": t}
+        for i, t in enumerate(texts)
+    ]
+    return gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in [header, *records]))
+
+
+def _mysql_database() -> tuple[str, str]:
+    import MySQLdb  # the mysql extra
+
+    name = f"membench_import_{uuid.uuid4().hex[:8]}"
+    conn = MySQLdb.connect(host="127.0.0.1", user="root", passwd="")
+    conn.cursor().execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
+    conn.close()
+    return name, f"mysql://root@127.0.0.1:3306/{name}"
+
+
+def _drop(name: str) -> None:
+    import MySQLdb
+
+    conn = MySQLdb.connect(host="127.0.0.1", user="root", passwd="")
+    conn.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+    conn.close()
+
+
+def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
+    data = bundle([item.text for item in generate(args.lang, args.memories, "import")])
+    with BenchServer(workers=2, database_url=database_url, timeout_s=1800) as server:
+        client = MemoryClient(server.api_key, server.secret, base_url=server.base_url, timeout=1800)
+        writer = MemoryClient(
+            server.api_key, server.secret, base_url=server.base_url, timeout=60, retries=0
+        )
+        writer.write_memory("writer", "A first memory, so the writer's scope exists.")
+        answer: dict[str, Any] = {}
+
+        def do_import() -> None:
+            t0 = time.perf_counter()
+            answer.update(client.import_bundle(data))
+            answer["seconds"] = round(time.perf_counter() - t0, 1)
+
+        thread = threading.Thread(target=do_import)
+        thread.start()
+        latencies: list[float] = []
+        statuses: Counter[str] = Counter()
+        i = 0
+        while thread.is_alive():
+            t0 = time.perf_counter()
+            try:
+                writer.write_memory("writer", f"Writer note {i}: the build {uuid.uuid4().hex[:6]}")
+                statuses["201"] += 1
+            except MemoryAPIError as exc:
+                statuses[f"{exc.status} {exc.code}"] += 1
+            latencies.append((time.perf_counter() - t0) * 1000)
+            i += 1
+            time.sleep(0.2)
+        thread.join()
+    return {
+        "memories": args.memories,
+        "lang": args.lang,
+        "database": "mysql" if database_url else "sqlite",
+        "import": answer,
+        "writes": summarise(latencies),
+        "answers": dict(statuses),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--memories", type=int, default=2000)
+    parser.add_argument("--lang", choices=("en", "zh"), default="en")
+    parser.add_argument("--mysql", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    name, url = _mysql_database() if args.mysql else (None, None)
+    try:
+        result = run(args, url)
+    finally:
+        if name:
+            _drop(name)
+    result.update(machine=machine_info(), code=code_version())
+    w = result["writes"]
+    log(
+        f"import of {args.memories} memories (all embedded again): {result['import'].get('seconds')} s; "
+        f"{w['n']} writes meanwhile: p50 {w.get('p50')} ms, p95 {w.get('p95')} ms, "
+        f"max {w.get('max')} ms; answers {result['answers']}"
+    )
+    print(json.dumps(result, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
