@@ -766,6 +766,22 @@ def test_the_import_command_shows_the_embedding_done_before_the_import(team, tmp
     assert embedded < imported
 
 
+def test_an_import_embeds_at_most_its_cap_ahead_and_the_rest_inside(
+    team, tmp_path, capsys, settings
+):
+    settings.IMPORT_EMBED_AHEAD_MAX = 10
+    records = [
+        {**MEMORY, "id": i, "content": f"memory number {i} of another model"} for i in range(40)
+    ]
+    path = tmp_path / "other.jsonl.gz"
+    path.write_bytes(make_bundle(_header(embedding_model="other", counts={"memory": 40}), records))
+    call_command("import_team", str(path), "--team", team.id)
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1])["reembedded"] == 40
+    assert "embedded: 10/10 (100 %)" in err
+    assert {len(m.embedding) for m in Memory.objects.filter(team=team)} == {4 * get_embedder().dim}
+
+
 def test_a_bundle_moves_to_a_fresh_database_and_exports_the_same(team, tmp_path):
     """Export here, import into another installation (a fresh SQLite database, migrated from
     scratch, the commands run as real processes), export there: the same bundle, ids mapped."""

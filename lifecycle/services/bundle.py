@@ -1033,7 +1033,8 @@ def _embed_ahead(
     server waited, then got a 503; on MariaDB it held the new rows' locks as long. A record this
     pass cannot use is left to the transaction's pass, which checks it; a text it did not embed
     (a memory here with the same content, skipped below) is embedded there if needed. The
-    vectors stay in memory until the import ends (2 KiB a text with the default model).
+    vectors stay in memory until the import ends (2 KiB a text with the default model), so at
+    most IMPORT_EMBED_AHEAD_MAX texts are embedded ahead.
     """
     memories: dict[str, str] = {}  # content -> its hash
     entities: dict[str, None] = {}
@@ -1074,6 +1075,7 @@ def _embed_ahead(
             )
         memories = {c: h for c, h in memories.items() if h not in here}
     texts = [*memories, *(t for t in entities if t not in memories)]
+    texts = texts[: max(0, settings.IMPORT_EMBED_AHEAD_MAX)]
     advance = progress(len(texts)) if progress is not None and texts else None
     for start in range(0, len(texts), _EMBED_BATCH):
         batch = texts[start : start + _EMBED_BATCH]

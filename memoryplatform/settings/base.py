@@ -203,6 +203,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 # it), and a cap on what the bundle may decompress to (a gzip bomb is a 413 too).
 IMPORT_MAX_BYTES = env.int("IMPORT_MAX_BYTES", default=64 * 1024 * 1024)
 IMPORT_MAX_UNCOMPRESSED_BYTES = env.int("IMPORT_MAX_UNCOMPRESSED_BYTES", default=1024 * 1024 * 1024)
+# Texts an import embeds before its transaction opens (their vectors are held in memory until it
+# ends, 2 KiB each with the default model); beyond them, it embeds inside, as it writes.
+IMPORT_EMBED_AHEAD_MAX = env.int("IMPORT_EMBED_AHEAD_MAX", default=100_000)
 # Paths whose body limit is not MAX_REQUEST_BYTES (core.middleware.BodySizeLimitMiddleware).
 REQUEST_BYTES_BY_PATH = {"/import": IMPORT_MAX_BYTES}
 # Hours an export's bundle stays downloadable (GET /export/<job_id>); then the hourly
