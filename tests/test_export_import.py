@@ -751,7 +751,8 @@ def test_the_commands_export_and_import_with_the_same_code(team, tmp_path, capsy
     assert {r["agent_id"] for r in records if r["kind"] == "memory"} == {"alice"}
 
 
-def test_the_import_command_shows_the_embedding_done_before_the_import(team, tmp_path, capsys):
+def _import_command_of_another_model(team, tmp_path, capsys) -> tuple[dict[str, Any], str]:
+    """`import_team` of 40 memories of another model: its answer and what it wrote on stderr."""
     records = [
         {**MEMORY, "id": i, "content": f"memory number {i} of another model"} for i in range(40)
     ]
@@ -759,7 +760,12 @@ def test_the_import_command_shows_the_embedding_done_before_the_import(team, tmp
     path.write_bytes(make_bundle(_header(embedding_model="other", counts={"memory": 40}), records))
     call_command("import_team", str(path), "--team", team.id)
     out, err = capsys.readouterr()
-    assert json.loads(out.strip().splitlines()[-1])["reembedded"] == 40
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def test_the_import_command_shows_the_embedding_done_before_the_import(team, tmp_path, capsys):
+    answer, err = _import_command_of_another_model(team, tmp_path, capsys)
+    assert answer["reembedded"] == 40
     lines = err.splitlines()
     embedded = next(i for i, line in enumerate(lines) if line.startswith("embedded: 40/40 (100 %)"))
     imported = next(i for i, line in enumerate(lines) if line.startswith("imported: 40/40"))
@@ -770,14 +776,8 @@ def test_an_import_embeds_at_most_its_cap_ahead_and_the_rest_inside(
     team, tmp_path, capsys, settings
 ):
     settings.IMPORT_EMBED_AHEAD_MAX = 10
-    records = [
-        {**MEMORY, "id": i, "content": f"memory number {i} of another model"} for i in range(40)
-    ]
-    path = tmp_path / "other.jsonl.gz"
-    path.write_bytes(make_bundle(_header(embedding_model="other", counts={"memory": 40}), records))
-    call_command("import_team", str(path), "--team", team.id)
-    out, err = capsys.readouterr()
-    assert json.loads(out.strip().splitlines()[-1])["reembedded"] == 40
+    answer, err = _import_command_of_another_model(team, tmp_path, capsys)
+    assert answer["reembedded"] == 40
     assert "embedded: 10/10 (100 %)" in err
     assert {len(m.embedding) for m in Memory.objects.filter(team=team)} == {4 * get_embedder().dim}
 
