@@ -1048,8 +1048,14 @@ def _embed_ahead(
             columns = _columns(kind, rec)
         except (ValueError, TypeError, DjangoValidationError):
             continue
-        if kind == "memory" and isinstance(columns.get("content"), str):
-            state.hash_of(columns["content"])
+        content = ""
+        if kind == "memory":
+            content = columns.get("content") or ""
+            if not isinstance(content, str) or not content.strip():
+                continue
+            if len(content) > settings.MEMORY_MAX_CONTENT_CHARS:
+                continue  # the transaction's pass refuses it (400): nothing to embed for it
+            state.hash_of(content)
         if not state.needs_embedding(columns.get("embedding"), columns.get("embedding_model", "")):
             continue
         owner = columns.get("agent_id", "")
@@ -1058,9 +1064,7 @@ def _embed_ahead(
         if state.acting_agent is not None and owner != state.acting_agent:
             continue  # the transaction's pass refuses it (403): nothing to embed for it
         if kind == "memory":
-            content = columns.get("content")
-            if isinstance(content, str) and content.strip():
-                memories[content] = state.hash_of(content)
+            memories[content] = state.hash_of(content)
         elif columns.get("name"):
             entities[embedding_text(columns["name"], columns.get("description", ""))] = None
     if state.on_conflict != "new_ids":
