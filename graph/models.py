@@ -12,6 +12,7 @@ import uuid
 
 from django.db import models
 
+from core.fields import AgentIdField
 from memories.models import Memory
 from tenants.models import Team
 
@@ -84,7 +85,7 @@ class Entity(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="entities")
     # Owning agent; "" = team-wide. A plain id like Memory.agent_id: entities of a deleted agent
     # are removed by graph.signals, team-wide ones outlive every agent.
-    agent_id = models.CharField(max_length=64, blank=True, default="")
+    agent_id = AgentIdField(blank=True, default="")
     name = models.CharField(max_length=255)
     entity_type = models.CharField(max_length=16, choices=EntityType.choices)
     description = models.TextField(blank=True, default="")

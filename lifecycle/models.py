@@ -7,6 +7,7 @@ import uuid
 
 from django.db import models
 
+from core.fields import AgentIdField
 from tenants.models import Team
 
 
@@ -100,7 +101,7 @@ class Scenario(models.Model):
 
     id = models.CharField(primary_key=True, max_length=32, default=_hex_id, editable=False)
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    agent_id = models.CharField(max_length=64)
+    agent_id = AgentIdField()
     name = models.CharField(max_length=200)
     summary = models.TextField()
     memory_ids = models.JSONField(default=list)
@@ -121,7 +122,7 @@ class Persona(models.Model):
 
     id = models.CharField(primary_key=True, max_length=32, default=_hex_id, editable=False)
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    agent_id = models.CharField(max_length=64)
+    agent_id = AgentIdField()
     preferences = models.JSONField(default=list)
     habits = models.JSONField(default=list)
     expertise = models.JSONField(default=list)
@@ -149,7 +150,7 @@ class WorkingArchive(models.Model):
     (kept so it is not lost, and restorable: lifecycle.services.archive)."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    agent_id = models.CharField(max_length=64)
+    agent_id = AgentIdField()
     item_id = models.CharField(max_length=32)
     content = models.TextField()
     item_created_at = models.DateTimeField()
@@ -231,7 +232,7 @@ class JobRun(models.Model):
     ACTIVE_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    agent_id = models.CharField(max_length=64, blank=True, default="")
+    agent_id = AgentIdField(blank=True, default="")
     kind = models.CharField(max_length=20, choices=JobKind.choices)
     trigger = models.CharField(max_length=10, choices=JobTrigger.choices)
     status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)

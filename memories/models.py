@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from core.fields import AgentIdField
 from tenants.models import ApiKey, Team
 
 
@@ -70,7 +71,7 @@ class Memory(models.Model):
     # Owner of a personal memory; optional author of a team memory. A plain id, not a foreign
     # key: a team memory outlives its author, and personal memories are deleted with their agent
     # by the agent purge (memories.signals).
-    agent_id = models.CharField(max_length=64, blank=True, default="")
+    agent_id = AgentIdField(blank=True, default="")
     content = models.TextField()
     importance = models.FloatField(default=0.5)
     category = models.CharField(max_length=64, default="general")
@@ -188,7 +189,7 @@ class MemoryShare(models.Model):
 
     memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="shares")
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    agent_id = models.CharField(max_length=64)
+    agent_id = AgentIdField()
     permission = models.CharField(
         max_length=5, choices=SharePermission.choices, default=SharePermission.READ
     )
@@ -262,7 +263,7 @@ class WorkingMemoryItem(models.Model):
     """Working memory for the embedded mode (the production backend is Redis)."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    agent_id = models.CharField(max_length=64)
+    agent_id = AgentIdField()
     item_id = models.CharField(max_length=32, unique=True)
     content = models.TextField()
     created_at = models.DateTimeField()
@@ -333,7 +334,7 @@ class TrashedMemory(models.Model):
     removed_by = models.CharField(max_length=16, choices=RemovedBy.choices, default=RemovedBy.PURGE)
     memory_id = models.BigIntegerField()
     scope = models.CharField(max_length=8, choices=MemoryScope.choices)
-    agent_id = models.CharField(max_length=64, blank=True, default="")
+    agent_id = AgentIdField(blank=True, default="")
     content = models.TextField()
     reason = models.CharField(max_length=300, default="")
     snapshot = models.JSONField(default=dict)
@@ -376,7 +377,7 @@ class Procedure(models.Model):
     only propose one, from repeated feedback, for the agent or a lead to accept."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    agent_id = models.CharField(max_length=64)
+    agent_id = AgentIdField()
     rule = models.TextField()
     status = models.CharField(
         max_length=10, choices=ProcedureStatus.choices, default=ProcedureStatus.ACTIVE
@@ -417,7 +418,7 @@ class ProfileField(models.Model):
     a ProfileRevision. Keys and values: memories.profile."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    agent_id = models.CharField(max_length=64)
+    agent_id = AgentIdField()
     key = models.CharField(max_length=64)
     value = models.TextField()
     source = models.CharField(max_length=10, choices=ProfileSource.choices)
@@ -447,7 +448,7 @@ class ProfileRevision(models.Model):
     team/agent/key rather than by the field row, so a deleted field keeps its history."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    agent_id = models.CharField(max_length=64)
+    agent_id = AgentIdField()
     key = models.CharField(max_length=64)
     before = models.TextField(blank=True, default="")
     after = models.TextField(blank=True, default="")

@@ -9,6 +9,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from core.fields import AgentIdField
 from core.validators import AGENT_ID_RE, TEAM_ID_RE
 
 team_id_validator = RegexValidator(TEAM_ID_RE, "1 to 64 characters: letters, digits, _ and -.")
@@ -53,7 +54,7 @@ class Team(models.Model):
 
 class Agent(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="agents")
-    agent_id = models.CharField(max_length=64, validators=[agent_id_validator])
+    agent_id = AgentIdField(validators=[agent_id_validator])
     name = models.CharField(max_length=200)
     role = models.CharField(max_length=200, blank=True, default="")
     config = models.JSONField(default=dict, blank=True)
@@ -215,7 +216,7 @@ class UsageDay(models.Model):
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     # A plain id like Memory.agent_id: usage history outlives a deleted agent.
-    agent_id = models.CharField(max_length=64, blank=True, default="")
+    agent_id = AgentIdField(blank=True, default="")
     day = models.DateField()
     searches = models.PositiveIntegerField(default=0)
     writes = models.PositiveIntegerField(default=0)

@@ -43,6 +43,7 @@ from memories.services import (
     profile_set,
 )
 from memoryplatform.client import MemoryClient
+from tenants.models import Agent
 from tenants.services import api_key_issue
 
 from .factories import (
@@ -680,6 +681,26 @@ def test_an_index_already_loaded_finds_what_an_import_wrote(team, api, other_tea
         api.post("/memories/personal/search", {"agent_id": "alice", "query": "bees on the roof"})
     )
     assert hits[0]["content"] == "Alice keeps bees on the roof"
+
+
+def test_an_agent_id_differing_in_case_is_another_agent_on_import(team, api):
+    """The import's "already here?" compares agent ids exactly, as the database does on every
+    backend: a bundle's "Alice" is not this team's "alice" (MariaDB's collation once said so)."""
+    memory_create(team=team, scope="personal", agent_id="alice", content="Alice plays chess")
+    records = [{**MEMORY, "agent_id": "Alice", "content": "Alice plays chess"}]
+    answer = ok_data(import_bundle(api, make_bundle(_header(counts={"memory": 1}), records)))
+    assert (answer["imported"]["memory"], answer["skipped"]["memory"]) == (1, 0)
+    assert sorted(Memory.objects.filter(team=team).values_list("agent_id", flat=True)) == [
+        "Alice",
+        "alice",
+    ]
+    assert sorted(Agent.objects.filter(team=team).values_list("agent_id", flat=True)) == [
+        "Alice",
+        "alice",
+    ]
+    # The same bundle again: now "Alice"'s memory is here, and skipped.
+    answer = ok_data(import_bundle(api, make_bundle(_header(counts={"memory": 1}), records)))
+    assert (answer["imported"]["memory"], answer["skipped"]["memory"]) == (0, 1)
 
 
 def test_a_bundle_over_the_size_limit_is_413_in_the_envelope(api, settings):

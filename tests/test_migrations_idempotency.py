@@ -98,3 +98,33 @@ def test_hashes_are_made_again_where_case_carries_meaning():
     hashes = dict(Current.objects.filter(team_id="team_h").values_list("pk", "content_hash"))
     assert hashes[ids[0]] == content_hash(texts[0]) != content_hash("The API key ends in x7Qz")
     assert hashes[ids[1]] == folded(texts[1]) == content_hash(texts[1])  # unchanged
+
+
+def test_agent_ids_become_exact_and_a_case_variant_gets_its_own_agent_on_upgrade():
+    """On MariaDB the agent id columns folded case: a personal memory written as "Bob" went to
+    the agent "bob". After the upgrade "Bob" is an agent of its own (registered, so it is listed
+    and can be deleted); an agent deleted on purpose is not brought back."""
+    before = [
+        ("lifecycle", "0014_idempotentrequest_to_tenants"),
+        ("memories", "0017_content_hash_keeps_meaningful_case"),
+        ("graph", "0004_team_identity"),
+        ("tenants", "0007_apikey_earlier_secrets"),
+    ]
+    old = _migrated_to(before)
+    team = old.get_model("tenants", "Team").objects.create(id="team_x", name="x")
+    old.get_model("tenants", "Agent").objects.create(team=team, agent_id="bob", name="bob")
+    Memory = old.get_model("memories", "Memory")
+    for agent, content in [("bob", "lower"), ("Bob", "upper"), ("carol", "deleted agent's")]:
+        Memory.objects.create(
+            team=team, scope="personal", agent_id=agent, content=content, content_hash=content
+        )
+    _migrated_to_latest()
+    from memories.models import Memory as Current
+    from tenants.models import Agent
+
+    assert list(
+        Current.objects.filter(team_id="team_x", agent_id="bob").values_list("content", flat=True)
+    ) == ["lower"]
+    agents = set(Agent.objects.filter(team_id="team_x").values_list("agent_id", flat=True))
+    # Elsewhere the columns always compared exactly: no write could have gone astray.
+    assert agents == ({"bob", "Bob"} if connection.vendor == "mysql" else {"bob"})

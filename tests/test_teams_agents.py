@@ -6,9 +6,13 @@ import pytest
 from django.test import Client
 
 from tenants.models import Agent, ApiKey, Team
-from tenants.services import register_agent_purge_hook, register_team_purge_hook
+from tenants.services import (
+    api_key_issue,
+    register_agent_purge_hook,
+    register_team_purge_hook,
+)
 
-from .helpers import error_code, ok_data
+from .helpers import SignedClient, error_code, ok_data
 
 pytestmark = pytest.mark.django_db
 
@@ -112,6 +116,45 @@ class TestAgents:
         other_api.post("/agents", {"agent_id": "agent_1", "name": "B1"})
         assert ok_data(api.get("/agents/team_a/agent_1"))["name"] == "A1"
         assert ok_data(other_api.get("/agents/team_b/agent_1"))["name"] == "B1"
+
+    def test_agent_ids_differing_in_case_are_two_agents_on_every_database(self, api, team):
+        """MariaDB's default collation folds case; SQLite, Redis and Python do not. An agent id
+        is compared exactly everywhere, or "alice" would read "Alice"'s memories on one
+        backend and not on the other."""
+        assert api.post("/agents", {"agent_id": "Alice", "name": "upper"}).status_code == 201
+        assert api.post("/agents", {"agent_id": "alice", "name": "lower"}).status_code == 201
+        assert ok_data(api.get("/agents/team_a/Alice"))["name"] == "upper"
+        assert ok_data(api.get("/agents/team_a/alice"))["name"] == "lower"
+        r = api.post(
+            "/memories/personal",
+            {"agent_id": "Alice", "content": "Alice keeps the deploy keys in the vault"},
+        )
+        assert r.status_code == 201
+        memory_id = ok_data(r)["id"]
+        assert ok_data(api.get("/memories/personal/recent/alice")) == []
+        found = ok_data(
+            api.post(
+                "/memories/personal/search",
+                {"agent_id": "alice", "query": "Alice keeps the deploy keys in the vault"},
+            )
+        )
+        assert found == []
+        assert [m["id"] for m in ok_data(api.get("/memories/personal/recent/Alice"))] == [memory_id]
+        listed = ok_data(api.get("/memories?scope=personal&agent_id=alice"))
+        assert listed["items"] == []
+        # A key of "alice" reads as "alice": "Alice"'s memory is another agent's.
+        lower = Agent.objects.get(team=team, agent_id="alice")
+        k = api_key_issue(team=team, agent=lower, label="alice")
+        alice_api = SignedClient(Client(), k.key_id, k.secret)
+        query = {"agent_id": "alice", "query": "Alice keeps the deploy keys in the vault"}
+        assert ok_data(alice_api.post("/memories/personal/search", query)) == []
+        assert ok_data(alice_api.get("/memories"))["items"] == []
+        r = alice_api.get(f"/memories/{memory_id}")
+        assert (r.status_code, error_code(r)) == (403, "FORBIDDEN")
+        # Deleting one agent leaves the other and its memories.
+        assert api.delete("/agents/team_a/alice").status_code == 200
+        assert ok_data(api.get(f"/memories/{memory_id}"))["agent_id"] == "Alice"
+        assert ok_data(api.get("/agents/team_a/Alice"))["name"] == "upper"
 
     @pytest.mark.parametrize(
         "body,fields",
