@@ -18,6 +18,8 @@ agent do.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db import transaction
 
 from core.localcache import TTLCache
@@ -56,3 +58,40 @@ def scope_lock(*, team_id: str, scope: str, agent_id: str) -> None:
         _create(team_id, key)
         list(rows.all())
         _known.set(key, True)
+
+
+def scope_locks_prepare(*, team_id: str, scopes: Iterable[tuple[str, str]]) -> None:
+    """scope_lock_prepare for many (scope, agent_id) at once (an import): a query per 500."""
+    unknown = sorted(
+        k for k in {scope_key(team_id, s, a) for s, a in scopes} if _known.get(k) is None
+    )
+    for start in range(0, len(unknown), 500):
+        chunk = unknown[start : start + 500]
+        here = set(
+            ScopeLock.objects.filter(scope_key__in=chunk).values_list("scope_key", flat=True)
+        )
+        ScopeLock.objects.bulk_create(
+            [ScopeLock(team_id=team_id, scope_key=k) for k in chunk if k not in here],
+            ignore_conflicts=True,
+        )
+        for key in chunk:
+            _known.set(key, True)
+
+
+def scope_locks(*, team_id: str, scopes: Iterable[tuple[str, str]]) -> None:
+    """Holds the write locks of many scopes until the current transaction ends (an import, which
+    writes memories of many agents at once). Taken in key order, so two holders of several
+    locks cannot wait for each other in a cycle (every other writer holds one)."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("scope_locks must be called inside transaction.atomic()")
+    keys = sorted({scope_key(team_id, s, a) for s, a in scopes})
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        locked = ScopeLock.objects.select_for_update().filter(scope_key__in=chunk)
+        found = set(locked.order_by("scope_key").values_list("scope_key", flat=True))
+        missing = [k for k in chunk if k not in found]
+        if missing:  # gone since prepare (team deleted and re-created): created here
+            ScopeLock.objects.bulk_create(
+                [ScopeLock(team_id=team_id, scope_key=k) for k in missing], ignore_conflicts=True
+            )
+            list(ScopeLock.objects.select_for_update().filter(scope_key__in=missing))

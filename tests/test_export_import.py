@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -29,6 +30,7 @@ from memories.models import (
     Procedure,
     ProfileField,
     ProfileRevision,
+    ScopeLock,
 )
 from memories.retrieval.embeddings import get_embedder
 from memories.services import (
@@ -873,3 +875,20 @@ def test_odd_records_are_refused_without_a_server_error(team, api, records):
     assert r.status_code == 400, r.content
     assert error_code(r) == "VALIDATION_ERROR"
     assert r.json()["error"].startswith("line 2: ")
+
+
+def test_an_import_holds_the_write_lock_of_each_scope_it_writes(team, api):
+    """The import locks its scopes as any write does (the race itself: test_export_snapshot);
+    a lock row missing when the transaction opens (team deleted and re-created) is created."""
+    from memories import locks
+
+    records = [
+        {**MEMORY, "id": 1, "agent_id": "bob", "content": "Bob's own"},
+        {**MEMORY, "id": 2, "scope": "team", "agent_id": "bob", "content": "The team's"},
+    ]
+    ok_data(import_bundle(api, make_bundle(_header(counts={"memory": 2}), records)))
+    keys = set(ScopeLock.objects.filter(team=team).values_list("scope_key", flat=True))
+    assert keys == {"team_a|personal|bob", "team_a|team|"}
+    with transaction.atomic():
+        locks.scope_locks(team_id=team.id, scopes=[("personal", "carol"), ("team", "")])
+    assert ScopeLock.objects.filter(team=team, scope_key="team_a|personal|carol").exists()

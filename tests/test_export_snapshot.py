@@ -19,12 +19,14 @@ embeds first; the write is made after its first batch of vectors."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from memoryplatform.client import MemoryClient
 
-from .livestack import live_stack, stack_python
+from .livestack import ROOT, live_stack, stack_python
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -139,3 +141,73 @@ def test_an_import_embeds_before_it_holds_writers_back(tmp_path):
         assert client.get_memory(new)["content"] == "The user moved to Oslo."
         found = client.search("importer", "fact number 17 deploy pipeline", limit=3)
         assert "Imported fact number 17 about the deploy pipeline" in [m["content"] for m in found]
+
+
+# One of two processes importing the same bundle into one team at the same moment: both wait at
+# a barrier (a directory) once their vectors are made, then open their transactions together.
+IMPORT_AT_ONCE = """
+import gzip, json, time
+from pathlib import Path
+from lifecycle.services.bundle import bundle_import
+from tenants.models import Team
+barrier, me = Path({barrier!r}), {me!r}
+n = 300
+header = {{"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
+          "embedding_model": "another-model", "embedding_dim": 3, "counts": {{"memory": n}}}}
+records = [{{"kind": "memory", "id": i, "scope": "personal" if i % 2 else "team",
+            "agent_id": "importer", "embedding_model": "another-model",
+            "content": f"Imported fact number {{i}} about the release train"}} for i in range(n)]
+data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in [header, *records]))
+def embedding(total):
+    done = []
+    def advance(k):
+        done.append(k)
+        if sum(done) == total:
+            (barrier / me).touch()
+            deadline = time.monotonic() + 120
+            while len(list(barrier.iterdir())) < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+    return advance
+result = bundle_import(team=Team.objects.get(), data=data, embedding_progress=embedding)
+print(json.dumps([result.imported["memory"], result.skipped["memory"]]))
+"""
+
+
+def test_two_imports_of_one_bundle_at_once_write_it_once(tmp_path):
+    """A client retrying an import that timed out while the first still runs: the second waits
+    for the first's scope locks, then finds its memories and skips them. Without the locks, on
+    MariaDB both read "not here" inside their transactions and the team got every memory twice
+    (SQLite's transaction serialises the two anyway)."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    with live_stack(tmp_path, servers=0) as stack:
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "manage.py",
+                    "shell",
+                    "-c",
+                    IMPORT_AT_ONCE.format(barrier=str(barrier), me=me),
+                ],
+                cwd=ROOT,
+                env=stack.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for me in ("first", "second")
+        ]
+        outs = [p.communicate(timeout=300) for p in procs]
+        for p, (_, err) in zip(procs, outs, strict=True):
+            assert p.returncode == 0, err[-3000:]
+        results = sorted(json.loads(out.strip().splitlines()[-1]) for out, _ in outs)
+        assert len(list(barrier.iterdir())) == 2  # both reached the barrier
+        assert results == [[0, 300], [300, 0]]
+        counts = stack_python(
+            stack,
+            "import json\nfrom memories.models import Memory\n"
+            "rows = list(Memory.objects.values_list('scope', 'content'))\n"
+            "print(json.dumps([len(rows), len(set(rows))]))",
+        )
+        assert counts == [300, 300]

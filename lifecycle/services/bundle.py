@@ -44,6 +44,7 @@ from core.errors import DomainError, ErrorCode, Forbidden
 from graph.models import Entity, EntityMention, Relation
 from graph.resolution import normalise_name
 from graph.services import embedding_text, entity_find, entity_update
+from memories import locks
 from memories.models import (
     Memory,
     MemoryRevision,
@@ -558,6 +559,8 @@ class _Import:
     # pass when the transaction opens (`read_existing`: a query a memory held the lock ~1 ms
     # each), then told of each memory the import writes.
     existing: dict[tuple[str, str, str, bool], int] = field(default_factory=dict)
+    # (scope, agent) of the bundle's memories: their write locks are held by the transaction.
+    scopes: set[tuple[str, str]] = field(default_factory=set)
 
     # -- helpers
 
@@ -1050,6 +1053,10 @@ def _embed_ahead(
             continue
         content = ""
         if kind == "memory":
+            scope = columns.get("scope")
+            if scope in (MemoryScope.PERSONAL, MemoryScope.TEAM):
+                agent = columns.get("agent_id", "") if scope == MemoryScope.PERSONAL else ""
+                state.scopes.add((scope, agent))
             content = columns.get("content") or ""
             if not isinstance(content, str) or not content.strip():
                 continue
@@ -1139,8 +1146,14 @@ def bundle_import(
         kind: getattr(state, kind) for kind in KINDS
     }
     _embed_ahead(data, state, embedding_progress)
+    locks.scope_locks_prepare(team_id=team.id, scopes=state.scopes)
     position = 0
     with transaction.atomic():
+        # The write locks of the scopes the bundle writes, as every write of a memory takes its
+        # own: another import of the same bundle (a client retrying one that timed out), or an
+        # agent writing the same content, waits here and then finds these rows, instead of both
+        # reading "not here" and both writing (MariaDB; SQLite's transaction is the lock).
+        locks.scope_locks(team_id=team.id, scopes=state.scopes)
         state.read_existing()
         for number, rec in lines:
             kind = rec.get("kind")
