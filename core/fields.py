@@ -8,22 +8,18 @@ from django.db import migrations, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 # MariaDB/MySQL compare text through the column's collation, and the server's default
-# (utf8mb4_unicode_ci, docs/deployment.md) folds case and accents. SQLite, Redis (working
+# (utf8mb4_unicode_ci or utf8mb4_general_ci) folds case and accents. SQLite, Redis (working
 # memory), Milvus's filters and Python compare exactly. A binary collation on MySQL makes an
-# agent id mean the same thing on every backend.
+# identifier mean the same thing on every backend.
 _EXACT_COLLATION = {"mysql": "utf8mb4_bin"}
 
 
-class AgentIdField(models.CharField):
-    """An agent id, compared exactly on every database: "Alice" and "alice" are two agents.
+class ExactCharField(models.CharField):
+    """Text compared exactly on every database: an identifier, or a key built from one.
 
     The collation depends on the database, so it is not part of the field's deconstruction:
     migrations stay the same for every backend, and only MySQL's columns get it.
     """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("max_length", 64)
-        super().__init__(*args, **kwargs)
 
     def db_parameters(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
         params = super().db_parameters(connection)
@@ -33,9 +29,17 @@ class AgentIdField(models.CharField):
         return params
 
 
-class AlterAgentIdField(migrations.AlterField):
-    """AlterField to an AgentIdField: only MySQL's column changes (its collation). Elsewhere
-    the column is already exact, and SQLite would copy the whole table for nothing."""
+class AgentIdField(ExactCharField):
+    """An agent id: "Alice" and "alice" are two agents, on MariaDB too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 64)
+        super().__init__(*args, **kwargs)
+
+
+class AlterToExactField(migrations.AlterField):
+    """AlterField to an ExactCharField: only MySQL's column changes (its collation). Elsewhere
+    the column already compares exactly, and SQLite would copy the whole table for nothing."""
 
     def database_forwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any

@@ -7,7 +7,7 @@ import uuid
 
 from django.db import models
 
-from core.fields import AgentIdField
+from core.fields import AgentIdField, ExactCharField
 from tenants.models import Team
 
 
@@ -248,7 +248,7 @@ class JobRun(models.Model):
     total_tokens = models.PositiveIntegerField(default=0)
     # Set while an automatic job is queued or running ("compress:<team>:<agent>"); unique, so a
     # burst of working-memory writes can queue only one. Cleared when the job ends.
-    active_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    active_key = ExactCharField(max_length=200, null=True, blank=True, unique=True)
     # The lease (lifecycle.services.jobs): while queued, the deadline for a worker to pick the job
     # up; while running, the deadline its worker's heartbeat keeps pushing back. Past it, the job
     # is abandoned and retried. `lease_token` names the current holder, so a worker that lost
@@ -257,7 +257,7 @@ class JobRun(models.Model):
     lease_token = models.CharField(max_length=32, blank=True, default="")
     # Held while the job consumes an agent's working memory ("working:<team>:<agent>"): unique,
     # so two compresses never summarise the same items; it lapses with the lease.
-    claim_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    claim_key = ExactCharField(max_length=200, null=True, blank=True, unique=True)
     retry_of = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="retries"
     )

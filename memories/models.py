@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from core.fields import AgentIdField
+from core.fields import AgentIdField, ExactCharField
 from tenants.models import ApiKey, Team
 
 
@@ -219,7 +219,7 @@ class IndexChange(models.Model):
     """
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    scope_key = models.CharField(max_length=160)
+    scope_key = ExactCharField(max_length=160)  # holds an agent id
     memory_id = models.BigIntegerField()
     deleted = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -253,7 +253,7 @@ class ScopeLock(models.Model):
     find "no duplicate" and both insert (memories.locks)."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    scope_key = models.CharField(max_length=160, unique=True)
+    scope_key = ExactCharField(max_length=160, unique=True)  # holds an agent id
 
     def __str__(self) -> str:
         return f"lock {self.scope_key}"

@@ -128,3 +128,28 @@ def test_agent_ids_become_exact_and_a_case_variant_gets_its_own_agent_on_upgrade
     agents = set(Agent.objects.filter(team_id="team_x").values_list("agent_id", flat=True))
     # Elsewhere the columns always compared exactly: no write could have gone astray.
     assert agents == ({"bob", "Bob"} if connection.vendor == "mysql" else {"bob"})
+
+
+def test_every_exact_column_has_a_binary_collation_on_mysql():
+    """Agent ids and the keys holding them (scope locks, the index change log, job keys): the
+    index for "alice" must not replay a change logged for "Alice"."""
+    from django.apps import apps
+
+    from core.fields import ExactCharField
+
+    columns = {
+        (model._meta.db_table, field.column)
+        for model in apps.get_models()
+        for field in model._meta.local_fields
+        if isinstance(field, ExactCharField)
+    }
+    assert len(columns) == 18
+    if connection.vendor != "mysql":
+        pytest.skip("SQLite compares text exactly unless a column says otherwise")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT TABLE_NAME, COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = DATABASE()"
+        )
+        collation = {(t, c): name for t, c, name in cursor.fetchall()}
+    assert {col: collation[col] for col in columns} == dict.fromkeys(columns, "utf8mb4_bin")

@@ -125,32 +125,37 @@ class TestAgents:
         assert api.post("/agents", {"agent_id": "alice", "name": "lower"}).status_code == 201
         assert ok_data(api.get("/agents/team_a/Alice"))["name"] == "upper"
         assert ok_data(api.get("/agents/team_a/alice"))["name"] == "lower"
+        mine = "alice keeps the deploy keys in the vault, next to the spare badge"
+        own = ok_data(api.post("/memories/personal", {"agent_id": "alice", "content": mine}))
+        query = {"agent_id": "alice", "query": "Alice keeps the deploy keys in the vault"}
+        api.post("/memories/personal/search", query)  # "alice"'s index is loaded here
         r = api.post(
             "/memories/personal",
             {"agent_id": "Alice", "content": "Alice keeps the deploy keys in the vault"},
         )
         assert r.status_code == 201
         memory_id = ok_data(r)["id"]
-        assert ok_data(api.get("/memories/personal/recent/alice")) == []
-        found = ok_data(
-            api.post(
-                "/memories/personal/search",
-                {"agent_id": "alice", "query": "Alice keeps the deploy keys in the vault"},
-            )
-        )
-        assert found == []
+        assert [m["id"] for m in ok_data(api.get("/memories/personal/recent/alice"))] == [own["id"]]
+        # "alice"'s index, loaded before, learns of changes from the log of its own scope only.
+        found = ok_data(api.post("/memories/personal/search", query))
+        assert [m["id"] for m in found] == [own["id"]]
         assert [m["id"] for m in ok_data(api.get("/memories/personal/recent/Alice"))] == [memory_id]
         listed = ok_data(api.get("/memories?scope=personal&agent_id=alice"))
-        assert listed["items"] == []
+        assert [m["id"] for m in listed["items"]] == [own["id"]]
         # A key of "alice" reads as "alice": "Alice"'s memory is another agent's.
         lower = Agent.objects.get(team=team, agent_id="alice")
         k = api_key_issue(team=team, agent=lower, label="alice")
         alice_api = SignedClient(Client(), k.key_id, k.secret)
-        query = {"agent_id": "alice", "query": "Alice keeps the deploy keys in the vault"}
-        assert ok_data(alice_api.post("/memories/personal/search", query)) == []
-        assert ok_data(alice_api.get("/memories"))["items"] == []
+        found = ok_data(alice_api.post("/memories/personal/search", query))
+        assert [m["id"] for m in found] == [own["id"]]
+        assert [m["id"] for m in ok_data(alice_api.get("/memories"))["items"]] == [own["id"]]
         r = alice_api.get(f"/memories/{memory_id}")
         assert (r.status_code, error_code(r)) == (403, "FORBIDDEN")
+        # Nor is "Alice"'s memory a duplicate for "alice": the same words are stored for her.
+        same = {"agent_id": "alice", "content": "Alice keeps the deploy keys in the vault"}
+        r = alice_api.post("/memories/personal", same)
+        assert r.status_code == 201, r.content
+        assert ok_data(r)["id"] != memory_id
         # Deleting one agent leaves the other and its memories.
         assert api.delete("/agents/team_a/alice").status_code == 200
         assert ok_data(api.get(f"/memories/{memory_id}"))["agent_id"] == "Alice"

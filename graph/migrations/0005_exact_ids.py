@@ -1,5 +1,6 @@
-# Agent ids are compared exactly on every database: on MySQL/MariaDB their columns take a
-# binary collation (the server's default folds case and accents); elsewhere nothing changes.
+# Agent ids, and the keys built from them, compare exactly on every database: on MySQL/MariaDB
+# their columns take a binary collation (the server's default folds case and accents);
+# elsewhere nothing changes.
 
 import core.fields
 from django.db import migrations
@@ -12,7 +13,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        core.fields.AlterAgentIdField(
+        core.fields.AlterToExactField(
             model_name='entity',
             name='agent_id',
             field=core.fields.AgentIdField(blank=True, default='', max_length=64),

@@ -1,5 +1,6 @@
-# Agent ids are compared exactly on every database: on MySQL/MariaDB their columns take a
-# binary collation (the server's default folds case and accents); elsewhere nothing changes.
+# Agent ids, and the keys built from them, compare exactly on every database: on MySQL/MariaDB
+# their columns take a binary collation (the server's default folds case and accents);
+# elsewhere nothing changes.
 
 import core.fields
 from django.db import migrations
@@ -46,28 +47,38 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('lifecycle', '0014_idempotentrequest_to_tenants'),
-        ('memories', '0018_agent_id_exact'),
-        ('graph', '0005_agent_id_exact'),
-        ('tenants', '0008_agent_id_exact'),
+        ('memories', '0018_exact_ids'),
+        ('graph', '0005_exact_ids'),
+        ('tenants', '0008_exact_ids'),
     ]
 
     operations = [
-        core.fields.AlterAgentIdField(
+        core.fields.AlterToExactField(
+            model_name='jobrun',
+            name='active_key',
+            field=core.fields.ExactCharField(blank=True, max_length=200, null=True, unique=True),
+        ),
+        core.fields.AlterToExactField(
             model_name='jobrun',
             name='agent_id',
             field=core.fields.AgentIdField(blank=True, default='', max_length=64),
         ),
-        core.fields.AlterAgentIdField(
+        core.fields.AlterToExactField(
+            model_name='jobrun',
+            name='claim_key',
+            field=core.fields.ExactCharField(blank=True, max_length=200, null=True, unique=True),
+        ),
+        core.fields.AlterToExactField(
             model_name='persona',
             name='agent_id',
             field=core.fields.AgentIdField(max_length=64),
         ),
-        core.fields.AlterAgentIdField(
+        core.fields.AlterToExactField(
             model_name='scenario',
             name='agent_id',
             field=core.fields.AgentIdField(max_length=64),
         ),
-        core.fields.AlterAgentIdField(
+        core.fields.AlterToExactField(
             model_name='workingarchive',
             name='agent_id',
             field=core.fields.AgentIdField(max_length=64),
