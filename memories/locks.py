@@ -32,36 +32,20 @@ from .retrieval.index import scope_key
 _known: TTLCache[str, bool] = TTLCache(ttl_seconds=3600, max_entries=50_000)
 
 
-def _create(team_id: str, key: str) -> None:
-    ScopeLock.objects.bulk_create(
-        [ScopeLock(team_id=team_id, scope_key=key)], ignore_conflicts=True
-    )
-
-
 def scope_lock_prepare(*, team_id: str, scope: str, agent_id: str) -> None:
     """Makes sure the scope's lock row exists; call before the transaction that locks it."""
-    key = scope_key(team_id, scope, agent_id)
-    if _known.get(key) is None:
-        if not ScopeLock.objects.filter(scope_key=key).exists():
-            _create(team_id, key)
-        _known.set(key, True)
+    scope_locks_prepare(team_id=team_id, scopes=[(scope, agent_id)])
 
 
 def scope_lock(*, team_id: str, scope: str, agent_id: str) -> None:
     """Holds the scope's write lock until the current transaction ends."""
-    if not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("scope_lock must be called inside transaction.atomic()")
-    key = scope_key(team_id, scope, agent_id)
-    rows = ScopeLock.objects.select_for_update().filter(scope_key=key).values_list("pk", flat=True)
-    if not list(rows):
-        # Gone since prepare (team deleted and re-created): create it in this transaction.
-        _create(team_id, key)
-        list(rows.all())
-        _known.set(key, True)
+    scope_locks(team_id=team_id, scopes=[(scope, agent_id)])
 
 
 def scope_locks_prepare(*, team_id: str, scopes: Iterable[tuple[str, str]]) -> None:
-    """scope_lock_prepare for many (scope, agent_id) at once (an import): a query per 500."""
+    """Makes sure the lock rows of these (scope, agent_id) exist; call before the transaction
+    that locks them. A query per 500 keys not already known to exist (none for a write to a
+    scope seen in the last hour)."""
     unknown = sorted(
         k for k in {scope_key(team_id, s, a) for s, a in scopes} if _known.get(k) is None
     )
@@ -79,11 +63,11 @@ def scope_locks_prepare(*, team_id: str, scopes: Iterable[tuple[str, str]]) -> N
 
 
 def scope_locks(*, team_id: str, scopes: Iterable[tuple[str, str]]) -> None:
-    """Holds the write locks of many scopes until the current transaction ends (an import, which
-    writes memories of many agents at once). Taken in key order, so two holders of several
-    locks cannot wait for each other in a cycle (every other writer holds one)."""
+    """Holds the write locks of these (scope, agent_id) until the current transaction ends: one
+    for a memory write, many for an import (memories of many agents at once). Taken in key
+    order, so two holders of several locks cannot wait for each other in a cycle."""
     if not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("scope_locks must be called inside transaction.atomic()")
+        raise RuntimeError("scope locks must be taken inside transaction.atomic()")
     keys = sorted({scope_key(team_id, s, a) for s, a in scopes})
     for start in range(0, len(keys), 500):
         chunk = keys[start : start + 500]
@@ -95,3 +79,5 @@ def scope_locks(*, team_id: str, scopes: Iterable[tuple[str, str]]) -> None:
                 [ScopeLock(team_id=team_id, scope_key=k) for k in missing], ignore_conflicts=True
             )
             list(ScopeLock.objects.select_for_update().filter(scope_key__in=missing))
+            for key in missing:
+                _known.set(key, True)
