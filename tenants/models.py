@@ -9,7 +9,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from core.fields import AgentIdField
+from core.fields import AgentIdField, ExactCharField
 from core.validators import AGENT_ID_RE, TEAM_ID_RE
 
 team_id_validator = RegexValidator(TEAM_ID_RE, "1 to 64 characters: letters, digits, _ and -.")
@@ -241,7 +241,9 @@ class IdempotentRequest(models.Model):
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     endpoint = models.CharField(max_length=40)  # "ingest", "job:<id>" for a job's own run
-    key = models.CharField(max_length=200)
+    # Exact on every database: keys differing only by case are two keys (MariaDB's default
+    # collation would make them one, and replay one request's answer to another).
+    key = ExactCharField(max_length=200)
     request_hash = models.CharField(max_length=64)
     status_code = models.PositiveSmallIntegerField()
     body = models.JSONField()

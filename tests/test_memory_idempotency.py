@@ -77,6 +77,24 @@ def test_keys_are_per_endpoint_and_per_team(api, other_api):
     assert Memory.objects.filter(team_id="team_b").count() == 1
 
 
+def test_keys_differing_only_by_case_are_two_keys_on_every_database(api):
+    """A key is compared exactly, as clients and the HTTP spec treat it: on MariaDB too, whose
+    default collation folds case (there the second write got the first one's 409)."""
+    first = api.post("/memories/personal", BODIES["/memories/personal"], headers=KEY)
+    other = {**BODIES["/memories/personal"], "content": "发布窗口改到周五晚上"}
+    upper = api.post(
+        "/memories/personal", other, headers={"Idempotency-Key": KEY["Idempotency-Key"].upper()}
+    )
+    assert first.status_code == upper.status_code == 201
+    assert "Idempotent-Replayed" not in upper.headers
+    assert upper.json()["data"]["id"] != first.json()["data"]["id"]
+    assert Memory.objects.filter(content="发布窗口改到周五晚上").count() == 1
+    # Each key still replays its own answer.
+    again = api.post("/memories/personal", BODIES["/memories/personal"], headers=KEY)
+    assert again.headers["Idempotent-Replayed"] == "true" and again.json() == first.json()
+    assert IdempotentRequest.objects.filter(team_id="team_a").count() == 2
+
+
 def test_a_refused_write_records_nothing_so_a_corrected_retry_is_written(api, agent_api):
     # An agent key may not write another agent's personal memory: 403, nothing recorded.
     refused = agent_api.post(
