@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -50,6 +51,26 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+    def clean(self) -> None:
+        super().clean()
+        if self._state.adding:
+            other = team_id_in_other_case(self.id)
+            if other is not None:
+                raise ValidationError({"id": team_id_case_message(other)})
+
+
+def team_id_in_other_case(team_id: str) -> str | None:
+    """The id of an existing team that differs from `team_id` by case only, if any. Team ids
+    are unique regardless of case on every database: on MariaDB the default collation makes
+    `Team_A` the team `team_a` (its primary key and every foreign key to it fold case), on SQLite
+    it would be another team. The rule keeps one meaning for a team id everywhere."""
+    ids = Team.objects.filter(id__iexact=team_id).values_list("id", flat=True)
+    return next((i for i in ids if i != team_id), None)
+
+
+def team_id_case_message(other: str) -> str:
+    return f"The team {other!r} exists: team ids must differ by more than case."
 
 
 class Agent(models.Model):

@@ -14,12 +14,21 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from core.errors import NotFound
+from core.errors import NotFound, ValidationFailed
 from core.localcache import TTLCache
 from core.rows import assign_given
 
 from . import crypto
-from .models import Agent, ApiKey, McpToken, Team, TeamMembership, TeamRole
+from .models import (
+    Agent,
+    ApiKey,
+    McpToken,
+    Team,
+    TeamMembership,
+    TeamRole,
+    team_id_case_message,
+    team_id_in_other_case,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +75,9 @@ def team_upsert(
     """Creates the team or updates the fields given. Only those are written, on the row locked
     afresh: another request's change of a field this one did not send (a description, a config,
     the admin requiring signature v2) is never written back over with what this one read."""
+    other = team_id_in_other_case(team_id)
+    if other is not None:
+        raise ValidationFailed({"team_id": [team_id_case_message(other)]})
     with transaction.atomic():
         team, created = Team.objects.get_or_create(id=team_id, defaults={"name": name})
         if not created:

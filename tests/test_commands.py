@@ -42,6 +42,31 @@ def test_create_api_key_reuses_an_existing_team(team):
     assert ApiKey.objects.get(team=team).label == "second"
 
 
+def test_a_team_id_differing_only_by_case_is_refused_on_every_database(team):
+    """On MariaDB `TEAM_A` would have found `team_a` (and issued it a key), on SQLite created a
+    second team: both refuse it now, and the admin's add form and team_upsert too."""
+    from django.urls import reverse
+
+    from core.errors import ValidationFailed
+    from tenants.services import team_upsert
+
+    from .factories import UserFactory
+
+    with pytest.raises(CommandError, match="team ids must differ by more than case"):
+        run("create_api_key", "--team", "TEAM_A")
+    with pytest.raises(ValidationFailed):
+        team_upsert(team_id="Team_A", name="other")
+    root = Client()
+    root.force_login(UserFactory(username="root", is_superuser=True))
+    page = root.post(reverse("admin:tenants_team_add"), {"id": "Team_a", "name": "other"})
+    assert page.status_code == 200 and "must differ by more than case" in page.content.decode()
+    assert list(Team.objects.values_list("id", "name")) == [("team_a", team.name)]
+    assert not ApiKey.objects.exists()
+    # An id differing by more than case is another team.
+    run("create_api_key", "--team", "team_a2")
+    assert Team.objects.count() == 2
+
+
 def test_create_api_key_for_an_agent_makes_an_agent_scoped_key():
     data = json.loads(run("create_api_key", "--team", "t1", "--agent", "coder", "--json"))
     key = ApiKey.objects.get(key_id=data["api_key"])
@@ -251,3 +276,11 @@ def test_bootstrap_demo_team_makes_another_demo_team_with_its_own_key(settings, 
     again = run("bootstrap_demo", "--team", "demo2")
     assert other["secret"] in again
     assert ApiKey.objects.filter(team_id="demo2").count() == 1
+    # A team id differing from one only by case is refused, nothing written.
+    with pytest.raises(CommandError, match="team ids must differ by more than case"):
+        run("bootstrap_demo", "--team", "Demo2")
+    assert set(json.loads((tmp_path / "demo-credentials.json").read_text())["teams"]) == {
+        "demo",
+        "demo2",
+    }
+    assert set(Team.objects.values_list("id", flat=True)) == {"demo", "demo2"}

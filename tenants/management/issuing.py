@@ -12,7 +12,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from tenants import services
-from tenants.models import Agent, Team, agent_id_validator, team_id_validator
+from tenants.models import (
+    Agent,
+    Team,
+    agent_id_validator,
+    team_id_case_message,
+    team_id_in_other_case,
+    team_id_validator,
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,9 @@ class IssueCommand(BaseCommand):
             team_id_validator(team_id)
         except ValidationError as exc:
             raise CommandError(f"--team: {exc.messages[0]}") from exc
+        other = team_id_in_other_case(team_id)
+        if other is not None:  # on MariaDB the lookup below would have found it
+            raise CommandError(f"--team: {team_id_case_message(other)}")
         team = Team.objects.filter(id=team_id).first()
         if team is None:
             team, _ = services.team_upsert(team_id=team_id, name=opts["name"] or team_id)

@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from tenants import selectors, services
-from tenants.models import Team, TeamRole
+from tenants.models import Team, TeamRole, team_id_case_message, team_id_in_other_case
 
 
 class Command(BaseCommand):
@@ -47,6 +47,9 @@ class Command(BaseCommand):
         if path.exists():
             creds = json.loads(path.read_text())
         team_id = opts["team"]
+        other = team_id_in_other_case(team_id)
+        if other is not None:
+            raise CommandError(f"--team: {team_id_case_message(other)}")
         with transaction.atomic():
             key = self._ensure(team_id, creds)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
