@@ -167,7 +167,7 @@ class WorkingArchive(models.Model):
     # An ingested message's role (user, assistant, system, tool), speaker name and run (session).
     role = models.CharField(max_length=10, blank=True, default="")
     name = models.CharField(max_length=64, blank=True, default="")
-    run_id = models.CharField(max_length=64, blank=True, default="")
+    run_id = ExactCharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [

@@ -74,7 +74,8 @@ class Memory(models.Model):
     agent_id = AgentIdField(blank=True, default="")
     content = models.TextField()
     importance = models.FloatField(default=0.5)
-    category = models.CharField(max_length=64, default="general")
+    # Compared exactly, like run_id: "Rule" and "rule" are two categories on every database.
+    category = ExactCharField(max_length=64, default="general")
     metadata = models.JSONField(default=dict, blank=True)
     embedding = models.BinaryField(null=True, blank=True, editable=False)
     embedding_model = models.CharField(max_length=128, blank=True, default="")
@@ -89,8 +90,9 @@ class Memory(models.Model):
     # Pinned memories are protected: cleanup and purges never remove them.
     pinned = models.BooleanField(default=False)
     # The agent's session ("run") the memory was written in, when the writer said so (an ingested
-    # conversation, or a create body's `run_id`): search and list filter on it.
-    run_id = models.CharField(max_length=64, blank=True, default="")
+    # conversation, or a create body's `run_id`): search and list filter on it. An id with the
+    # agent id's rules, so compared exactly too.
+    run_id = ExactCharField(max_length=64, blank=True, default="")
     # Hot / warm / cold (memories.tiers): moved by the tiering task and cleanup, back to hot when
     # an agent asks for it. `tier_changed_at` dates the move (cleanup's cold grace period).
     tier = models.CharField(max_length=8, choices=MemoryTier.choices, default=MemoryTier.HOT)
@@ -269,7 +271,7 @@ class WorkingMemoryItem(models.Model):
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     # The agent's session the item was written in ("" = none named): WorkingItem.run_id.
-    run_id = models.CharField(max_length=64, blank=True, default="")
+    run_id = ExactCharField(max_length=64, blank=True, default="")
 
     class Meta:
         indexes = [

@@ -105,6 +105,15 @@ def test_filters_combine(api, archive):
     assert _ids(window) == [archive["zh"].item_id, archive["reply"].item_id]
 
 
+def test_a_run_id_is_compared_exactly_on_every_database(api, team, archive):
+    # MariaDB's default collation would take "RUN-1" for "run-1".
+    upper = WorkingArchiveFactory(
+        team=team, content="another session", item_created_at=T0, run_id="RUN-1"
+    )
+    assert _ids(ok_data(_search(api, run_id="RUN-1"))) == [upper.item_id]
+    assert upper.item_id not in _ids(ok_data(_search(api, run_id="run-1")))
+
+
 def test_query_is_a_case_insensitive_substring_in_english_and_chinese(api, archive):
     assert _ids(ok_data(_search(api, query="binance"))) == [
         archive["reply"].item_id,

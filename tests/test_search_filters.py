@@ -127,3 +127,46 @@ def test_a_filter_never_widens_the_scope(api, other_api, stored):
         api, {"$or": [{"metadata.source": "chat"}, {"importance": {"$gte": 0}}]}
     )
     assert "the deploy of agent a2" not in found(api, {"importance": {"$gte": 0}})
+
+
+def test_text_values_compare_exactly_on_every_database(api):
+    """A run id, a category or a metadata string means the same on SQLite and MariaDB: "Run-A"
+    and "run-a" are two runs, "Rule" and "rule" two categories (MariaDB's default collation
+    would fold case and accents, and a filter would return the other one's memories too)."""
+    rows = [
+        ("the deploy of run A", "Run-A", "Rule", "Chat"),
+        ("the deploy of the lower-case run", "run-a", "rule", "chat"),
+        ("the deploy of the café", "cafe", "café", "café"),
+    ]
+    for content, run_id, category, source in rows:
+        r = api.post(
+            "/memories/personal",
+            {
+                "agent_id": "a1",
+                "content": content,
+                "run_id": run_id,
+                "category": category,
+                "metadata": {"source": source},
+            },
+        )
+        assert r.status_code == 201, r.content
+    assert found(api, {"run_id": "Run-A"}) == {"the deploy of run A"}
+    assert found(api, {"run_id": {"$in": ["run-a"]}}) == {"the deploy of the lower-case run"}
+    assert found(api, {"run_id": {"$ne": "run-a"}}) == {
+        "the deploy of run A",
+        "the deploy of the café",
+    }
+    assert found(api, {"category": "Rule"}) == {"the deploy of run A"}
+    assert found(api, {"category": "cafe"}) == set()
+    assert found(api, {"category": "café"}) == {"the deploy of the café"}
+    assert found(api, {"metadata.source": "Chat"}) == {"the deploy of run A"}
+    assert found(api, {"metadata.source": "cafe"}) == set()
+    # The `run_id` shorthand of search and of the list.
+    r = api.post(
+        "/memories/personal/search",
+        {"agent_id": "a1", "query": "deploy", "min_score": 0, "run_id": "run-a"},
+    )
+    assert [m["content"] for m in ok_data(r)] == ["the deploy of the lower-case run"]
+    r = api.get("/memories?agent_id=a1&run_id=Run-A")
+    assert r.status_code == 200, r.content
+    assert [m["content"] for m in ok_data(r)["items"]] == ["the deploy of run A"]
