@@ -2,13 +2,17 @@
 
 Usage (from the project root):
 
-    .venv/bin/python bench/import_writes.py [--memories 2000] [--lang en] [--mysql] [--json out.json]
+    .venv/bin/python bench/import_writes.py [--memories 2000] [--lang en] [--mysql]
+        [--graph numbered|distinct] [--json out.json]
 
 What it does:
 
 1. **Bundle**: `--memories` synthetic memories (`bench/corpus.py`) of one agent, with a header
    naming another embedding model, so the import embeds every one again (what moving a team
-   to a server of another model does).
+   to a server of another model does). With `--graph`, a knowledge graph too: an entity a
+   memory, mentioned by it, related to the previous one. `numbered` names them like tickets
+   ("Ticket 17", "Ticket 18": one resolution key for all, as version and ticket numbers share
+   theirs); `distinct` gives each a name of its own ("Ticket aq").
 2. **Serve**: a fresh server (gunicorn, two sync workers: the import occupies one) on a fresh
    SQLite file (`--mysql`: a fresh MariaDB database at 127.0.0.1:3306 as root, dropped after).
 3. **Measure**: `POST /import` in a thread; meanwhile another agent writes a memory every
@@ -41,19 +45,53 @@ from corpus import generate
 from memoryplatform.client import MemoryAPIError, MemoryClient
 
 
-def bundle(texts: list[str]) -> bytes:
+def _letters(i: int) -> str:
+    """0 -> "a", 25 -> "z", 26 -> "aa": a name part without digits."""
+    out = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        out = chr(97 + r) + out
+    return out
+
+
+def bundle(texts: list[str], graph: str | None = None) -> bytes:
+    records: list[dict[str, Any]] = [
+        {"kind": "memory", "id": i, "scope": "personal", "agent_id": "imported", "content": t}
+        for i, t in enumerate(texts)
+    ]
+    counts = {"memory": len(texts)}
+    if graph:
+        n = len(texts)
+        name = (
+            (lambda i: f"Ticket {i}")
+            if graph == "numbered"
+            else (lambda i: f"Ticket {_letters(i)}")
+        )
+        entity = {"kind": "entity", "agent_id": "imported", "entity_type": "project"}
+        records += [
+            {**entity, "id": f"e{i}", "name": name(i), "source_memory": i} for i in range(n)
+        ]
+        records += [
+            {
+                "kind": "relation",
+                "id": f"r{i}",
+                "source": f"e{i}",
+                "target": f"e{i - 1}",
+                "relation_type": "related_to",
+            }
+            for i in range(1, n)
+        ]
+        records += [{"kind": "mention", "entity": f"e{i}", "memory": i} for i in range(n)]
+        counts.update(entity=n, relation=max(0, n - 1), mention=n)
     header = {
         "format": "memoryplatform-bundle",
         "version": 1,
         "team_id": "elsewhere",
         "embedding_model": "another-model",
         "embedding_dim": 3,
-        "counts": {"memory": len(texts)},
+        "counts": counts,
     }
-    records = [
-        {"kind": "memory", "id": i, "scope": "personal", "agent_id": "imported", "content": t}
-        for i, t in enumerate(texts)
-    ]
     return gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in [header, *records]))
 
 
@@ -76,7 +114,7 @@ def _drop(name: str) -> None:
 
 
 def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
-    data = bundle([item.text for item in generate(args.lang, args.memories, "import")])
+    data = bundle([item.text for item in generate(args.lang, args.memories, "import")], args.graph)
     with BenchServer(workers=2, database_url=database_url, timeout_s=1800) as server:
         client = MemoryClient(server.api_key, server.secret, base_url=server.base_url, timeout=1800)
         writer = MemoryClient(
@@ -109,6 +147,7 @@ def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
     return {
         "memories": args.memories,
         "lang": args.lang,
+        "graph": args.graph,
         "database": "mysql" if database_url else "sqlite",
         "import": answer,
         "writes": summarise(latencies),
@@ -121,6 +160,7 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=2000)
     parser.add_argument("--lang", choices=("en", "zh"), default="en")
     parser.add_argument("--mysql", action="store_true")
+    parser.add_argument("--graph", choices=("numbered", "distinct"))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     name, url = _mysql_database() if args.mysql else (None, None)
@@ -132,7 +172,8 @@ def main() -> None:
     result.update(machine=machine_info(), code=code_version())
     w = result["writes"]
     log(
-        f"import of {args.memories} memories (all embedded again): {result['import'].get('seconds')} s; "
+        f"import of {args.memories} memories (all embedded again)"
+        f"{f', {args.graph} graph' if args.graph else ''}: {result['import'].get('seconds')} s; "
         f"{w['n']} writes meanwhile: p50 {w.get('p50')} ms, p95 {w.get('p95')} ms, "
         f"max {w.get('max')} ms; answers {result['answers']}"
     )

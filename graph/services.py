@@ -33,15 +33,18 @@ def embedding_text(name: str, description: str) -> str:
     return f"{name}\n{description}" if description else name
 
 
+def name_key(name: str) -> str:
+    """What `same_name` compares: the name without case and width ("ＰＹＴＨＯＮ" -> "python")."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
 def same_name(a: str, b: str) -> bool:
     """Names are the same entity name regardless of case and width ("Python" = "ＰＹＴＨＯＮ").
 
     Case-insensitive on purpose: MariaDB's utf8mb4_unicode_ci unique index treats them as equal
     anyway, and SQLite must behave the same.
     """
-    return (
-        unicodedata.normalize("NFKC", a).casefold() == unicodedata.normalize("NFKC", b).casefold()
-    )
+    return name_key(a) == name_key(b)
 
 
 def _merge_description(old: str, new: str) -> str:
@@ -55,13 +58,20 @@ def _merge_description(old: str, new: str) -> str:
 
 def entity_find(*, team: Team, agent_id: str, name: str, entity_type: str) -> Entity | None:
     """The entity `(name, entity_type)` of this scope, if any (names compared case-insensitively)."""
-    candidates = Entity.objects.filter(
-        team=team,
-        agent_id=agent_id,
-        entity_type=entity_type,
-        normalized_name=normalise_name(name, entity_type),
-    ).order_by("created_at", "id")
-    return next((e for e in candidates if same_name(e.name, name)), None)
+    # Many names share one resolution key ("Sprint 12", "Sprint 13" -> "sprint"): compare the
+    # candidates' names only, and load the one row that matches, not every candidate's vector.
+    candidates = (
+        Entity.objects.filter(
+            team=team,
+            agent_id=agent_id,
+            entity_type=entity_type,
+            normalized_name=normalise_name(name, entity_type),
+        )
+        .order_by("created_at", "id")
+        .values_list("pk", "name")
+    )
+    found = next((pk for pk, candidate in candidates if same_name(candidate, name)), None)
+    return None if found is None else Entity.objects.filter(pk=found).first()
 
 
 # `metadata.source` of a memory written from an ingested conversation (lifecycle's ingest).

@@ -705,6 +705,59 @@ def test_an_agent_id_differing_in_case_is_another_agent_on_import(team, api):
     assert (answer["imported"]["memory"], answer["skipped"]["memory"]) == (0, 1)
 
 
+def test_entities_sharing_a_resolution_key_meet_their_own_names_on_import(team, api):
+    """ "Sprint 12" and "Sprint 13" share a resolution key ("sprint"): the import reads them
+    once, and each record meets the entity of its own name (case and width aside), here or
+    written earlier by the same bundle; a relation or mention given twice is written once."""
+    here, _ = entity_create_or_merge(
+        team=team, agent_id="alice", name="Sprint 12", entity_type="project"
+    )
+    here_memory, _ = memory_create(team=team, scope="personal", agent_id="alice", content="kickoff")
+    entity_mention(entity=here, memory=here_memory)
+    sprint = {"kind": "entity", "agent_id": "alice", "entity_type": "project"}
+    records = [
+        {**MEMORY, "id": 1, "content": "Sprint 13 ships the importer"},
+        {**MEMORY, "id": 2, "content": "kickoff"},  # here already: skipped
+        {**sprint, "id": "a", "name": "ＳＰＲＩＮＴ 12"},  # here already, in another width
+        {**sprint, "id": "b", "name": "Sprint 13"},
+        {**sprint, "id": "c", "name": "sprint 13"},  # the bundle's own "Sprint 13"
+        {**sprint, "id": "d", "name": "Sprint 14"},
+    ]
+    relation = {"kind": "relation", "relation_type": "related_to"}
+    records += [
+        {**relation, "id": "r1", "source": "b", "target": "a"},
+        {**relation, "id": "r2", "source": "c", "target": "a"},  # the same relation again
+        {**relation, "id": "r3", "source": "a", "target": "d"},
+    ]
+    records += [
+        {"kind": "mention", "entity": "b", "memory": 1},
+        {"kind": "mention", "entity": "c", "memory": 1},  # the same mention again
+        {"kind": "mention", "entity": "a", "memory": 2},  # here already
+        {"kind": "mention", "entity": "a", "memory": 1},
+    ]
+    counts = {"memory": 2, "entity": 4, "relation": 3, "mention": 4}
+    answer = ok_data(import_bundle(api, make_bundle(_header(counts=counts), records)))
+    got = {k: (answer["imported"][k], answer["skipped"][k]) for k in counts}
+    assert got == {"memory": (1, 1), "entity": (2, 2), "relation": (2, 1), "mention": (2, 2)}
+    names = sorted(Entity.objects.filter(team=team).values_list("name", flat=True))
+    assert names == ["Sprint 12", "Sprint 13", "Sprint 14"]
+    assert sorted(
+        Relation.objects.filter(team=team).values_list("source__name", "target__name")
+    ) == [("Sprint 12", "Sprint 14"), ("Sprint 13", "Sprint 12")]
+    assert sorted(
+        EntityMention.objects.filter(team=team).values_list("entity__name", "memory__content")
+    ) == [
+        ("Sprint 12", "Sprint 13 ships the importer"),
+        ("Sprint 12", "kickoff"),
+        ("Sprint 13", "Sprint 13 ships the importer"),
+    ]
+    # The same bundle again: everything is here now.
+    answer = ok_data(import_bundle(api, make_bundle(_header(counts=counts), records)))
+    assert answer["imported"] == dict.fromkeys(KINDS, 0)
+    assert Relation.objects.filter(team=team).count() == 2
+    assert EntityMention.objects.filter(team=team).count() == 3
+
+
 def test_a_bundle_over_the_size_limit_is_413_in_the_envelope(api, settings):
     settings.REQUEST_BYTES_BY_PATH = {"/import": 100}
     r = import_bundle(api, b"x" * 101)

@@ -43,7 +43,7 @@ from core.dates import iso
 from core.errors import DomainError, ErrorCode, Forbidden
 from graph.models import Entity, EntityMention, Relation
 from graph.resolution import normalise_name
-from graph.services import embedding_text, entity_find, entity_update
+from graph.services import embedding_text, entity_find, entity_update, name_key
 from memories import locks
 from memories.models import (
     Memory,
@@ -561,6 +561,19 @@ class _Import:
     existing: dict[tuple[str, str, str, bool], int] = field(default_factory=dict)
     # (scope, agent) of the bundle's memories: their write locks are held by the transaction.
     scopes: set[tuple[str, str]] = field(default_factory=set)
+    # The resolution keys (Entity.normalized_name) of the bundle's entities, read before the
+    # transaction; in it (`read_entities`), the team's entities of those keys by (agent, type,
+    # graph.services.name_key) -> the first such entity, then told of each entity written. A
+    # lookup a record held the lock for one query each, and one key shared by many names
+    # ("Sprint 12", "Sprint 13") made each lookup read them all.
+    entity_resolution_keys: set[str] = field(default_factory=set)
+    entities_here: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    # Rows this import wrote: a relation or mention with an end among them cannot be in the
+    # database yet, other than as one this import wrote (no query for it).
+    new_memory_ids: set[int] = field(default_factory=set)
+    new_entity_ids: set[Any] = field(default_factory=set)
+    new_relations: dict[tuple[Any, Any, str], Any] = field(default_factory=dict)
+    new_mentions: set[tuple[Any, Any]] = field(default_factory=set)
 
     # -- helpers
 
@@ -632,6 +645,28 @@ class _Import:
             for pk, scope, agent_id, digest, superseded_by in rows:
                 self.existing.setdefault((scope, agent_id, digest, superseded_by is not None), pk)
 
+    def read_entities(self) -> None:
+        """The team's entities under the bundle's resolution keys (inside the transaction)."""
+        keys = sorted(self.entity_resolution_keys)
+        for start in range(0, len(keys), 500):
+            rows = (
+                Entity.objects.filter(team=self.team, normalized_name__in=keys[start : start + 500])
+                .order_by("created_at", "id")
+                .values_list("pk", "agent_id", "entity_type", "name")
+            )
+            for pk, agent_id, entity_type, name in rows:
+                self.entities_here.setdefault((agent_id, entity_type, name_key(name)), pk)
+
+    def entity_here(self, *, agent_id: str, name: str, entity_type: str) -> Entity | None:
+        """What graph.services.entity_find would return, from what `read_entities` read."""
+        if normalise_name(name, entity_type) not in self.entity_resolution_keys:
+            # Not seen by the pass before the transaction (it only skips what this pass refuses).
+            return entity_find(
+                team=self.team, agent_id=agent_id, name=name, entity_type=entity_type
+            )
+        pk = self.entities_here.get((agent_id, entity_type, name_key(name)))
+        return None if pk is None else Entity.objects.get(pk=pk)
+
     def embedded(self, texts: list[str]) -> list[bytes]:
         """The vectors of `texts`: those embedded ahead, the others now."""
         missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
@@ -698,6 +733,7 @@ class _Import:
         memories_insert(team=self.team, memories=[m for _, m, _ in self.pending])
         for source, memory, rec in self.pending:
             self.ids["memory"][source] = memory.pk
+            self.new_memory_ids.add(memory.pk)
             # Found by a later record of the same content, as a memory already here would be
             # (its links come at the end: not superseded yet).
             key = (memory.scope, memory.agent_id, memory.content_hash, False)
@@ -879,9 +915,7 @@ class _Import:
         if not name or not entity_type:
             raise _invalid(line, "entity: name and entity_type are required")
         # One (name, type) per scope (a unique constraint): even new_ids meets the existing one.
-        existing = entity_find(
-            team=self.team, agent_id=agent_id, name=name, entity_type=entity_type
-        )
+        existing = self.entity_here(agent_id=agent_id, name=name, entity_type=entity_type)
         if existing is None:
             source_memory = self.ref(line, "entity", rec, "source_memory", required=False)
             if self.needs_embedding(columns.get("embedding"), columns.get("embedding_model", "")):
@@ -910,6 +944,8 @@ class _Import:
                     raise
             else:
                 self.ids["entity"][rec.get("id")] = row.pk
+                self.entities_here[(agent_id, entity_type, name_key(name))] = row.pk
+                self.new_entity_ids.add(row.pk)
                 self.imported["entity"] += 1
                 return
         self.ids["entity"][rec.get("id")] = existing.pk
@@ -928,9 +964,15 @@ class _Import:
         target = self.ref(line, "relation", rec, "target", required=True)
         source_memory = self.ref(line, "relation", rec, "source_memory", required=False)
         columns = _columns("relation", rec)
-        existing = Relation.objects.filter(
-            source_id=source, target_id=target, relation_type=columns.get("relation_type", "")
-        ).first()
+        relation_type = columns.get("relation_type", "")
+        key = (source, target, relation_type)
+        if source in self.new_entity_ids or target in self.new_entity_ids:
+            pk = self.new_relations.get(key)
+            existing = None if pk is None else Relation.objects.get(pk=pk)
+        else:
+            existing = Relation.objects.filter(
+                source_id=source, target_id=target, relation_type=relation_type
+            ).first()
         if existing is not None:
             self.ids["relation"][rec.get("id")] = existing.pk
             if self.on_conflict == "overwrite":
@@ -950,19 +992,26 @@ class _Import:
             columns,
         )
         self.ids["relation"][rec.get("id")] = row.pk
+        self.new_relations[key] = row.pk
         self.imported["relation"] += 1
 
     def mention(self, line: int, rec: dict[str, Any]) -> None:
         entity_id = self.ref(line, "mention", rec, "entity", required=True)
         memory_id = self.ref(line, "mention", rec, "memory", required=True)
         columns = _columns("mention", rec)
-        if EntityMention.objects.filter(entity_id=entity_id, memory_id=memory_id).exists():
+        pair = (entity_id, memory_id)
+        if entity_id in self.new_entity_ids or memory_id in self.new_memory_ids:
+            here = pair in self.new_mentions
+        else:
+            here = EntityMention.objects.filter(entity_id=entity_id, memory_id=memory_id).exists()
+        if here:
             self.skipped["mention"] += 1
             return
         _insert(
             EntityMention(team=self.team, entity_id=entity_id, memory_id=memory_id, **columns),
             columns,
         )
+        self.new_mentions.add(pair)
         self.imported["mention"] += 1
 
     def procedure(self, line: int, rec: dict[str, Any]) -> None:
@@ -1029,7 +1078,8 @@ def _embed_ahead(
 ) -> None:
     """Embeds, before the import's transaction opens, the texts it will embed again: memories'
     contents and entities' names whose vector is missing or of another model. Hashes every
-    memory's content too (`read_existing` looks them all up at once).
+    memory's content, and notes every entity's resolution key, too (`read_existing` and
+    `read_entities` look them all up at once).
 
     Embedding is the slow part of an import from a server of another model (a few ms a memory
     on 2 cores). Inside the transaction it held SQLite's write lock, so every other writer of the
@@ -1052,6 +1102,9 @@ def _embed_ahead(
         except (ValueError, TypeError, DjangoValidationError):
             continue
         content = ""
+        name, entity_type = columns.get("name"), columns.get("entity_type")
+        if kind == "entity" and isinstance(name, str) and isinstance(entity_type, str):
+            state.entity_resolution_keys.add(normalise_name(name, entity_type))
         if kind == "memory":
             scope = columns.get("scope")
             if scope in (MemoryScope.PERSONAL, MemoryScope.TEAM):
@@ -1155,6 +1208,7 @@ def bundle_import(
         # reading "not here" and both writing (MariaDB; SQLite's transaction is the lock).
         locks.scope_locks(team_id=team.id, scopes=state.scopes)
         state.read_existing()
+        state.read_entities()
         for number, rec in lines:
             kind = rec.get("kind")
             if kind not in handlers:
