@@ -1,0 +1,156 @@
+"""A knowledge graph imported while another process writes the same entities, each in a process
+of its own on one database.
+
+The import reads the team's entities once, when its transaction opens, and inserts the new ones
+by batches. An entity another process writes after that read is not in what it read: its insert
+meets the other's row in the unique constraint (on MariaDB it waits for that row's transaction,
+then fails), and the batch goes in row by row, the clashing record meeting the row now there.
+Without that, the whole import failed with 400 and nothing of it was kept.
+
+* Two imports of one graph bundle at once (a client retrying one that timed out): a bundle of
+  entities and relations only takes no scope lock (those are memories' locks), so both read
+  "not here". One writes the graph, the other meets every entity and relation of it.
+* An agent's entity written, not yet committed, as the import reads (MariaDB: the import's
+  insert waits for that row, then meets it).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from .livestack import ROOT, Stack, live_stack, stack_python, wait_for_lock_waits
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# A bundle of `n` team-wide entities ("Service 0", "Service 1", …: one resolution key) and a
+# relation from each to the next, from a server of another model (so its entities are embedded
+# ahead); then `bundle_import`. With a barrier: waits there once its vectors are made, until two
+# processes have arrived, so both open their transactions together.
+IMPORT = """
+import gzip, json, time
+from pathlib import Path
+from lifecycle.services.bundle import bundle_import
+from tenants.models import Team
+n, barrier, me = {n}, {barrier!r}, {me!r}
+header = {{"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
+          "embedding_model": "another-model", "embedding_dim": 3,
+          "counts": {{"entity": n, "relation": n - 1}}}}
+records = [{{"kind": "entity", "id": i, "name": f"Service {{i}}", "entity_type": "project"}}
+           for i in range(n)]
+records += [{{"kind": "relation", "id": f"r{{i}}", "source": i, "target": i + 1,
+             "relation_type": "part_of"}} for i in range(n - 1)]
+data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in [header, *records]))
+def embedding(total):
+    done = []
+    def advance(k):
+        done.append(k)
+        if barrier and sum(done) == total:
+            (Path(barrier) / me).touch()
+            deadline = time.monotonic() + 120
+            while len(list(Path(barrier).iterdir())) < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+    return advance
+result = bundle_import(team=Team.objects.get(), data=data, embedding_progress=embedding)
+print(json.dumps({{k: [result.imported[k], result.skipped[k]] for k in ("entity", "relation")}}))
+"""
+
+# The graph as stored: names of the entities, (source, target) of the relations, and the id of
+# the entity named "Service 0".
+GRAPH = """
+import json
+from graph.models import Entity, Relation
+names = sorted(Entity.objects.values_list("name", flat=True))
+pairs = sorted(Relation.objects.values_list("source__name", "target__name"))
+first = Entity.objects.filter(name="Service 0").values_list("pk", flat=True).first()
+print(json.dumps([names, [list(p) for p in pairs], str(first) if first else None]))
+"""
+
+# An agent's entity "Service 0", written and held uncommitted until a line arrives on stdin.
+HOLD_ENTITY = """
+import sys
+from django.db import transaction
+from graph.services import entity_create_or_merge
+from tenants.models import Team
+with transaction.atomic():
+    entity, _ = entity_create_or_merge(
+        team=Team.objects.get(), agent_id="", name="Service 0", entity_type="project"
+    )
+    print("held", entity.pk, flush=True)
+    sys.stdin.readline()
+"""
+
+
+def _start(stack: Stack, code: str, **kwargs: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=stack.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def _answer(proc: subprocess.Popen[str]) -> Any:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _expected_graph(n: int) -> tuple[list[str], list[list[str]]]:
+    names = sorted(f"Service {i}" for i in range(n))
+    pairs = sorted([f"Service {i}", f"Service {i + 1}"] for i in range(n - 1))
+    return names, pairs
+
+
+def test_two_imports_of_one_graph_at_once_write_it_once(tmp_path):
+    n = 600  # more than one batch of entities
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    with live_stack(tmp_path, servers=0) as stack:
+        procs = [
+            _start(stack, IMPORT.format(n=n, barrier=str(barrier), me=me))
+            for me in ("first", "second")
+        ]
+        results = sorted((_answer(p) for p in procs), key=lambda r: r["entity"])
+        assert len(list(barrier.iterdir())) == 2  # both reached the barrier
+        assert results == [
+            {"entity": [0, n], "relation": [0, n - 1]},
+            {"entity": [n, 0], "relation": [n - 1, 0]},
+        ]
+        names, pairs, _ = stack_python(stack, GRAPH)
+        assert (names, pairs) == _expected_graph(n)
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
+def test_an_entity_an_agent_writes_as_the_import_reads_is_met_not_refused(tmp_path):
+    n = 4
+    with live_stack(tmp_path, servers=0) as stack:
+        holder = _start(stack, HOLD_ENTITY, stdin=subprocess.PIPE)
+        assert holder.stdout is not None and holder.stdin is not None
+        while (line := holder.stdout.readline()) and not line.startswith("held "):
+            pass
+        assert line, "the holding process ended without its entity"
+        held = line.split()[1]
+        try:
+            importer = _start(stack, IMPORT.format(n=n, barrier="", me=""))
+            # The import read "Service 0" as not here and waits for the agent's row to insert
+            # its own.
+            wait_for_lock_waits(stack, 1)
+        finally:
+            holder.stdin.write("\n")
+            holder.stdin.close()
+            holder.wait(timeout=60)
+        assert holder.returncode == 0
+        assert _answer(importer) == {"entity": [n - 1, 1], "relation": [n - 1, 0]}
+        names, pairs, first = stack_python(stack, GRAPH)
+        assert (names, pairs) == _expected_graph(n)
+        # The relation from "Service 0" starts at the agent's entity.
+        assert first.replace("-", "") == held.replace("-", "")
