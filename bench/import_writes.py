@@ -3,7 +3,7 @@
 Usage (from the project root):
 
     .venv/bin/python bench/import_writes.py [--memories 2000] [--lang en] [--mysql]
-        [--graph numbered|distinct] [--json out.json]
+        [--graph numbered|distinct] [--history N] [--json out.json]
 
 What it does:
 
@@ -12,7 +12,8 @@ What it does:
    to a server of another model does). With `--graph`, a knowledge graph too: an entity a
    memory, mentioned by it, related to the previous one. `numbered` names them like tickets
    ("Ticket 17", "Ticket 18": one resolution key for all, as version and ticket numbers share
-   theirs); `distinct` gives each a name of its own ("Ticket aq").
+   theirs); `distinct` gives each a name of its own ("Ticket aq"). With `--history N`, each
+   memory has N revisions and is shared with one other agent.
 2. **Serve**: a fresh server (gunicorn, two sync workers: the import occupies one) on a fresh
    SQLite file (`--mysql`: a fresh MariaDB database at 127.0.0.1:3306 as root, dropped after).
 3. **Measure**: `POST /import` in a thread; meanwhile another agent writes a memory every
@@ -55,12 +56,31 @@ def _letters(i: int) -> str:
     return out
 
 
-def bundle(texts: list[str], graph: str | None = None) -> bytes:
+def bundle(texts: list[str], graph: str | None = None, history: int = 0) -> bytes:
     records: list[dict[str, Any]] = [
         {"kind": "memory", "id": i, "scope": "personal", "agent_id": "imported", "content": t}
         for i, t in enumerate(texts)
     ]
     counts = {"memory": len(texts)}
+    if history:
+        records += [
+            {
+                "kind": "revision",
+                "memory": i,
+                "action": "update",
+                "before": {"importance": 0.5},
+                "after": {"importance": 0.5 + k / 100},
+                "actor": "key mk_bench",
+                "created_at": f"2026-01-{1 + k % 28:02d}T12:00:00+00:00",
+            }
+            for i in range(len(texts))
+            for k in range(history)
+        ]
+        records += [
+            {"kind": "share", "memory": i, "agent_id": "reader", "permission": "read"}
+            for i in range(len(texts))
+        ]
+        counts.update(revision=len(texts) * history, share=len(texts))
     if graph:
         n = len(texts)
         name = (
@@ -114,7 +134,8 @@ def _drop(name: str) -> None:
 
 
 def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
-    data = bundle([item.text for item in generate(args.lang, args.memories, "import")], args.graph)
+    texts = [item.text for item in generate(args.lang, args.memories, "import")]
+    data = bundle(texts, args.graph, args.history)
     with BenchServer(workers=2, database_url=database_url, timeout_s=1800) as server:
         client = MemoryClient(server.api_key, server.secret, base_url=server.base_url, timeout=1800)
         writer = MemoryClient(
@@ -148,6 +169,7 @@ def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
         "memories": args.memories,
         "lang": args.lang,
         "graph": args.graph,
+        "history": args.history,
         "database": "mysql" if database_url else "sqlite",
         "import": answer,
         "writes": summarise(latencies),
@@ -161,6 +183,7 @@ def main() -> None:
     parser.add_argument("--lang", choices=("en", "zh"), default="en")
     parser.add_argument("--mysql", action="store_true")
     parser.add_argument("--graph", choices=("numbered", "distinct"))
+    parser.add_argument("--history", type=int, default=0, metavar="N")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     name, url = _mysql_database() if args.mysql else (None, None)
@@ -173,7 +196,9 @@ def main() -> None:
     w = result["writes"]
     log(
         f"import of {args.memories} memories (all embedded again)"
-        f"{f', {args.graph} graph' if args.graph else ''}: {result['import'].get('seconds')} s; "
+        f"{f', {args.graph} graph' if args.graph else ''}"
+        f"{f', {args.history} revisions and a share each' if args.history else ''}: "
+        f"{result['import'].get('seconds')} s; "
         f"{w['n']} writes meanwhile: p50 {w.get('p50')} ms, p95 {w.get('p95')} ms, "
         f"max {w.get('max')} ms; answers {result['answers']}"
     )

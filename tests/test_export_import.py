@@ -817,6 +817,59 @@ def test_held_rows_go_in_by_batches_and_a_name_the_database_folds_meets_its_enti
     assert sorted(Entity.objects.filter(team=team).values_list("name", flat=True)) == names
 
 
+@pytest.mark.parametrize(
+    ("on_conflict", "returns_ids"), [("skip", True), ("overwrite", True), ("skip", False)]
+)
+def test_revisions_and_shares_go_in_by_batches_with_their_times(
+    team, api, monkeypatch, on_conflict, returns_ids
+):
+    """Revisions and shares are held and inserted a batch at a time (two here), each keeping the
+    time its record gives. A share given twice for a memory the import wrote meets the first
+    (skipped, or overwriting it); an existing memory's revisions are its own. Where the backend
+    does not return the ids of a bulk insert (MySQL), revisions go in one by one."""
+    monkeypatch.setattr(bundle_module, "_ROW_BATCH", 2)
+    if not returns_ids:
+        monkeypatch.setattr(type(connection.features), "can_return_rows_from_bulk_insert", False)
+    here, _ = memory_create(team=team, scope="personal", agent_id="alice", content="kept here")
+    times = [f"2024-03-0{d}T10:00:00+00:00" for d in range(1, 4)]
+    revision = {"kind": "revision", "memory": 1, "action": "update", "actor": "key mk_x"}
+    share = {"kind": "share", "permission": "read"}
+    records = [
+        {**MEMORY, "id": 1, "content": "new from the bundle"},
+        {**MEMORY, "id": 2, "content": "kept here"},
+        *({**revision, "after": {"importance": i}, "created_at": t} for i, t in enumerate(times)),
+        {**revision, "memory": 2},  # the memory here keeps its own history
+        {**share, "memory": 1, "agent_id": "bob", "created_at": times[0]},
+        {**share, "memory": 1, "agent_id": "bob", "permission": "write"},  # given twice
+        {**share, "memory": 1, "agent_id": "carol", "created_at": times[1]},
+        {**share, "memory": 2, "agent_id": "bob", "created_at": times[2]},
+    ]
+    counts = {"memory": 2, "revision": 4, "share": 4}
+    answer = ok_data(import_bundle(api, make_bundle(_header(counts=counts), records), on_conflict))
+    got = {k: (answer["imported"][k], answer["skipped"][k]) for k in counts}
+    if on_conflict == "skip":
+        assert got == {"memory": (1, 1), "revision": (3, 1), "share": (3, 1)}
+    else:
+        assert got == {"memory": (2, 0), "revision": (3, 1), "share": (4, 0)}
+    new = Memory.objects.get(team=team, content="new from the bundle")
+    revisions = list(
+        MemoryRevision.objects.filter(memory=new)
+        .order_by("created_at")
+        .values("after", "created_at")
+    )
+    assert [r["after"] for r in revisions] == [{"importance": i} for i in range(3)]
+    assert [r["created_at"].isoformat() for r in revisions] == times
+    shares = {
+        (s.memory_id, s.agent_id): (s.permission, s.created_at.isoformat())
+        for s in MemoryShare.objects.filter(team=team)
+    }
+    assert shares == {
+        (new.pk, "bob"): ("read" if on_conflict == "skip" else "write", times[0]),
+        (new.pk, "carol"): ("read", times[1]),
+        (here.pk, "bob"): ("read", times[2]),
+    }
+
+
 def test_a_bundle_over_the_size_limit_is_413_in_the_envelope(api, settings):
     settings.REQUEST_BYTES_BY_PATH = {"/import": 100}
     r = import_bundle(api, b"x" * 101)

@@ -87,10 +87,16 @@ CHUNK_BYTES = 1024 * 1024  # one ExportChunk row at most
 SPOOL_BYTES = 8 * CHUNK_BYTES  # an export job's bundle held in memory before a temporary file
 ON_CONFLICT = ("skip", "overwrite", "new_ids")
 _EMBED_BATCH = 64
-# New entities, relations and mentions are inserted this many at a time (`_Import.flush_rows`).
+# New revisions, shares, entities, relations and mentions are inserted this many at a time
+# (`_Import.flush_rows`).
 _ROW_BATCH = 500
-# A mention's id is an auto id a bulk insert may not return: its unique pair finds it.
-_ROW_KEYS: dict[str, tuple[str, ...]] = {"mention": ("entity", "memory")}
+# The unique columns that find a share's or a mention's row after a bulk insert (their ids are
+# auto ids, which a backend may not return). The other kinds' rows are found by their id: a
+# UUID known before the insert, or an auto id the backend returns (else they go in one by one).
+_ROW_KEYS: dict[str, tuple[str, ...]] = {
+    "share": ("memory", "agent_id"),
+    "mention": ("entity", "memory"),
+}
 # Keys of JSON columns that hold memory ids (memory metadata, revision before/after): remapped on
 # import like the foreign keys.
 _MEMORY_ID_KEYS = ("superseded_by", "promoted_to", "promoted_from", "consolidated_into")
@@ -581,12 +587,15 @@ class _Import:
     new_entity_ids: set[Any] = field(default_factory=set)
     new_relations: dict[tuple[Any, Any, str], Any] = field(default_factory=dict)
     new_mentions: set[tuple[Any, Any]] = field(default_factory=set)
-    # New entities, relations and mentions not inserted yet, by kind: (line, source id, row,
-    # columns). One INSERT and one UPDATE of its times a row held SQLite's write lock ~0.4 ms
-    # each (2,000 entities, relations and mentions: 2.4 s of the transaction's 5 under the
-    # profiler); `flush_rows` inserts them _ROW_BATCH at a time.
+    new_shares: set[tuple[Any, str]] = field(default_factory=set)
+    # New revisions, shares, entities, relations and mentions not inserted yet, by kind: (line,
+    # source id, row, columns). One INSERT and one UPDATE of its times a row held SQLite's write
+    # lock ~0.4 ms each (2,000 entities, relations and mentions: 2.4 s of the transaction's 5
+    # under the profiler); `flush_rows` inserts them _ROW_BATCH at a time.
     held: dict[str, list[tuple[int, Any, models.Model, dict[str, Any]]]] = field(
-        default_factory=lambda: {"entity": [], "relation": [], "mention": []}
+        default_factory=lambda: {
+            k: [] for k in ("revision", "share", "entity", "relation", "mention")
+        }
     )
 
     # -- helpers
@@ -809,7 +818,8 @@ class _Import:
             )
         self.memories_done = True
 
-    # -- the other kinds, one row at a time
+    # -- the other kinds: revisions, shares and the graph's new rows held for `flush_rows`, the
+    # rest one row at a time
 
     def revision(self, line: int, rec: dict[str, Any]) -> None:
         memory_id = self.ref(line, "revision", rec, "memory", required=True)
@@ -821,8 +831,7 @@ class _Import:
             if key in columns:
                 columns[key] = self.remap_memory_json(columns[key])
         row = MemoryRevision(team=self.team, memory_id=memory_id, **columns)
-        _insert(row, columns)
-        self.imported["revision"] += 1
+        self.hold("revision", line, None, row, columns)
 
     def share(self, line: int, rec: dict[str, Any]) -> None:
         memory_id = self.ref(line, "share", rec, "memory", required=True)
@@ -831,7 +840,12 @@ class _Import:
         if not agent_id:
             raise _invalid(line, "share: agent_id is required")
         self.agent(agent_id)
-        existing = MemoryShare.objects.filter(memory_id=memory_id, agent_id=agent_id).first()
+        pair = (memory_id, agent_id)
+        if memory_id in self.new_memory_ids and pair not in self.new_shares:
+            existing = None  # a memory this import wrote has only the shares it wrote
+        else:
+            self.flush_rows("share")
+            existing = MemoryShare.objects.filter(memory_id=memory_id, agent_id=agent_id).first()
         if existing is not None:
             if self.on_conflict == "overwrite":
                 _update(existing, columns, ["permission"])
@@ -839,8 +853,14 @@ class _Import:
             else:
                 self.skipped["share"] += 1
             return
-        _insert(MemoryShare(team=self.team, memory_id=memory_id, **columns), columns)
-        self.imported["share"] += 1
+        self.new_shares.add(pair)
+        self.hold(
+            "share",
+            line,
+            None,
+            MemoryShare(team=self.team, memory_id=memory_id, **columns),
+            columns,
+        )
 
     def _agent_row(self, line: int, kind: str, columns: dict[str, Any]) -> str:
         agent_id = columns.get("agent_id", "")
@@ -996,6 +1016,14 @@ class _Import:
         if not held:
             return
         model = type(held[0][2])
+        if (
+            kind not in _ROW_KEYS
+            and model._meta.pk.default is models.NOT_PROVIDED
+            and not connection.features.can_return_rows_from_bulk_insert
+        ):
+            for line, source, row, columns in held:  # their ids are needed for their times
+                self.insert_one(kind, line, source, row, columns)
+            return
         try:
             with transaction.atomic():
                 model._default_manager.bulk_create([row for _, _, row, _ in held])
