@@ -3,7 +3,7 @@
 Usage (from the project root):
 
     .venv/bin/python bench/import_writes.py [--memories 2000] [--lang en] [--mysql]
-        [--graph numbered|distinct] [--history N] [--json out.json]
+        [--graph numbered|distinct] [--history N] [--archive N] [--json out.json]
 
 What it does:
 
@@ -13,7 +13,8 @@ What it does:
    memory, mentioned by it, related to the previous one. `numbered` names them like tickets
    ("Ticket 17", "Ticket 18": one resolution key for all, as version and ticket numbers share
    theirs); `distinct` gives each a name of its own ("Ticket aq"). With `--history N`, each
-   memory has N revisions and is shared with one other agent.
+   memory has N revisions and is shared with one other agent. With `--archive N`, N archived
+   working-memory items (an agent's ingested messages) too.
 2. **Serve**: a fresh server (gunicorn, two sync workers: the import occupies one) on a fresh
    SQLite file (`--mysql`: a fresh MariaDB database at 127.0.0.1:3306 as root, dropped after).
 3. **Measure**: `POST /import` in a thread; meanwhile another agent writes a memory every
@@ -56,7 +57,7 @@ def _letters(i: int) -> str:
     return out
 
 
-def bundle(texts: list[str], graph: str | None = None, history: int = 0) -> bytes:
+def bundle(texts: list[str], graph: str | None = None, history: int = 0, archive: int = 0) -> bytes:
     records: list[dict[str, Any]] = [
         {"kind": "memory", "id": i, "scope": "personal", "agent_id": "imported", "content": t}
         for i, t in enumerate(texts)
@@ -81,6 +82,23 @@ def bundle(texts: list[str], graph: str | None = None, history: int = 0) -> byte
             for i in range(len(texts))
         ]
         counts.update(revision=len(texts) * history, share=len(texts))
+    if archive:
+        records += [
+            {
+                "kind": "archive",
+                "id": k,
+                "agent_id": "imported",
+                "item_id": uuid.uuid5(uuid.NAMESPACE_OID, str(k)).hex,
+                "content": texts[k % len(texts)],
+                "item_created_at": "2026-01-01T12:00:00+00:00",
+                "archived_at": "2026-01-02T12:00:00+00:00",
+                "reason": "consumed",
+                "role": "user",
+                "run_id": f"session-{k // 50}",
+            }
+            for k in range(archive)
+        ]
+        counts["archive"] = archive
     if graph:
         n = len(texts)
         name = (
@@ -135,7 +153,7 @@ def _drop(name: str) -> None:
 
 def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
     texts = [item.text for item in generate(args.lang, args.memories, "import")]
-    data = bundle(texts, args.graph, args.history)
+    data = bundle(texts, args.graph, args.history, args.archive)
     with BenchServer(workers=2, database_url=database_url, timeout_s=1800) as server:
         client = MemoryClient(server.api_key, server.secret, base_url=server.base_url, timeout=1800)
         writer = MemoryClient(
@@ -170,6 +188,7 @@ def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
         "lang": args.lang,
         "graph": args.graph,
         "history": args.history,
+        "archive": args.archive,
         "database": "mysql" if database_url else "sqlite",
         "import": answer,
         "writes": summarise(latencies),
@@ -184,6 +203,7 @@ def main() -> None:
     parser.add_argument("--mysql", action="store_true")
     parser.add_argument("--graph", choices=("numbered", "distinct"))
     parser.add_argument("--history", type=int, default=0, metavar="N")
+    parser.add_argument("--archive", type=int, default=0, metavar="N")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     name, url = _mysql_database() if args.mysql else (None, None)
@@ -197,7 +217,8 @@ def main() -> None:
     log(
         f"import of {args.memories} memories (all embedded again)"
         f"{f', {args.graph} graph' if args.graph else ''}"
-        f"{f', {args.history} revisions and a share each' if args.history else ''}: "
+        f"{f', {args.history} revisions and a share each' if args.history else ''}"
+        f"{f', {args.archive} archive items' if args.archive else ''}: "
         f"{result['import'].get('seconds')} s; "
         f"{w['n']} writes meanwhile: p50 {w.get('p50')} ms, p95 {w.get('p95')} ms, "
         f"max {w.get('max')} ms; answers {result['answers']}"

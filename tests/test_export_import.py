@@ -870,6 +870,52 @@ def test_revisions_and_shares_go_in_by_batches_with_their_times(
     }
 
 
+@pytest.mark.parametrize("on_conflict", ["skip", "overwrite", "new_ids"])
+def test_archive_items_go_in_by_batches_and_meet_those_here(team, api, monkeypatch, on_conflict):
+    """Archive items are held and inserted a batch at a time (two here); one query a batch finds
+    those here (same agent and item id): skipped or overwritten; an item given twice meets the
+    first. new_ids inserts every one."""
+    monkeypatch.setattr(bundle_module, "_ROW_BATCH", 2)
+    WorkingArchiveFactory(team=team, agent_id="alice", item_id="i1", content="here")
+    item = {"kind": "archive", "item_created_at": "2024-02-01T00:00:00+00:00", "reason": "evicted"}
+    when = "2024-02-02T00:00:00+00:00"
+    records = [
+        {**item, "id": 1, "agent_id": "alice", "item_id": "i1", "content": "bundle i1"},
+        {**item, "id": 2, "agent_id": "bob", "item_id": "i1", "content": "bob's i1"},
+        {
+            **item,
+            "id": 3,
+            "agent_id": "alice",
+            "item_id": "i2",
+            "content": "i2",
+            "archived_at": when,
+        },
+        {**item, "id": 4, "agent_id": "alice", "item_id": "i2", "content": "i2 again"},
+        {**item, "id": 5, "agent_id": "alice", "item_id": "i3", "content": "i3"},
+    ]
+    answer = ok_data(
+        import_bundle(api, make_bundle(_header(counts={"archive": 5}), records), on_conflict)
+    )
+    got = (answer["imported"]["archive"], answer["skipped"]["archive"])
+    rows = sorted(
+        WorkingArchive.objects.filter(team=team).values_list("agent_id", "item_id", "content")
+    )
+    if on_conflict == "new_ids":
+        assert got == (5, 0)
+        assert len(rows) == 6
+        return
+    i1, i2 = ("here", "i2") if on_conflict == "skip" else ("bundle i1", "i2 again")
+    assert got == ((3, 2) if on_conflict == "skip" else (5, 0))
+    assert rows == [
+        ("alice", "i1", i1),
+        ("alice", "i2", i2),
+        ("alice", "i3", "i3"),
+        ("bob", "i1", "bob's i1"),
+    ]
+    i2_row = WorkingArchive.objects.get(team=team, agent_id="alice", item_id="i2")
+    assert i2_row.archived_at.isoformat() == "2024-02-02T00:00:00+00:00"
+
+
 def test_a_bundle_over_the_size_limit_is_413_in_the_envelope(api, settings):
     settings.REQUEST_BYTES_BY_PATH = {"/import": 100}
     r = import_bundle(api, b"x" * 101)
