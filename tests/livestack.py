@@ -250,6 +250,18 @@ def stack_python(stack: Stack, code: str) -> Any:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def stack_process(stack: Stack, code: str, **popen: Any) -> subprocess.Popen[str]:
+    """`code` started in a fresh Django process on the stack's database (`manage.py shell`),
+    its output read as text (`stdout` piped unless `popen` says otherwise)."""
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=stack.env,
+        text=True,
+        **{"stdout": subprocess.PIPE, **popen},
+    )
+
+
 # Holds one row's lock in a process of its own until a line arrives on stdin.
 HOLD = """
 import sys
@@ -266,14 +278,8 @@ with transaction.atomic():
 def row_held(stack: Stack, module: str, model: str, pk: Any) -> Iterator[None]:
     """Another process holds row `pk` of `module.model` locked for the `with` block (on SQLite,
     where every transaction begins IMMEDIATE, the database's write lock)."""
-    code = HOLD.format(module=module, model=model, pk=pk)
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=ROOT,
-        env=stack.env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    proc = stack_process(
+        stack, HOLD.format(module=module, model=model, pk=pk), stdin=subprocess.PIPE
     )
     assert proc.stdout is not None and proc.stdin is not None
     try:

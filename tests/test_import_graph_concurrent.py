@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import Any
 
 import pytest
 from django.db import connection
 
-from .livestack import ROOT, Stack, live_stack, stack_python, wait_for_lock_waits
+from .livestack import Stack, live_stack, stack_process, stack_python, wait_for_lock_waits
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,16 +85,8 @@ with transaction.atomic():
 """
 
 
-def _start(stack: Stack, code: str, **kwargs: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=ROOT,
-        env=stack.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kwargs,
-    )
+def _start(stack: Stack, code: str, **popen: Any) -> subprocess.Popen[str]:
+    return stack_process(stack, code, stderr=subprocess.PIPE, **popen)
 
 
 def _answer(proc: subprocess.Popen[str]) -> Any:
