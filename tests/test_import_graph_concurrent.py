@@ -12,6 +12,8 @@ Without that, the whole import failed with 400 and nothing of it was kept.
   "not here". One writes the graph, the other meets every entity and relation of it.
 * An agent's entity written, not yet committed, as the import reads (MariaDB: the import's
   insert waits for that row, then meets it).
+* The other order: an agent writes an entity the import has written and not yet committed (its
+  create waits for the import's row, then merges into it, as any two creates at once do).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # ahead); then `bundle_import`. With a barrier: waits there once its vectors are made, until two
 # processes have arrived, so both open their transactions together.
 IMPORT = """
-import gzip, json, time
+import gzip, json, sys, time
 from pathlib import Path
 from lifecycle.services.bundle import bundle_import
 from tenants.models import Team
@@ -45,6 +47,13 @@ records = [{{"kind": "entity", "id": i, "name": f"Service {{i}}", "entity_type":
 records += [{{"kind": "relation", "id": f"r{{i}}", "source": i, "target": i + 1,
              "relation_type": "part_of"}} for i in range(n - 1)]
 data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in [header, *records]))
+def paused(k, read=[0]):
+    # {pause} records in (every entity and one relation: the entities are inserted), stop until
+    # a line arrives on stdin.
+    read[0] += k
+    if read[0] == {pause}:
+        print("paused", flush=True)
+        sys.stdin.readline()
 def embedding(total):
     done = []
     def advance(k):
@@ -55,7 +64,8 @@ def embedding(total):
             while len(list(Path(barrier).iterdir())) < 2 and time.monotonic() < deadline:
                 time.sleep(0.005)
     return advance
-result = bundle_import(team=Team.objects.get(), data=data, embedding_progress=embedding)
+result = bundle_import(team=Team.objects.get(), data=data, embedding_progress=embedding,
+                       progress=paused if {pause} else None)
 print(json.dumps({{k: [result.imported[k], result.skipped[k]] for k in ("entity", "relation")}}))
 """
 
@@ -68,6 +78,17 @@ names = sorted(Entity.objects.values_list("name", flat=True))
 pairs = sorted(Relation.objects.values_list("source__name", "target__name"))
 first = Entity.objects.filter(name="Service 0").values_list("pk", flat=True).first()
 print(json.dumps([names, [list(p) for p in pairs], str(first) if first else None]))
+"""
+
+# An agent's entity "Service 0" written; its id and whether it was created.
+CREATE_ENTITY = """
+import json
+from graph.services import entity_create_or_merge
+from tenants.models import Team
+entity, created = entity_create_or_merge(
+    team=Team.objects.get(), agent_id="", name="Service 0", entity_type="project"
+)
+print(json.dumps([str(entity.pk), created]))
 """
 
 # An agent's entity "Service 0", written and held uncommitted until a line arrives on stdin.
@@ -107,7 +128,7 @@ def test_two_imports_of_one_graph_at_once_write_it_once(tmp_path):
     barrier.mkdir()
     with live_stack(tmp_path, servers=0) as stack:
         procs = [
-            _start(stack, IMPORT.format(n=n, barrier=str(barrier), me=me))
+            _start(stack, IMPORT.format(n=n, barrier=str(barrier), me=me, pause=0))
             for me in ("first", "second")
         ]
         results = sorted((_answer(p) for p in procs), key=lambda r: r["entity"])
@@ -131,7 +152,7 @@ def test_an_entity_an_agent_writes_as_the_import_reads_is_met_not_refused(tmp_pa
         assert line, "the holding process ended without its entity"
         held = line.split()[1]
         try:
-            importer = _start(stack, IMPORT.format(n=n, barrier="", me=""))
+            importer = _start(stack, IMPORT.format(n=n, barrier="", me="", pause=0))
             # The import read "Service 0" as not here and waits for the agent's row to insert
             # its own.
             wait_for_lock_waits(stack, 1)
@@ -145,3 +166,29 @@ def test_an_entity_an_agent_writes_as_the_import_reads_is_met_not_refused(tmp_pa
         assert (names, pairs) == _expected_graph(n)
         # The relation from "Service 0" starts at the agent's entity.
         assert first.replace("-", "") == held.replace("-", "")
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
+def test_an_entity_an_agent_writes_as_the_import_holds_it_merges_into_it(tmp_path):
+    n = 4
+    with live_stack(tmp_path, servers=0) as stack:
+        importer = _start(
+            stack, IMPORT.format(n=n, barrier="", me="", pause=n + 1), stdin=subprocess.PIPE
+        )
+        assert importer.stdout is not None and importer.stdin is not None
+        while (line := importer.stdout.readline()) and line.strip() != "paused":
+            pass
+        assert line, "the import ended before its entities were written"
+        try:
+            agent = _start(stack, CREATE_ENTITY)
+            # The agent's create waits for the import's uncommitted "Service 0".
+            wait_for_lock_waits(stack, 1)
+        finally:
+            importer.stdin.write("\n")
+            importer.stdin.flush()
+        assert _answer(importer) == {"entity": [n, 0], "relation": [n - 1, 0]}
+        pk, created = _answer(agent)
+        assert created is False
+        names, pairs, first = stack_python(stack, GRAPH)
+        assert (names, pairs) == _expected_graph(n)
+        assert first.replace("-", "") == pk.replace("-", "")
