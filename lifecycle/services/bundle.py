@@ -592,10 +592,9 @@ class _Import:
     new_shares: set[tuple[Any, str]] = field(default_factory=set)
     # (agent, item id) of the bundle's archive items read so far.
     archive_keys: set[tuple[str, str]] = field(default_factory=set)
-    # New revisions, shares, archive items, entities, relations and mentions not inserted yet, by kind: (line,
-    # source id, row, columns). One INSERT and one UPDATE of its times a row held SQLite's write
-    # lock ~0.4 ms each (2,000 entities, relations and mentions: 2.4 s of the transaction's 5
-    # under the profiler); `flush_rows` inserts them _ROW_BATCH at a time.
+    # New rows of these kinds not inserted yet (`hold`). One INSERT and one UPDATE of its times
+    # a row held SQLite's write lock ~0.4 ms each (2,000 entities, relations and mentions: 2.4 s
+    # of the transaction's 5 under the profiler); `flush_rows` inserts them _ROW_BATCH at a time.
     held: dict[str, list[_Held]] = field(
         default_factory=lambda: {
             k: [] for k in ("revision", "share", "archive", "entity", "relation", "mention")
@@ -822,8 +821,8 @@ class _Import:
             )
         self.memories_done = True
 
-    # -- the other kinds: revisions, shares and the graph's new rows held for `flush_rows`, the
-    # rest one row at a time
+    # -- the other kinds: revisions, shares, archive items and the graph's rows held for
+    # `flush_rows`; scenarios, personas, procedures and profiles one row at a time
 
     def revision(self, line: int, rec: dict[str, Any]) -> None:
         memory_id = self.ref(line, "revision", rec, "memory", required=True)
@@ -900,6 +899,7 @@ class _Import:
         ):
             here.setdefault((agent_id, item_id), pk)
         new: list[_Held] = []
+        overwrites: list[tuple[int, dict[str, Any]]] = []
         for entry, row in zip(held, rows, strict=True):
             found = here.get((row.agent_id, row.item_id))
             if found is None:
@@ -907,9 +907,11 @@ class _Import:
             elif self.on_conflict == "skip":
                 self.skipped["archive"] += 1
             else:
-                existing = WorkingArchive.objects.get(pk=found)
-                _update(existing, entry[3], list(entry[3]))
-                self.imported["archive"] += 1
+                overwrites.append((found, entry[3]))
+        existing = WorkingArchive.objects.in_bulk([pk for pk, _ in overwrites])
+        for pk, columns in overwrites:
+            _update(existing[pk], columns, list(columns))
+            self.imported["archive"] += 1
         return new
 
     def _memory_ids(self, value: Any) -> list[Any]:
@@ -1022,12 +1024,6 @@ class _Import:
         else:
             self.skipped["entity"] += 1
 
-    def flush_rows_of(self, kind: str) -> None:
-        """`kind`'s records are all read: its held rows go in before the next kind's refer to
-        them."""
-        if kind in self.held:
-            self.flush_rows(kind)
-
     def hold(
         self, kind: str, line: int, source: Any, row: models.Model, columns: dict[str, Any]
     ) -> None:
@@ -1036,7 +1032,10 @@ class _Import:
             self.flush_rows(kind)
 
     def flush_rows(self, kind: str) -> None:
-        """Inserts the held rows of `kind` at once, keeping the times their records give."""
+        """Inserts the held rows of `kind` at once (none for a kind that is not held), keeping
+        the times their records give."""
+        if kind not in self.held:
+            return
         held, self.held[kind] = self.held[kind], []
         if kind == "archive":
             held = self.archives_new(held)
@@ -1078,7 +1077,11 @@ class _Import:
             with transaction.atomic():
                 _insert(row, columns)
         except IntegrityError as exc:
-            # MariaDB's collation calls two names equal that Python does not: the same entity.
+            if not isinstance(row, Entity):
+                raise _invalid(line, f"{kind}: {exc}") from None
+            # A name the database calls equal to one here that Python does not (MariaDB's
+            # collation), or an entity another process wrote after `read_entities`: the same
+            # entity.
             existing = (
                 Entity.objects.filter(
                     team=self.team,
@@ -1088,10 +1091,8 @@ class _Import:
                 )
                 .order_by("created_at", "id")
                 .first()
-                if isinstance(row, Entity)
-                else None
             )
-            if existing is None or not isinstance(row, Entity):
+            if existing is None:
                 raise _invalid(line, f"{kind}: {exc}") from None
             self.new_entity_ids.discard(row.pk)
             self.entities_here[(row.agent_id, row.entity_type, name_key(row.name))] = existing.pk
@@ -1354,7 +1355,8 @@ def bundle_import(
             if order < position:
                 raise _invalid(number, f"{kind} record after {KINDS[position]} records")
             if order > position:
-                state.flush_rows_of(KINDS[position])
+                # The held rows go in before the next kind's records refer to them.
+                state.flush_rows(KINDS[position])
             position = order
             if kind != "memory":
                 state.finish_memories()
@@ -1368,7 +1370,7 @@ def bundle_import(
             if progress is not None:
                 progress(1)
         state.finish_memories()
-        state.flush_rows_of(KINDS[position])
+        state.flush_rows(KINDS[position])
         expected = header["counts"]
         for kind in KINDS:
             if int(expected.get(kind, 0)) != state.seen[kind]:
