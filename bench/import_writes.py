@@ -3,7 +3,8 @@
 Usage (from the project root):
 
     .venv/bin/python bench/import_writes.py [--memories 2000] [--lang en] [--mysql]
-        [--graph numbered|distinct] [--history N] [--archive N] [--json out.json]
+        [--graph numbered|distinct] [--history N] [--archive N] [--again skip|overwrite]
+        [--json out.json]
 
 What it does:
 
@@ -14,7 +15,9 @@ What it does:
    ("Ticket 17", "Ticket 18": one resolution key for all, as version and ticket numbers share
    theirs); `distinct` gives each a name of its own ("Ticket aq"). With `--history N`, each
    memory has N revisions and is shared with one other agent. With `--archive N`, N archived
-   working-memory items (an agent's ingested messages) too.
+   working-memory items (an agent's ingested messages) too. With `--again`, the bundle is
+   imported once before the measure, and the measured import is the same bundle again with that
+   `on_conflict` (a re-import: every record meets its row here).
 2. **Serve**: a fresh server (gunicorn, two sync workers: the import occupies one) on a fresh
    SQLite file (`--mysql`: a fresh MariaDB database at 127.0.0.1:3306 as root, dropped after).
 3. **Measure**: `POST /import` in a thread; meanwhile another agent writes a memory every
@@ -160,11 +163,13 @@ def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
             server.api_key, server.secret, base_url=server.base_url, timeout=60, retries=0
         )
         writer.write_memory("writer", "A first memory, so the writer's scope exists.")
+        if args.again:
+            client.import_bundle(data)
         answer: dict[str, Any] = {}
 
         def do_import() -> None:
             t0 = time.perf_counter()
-            answer.update(client.import_bundle(data))
+            answer.update(client.import_bundle(data, on_conflict=args.again or "skip"))
             answer["seconds"] = round(time.perf_counter() - t0, 1)
 
         thread = threading.Thread(target=do_import)
@@ -189,6 +194,7 @@ def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
         "graph": args.graph,
         "history": args.history,
         "archive": args.archive,
+        "again": args.again,
         "database": "mysql" if database_url else "sqlite",
         "import": answer,
         "writes": summarise(latencies),
@@ -204,6 +210,7 @@ def main() -> None:
     parser.add_argument("--graph", choices=("numbered", "distinct"))
     parser.add_argument("--history", type=int, default=0, metavar="N")
     parser.add_argument("--archive", type=int, default=0, metavar="N")
+    parser.add_argument("--again", choices=("skip", "overwrite"))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     name, url = _mysql_database() if args.mysql else (None, None)
@@ -218,7 +225,8 @@ def main() -> None:
         f"import of {args.memories} memories (all embedded again)"
         f"{f', {args.graph} graph' if args.graph else ''}"
         f"{f', {args.history} revisions and a share each' if args.history else ''}"
-        f"{f', {args.archive} archive items' if args.archive else ''}: "
+        f"{f', {args.archive} archive items' if args.archive else ''}"
+        f"{f', imported again ({args.again})' if args.again else ''}: "
         f"{result['import'].get('seconds')} s; "
         f"{w['n']} writes meanwhile: p50 {w.get('p50')} ms, p95 {w.get('p95')} ms, "
         f"max {w.get('max')} ms; answers {result['answers']}"

@@ -16,6 +16,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from graph.models import Entity, EntityMention, Relation
@@ -914,6 +915,188 @@ def test_archive_items_go_in_by_batches_and_meet_those_here(team, api, monkeypat
     ]
     i2_row = WorkingArchive.objects.get(team=team, agent_id="alice", item_id="i2")
     assert i2_row.archived_at.isoformat() == "2024-02-02T00:00:00+00:00"
+
+
+def _graph_bundle(n: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """n memories of alice, each shared with bob, naming an entity of its own, mentioned by it
+    and related to the previous one."""
+    concept = {"kind": "entity", "agent_id": "alice", "entity_type": "concept"}
+    records: list[dict[str, Any]] = [
+        {**MEMORY, "id": i, "content": f"Alice works on topic {i}"} for i in range(n)
+    ]
+    records += [{"kind": "share", "memory": i, "agent_id": "bob"} for i in range(n)]
+    records += [{**concept, "id": f"e{i}", "name": f"Topic {i}"} for i in range(n)]
+    records += [
+        {
+            "kind": "relation",
+            "id": f"r{i}",
+            "source": f"e{i}",
+            "target": f"e{i - 1}",
+            "relation_type": "related_to",
+        }
+        for i in range(1, n)
+    ]
+    records += [{"kind": "mention", "entity": f"e{i}", "memory": i} for i in range(n)]
+    counts = {"memory": n, "share": n, "entity": n, "relation": n - 1, "mention": n}
+    return records, counts
+
+
+def test_a_graph_here_already_is_read_by_batches_not_a_query_a_record(db):
+    """A re-import (every memory and entity here already): the shares, relations and mentions
+    whose first end is here are read for all those ends at once, so the import's queries do not
+    grow with the bundle (they were one query a record, each holding SQLite's write lock); nor
+    are the entities here embedded again before the transaction."""
+    queries = {}
+    for n in (5, 15):
+        team = TeamFactory()
+        k = api_key_issue(team=team, label="tests")
+        api = SignedClient(Client(), k.key_id, k.secret)
+        records, counts = _graph_bundle(n)
+        data = make_bundle(_header(counts=counts), records)
+        ok_data(import_bundle(api, data))
+        with CaptureQueriesContext(connection) as captured:
+            answer = ok_data(import_bundle(api, data))
+        assert answer["imported"] == dict.fromkeys(KINDS, 0)
+        assert {k: answer["skipped"][k] for k in counts} == counts
+        queries[n] = len(captured)
+        # From a server of another model: nothing here is embedded again, not even ahead.
+        other = make_bundle(_header(counts=counts, embedding_model="another-model"), records)
+        ahead: list[int] = []
+
+        def embedding(total: int) -> Any:
+            ahead.append(total)  # called only when there is something to embed ahead
+            return lambda k: None
+
+        result = bundle_module.bundle_import(team=team, data=other, embedding_progress=embedding)
+        assert (result.reembedded, ahead) == (0, [])
+    assert queries[15] == queries[5], queries
+
+
+@pytest.mark.parametrize("on_conflict", ["skip", "overwrite"])
+def test_records_given_twice_between_rows_here_go_in_once(team, api, on_conflict):
+    """Relations, mentions and shares whose ends were here: one here already meets it, a new one
+    goes in, and one the bundle gives twice goes in once, the second meeting the first (the
+    second copy was refused with 400 "Duplicate entry")."""
+    kept, _ = memory_create(team=team, scope="personal", agent_id="alice", content="kept here")
+    a, _ = entity_create_or_merge(team=team, agent_id="alice", name="Alpha", entity_type="concept")
+    b, _ = entity_create_or_merge(team=team, agent_id="alice", name="Beta", entity_type="concept")
+    relation_create(source=a, target=b, relation_type="related_to", description="old")
+    entity_mention(entity=a, memory=kept)
+    memory_share(memory=kept, agent_ids=["bob"], permission="read")
+    concept = {"kind": "entity", "agent_id": "alice", "entity_type": "concept"}
+    relation = {"kind": "relation", "relation_type": "related_to"}
+    records = [
+        {**MEMORY, "id": 1, "content": "kept here"},
+        {"kind": "share", "memory": 1, "agent_id": "bob", "permission": "write"},  # here
+        {"kind": "share", "memory": 1, "agent_id": "carol", "permission": "read"},
+        {"kind": "share", "memory": 1, "agent_id": "carol", "permission": "write"},  # twice
+        {**concept, "id": "a", "name": "Alpha"},
+        {**concept, "id": "b", "name": "Beta"},
+        {**concept, "id": "c", "name": "Gamma"},
+        {**relation, "id": "r1", "source": "a", "target": "b", "description": "new"},  # here
+        {**relation, "id": "r2", "source": "b", "target": "a", "description": "first"},
+        {**relation, "id": "r3", "source": "b", "target": "a", "description": "twice"},
+        {**relation, "id": "r4", "source": "a", "target": "c"},
+        {"kind": "mention", "entity": "a", "memory": 1},  # here
+        {"kind": "mention", "entity": "b", "memory": 1},
+        {"kind": "mention", "entity": "b", "memory": 1},  # twice
+    ]
+    counts = {"memory": 1, "share": 3, "entity": 3, "relation": 4, "mention": 3}
+    answer = ok_data(import_bundle(api, make_bundle(_header(counts=counts), records), on_conflict))
+    got = {k: (answer["imported"][k], answer["skipped"][k]) for k in counts}
+    relations = dict(
+        ((s, t), d)
+        for s, t, d in Relation.objects.filter(team=team).values_list(
+            "source__name", "target__name", "description"
+        )
+    )
+    shares = dict(MemoryShare.objects.filter(memory=kept).values_list("agent_id", "permission"))
+    mentioned = sorted(EntityMention.objects.filter(memory=kept).values_list("entity__name"))
+    assert mentioned == [("Alpha",), ("Beta",)]
+    if on_conflict == "skip":
+        assert got == {
+            "memory": (0, 1),
+            "share": (1, 2),
+            "entity": (1, 2),
+            "relation": (2, 2),
+            "mention": (1, 2),
+        }
+        assert relations == {
+            ("Alpha", "Beta"): "old",
+            ("Beta", "Alpha"): "first",
+            ("Alpha", "Gamma"): "",
+        }
+        assert shares == {"bob": "read", "carol": "read"}
+    else:
+        assert got == {
+            "memory": (1, 0),
+            "share": (3, 0),
+            "entity": (3, 0),
+            "relation": (4, 0),
+            "mention": (1, 2),
+        }
+        assert relations == {
+            ("Alpha", "Beta"): "new",
+            ("Beta", "Alpha"): "twice",
+            ("Alpha", "Gamma"): "",
+        }
+        assert shares == {"bob": "write", "carol": "write"}
+
+
+def test_a_row_written_after_the_import_looked_is_met_not_refused(team):
+    """A relation, mention or share between rows here that another writer adds after the import
+    read those here (and before the import's held rows go in) clashes in the unique constraint:
+    the batch goes in row by row and the clashing record meets the row now there. Here the other
+    writer is the import's own progress callback, on its connection, so that it lands at a known
+    point on every backend (tests/test_import_graph_concurrent.py races another process)."""
+    kept, _ = memory_create(team=team, scope="personal", agent_id="alice", content="kept here")
+    names = ("Alpha", "Beta", "Gamma")
+    ents = [
+        entity_create_or_merge(team=team, agent_id="alice", name=n, entity_type="concept")[0]
+        for n in names
+    ]
+    concept = {"kind": "entity", "agent_id": "alice", "entity_type": "concept"}
+    relation = {"kind": "relation", "relation_type": "related_to"}
+    records = [
+        {**MEMORY, "id": 1, "content": "kept here"},
+        {"kind": "share", "memory": 1, "agent_id": "bob"},
+        {"kind": "share", "memory": 1, "agent_id": "carol"},
+        *({**concept, "id": n, "name": n} for n in names),
+        {**relation, "id": "r1", "source": "Alpha", "target": "Beta"},
+        {**relation, "id": "r2", "source": "Beta", "target": "Gamma"},
+        {"kind": "mention", "entity": "Alpha", "memory": 1},
+        {"kind": "mention", "entity": "Beta", "memory": 1},
+    ]
+    counts = {"memory": 1, "share": 2, "entity": 3, "relation": 2, "mention": 2}
+    # After the last record of a kind is read (held, not inserted yet), its row is written.
+    writes = {
+        3: lambda: memory_share(memory=kept, agent_ids=["carol"], permission="write"),
+        8: lambda: relation_create(source=ents[1], target=ents[2], relation_type="related_to"),
+        10: lambda: entity_mention(entity=ents[1], memory=kept),
+    }
+    read = [0]
+
+    def progress(k: int) -> None:
+        read[0] += k
+        if read[0] in writes:
+            writes[read[0]]()
+
+    result = bundle_module.bundle_import(
+        team=team, data=make_bundle(_header(counts=counts), records), progress=progress
+    )
+    got = {k: (result.imported[k], result.skipped[k]) for k in counts}
+    assert got == {
+        "memory": (0, 1),
+        "share": (1, 1),
+        "entity": (0, 3),
+        "relation": (1, 1),
+        "mention": (1, 1),
+    }
+    assert Relation.objects.filter(team=team).count() == 2
+    assert EntityMention.objects.filter(memory=kept).count() == 2
+    # The share met is the other writer's, as it wrote it.
+    shares = dict(MemoryShare.objects.filter(memory=kept).values_list("agent_id", "permission"))
+    assert shares == {"bob": "read", "carol": "write"}
 
 
 def test_a_bundle_over_the_size_limit_is_413_in_the_envelope(api, settings):

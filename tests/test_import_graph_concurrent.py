@@ -14,6 +14,9 @@ Without that, the whole import failed with 400 and nothing of it was kept.
   insert waits for that row, then meets it).
 * The other order: an agent writes an entity the import has written and not yet committed (its
   create waits for the import's row, then merges into it, as any two creates at once do).
+* A re-import: an agent's relation between two entities here, written, not yet committed, as
+  the import reads the relations of those entities (MariaDB: the import's insert waits for that
+  row, then meets it).
 """
 
 from __future__ import annotations
@@ -105,6 +108,32 @@ with transaction.atomic():
     sys.stdin.readline()
 """
 
+# The team-wide entities "Service 0" … "Service {n-1}", committed.
+ENTITIES = """
+import json
+from graph.services import entity_create_or_merge
+from tenants.models import Team
+for i in range({n}):
+    entity_create_or_merge(
+        team=Team.objects.get(), agent_id="", name=f"Service {{i}}", entity_type="project"
+    )
+print(json.dumps({n}))
+"""
+
+# An agent's relation "Service 0" -part_of-> "Service 1", written and held uncommitted until a
+# line arrives on stdin.
+HOLD_RELATION = """
+import sys
+from django.db import transaction
+from graph.models import Entity
+from graph.services import relation_create
+with transaction.atomic():
+    source, target = (Entity.objects.get(name=f"Service {i}") for i in (0, 1))
+    relation, _ = relation_create(source=source, target=target, relation_type="part_of")
+    print("held", relation.pk, flush=True)
+    sys.stdin.readline()
+"""
+
 
 def _start(stack: Stack, code: str, **popen: Any) -> subprocess.Popen[str]:
     return stack_process(stack, code, stderr=subprocess.PIPE, **popen)
@@ -192,3 +221,28 @@ def test_an_entity_an_agent_writes_as_the_import_holds_it_merges_into_it(tmp_pat
         names, pairs, first = stack_python(stack, GRAPH)
         assert (names, pairs) == _expected_graph(n)
         assert first.replace("-", "") == pk.replace("-", "")
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
+def test_a_relation_an_agent_writes_as_a_re_import_reads_is_met_not_refused(tmp_path):
+    n = 4
+    with live_stack(tmp_path, servers=0) as stack:
+        assert stack_python(stack, ENTITIES.format(n=n)) == n
+        holder = _start(stack, HOLD_RELATION, stdin=subprocess.PIPE)
+        assert holder.stdout is not None and holder.stdin is not None
+        while (line := holder.stdout.readline()) and not line.startswith("held "):
+            pass
+        assert line, "the holding process ended without its relation"
+        try:
+            importer = _start(stack, IMPORT.format(n=n, barrier="", me="", pause=0))
+            # Every entity is here; the import read the relations of their ends (the agent's is
+            # not committed) and waits for the agent's row to insert its own.
+            wait_for_lock_waits(stack, 1)
+        finally:
+            holder.stdin.write("\n")
+            holder.stdin.close()
+            holder.wait(timeout=60)
+        assert holder.returncode == 0
+        assert _answer(importer) == {"entity": [0, n], "relation": [n - 2, 1]}
+        names, pairs, _ = stack_python(stack, GRAPH)
+        assert (names, pairs) == _expected_graph(n)

@@ -99,6 +99,19 @@ _ROW_KEYS: dict[str, tuple[str, ...]] = {
     "share": ("memory", "agent_id"),
     "mention": ("entity", "memory"),
 }
+# The kinds whose rows are unique by their ends: (model, the kind of the first end, the columns
+# of the key, those an overwrite writes). A record whose ends were already here (a re-import)
+# may be too: `_Import.row_here` reads them by batches of first ends.
+_KEYED: dict[str, tuple[type[models.Model], str, tuple[str, ...], tuple[str, ...]]] = {
+    "relation": (
+        Relation,
+        "entity",
+        ("source_id", "target_id", "relation_type"),
+        ("description", "properties"),
+    ),
+    "mention": (EntityMention, "entity", ("entity_id", "memory_id"), ()),
+    "share": (MemoryShare, "memory", ("memory_id", "agent_id"), ("permission",)),
+}
 # Keys of JSON columns that hold memory ids (memory metadata, revision before/after): remapped on
 # import like the foreign keys.
 _MEMORY_ID_KEYS = ("superseded_by", "promoted_to", "promoted_from", "consolidated_into")
@@ -577,7 +590,8 @@ class _Import:
     # (scope, agent) of the bundle's memories: their write locks are held by the transaction.
     scopes: set[tuple[str, str]] = field(default_factory=set)
     # The resolution keys (Entity.normalized_name) of the bundle's entities, read before the
-    # transaction; in it (`read_entities`), the team's entities of those keys by (agent, type,
+    # transaction; in it (`read_entities`, also read before it to embed only the new ones), the
+    # team's entities of those keys by (agent, type,
     # graph.services.name_key) -> the first such entity, then told of each entity written. A
     # lookup a record held the lock for one query each, and one key shared by many names
     # ("Sprint 12", "Sprint 13") made each lookup read them all.
@@ -590,6 +604,14 @@ class _Import:
     new_relations: dict[tuple[Any, Any, str], Any] = field(default_factory=dict)
     new_mentions: set[tuple[Any, Any]] = field(default_factory=set)
     new_shares: set[tuple[Any, str]] = field(default_factory=set)
+    # Memories and entities of the bundle that were already here ("memory" / "entity" -> ids).
+    # A relation, mention or share whose first end is one may be here too: `row_here` reads
+    # those rows (kind -> key -> id) for all such ends at once, not with a query a record.
+    met: dict[str, set[Any]] = field(default_factory=lambda: {"memory": set(), "entity": set()})
+    here: dict[str, dict[tuple[Any, ...], Any]] = field(
+        default_factory=lambda: {k: {} for k in _KEYED}
+    )
+    here_read: dict[str, set[Any]] = field(default_factory=lambda: {k: set() for k in _KEYED})
     # (agent, item id) of the bundle's archive items read so far.
     archive_keys: set[tuple[str, str]] = field(default_factory=set)
     # New rows of these kinds not inserted yet (`hold`). One INSERT and one UPDATE of its times
@@ -677,8 +699,9 @@ class _Import:
             for pk, scope, agent_id, digest, superseded_by in rows:
                 self.existing.setdefault((scope, agent_id, digest, superseded_by is not None), pk)
 
-    def read_entities(self) -> None:
-        """The team's entities under the bundle's resolution keys (inside the transaction)."""
+    def read_entities(self) -> Iterator[tuple[Any, tuple[str, str, str]]]:
+        """The team's entities under the bundle's resolution keys: (id, (agent, type,
+        graph.services.name_key)), the first of a key first."""
         keys = sorted(self.entity_resolution_keys)
         for start in range(0, len(keys), 500):
             rows = (
@@ -687,21 +710,50 @@ class _Import:
                 .values_list("pk", "agent_id", "entity_type", "name")
             )
             for pk, agent_id, entity_type, name in rows:
-                self.entities_here.setdefault((agent_id, entity_type, name_key(name)), pk)
+                yield pk, (agent_id, entity_type, name_key(name))
 
-    def entity_here(self, *, agent_id: str, name: str, entity_type: str) -> Entity | None:
-        """What graph.services.entity_find would return, from what `read_entities` read."""
+    def entity_here(self, *, agent_id: str, name: str, entity_type: str) -> Any | None:
+        """The id of what graph.services.entity_find would return, from what `read_entities`
+        read."""
         if normalise_name(name, entity_type) not in self.entity_resolution_keys:
             # Not seen by the pass before the transaction (it only skips what this pass refuses).
-            return entity_find(
+            found = entity_find(
                 team=self.team, agent_id=agent_id, name=name, entity_type=entity_type
             )
-        pk = self.entities_here.get((agent_id, entity_type, name_key(name)))
-        if pk is None:
-            return None
-        if pk in self.new_entity_ids:
-            self.flush_rows("entity")  # the bundle names it twice: the first is loaded
-        return Entity.objects.get(pk=pk)
+            return None if found is None else found.pk
+        key = (agent_id, entity_type, name_key(name))
+        if self.entities_here.get(key) in self.new_entity_ids:
+            # The bundle names it twice: the first goes in (and may meet one here instead).
+            self.flush_rows("entity")
+        return self.entities_here.get(key)
+
+    def row_here(self, kind: str, key: tuple[Any, ...]) -> Any | None:
+        """The id of the `kind` row (relation, mention, share) under `key` that was here before
+        the import, its first end being a row the import met. The first time an end is asked
+        about, the rows of every end met so far are read, _ROW_BATCH ends a query."""
+        model, end_kind, columns, _ = _KEYED[kind]
+        read = self.here_read[kind]
+        if key[0] not in read:
+            ends = list({key[0]} | (self.met[end_kind] - read))
+            for start in range(0, len(ends), _ROW_BATCH):
+                rows = model._default_manager.filter(
+                    **{f"{columns[0]}__in": ends[start : start + _ROW_BATCH]}
+                ).values_list("pk", *columns)
+                for pk, *values in rows:
+                    self.here[kind].setdefault(tuple(values), pk)
+            read.update(ends)
+        return self.here[kind].get(key)
+
+    def row_met(self, kind: str, source: Any, pk: Any, columns: dict[str, Any]) -> None:
+        """The bundle's `kind` row is `pk`, already here: skipped, or overwritten."""
+        model, _, _, overwritten = _KEYED[kind]
+        if kind == "relation":
+            self.ids["relation"][source] = pk
+        if self.on_conflict == "overwrite" and overwritten:
+            _update(model._default_manager.get(pk=pk), columns, list(overwritten))
+            self.imported[kind] += 1
+        else:
+            self.skipped[kind] += 1
 
     def embedded(self, texts: list[str]) -> list[bytes]:
         """The vectors of `texts`: those embedded ahead, the others now."""
@@ -746,6 +798,7 @@ class _Import:
             existing = self.existing.get((scope, agent_id, self.hash_of(content), superseded))
             if existing is not None:
                 self.ids["memory"][source] = existing
+                self.met["memory"].add(existing)
                 if self.on_conflict == "skip":
                     self.skipped["memory"] += 1
                 else:
@@ -844,17 +897,19 @@ class _Import:
             raise _invalid(line, "share: agent_id is required")
         self.agent(agent_id)
         pair = (memory_id, agent_id)
-        if memory_id in self.new_memory_ids and pair not in self.new_shares:
-            existing = None  # a memory this import wrote has only the shares it wrote
+        if pair in self.new_shares:
+            self.flush_rows("share")  # given twice: the first is loaded
+            pk = (
+                MemoryShare.objects.filter(memory_id=memory_id, agent_id=agent_id)
+                .values_list("pk", flat=True)
+                .first()
+            )
+        elif memory_id in self.new_memory_ids:
+            pk = None  # a memory this import wrote has only the shares it wrote
         else:
-            self.flush_rows("share")
-            existing = MemoryShare.objects.filter(memory_id=memory_id, agent_id=agent_id).first()
-        if existing is not None:
-            if self.on_conflict == "overwrite":
-                _update(existing, columns, ["permission"])
-                self.imported["share"] += 1
-            else:
-                self.skipped["share"] += 1
+            pk = self.row_here("share", pair)
+        if pk is not None:
+            self.row_met("share", None, pk, columns)
             return
         self.new_shares.add(pair)
         self.hold(
@@ -1011,12 +1066,14 @@ class _Import:
             return
         self.entity_met(rec.get("id"), existing, columns)
 
-    def entity_met(self, source: Any, existing: Entity, columns: dict[str, Any]) -> None:
-        """The bundle's entity `source` is `existing`, already here."""
-        self.ids["entity"][source] = existing.pk
+    def entity_met(self, source: Any, existing: Any, columns: dict[str, Any]) -> None:
+        """The bundle's entity `source` is the entity `existing` (its id), already here."""
+        self.ids["entity"][source] = existing
+        if existing not in self.new_entity_ids:
+            self.met["entity"].add(existing)
         if self.on_conflict == "overwrite":
             entity_update(
-                entity=existing,
+                entity=Entity.objects.get(pk=existing),
                 description=columns.get("description"),
                 properties=columns.get("properties"),
             )
@@ -1077,6 +1134,22 @@ class _Import:
             with transaction.atomic():
                 _insert(row, columns)
         except IntegrityError as exc:
+            if kind in _KEYED:
+                # Written by another process since this import looked (MariaDB): met as one
+                # that was here.
+                model, _, key_columns, _ = _KEYED[kind]
+                key = tuple(getattr(row, c) for c in key_columns)
+                pk = (
+                    model._default_manager.filter(**dict(zip(key_columns, key, strict=True)))
+                    .values_list("pk", flat=True)
+                    .first()
+                )
+                if pk is None:
+                    raise _invalid(line, f"{kind}: {exc}") from None
+                if kind == "relation":
+                    self.new_relations[key] = pk
+                self.row_met(kind, source, pk, columns)
+                return
             if not isinstance(row, Entity):
                 raise _invalid(line, f"{kind}: {exc}") from None
             # A name the database calls equal to one here that Python does not (MariaDB's
@@ -1096,7 +1169,7 @@ class _Import:
                 raise _invalid(line, f"{kind}: {exc}") from None
             self.new_entity_ids.discard(row.pk)
             self.entities_here[(row.agent_id, row.entity_type, name_key(row.name))] = existing.pk
-            self.entity_met(source, existing, columns)
+            self.entity_met(source, existing.pk, columns)
             return
         self.imported[kind] += 1
 
@@ -1107,22 +1180,15 @@ class _Import:
         columns = _columns("relation", rec)
         relation_type = columns.get("relation_type", "")
         key = (source, target, relation_type)
-        if source in self.new_entity_ids or target in self.new_entity_ids:
-            pk = self.new_relations.get(key)
-            if pk is not None:
-                self.flush_rows("relation")  # given twice: the first is loaded
-            existing = None if pk is None else Relation.objects.get(pk=pk)
+        if key in self.new_relations:
+            self.flush_rows("relation")  # given twice: the first is loaded (or met one here)
+            pk = self.new_relations[key]
+        elif source in self.new_entity_ids or target in self.new_entity_ids:
+            pk = None  # an entity this import wrote has only the relations it wrote
         else:
-            existing = Relation.objects.filter(
-                source_id=source, target_id=target, relation_type=relation_type
-            ).first()
-        if existing is not None:
-            self.ids["relation"][rec.get("id")] = existing.pk
-            if self.on_conflict == "overwrite":
-                _update(existing, columns, ["description", "properties"])
-                self.imported["relation"] += 1
-            else:
-                self.skipped["relation"] += 1
+            pk = self.row_here("relation", key)
+        if pk is not None:
+            self.row_met("relation", rec.get("id"), pk, columns)
             return
         row = Relation(
             team=self.team,
@@ -1140,10 +1206,12 @@ class _Import:
         memory_id = self.ref(line, "mention", rec, "memory", required=True)
         columns = _columns("mention", rec)
         pair = (entity_id, memory_id)
-        if entity_id in self.new_entity_ids or memory_id in self.new_memory_ids:
-            here = pair in self.new_mentions
+        if pair in self.new_mentions:
+            here = True
+        elif entity_id in self.new_entity_ids or memory_id in self.new_memory_ids:
+            here = False
         else:
-            here = EntityMention.objects.filter(entity_id=entity_id, memory_id=memory_id).exists()
+            here = self.row_here("mention", pair) is not None
         if here:
             self.skipped["mention"] += 1
             return
@@ -1223,12 +1291,13 @@ def _embed_ahead(
     on 2 cores). Inside the transaction it held SQLite's write lock, so every other writer of the
     server waited, then got a 503; on MariaDB it held the new rows' locks as long. A record this
     pass cannot use is left to the transaction's pass, which checks it; a text it did not embed
-    (a memory here with the same content, skipped below) is embedded there if needed. The
+    (a memory here with the same content, or an entity here, met below) is embedded there if
+    needed. The
     vectors stay in memory until the import ends (2 KiB a text with the default model), so at
     most IMPORT_EMBED_AHEAD_MAX texts are embedded ahead.
     """
     memories: dict[str, str] = {}  # content -> its hash
-    entities: dict[str, None] = {}
+    entities: dict[str, set[tuple[str, str, str]]] = {}  # text -> (agent, type, name key)s
     records = _lines(data)
     next(records, None)  # the header
     for _, rec in records:
@@ -1263,8 +1332,9 @@ def _embed_ahead(
             continue  # the transaction's pass refuses it (403): nothing to embed for it
         if kind == "memory":
             memories[content] = state.hash_of(content)
-        elif columns.get("name"):
-            entities[embedding_text(columns["name"], columns.get("description", ""))] = None
+        elif name and isinstance(name, str) and isinstance(entity_type, str):
+            text = embedding_text(columns["name"], columns.get("description", ""))
+            entities.setdefault(text, set()).add((owner, entity_type, name_key(columns["name"])))
     if state.on_conflict != "new_ids":
         # A memory already here is skipped or overwritten, never embedded: a read, no lock.
         hashes = list(set(memories.values()))
@@ -1276,7 +1346,13 @@ def _embed_ahead(
                 ).values_list("content_hash", flat=True)
             )
         memories = {c: h for c, h in memories.items() if h not in here}
-    texts = [*memories, *(t for t in entities if t not in memories)]
+    # An entity already here is met (whatever on_conflict: a name is unique in its scope), never
+    # embedded.
+    entities_here = {key for _, key in state.read_entities()}
+    texts = [
+        *memories,
+        *(t for t, keys in entities.items() if t not in memories and keys - entities_here),
+    ]
     texts = texts[: max(0, settings.IMPORT_EMBED_AHEAD_MAX)]
     advance = progress(len(texts)) if progress is not None and texts else None
     for start in range(0, len(texts), _EMBED_BATCH):
@@ -1346,7 +1422,8 @@ def bundle_import(
         # reading "not here" and both writing (MariaDB; SQLite's transaction is the lock).
         locks.scope_locks(team_id=team.id, scopes=state.scopes)
         state.read_existing()
-        state.read_entities()
+        for pk, key in state.read_entities():  # what the transaction writes against
+            state.entities_here.setdefault(key, pk)
         for number, rec in lines:
             kind = rec.get("kind")
             if kind not in handlers:
