@@ -926,15 +926,9 @@ def _graph_bundle(n: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
     ]
     records += [{"kind": "share", "memory": i, "agent_id": "bob"} for i in range(n)]
     records += [{**concept, "id": f"e{i}", "name": f"Topic {i}"} for i in range(n)]
+    relation = {"kind": "relation", "relation_type": "related_to"}
     records += [
-        {
-            "kind": "relation",
-            "id": f"r{i}",
-            "source": f"e{i}",
-            "target": f"e{i - 1}",
-            "relation_type": "related_to",
-        }
-        for i in range(1, n)
+        {**relation, "id": i, "source": f"e{i}", "target": f"e{i - 1}"} for i in range(1, n)
     ]
     records += [{"kind": "mention", "entity": f"e{i}", "memory": i} for i in range(n)]
     counts = {"memory": n, "share": n, "entity": n, "relation": n - 1, "mention": n}
@@ -981,10 +975,14 @@ def test_records_given_twice_between_rows_here_go_in_once(team, api, on_conflict
     a, _ = entity_create_or_merge(team=team, agent_id="alice", name="Alpha", entity_type="concept")
     b, _ = entity_create_or_merge(team=team, agent_id="alice", name="Beta", entity_type="concept")
     relation_create(source=a, target=b, relation_type="related_to", description="old")
+    long_ago = timezone.now() - timedelta(days=400)
+    part, _ = relation_create(source=a, target=b, relation_type="part_of")
+    Relation.objects.filter(pk=part.pk).update(updated_at=long_ago)
     entity_mention(entity=a, memory=kept)
     memory_share(memory=kept, agent_ids=["bob"], permission="read")
     concept = {"kind": "entity", "agent_id": "alice", "entity_type": "concept"}
     relation = {"kind": "relation", "relation_type": "related_to"}
+    times = {"created_at": "2024-05-01T00:00:00+00:00", "updated_at": "2024-05-02T00:00:00+00:00"}
     records = [
         {**MEMORY, "id": 1, "content": "kept here"},
         {"kind": "share", "memory": 1, "agent_id": "bob", "permission": "write"},  # here
@@ -993,57 +991,52 @@ def test_records_given_twice_between_rows_here_go_in_once(team, api, on_conflict
         {**concept, "id": "a", "name": "Alpha"},
         {**concept, "id": "b", "name": "Beta"},
         {**concept, "id": "c", "name": "Gamma"},
-        {**relation, "id": "r1", "source": "a", "target": "b", "description": "new"},  # here
+        {**relation, "id": "r1", "source": "a", "target": "b", "description": "new", **times},
         {**relation, "id": "r2", "source": "b", "target": "a", "description": "first"},
         {**relation, "id": "r3", "source": "b", "target": "a", "description": "twice"},
         {**relation, "id": "r4", "source": "a", "target": "c"},
+        {**relation, "id": "r5", "source": "a", "target": "b", "relation_type": "part_of"},  # here
         {"kind": "mention", "entity": "a", "memory": 1},  # here
         {"kind": "mention", "entity": "b", "memory": 1},
         {"kind": "mention", "entity": "b", "memory": 1},  # twice
     ]
-    counts = {"memory": 1, "share": 3, "entity": 3, "relation": 4, "mention": 3}
+    counts = {"memory": 1, "share": 3, "entity": 3, "relation": 5, "mention": 3}
     answer = ok_data(import_bundle(api, make_bundle(_header(counts=counts), records), on_conflict))
     got = {k: (answer["imported"][k], answer["skipped"][k]) for k in counts}
     relations = dict(
         ((s, t), d)
-        for s, t, d in Relation.objects.filter(team=team).values_list(
+        for s, t, d in Relation.objects.filter(team=team, relation_type="related_to").values_list(
             "source__name", "target__name", "description"
         )
     )
     shares = dict(MemoryShare.objects.filter(memory=kept).values_list("agent_id", "permission"))
     mentioned = sorted(EntityMention.objects.filter(memory=kept).values_list("entity__name"))
     assert mentioned == [("Alpha",), ("Beta",)]
-    if on_conflict == "skip":
-        assert got == {
-            "memory": (0, 1),
-            "share": (1, 2),
-            "entity": (1, 2),
-            "relation": (2, 2),
-            "mention": (1, 2),
-        }
-        assert relations == {
-            ("Alpha", "Beta"): "old",
-            ("Beta", "Alpha"): "first",
-            ("Alpha", "Gamma"): "",
-        }
-        assert shares == {"bob": "read", "carol": "read"}
-    else:
-        assert got == {
-            "memory": (1, 0),
-            "share": (3, 0),
-            "entity": (3, 0),
-            "relation": (4, 0),
-            "mention": (1, 2),
-        }
-        assert relations == {
-            ("Alpha", "Beta"): "new",
-            ("Beta", "Alpha"): "twice",
-            ("Alpha", "Gamma"): "",
-        }
-        assert shares == {"bob": "write", "carol": "write"}
+    # (imported, skipped) of memory, share, entity, relation, mention; the descriptions of
+    # Alpha -> Beta, Beta -> Alpha; bob's and carol's permissions.
+    expected = {
+        "skip": ([(0, 1), (1, 2), (1, 2), (2, 3), (1, 2)], ("old", "first"), ("read", "read")),
+        "overwrite": ([(1, 0), (3, 0), (3, 0), (5, 0), (1, 2)], ("new", "twice"), ("write",) * 2),
+    }[on_conflict]
+    assert got == dict(zip(counts, expected[0], strict=True))
+    assert relations == {
+        ("Alpha", "Beta"): expected[1][0],
+        ("Beta", "Alpha"): expected[1][1],
+        ("Alpha", "Gamma"): "",
+    }
+    assert shares == dict(zip(("bob", "carol"), expected[2], strict=True))
+    # An overwrite keeps the times the record gives, else stamps its update now (as a save).
+    stamped = {
+        (r.source.name, r.target.name, r.relation_type): (r.created_at, r.updated_at)
+        for r in Relation.objects.filter(team=team).select_related("source", "target")
+    }
+    alpha_beta = [t.isoformat() for t in stamped["Alpha", "Beta", "related_to"]]
+    assert (alpha_beta == list(times.values())) is (on_conflict == "overwrite")
+    assert (stamped["Alpha", "Beta", "part_of"][1] > long_ago) is (on_conflict == "overwrite")
 
 
-def test_a_row_written_after_the_import_looked_is_met_not_refused(team):
+@pytest.mark.parametrize("on_conflict", ["skip", "overwrite"])
+def test_a_row_written_after_the_import_looked_is_met_not_refused(team, on_conflict):
     """A relation, mention or share between rows here that another writer adds after the import
     read those here (and before the import's held rows go in) clashes in the unique constraint:
     the batch goes in row by row and the clashing record meets the row now there. Here the other
@@ -1060,10 +1053,10 @@ def test_a_row_written_after_the_import_looked_is_met_not_refused(team):
     records = [
         {**MEMORY, "id": 1, "content": "kept here"},
         {"kind": "share", "memory": 1, "agent_id": "bob"},
-        {"kind": "share", "memory": 1, "agent_id": "carol"},
+        {"kind": "share", "memory": 1, "agent_id": "carol", "permission": "read"},
         *({**concept, "id": n, "name": n} for n in names),
         {**relation, "id": "r1", "source": "Alpha", "target": "Beta"},
-        {**relation, "id": "r2", "source": "Beta", "target": "Gamma"},
+        {**relation, "id": "r2", "source": "Beta", "target": "Gamma", "description": "bundle's"},
         {"kind": "mention", "entity": "Alpha", "memory": 1},
         {"kind": "mention", "entity": "Beta", "memory": 1},
     ]
@@ -1082,21 +1075,30 @@ def test_a_row_written_after_the_import_looked_is_met_not_refused(team):
             writes[read[0]]()
 
     result = bundle_module.bundle_import(
-        team=team, data=make_bundle(_header(counts=counts), records), progress=progress
+        team=team,
+        data=make_bundle(_header(counts=counts), records),
+        on_conflict=on_conflict,
+        progress=progress,
     )
     got = {k: (result.imported[k], result.skipped[k]) for k in counts}
-    assert got == {
-        "memory": (0, 1),
-        "share": (1, 1),
-        "entity": (0, 3),
-        "relation": (1, 1),
-        "mention": (1, 1),
-    }
-    assert Relation.objects.filter(team=team).count() == 2
+    if on_conflict == "skip":
+        assert got == {
+            "memory": (0, 1),
+            "share": (1, 1),
+            "entity": (0, 3),
+            "relation": (1, 1),
+            "mention": (1, 1),
+        }
+    else:
+        assert got["share"] == (2, 0) and got["relation"] == (2, 0)
     assert EntityMention.objects.filter(memory=kept).count() == 2
-    # The share met is the other writer's, as it wrote it.
+    # The rows met are the other writer's, as it wrote them, or overwritten from the bundle.
     shares = dict(MemoryShare.objects.filter(memory=kept).values_list("agent_id", "permission"))
-    assert shares == {"bob": "read", "carol": "write"}
+    described = dict(Relation.objects.filter(team=team).values_list("source__name", "description"))
+    if on_conflict == "skip":
+        assert (shares["carol"], described) == ("write", {"Alpha": "", "Beta": ""})
+    else:
+        assert (shares["carol"], described) == ("read", {"Alpha": "", "Beta": "bundle's"})
 
 
 def test_a_bundle_over_the_size_limit_is_413_in_the_envelope(api, settings):

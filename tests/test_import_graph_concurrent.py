@@ -145,6 +145,26 @@ def _answer(proc: subprocess.Popen[str]) -> Any:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _import_while_held(stack: Stack, hold: str, n: int) -> tuple[str, Any]:
+    """Starts `hold` (a process that writes a row and holds it uncommitted), then the import of
+    `n` entities once it waits for that row; lets the holder commit. The held row's id, and the
+    import's answer."""
+    holder = _start(stack, hold, stdin=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdin is not None
+    while (line := holder.stdout.readline()) and not line.startswith("held "):
+        pass
+    assert line, "the holding process ended without its row"
+    try:
+        importer = _start(stack, IMPORT.format(n=n, barrier="", me="", pause=0))
+        wait_for_lock_waits(stack, 1)
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert holder.returncode == 0
+    return line.split()[1], _answer(importer)
+
+
 def _expected_graph(n: int) -> tuple[list[str], list[list[str]]]:
     names = sorted(f"Service {i}" for i in range(n))
     pairs = sorted([f"Service {i}", f"Service {i + 1}"] for i in range(n - 1))
@@ -174,23 +194,10 @@ def test_two_imports_of_one_graph_at_once_write_it_once(tmp_path):
 def test_an_entity_an_agent_writes_as_the_import_reads_is_met_not_refused(tmp_path):
     n = 4
     with live_stack(tmp_path, servers=0) as stack:
-        holder = _start(stack, HOLD_ENTITY, stdin=subprocess.PIPE)
-        assert holder.stdout is not None and holder.stdin is not None
-        while (line := holder.stdout.readline()) and not line.startswith("held "):
-            pass
-        assert line, "the holding process ended without its entity"
-        held = line.split()[1]
-        try:
-            importer = _start(stack, IMPORT.format(n=n, barrier="", me="", pause=0))
-            # The import read "Service 0" as not here and waits for the agent's row to insert
-            # its own.
-            wait_for_lock_waits(stack, 1)
-        finally:
-            holder.stdin.write("\n")
-            holder.stdin.close()
-            holder.wait(timeout=60)
-        assert holder.returncode == 0
-        assert _answer(importer) == {"entity": [n - 1, 1], "relation": [n - 1, 0]}
+        # The import reads "Service 0" as not here and waits for the agent's row to insert its
+        # own.
+        held, answer = _import_while_held(stack, HOLD_ENTITY, n)
+        assert answer == {"entity": [n - 1, 1], "relation": [n - 1, 0]}
         names, pairs, first = stack_python(stack, GRAPH)
         assert (names, pairs) == _expected_graph(n)
         # The relation from "Service 0" starts at the agent's entity.
@@ -228,21 +235,9 @@ def test_a_relation_an_agent_writes_as_a_re_import_reads_is_met_not_refused(tmp_
     n = 4
     with live_stack(tmp_path, servers=0) as stack:
         assert stack_python(stack, ENTITIES.format(n=n)) == n
-        holder = _start(stack, HOLD_RELATION, stdin=subprocess.PIPE)
-        assert holder.stdout is not None and holder.stdin is not None
-        while (line := holder.stdout.readline()) and not line.startswith("held "):
-            pass
-        assert line, "the holding process ended without its relation"
-        try:
-            importer = _start(stack, IMPORT.format(n=n, barrier="", me="", pause=0))
-            # Every entity is here; the import read the relations of their ends (the agent's is
-            # not committed) and waits for the agent's row to insert its own.
-            wait_for_lock_waits(stack, 1)
-        finally:
-            holder.stdin.write("\n")
-            holder.stdin.close()
-            holder.wait(timeout=60)
-        assert holder.returncode == 0
-        assert _answer(importer) == {"entity": [0, n], "relation": [n - 2, 1]}
+        # Every entity is here; the import reads the relations of their ends (the agent's is not
+        # committed) and waits for the agent's row to insert its own.
+        _, answer = _import_while_held(stack, HOLD_RELATION, n)
+        assert answer == {"entity": [0, n], "relation": [n - 2, 1]}
         names, pairs, _ = stack_python(stack, GRAPH)
         assert (names, pairs) == _expected_graph(n)

@@ -612,6 +612,10 @@ class _Import:
         default_factory=lambda: {k: {} for k in _KEYED}
     )
     here_read: dict[str, set[Any]] = field(default_factory=lambda: {k: set() for k in _KEYED})
+    # (id, columns) of those rows to overwrite (`overwrite`), written with the kind's held rows.
+    rewrites: dict[str, list[tuple[Any, dict[str, Any]]]] = field(
+        default_factory=lambda: {k: [] for k in _KEYED}
+    )
     # (agent, item id) of the bundle's archive items read so far.
     archive_keys: set[tuple[str, str]] = field(default_factory=set)
     # New rows of these kinds not inserted yet (`hold`). One INSERT and one UPDATE of its times
@@ -745,15 +749,40 @@ class _Import:
         return self.here[kind].get(key)
 
     def row_met(self, kind: str, source: Any, pk: Any, columns: dict[str, Any]) -> None:
-        """The bundle's `kind` row is `pk`, already here: skipped, or overwritten."""
-        model, _, _, overwritten = _KEYED[kind]
+        """The bundle's `kind` row is `pk`, already here: skipped, or overwritten (with the
+        held rows of its kind, `rewrite`)."""
         if kind == "relation":
             self.ids["relation"][source] = pk
-        if self.on_conflict == "overwrite" and overwritten:
-            _update(model._default_manager.get(pk=pk), columns, list(overwritten))
+        if self.on_conflict == "overwrite" and _KEYED[kind][3]:
+            self.rewrites[kind].append((pk, columns))
             self.imported[kind] += 1
         else:
             self.skipped[kind] += 1
+
+    def rewrite(self, kind: str) -> None:
+        """Overwrites the rows `row_met` noted, as `_update` would each (the bundle's columns and
+        times, `auto_now` columns stamped now otherwise): one read and one UPDATE run for each
+        row (`executemany`) a batch, not a read and a save a record."""
+        noted, self.rewrites[kind] = self.rewrites[kind], []
+        if not noted:
+            return
+        model, _, _, overwritten = _KEYED[kind]
+        stamps = _auto_stamps(model)
+        now = timezone.now()
+        for start in range(0, len(noted), _ROW_BATCH):
+            batch = noted[start : start + _ROW_BATCH]
+            rows = model._default_manager.in_bulk([pk for pk, _ in batch])
+            for pk, columns in batch:  # in the bundle's order: a row given twice takes the last
+                row = rows[pk]
+                for name in overwritten:
+                    if name in columns:
+                        setattr(row, name, columns[name])
+                for name in stamps:
+                    if columns.get(name) is not None:
+                        setattr(row, name, columns[name])
+                    elif getattr(model._meta.get_field(name), "auto_now", False):
+                        setattr(row, name, now)
+            rows_restamp(list(rows.values()), fields=[*overwritten, *stamps])
 
     def embedded(self, texts: list[str]) -> list[bytes]:
         """The vectors of `texts`: those embedded ahead, the others now."""
@@ -1090,7 +1119,13 @@ class _Import:
 
     def flush_rows(self, kind: str) -> None:
         """Inserts the held rows of `kind` at once (none for a kind that is not held), keeping
-        the times their records give."""
+        the times their records give; then overwrites the rows of that kind met here (a clash
+        while inserting may meet one)."""
+        self.insert_held(kind)
+        if kind in self.rewrites:
+            self.rewrite(kind)
+
+    def insert_held(self, kind: str) -> None:
         if kind not in self.held:
             return
         held, self.held[kind] = self.held[kind], []
