@@ -151,7 +151,7 @@ class WorkingArchive(models.Model):
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     agent_id = AgentIdField()
-    item_id = models.CharField(max_length=32)
+    item_id = ExactCharField(max_length=32)
     content = models.TextField()
     item_created_at = models.DateTimeField()
     archived_at = models.DateTimeField(auto_now_add=True)
@@ -163,7 +163,7 @@ class WorkingArchive(models.Model):
     )
     # An evicted item put back into working memory (as a new item, whose id is kept here).
     restored_at = models.DateTimeField(null=True, blank=True)
-    restored_item_id = models.CharField(max_length=32, blank=True, default="")
+    restored_item_id = ExactCharField(max_length=32, blank=True, default="")
     # An ingested message's role (user, assistant, system, tool), speaker name and run (session).
     role = models.CharField(max_length=10, blank=True, default="")
     name = models.CharField(max_length=64, blank=True, default="")

@@ -266,7 +266,7 @@ class WorkingMemoryItem(models.Model):
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     agent_id = AgentIdField()
-    item_id = models.CharField(max_length=32, unique=True)
+    item_id = ExactCharField(max_length=32, unique=True)
     content = models.TextField()
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()

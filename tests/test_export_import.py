@@ -22,6 +22,7 @@ from django.utils import timezone
 from graph.models import Entity, EntityMention, Relation
 from graph.services import entity_create_or_merge, entity_mention, relation_create
 from lifecycle.models import ExportChunk, JobKind, JobRun, Persona, Scenario, WorkingArchive
+from lifecycle.selectors import archive_item_get
 from lifecycle.services import bundle as bundle_module
 from lifecycle.services.bundle import KINDS, exports_prune
 from memories.models import (
@@ -893,21 +894,26 @@ def test_archive_items_go_in_by_batches_and_meet_those_here(team, api, monkeypat
         },
         {**item, "id": 4, "agent_id": "alice", "item_id": "i2", "content": "i2 again"},
         {**item, "id": 5, "agent_id": "alice", "item_id": "i3", "content": "i3"},
+        # Item ids are exact, as in Redis: another item on every database.
+        {**item, "id": 6, "agent_id": "alice", "item_id": "I1", "content": "I1"},
     ]
     answer = ok_data(
-        import_bundle(api, make_bundle(_header(counts={"archive": 5}), records), on_conflict)
+        import_bundle(api, make_bundle(_header(counts={"archive": 6}), records), on_conflict)
     )
     got = (answer["imported"]["archive"], answer["skipped"]["archive"])
     rows = sorted(
         WorkingArchive.objects.filter(team=team).values_list("agent_id", "item_id", "content")
     )
     if on_conflict == "new_ids":
-        assert got == (5, 0)
-        assert len(rows) == 6
+        assert got == (6, 0)
+        assert len(rows) == 7
         return
     i1, i2 = ("here", "i2") if on_conflict == "skip" else ("bundle i1", "i2 again")
-    assert got == ((3, 2) if on_conflict == "skip" else (5, 0))
+    assert got == ((4, 2) if on_conflict == "skip" else (6, 0))
+    assert archive_item_get(team=team, item_id="I1").content == "I1"
+    assert archive_item_get(team=team, item_id="i1").content == i1
     assert rows == [
+        ("alice", "I1", "I1"),
         ("alice", "i1", i1),
         ("alice", "i2", i2),
         ("alice", "i3", "i3"),

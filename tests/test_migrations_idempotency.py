@@ -133,7 +133,7 @@ def test_agent_ids_become_exact_and_a_case_variant_gets_its_own_agent_on_upgrade
 def test_every_exact_column_has_a_binary_collation_on_mysql():
     """Agent ids and the keys holding them (scope locks, the index change log, job keys): the
     index for "alice" must not replay a change logged for "Alice". Idempotency-Key values, run
-    ids and memory categories too."""
+    ids, memory categories and working-memory item ids too."""
     from django.apps import apps
 
     from core.fields import ExactCharField
@@ -144,7 +144,7 @@ def test_every_exact_column_has_a_binary_collation_on_mysql():
         for field in model._meta.local_fields
         if isinstance(field, ExactCharField)
     }
-    assert len(columns) == 23
+    assert len(columns) == 26
     if connection.vendor != "mysql":
         pytest.skip("SQLite compares text exactly unless a column says otherwise")
     with connection.cursor() as cursor:
