@@ -997,7 +997,12 @@ def test_records_given_twice_between_rows_here_go_in_once(team, api, on_conflict
         {**concept, "id": "a", "name": "Alpha"},
         {**concept, "id": "b", "name": "Beta"},
         {**concept, "id": "c", "name": "Gamma"},
-        {**relation, "id": "r1", "source": "a", "target": "b", "description": "new", **times},
+        {
+            **relation,
+            **times,
+            **{"id": "r1", "source": "a", "target": "b", "description": "new"},
+            "properties": {"since": 2024},
+        },
         {**relation, "id": "r2", "source": "b", "target": "a", "description": "first"},
         {**relation, "id": "r3", "source": "b", "target": "a", "description": "twice"},
         {**relation, "id": "r4", "source": "a", "target": "c"},
@@ -1038,6 +1043,8 @@ def test_records_given_twice_between_rows_here_go_in_once(team, api, on_conflict
     }
     alpha_beta = [t.isoformat() for t in stamped["Alpha", "Beta", "related_to"]]
     assert (alpha_beta == list(times.values())) is (on_conflict == "overwrite")
+    properties = Relation.objects.get(source=a, target=b, relation_type="related_to").properties
+    assert properties == ({"since": 2024} if on_conflict == "overwrite" else {})
     assert (stamped["Alpha", "Beta", "part_of"][1] > long_ago) is (on_conflict == "overwrite")
 
 
@@ -1047,13 +1054,15 @@ def test_a_row_written_after_the_import_looked_is_met_not_refused(team, on_confl
     read those here (and before the import's held rows go in) clashes in the unique constraint:
     the batch goes in row by row and the clashing record meets the row now there. Here the other
     writer is the import's own progress callback, on its connection, so that it lands at a known
-    point on every backend (tests/test_import_graph_concurrent.py races another process)."""
+    point on every backend (tests/test_import_graph_concurrent.py races another process). A row
+    met here that the other writer deletes before the import overwrites it stays deleted."""
     kept, _ = memory_create(team=team, scope="personal", agent_id="alice", content="kept here")
     names = ("Alpha", "Beta", "Gamma")
     ents = [
         entity_create_or_merge(team=team, agent_id="alice", name=n, entity_type="concept")[0]
         for n in names
     ]
+    gone, _ = relation_create(source=ents[0], target=ents[2], relation_type="part_of")
     concept = {"kind": "entity", "agent_id": "alice", "entity_type": "concept"}
     relation = {"kind": "relation", "relation_type": "related_to"}
     records = [
@@ -1063,15 +1072,17 @@ def test_a_row_written_after_the_import_looked_is_met_not_refused(team, on_confl
         *({**concept, "id": n, "name": n} for n in names),
         {**relation, "id": "r1", "source": "Alpha", "target": "Beta"},
         {**relation, "id": "r2", "source": "Beta", "target": "Gamma", "description": "bundle's"},
+        {**relation, "id": "r3", "source": "Alpha", "target": "Gamma", "relation_type": "part_of"},
         {"kind": "mention", "entity": "Alpha", "memory": 1},
         {"kind": "mention", "entity": "Beta", "memory": 1},
     ]
-    counts = {"memory": 1, "share": 2, "entity": 3, "relation": 2, "mention": 2}
+    counts = {"memory": 1, "share": 2, "entity": 3, "relation": 3, "mention": 2}
     # After the last record of a kind is read (held, not inserted yet), its row is written.
     writes = {
         3: lambda: memory_share(memory=kept, agent_ids=["carol"], permission="write"),
         8: lambda: relation_create(source=ents[1], target=ents[2], relation_type="related_to"),
-        10: lambda: entity_mention(entity=ents[1], memory=kept),
+        9: gone.delete,
+        11: lambda: entity_mention(entity=ents[1], memory=kept),
     }
     read = [0]
 
@@ -1092,15 +1103,20 @@ def test_a_row_written_after_the_import_looked_is_met_not_refused(team, on_confl
             "memory": (0, 1),
             "share": (1, 1),
             "entity": (0, 3),
-            "relation": (1, 1),
+            "relation": (1, 2),
             "mention": (1, 1),
         }
     else:
-        assert got["share"] == (2, 0) and got["relation"] == (2, 0)
+        assert got["share"] == (2, 0) and got["relation"] == (3, 0)
+    assert not Relation.objects.filter(pk=gone.pk).exists()
     assert EntityMention.objects.filter(memory=kept).count() == 2
     # The rows met are the other writer's, as it wrote them, or overwritten from the bundle.
     shares = dict(MemoryShare.objects.filter(memory=kept).values_list("agent_id", "permission"))
-    described = dict(Relation.objects.filter(team=team).values_list("source__name", "description"))
+    described = dict(
+        Relation.objects.filter(team=team, relation_type="related_to").values_list(
+            "source__name", "description"
+        )
+    )
     if on_conflict == "skip":
         assert (shares["carol"], described) == ("write", {"Alpha": "", "Beta": ""})
     else:

@@ -773,7 +773,9 @@ class _Import:
             batch = noted[start : start + _ROW_BATCH]
             rows = model._default_manager.in_bulk([pk for pk, _ in batch])
             for pk, columns in batch:  # in the bundle's order: a row given twice takes the last
-                row = rows[pk]
+                row = rows.get(pk)
+                if row is None:
+                    continue  # deleted by another writer since it was met: as if after the import
                 for name in overwritten:
                     if name in columns:
                         setattr(row, name, columns[name])
