@@ -590,11 +590,11 @@ class _Import:
     # (scope, agent) of the bundle's memories: their write locks are held by the transaction.
     scopes: set[tuple[str, str]] = field(default_factory=set)
     # The resolution keys (Entity.normalized_name) of the bundle's entities, read before the
-    # transaction; in it (`read_entities`, also read before it to embed only the new ones), the
-    # team's entities of those keys by (agent, type,
-    # graph.services.name_key) -> the first such entity, then told of each entity written. A
-    # lookup a record held the lock for one query each, and one key shared by many names
-    # ("Sprint 12", "Sprint 13") made each lookup read them all.
+    # transaction; in it (`read_entities`, which the pass before reads too, to embed only the
+    # new entities), the team's entities of those keys by (agent, type, graph.services.name_key)
+    # -> the first such entity, then told of each entity written. A lookup a record held the
+    # lock for one query each, and one key shared by many names ("Sprint 12", "Sprint 13") made
+    # each lookup read them all.
     entity_resolution_keys: set[str] = field(default_factory=set)
     entities_here: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     # Rows this import wrote: a relation or mention with an end among them cannot be in the
@@ -1329,9 +1329,8 @@ def _embed_ahead(
     server waited, then got a 503; on MariaDB it held the new rows' locks as long. A record this
     pass cannot use is left to the transaction's pass, which checks it; a text it did not embed
     (a memory here with the same content, or an entity here, met below) is embedded there if
-    needed. The
-    vectors stay in memory until the import ends (2 KiB a text with the default model), so at
-    most IMPORT_EMBED_AHEAD_MAX texts are embedded ahead.
+    needed. The vectors stay in memory until the import ends (2 KiB a text with the default
+    model), so at most IMPORT_EMBED_AHEAD_MAX texts are embedded ahead.
     """
     memories: dict[str, str] = {}  # content -> its hash
     entities: dict[str, set[tuple[str, str, str]]] = {}  # text -> (agent, type, name key)s
@@ -1385,10 +1384,10 @@ def _embed_ahead(
         memories = {c: h for c, h in memories.items() if h not in here}
     # An entity already here is met (whatever on_conflict: a name is unique in its scope), never
     # embedded.
-    entities_here = {key for _, key in state.read_entities()}
+    here_keys = {key for _, key in state.read_entities()}
     texts = [
         *memories,
-        *(t for t, keys in entities.items() if t not in memories and keys - entities_here),
+        *(t for t, keys in entities.items() if t not in memories and keys - here_keys),
     ]
     texts = texts[: max(0, settings.IMPORT_EMBED_AHEAD_MAX)]
     advance = progress(len(texts)) if progress is not None and texts else None
