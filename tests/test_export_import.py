@@ -941,11 +941,13 @@ def _graph_bundle(n: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
     return records, counts
 
 
-def test_a_graph_here_already_is_read_by_batches_not_a_query_a_record(db):
+@pytest.mark.parametrize("on_conflict", ["skip", "overwrite"])
+def test_a_graph_here_already_is_read_by_batches_not_a_query_a_record(db, on_conflict):
     """A re-import (every memory and entity here already): the shares, relations and mentions
     whose first end is here are read for all those ends at once, so the import's queries do not
     grow with the bundle (they were one query a record, each holding SQLite's write lock); nor
-    are the entities here embedded again before the transaction."""
+    are the entities here embedded again before the transaction. An overwrite of the same bundle
+    reads its memories and entities by batches too, and writes none of them (unchanged)."""
     queries = {}
     for n in (5, 15):
         team = TeamFactory()
@@ -955,9 +957,14 @@ def test_a_graph_here_already_is_read_by_batches_not_a_query_a_record(db):
         data = make_bundle(_header(counts=counts), records)
         ok_data(import_bundle(api, data))
         with CaptureQueriesContext(connection) as captured:
-            answer = ok_data(import_bundle(api, data))
-        assert answer["imported"] == dict.fromkeys(KINDS, 0)
-        assert {k: answer["skipped"][k] for k in counts} == counts
+            answer = ok_data(import_bundle(api, data, on_conflict))
+        # Mentions have nothing to overwrite: met, they are skipped either way.
+        if on_conflict == "skip":
+            assert answer["imported"] == dict.fromkeys(KINDS, 0)
+            assert {k: answer["skipped"][k] for k in counts} == counts
+        else:
+            assert {k: answer["imported"][k] for k in counts} == {**counts, "mention": 0}
+            assert answer["skipped"]["mention"] == n
         queries[n] = len(captured)
         # From a server of another model: nothing here is embedded again, not even ahead.
         other = make_bundle(_header(counts=counts, embedding_model="another-model"), records)
@@ -970,6 +977,70 @@ def test_a_graph_here_already_is_read_by_batches_not_a_query_a_record(db):
         result = bundle_module.bundle_import(team=team, data=other, embedding_progress=embedding)
         assert (result.reembedded, ahead) == (0, [])
     assert queries[15] == queries[5], queries
+
+
+def test_an_overwrite_writes_only_what_differs(team, api):
+    """An overwrite re-import of what is here already (a client retrying one) writes no memory
+    and no entity: no revision, no new `updated_at` (each was a lock and a save). What differs
+    goes through the services; a record given twice ends as its last copy says, even when the
+    row held that value before the first copy changed it."""
+    tea, _ = memory_create(team=team, scope="personal", agent_id="alice", content="Tea at five")
+    oolong, _ = entity_create_or_merge(
+        team=team,
+        agent_id="alice",
+        name="Oolong",
+        entity_type="concept",
+        description="a tea",
+        properties={"origin": "Fujian"},
+    )
+    long_ago = timezone.now() - timedelta(days=400)
+    Memory.objects.filter(pk=tea.pk).update(updated_at=long_ago)
+    Entity.objects.filter(pk=oolong.pk).update(updated_at=long_ago)
+    revisions = MemoryRevision.objects.filter(memory=tea).count()
+    memory = {
+        **MEMORY,
+        "content": "Tea at five",
+        "importance": 0.5,
+        "category": "general",
+        "metadata": {},
+        "pinned": False,
+    }
+    entity = {
+        "kind": "entity",
+        "id": "o",
+        "agent_id": "alice",
+        "entity_type": "concept",
+        "name": "Oolong",
+        "description": "a tea",
+        "properties": {"origin": "Fujian"},
+    }
+    counts = {"memory": 1, "entity": 1}
+    same = make_bundle(_header(counts=counts), [memory, entity])
+    answer = ok_data(import_bundle(api, same, "overwrite"))
+    assert answer["imported"] == {**dict.fromkeys(KINDS, 0), **counts}
+    tea.refresh_from_db()
+    oolong.refresh_from_db()
+    assert (tea.updated_at, oolong.updated_at) == (long_ago, long_ago)
+    assert MemoryRevision.objects.filter(memory=tea).count() == revisions
+    # Given twice: the first copy changes the row, the second sets it back to what it was.
+    changed = [
+        {**memory, "importance": 0.9, "metadata": {"source": "bundle"}},
+        {**memory, "id": 8},
+        {**entity, "description": "a drink", "properties": {"origin": "Taiwan"}},
+        {**entity, "id": "o2", "description": "a tea", "properties": {"origin": "Fujian"}},
+    ]
+    twice = make_bundle(_header(counts={"memory": 2, "entity": 2}), changed)
+    ok_data(import_bundle(api, twice, "overwrite"))
+    tea.refresh_from_db()
+    oolong.refresh_from_db()
+    assert (tea.importance, tea.metadata) == (0.5, {})
+    assert (oolong.description, oolong.properties) == ("a tea", {"origin": "Fujian"})
+    assert oolong.updated_at > long_ago
+    afters = MemoryRevision.objects.filter(memory=tea).order_by("created_at", "id")
+    assert [r.after for r in afters][revisions:] == [
+        {"importance": 0.9, "metadata": {"source": "bundle"}},
+        {"importance": 0.5, "metadata": {}},
+    ]
 
 
 @pytest.mark.parametrize("on_conflict", ["skip", "overwrite"])

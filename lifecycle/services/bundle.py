@@ -616,6 +616,8 @@ class _Import:
     rewrites: dict[str, list[tuple[Any, dict[str, Any]]]] = field(
         default_factory=lambda: {k: [] for k in _KEYED}
     )
+    # (id, columns) of the entities met here to overwrite, written with the held entities.
+    entity_overwrites: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)
     # (agent, item id) of the bundle's archive items read so far.
     archive_keys: set[tuple[str, str]] = field(default_factory=set)
     # New rows of these kinds not inserted yet (`hold`). One INSERT and one UPDATE of its times
@@ -890,20 +892,44 @@ class _Import:
                 memory.metadata = remapped
                 changed.append(memory)
         Memory.objects.bulk_update(changed, ["metadata"], batch_size=500)
-        rows = Memory.objects.in_bulk([pk for pk, _ in self.overwrites])
-        for pk, columns in self.overwrites:
-            # The service: a revision records what changed (content is the same by definition).
-            memory_update(
-                memory=rows[pk],
-                actor=self.actor,
-                importance=columns.get("importance"),
-                category=columns.get("category"),
-                metadata=self.remap_memory_json(columns["metadata"])
-                if "metadata" in columns
-                else None,
-                pinned=columns.get("pinned"),
-            )
+        self.overwrite_memories()
         self.memories_done = True
+
+    def overwrite_memories(self) -> None:
+        """The memories met here, set to the bundle's values through the service (a revision
+        records what changed; content is the same by definition). One read a batch; a memory
+        that already holds those values is not written: an overwrite re-import of the same
+        bundle (a client retrying) took the row's lock and saved it, one memory at a time."""
+        for start in range(0, len(self.overwrites), _ROW_BATCH):
+            batch = self.overwrites[start : start + _ROW_BATCH]
+            rows = Memory.objects.in_bulk([pk for pk, _ in batch])
+            for pk, columns in batch:
+                row = rows.get(pk)
+                if row is None:
+                    continue  # deleted by another writer since it was met: as if after the import
+                importance, category = columns.get("importance"), columns.get("category")
+                metadata = (
+                    self.remap_memory_json(columns["metadata"]) if "metadata" in columns else None
+                )
+                pinned = columns.get("pinned")
+                values = {
+                    "importance": importance,
+                    "category": category,
+                    "metadata": metadata,
+                    "pinned": pinned,
+                }
+                if all(v is None or v == getattr(row, k) for k, v in values.items()):
+                    continue
+                # Kept for a later record of the same memory, compared with what it holds now.
+                rows[pk] = memory_update(
+                    memory=row,
+                    actor=self.actor,
+                    importance=importance,
+                    category=category,
+                    metadata=metadata,
+                    pinned=pinned,
+                )
+        self.overwrites.clear()
 
     # -- the other kinds: revisions, shares, archive items and the graph's rows held for
     # `flush_rows`; scenarios, personas, procedures and profiles one row at a time
@@ -1103,11 +1129,7 @@ class _Import:
         if existing not in self.new_entity_ids:
             self.met["entity"].add(existing)
         if self.on_conflict == "overwrite":
-            entity_update(
-                entity=Entity.objects.get(pk=existing),
-                description=columns.get("description"),
-                properties=columns.get("properties"),
-            )
+            self.entity_overwrites.append((existing, columns))
             self.imported["entity"] += 1
         else:
             self.skipped["entity"] += 1
@@ -1126,6 +1148,27 @@ class _Import:
         self.insert_held(kind)
         if kind in self.rewrites:
             self.rewrite(kind)
+        if kind == "entity":
+            self.overwrite_entities()
+
+    def overwrite_entities(self) -> None:
+        """The entities `entity_met` noted, set to the bundle's description and properties
+        through the service (a changed description is embedded again). One read a batch; an
+        entity that already holds them is not written (it was a read, a lock and a save each)."""
+        noted, self.entity_overwrites = self.entity_overwrites, []
+        for start in range(0, len(noted), _ROW_BATCH):
+            batch = noted[start : start + _ROW_BATCH]
+            rows = Entity.objects.in_bulk([pk for pk, _ in batch])
+            for pk, columns in batch:
+                row = rows.get(pk)
+                if row is None:
+                    continue  # deleted by another writer since it was met: as if after the import
+                description, properties = columns.get("description"), columns.get("properties")
+                if (description is None or description.strip() == row.description) and (
+                    properties is None or {**row.properties, **properties} == row.properties
+                ):
+                    continue
+                rows[pk] = entity_update(entity=row, description=description, properties=properties)
 
     def insert_held(self, kind: str) -> None:
         if kind not in self.held:
