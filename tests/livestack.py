@@ -121,6 +121,10 @@ def live_stack(
         "DATA_DIR": str(tmp),
         "API_RATE_LIMIT": "0",
         "DEBUG": "0",
+        # Loaded on first use instead: a warm-up would build the glossary's cache in each test's
+        # own DATA_DIR (~8 s) for tests that mostly never search across scripts
+        # (tests/test_warm_up.py starts a worker with it).
+        "WARM_UP_AT_START": "0",
         **(extra_env or {}),
     }
     procs: list[subprocess.Popen[bytes]] = []

@@ -1,0 +1,63 @@
+"""A gunicorn worker loads the embedding model and the search's dictionaries before it takes its
+first request (gunicorn.conf.py's post_worker_init, memories.retrieval.warm), unless
+WARM_UP_AT_START is off."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from memories.retrieval.warm import warm_up
+
+from .fake_openai import FakeOpenAI
+from .livestack import ROOT, free_port, wait_until_up
+
+
+def _first_answer_log(tmp_path: Path, warm: str) -> str:
+    """What one gunicorn worker logged by the time it answered its first request."""
+    log = tmp_path / f"gunicorn-{warm}.log"
+    port = free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
+        "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+        "DATA_DIR": str(tmp_path),
+        "WARM_UP_AT_START": warm,
+    }
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "gunicorn", "memoryplatform.wsgi", "-w", "1"),
+                *("-b", f"127.0.0.1:{port}", "--timeout", "120"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            # Any answer will do (the database is not migrated): the worker is taking requests.
+            wait_until_up([f"http://127.0.0.1:{port}"], healthy=False)
+            return log.read_text()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def test_a_worker_warms_up_before_its_first_request(tmp_path):
+    text = _first_answer_log(tmp_path, "1")
+    assert "warmed up in" in text and "'embedding'" in text, text
+    assert "building the CC-CEDICT gloss cache" in text  # a new DATA_DIR: built at start
+    assert "warmed up in" not in _first_answer_log(tmp_path, "0")
+
+
+def test_a_remote_embedding_model_is_not_called_at_start(settings):
+    """A remote model has nothing to load; a call that hangs would hold the worker up."""
+    with FakeOpenAI() as fake:
+        settings.EMBEDDING_BACKEND = "openai"
+        settings.EMBEDDING_MODEL = "fake-embed"
+        settings.EMBEDDING_API_BASE_URL = fake.base_url
+        assert set(warm_up()) == {"tokens", "glossary"}
+        assert fake.requests == []
