@@ -1119,6 +1119,38 @@ def test_records_given_twice_between_rows_here_go_in_once(team, api, on_conflict
     assert (stamped["Alpha", "Beta", "part_of"][1] > long_ago) is (on_conflict == "overwrite")
 
 
+def test_an_entity_mentioned_everywhere_is_not_read_whole(team, monkeypatch):
+    """A bundle of one agent meets a team entity that every memory of the team mentions: the
+    mentions already here are read by the bundle's memories (a few each), not by the entity
+    (all of them)."""
+    user, _ = entity_create_or_merge(team=team, name="The user", entity_type="person")
+    for i in range(30):
+        other, _ = memory_create(team=team, scope="personal", agent_id="bob", content=f"Bob {i}")
+        entity_mention(entity=user, memory=other)
+    mine, _ = memory_create(team=team, scope="personal", agent_id="alice", content="Alice's")
+    entity_mention(entity=user, memory=mine)
+    read: list[int] = []
+    row_here = bundle_module._Import.row_here
+
+    def counted(self: Any, kind: str, key: tuple[Any, ...]) -> Any:
+        found = row_here(self, kind, key)
+        read.append(len(self.here[kind]))
+        return found
+
+    monkeypatch.setattr(bundle_module._Import, "row_here", counted)
+    records = [
+        {**MEMORY, "id": 1, "content": "Alice's"},
+        {"kind": "entity", "id": "u", "agent_id": "", "entity_type": "person", "name": "The user"},
+        {"kind": "mention", "entity": "u", "memory": 1},
+    ]
+    counts = {"memory": 1, "entity": 1, "mention": 1}
+    result = bundle_module.bundle_import(
+        team=team, data=make_bundle(_header(counts=counts), records)
+    )
+    assert result.skipped["mention"] == 1
+    assert read == [1]
+
+
 @pytest.mark.parametrize("on_conflict", ["skip", "overwrite"])
 def test_a_row_written_after_the_import_looked_is_met_not_refused(team, on_conflict):
     """A relation, mention or share between rows here that another writer adds after the import

@@ -109,7 +109,9 @@ _KEYED: dict[str, tuple[type[models.Model], str, tuple[str, ...], tuple[str, ...
         ("source_id", "target_id", "relation_type"),
         ("description", "properties"),
     ),
-    "mention": (EntityMention, "entity", ("entity_id", "memory_id"), ()),
+    # By the memory: a memory mentions a few entities, while an entity of the team ("the user")
+    # may be mentioned by every memory of every agent, and a bundle of one agent met it.
+    "mention": (EntityMention, "memory", ("memory_id", "entity_id"), ()),
     "share": (MemoryShare, "memory", ("memory_id", "agent_id"), ("permission",)),
 }
 # Keys of JSON columns that hold memory ids (memory metadata, revision before/after): remapped on
@@ -1291,7 +1293,7 @@ class _Import:
         elif entity_id in self.new_entity_ids or memory_id in self.new_memory_ids:
             here = False
         else:
-            here = self.row_here("mention", pair) is not None
+            here = self.row_here("mention", (memory_id, entity_id)) is not None
         if here:
             self.skipped["mention"] += 1
             return
