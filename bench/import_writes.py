@@ -3,8 +3,8 @@
 Usage (from the project root):
 
     .venv/bin/python bench/import_writes.py [--memories 2000] [--lang en] [--mysql]
-        [--graph numbered|distinct] [--history N] [--archive N] [--again skip|overwrite]
-        [--json out.json]
+        [--graph numbered|distinct] [--history N] [--archive N] [--lifecycle N]
+        [--again skip|overwrite] [--json out.json]
 
 What it does:
 
@@ -15,7 +15,9 @@ What it does:
    ("Ticket 17", "Ticket 18": one resolution key for all, as version and ticket numbers share
    theirs); `distinct` gives each a name of its own ("Ticket aq"). With `--history N`, each
    memory has N revisions and is shared with one other agent. With `--archive N`, N archived
-   working-memory items (an agent's ingested messages) too. With `--again`, the bundle is
+   working-memory items (an agent's ingested messages) too. With `--lifecycle N`, what the
+   lifecycle derives, N of each: scenarios, personas, procedures and profile keys (each key with
+   a revision), spread over 10 agents. With `--again`, the bundle is
    imported once before the measure, and the measured import is the same bundle again with that
    `on_conflict` (a re-import: every record meets its row here).
 2. **Serve**: a fresh server (gunicorn, two sync workers: the import occupies one) on a fresh
@@ -60,7 +62,13 @@ def _letters(i: int) -> str:
     return out
 
 
-def bundle(texts: list[str], graph: str | None = None, history: int = 0, archive: int = 0) -> bytes:
+def bundle(
+    texts: list[str],
+    graph: str | None = None,
+    history: int = 0,
+    archive: int = 0,
+    lifecycle: int = 0,
+) -> bytes:
     records: list[dict[str, Any]] = [
         {"kind": "memory", "id": i, "scope": "personal", "agent_id": "imported", "content": t}
         for i, t in enumerate(texts)
@@ -125,6 +133,10 @@ def bundle(texts: list[str], graph: str | None = None, history: int = 0, archive
         ]
         records += [{"kind": "mention", "entity": f"e{i}", "memory": i} for i in range(n)]
         counts.update(entity=n, relation=max(0, n - 1), mention=n)
+    if lifecycle:
+        records += _lifecycle(lifecycle, len(texts))
+        counts.update(dict.fromkeys(("scenario", "persona", "procedure"), lifecycle))
+        counts.update(profile=lifecycle, profile_revision=lifecycle)
     header = {
         "format": "memoryplatform-bundle",
         "version": 1,
@@ -134,6 +146,74 @@ def bundle(texts: list[str], graph: str | None = None, history: int = 0, archive
         "counts": counts,
     }
     return gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in [header, *records]))
+
+
+def _lifecycle(n: int, memories: int) -> list[dict[str, Any]]:
+    """n scenarios, personas, procedures and profile keys (a revision each), of 10 agents."""
+
+    def agent(k: int) -> str:
+        return f"agent-{k % 10}"
+
+    def when(k: int) -> str:
+        return f"2026-01-{1 + k % 28:02d}T{k % 24:02d}:{k // 24 % 60:02d}:{k // 1440 % 60:02d}+00:00"
+
+    scenario = [
+        {
+            "kind": "scenario",
+            "id": f"s{k}",
+            "agent_id": agent(k),
+            "name": f"Scenario {_letters(k)}",
+            "summary": f"What the memories of scenario {_letters(k)} are about.",
+            "memory_ids": [k % memories],
+            "created_at": when(k),
+        }
+        for k in range(n)
+    ]
+    persona = [
+        {
+            "kind": "persona",
+            "id": f"p{k}",
+            "agent_id": agent(k),
+            "summary": f"Persona {k}",
+            "scenario_ids": [f"s{k}"],
+            "created_at": when(k),
+        }
+        for k in range(n)
+    ]
+    procedure = [
+        {
+            "kind": "procedure",
+            "agent_id": agent(k),
+            "rule": f"Rule {_letters(k)}: run the checks before answering.",
+            "status": "active",
+            "source": "agent",
+        }
+        for k in range(n)
+    ]
+    profile = [
+        {
+            "kind": "profile",
+            "agent_id": agent(k),
+            "key": f"pref_{_letters(k)}",
+            "value": f"value {k}",
+            "source": "api",
+        }
+        for k in range(n)
+    ]
+    revision = [
+        {
+            "kind": "profile_revision",
+            "agent_id": agent(k),
+            "key": f"pref_{_letters(k)}",
+            "before": "",
+            "after": f"value {k}",
+            "source": "api",
+            "by": "key mk_bench",
+            "at": when(k),
+        }
+        for k in range(n)
+    ]
+    return scenario + persona + procedure + profile + revision
 
 
 def _mysql_database() -> tuple[str, str]:
@@ -156,7 +236,7 @@ def _drop(name: str) -> None:
 
 def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
     texts = [item.text for item in generate(args.lang, args.memories, "import")]
-    data = bundle(texts, args.graph, args.history, args.archive)
+    data = bundle(texts, args.graph, args.history, args.archive, args.lifecycle)
     with BenchServer(workers=2, database_url=database_url, timeout_s=1800) as server:
         client = MemoryClient(server.api_key, server.secret, base_url=server.base_url, timeout=1800)
         writer = MemoryClient(
@@ -194,6 +274,7 @@ def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
         "graph": args.graph,
         "history": args.history,
         "archive": args.archive,
+        "lifecycle": args.lifecycle,
         "again": args.again,
         "database": "mysql" if database_url else "sqlite",
         "import": answer,
@@ -210,6 +291,7 @@ def main() -> None:
     parser.add_argument("--graph", choices=("numbered", "distinct"))
     parser.add_argument("--history", type=int, default=0, metavar="N")
     parser.add_argument("--archive", type=int, default=0, metavar="N")
+    parser.add_argument("--lifecycle", type=int, default=0, metavar="N")
     parser.add_argument("--again", choices=("skip", "overwrite"))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -226,6 +308,7 @@ def main() -> None:
         f"{f', {args.graph} graph' if args.graph else ''}"
         f"{f', {args.history} revisions and a share each' if args.history else ''}"
         f"{f', {args.archive} archive items' if args.archive else ''}"
+        f"{f', {args.lifecycle} of each lifecycle kind' if args.lifecycle else ''}"
         f"{f', imported again ({args.again})' if args.again else ''}: "
         f"{result['import'].get('seconds')} s; "
         f"{w['n']} writes meanwhile: p50 {w.get('p50')} ms, p95 {w.get('p95')} ms, "

@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -1117,6 +1117,106 @@ def test_records_given_twice_between_rows_here_go_in_once(team, api, on_conflict
     properties = Relation.objects.get(source=a, target=b, relation_type="related_to").properties
     assert properties == ({"since": 2024} if on_conflict == "overwrite" else {})
     assert (stamped["Alpha", "Beta", "part_of"][1] > long_ago) is (on_conflict == "overwrite")
+
+
+def _lifecycle_bundle(n: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """n scenarios, personas, procedures and profile keys (a revision each) of two agents."""
+    records: list[dict[str, Any]] = []
+    for kind in ("scenario", "persona", "procedure", "profile", "profile_revision"):
+        for k in range(n):
+            agent = ("alice", "bob")[k % 2]
+            when = f"2024-03-01T00:{k:02d}:00+00:00"
+            records.append(
+                {
+                    "scenario": {"id": f"s{k}", "name": f"Topic {k}", "summary": f"about {k}"},
+                    "persona": {"id": f"p{k}", "summary": f"persona {k}", "created_at": when},
+                    "procedure": {"rule": f"Rule {k}", "source": "agent"},
+                    "profile": {"key": f"key_{k}", "value": f"value {k}", "source": "api"},
+                    "profile_revision": {
+                        **{"key": f"key_{k}", "before": "", "after": f"value {k}"},
+                        **{"source": "api", "by": "key mk_x", "at": when},
+                    },
+                }[kind]
+                | {"kind": kind, "agent_id": agent}
+            )
+    counts = dict.fromkeys(("scenario", "persona", "procedure", "profile", "profile_revision"), n)
+    return records, counts
+
+
+@pytest.mark.parametrize("on_conflict", ["skip", "overwrite", "new_ids"])
+def test_lifecycle_rows_go_in_by_batches_and_meet_those_here(db, on_conflict):
+    """Scenarios, personas, procedures, profile keys and their revisions are inserted a batch at
+    a time, and those here are read once an agent, not a query a record; those met are
+    overwritten a batch at a time. An import and a re-import (skip, overwrite) run as many
+    queries for 5 records of each kind as for 15."""
+    queries: dict[int, list[int]] = {}
+    for n in (5, 15):
+        team = TeamFactory()
+        records, counts = _lifecycle_bundle(n)
+        data = make_bundle(_header(counts=counts), records)
+        queries[n] = []
+        for again in (None, "skip", "overwrite"):
+            with CaptureQueriesContext(connection) as captured:
+                result = bundle_module.bundle_import(
+                    team=team, data=data, on_conflict=again or on_conflict
+                )
+            queries[n].append(len(captured))
+            if again is None:
+                assert result.imported == {**dict.fromkeys(KINDS, 0), **counts}
+        assert Scenario.objects.filter(team=team).count() == n
+        assert sorted(
+            ProfileRevision.objects.filter(team=team).values_list("at", flat=True)
+        ) == sorted(
+            datetime.fromisoformat(r["at"]) for r in records if r["kind"] == "profile_revision"
+        )
+    assert queries[15] == queries[5], queries
+
+
+@pytest.mark.parametrize("on_conflict", ["skip", "overwrite"])
+def test_lifecycle_records_given_twice_or_here_meet_one_row(team, on_conflict):
+    """A scenario, persona, rule or profile key given twice, or here already, is one row: the
+    second copy meets the first (skipped, or overwriting it), as it did when each went in at
+    once. Names and rules compare exactly, on every database."""
+    here = ScenarioFactory(team=team, agent_id="alice", name="Deploys", summary="here")
+    Procedure.objects.create(team=team, agent_id="alice", rule="Rule here", source="agent")
+    when = "2024-03-01T00:00:00+00:00"
+    records = [
+        {"kind": "scenario", "id": 1, "agent_id": "alice", "name": "Deploys", "summary": "b1"},
+        {"kind": "scenario", "id": 2, "agent_id": "alice", "name": "deploys", "summary": "b2"},
+        {"kind": "scenario", "id": 3, "agent_id": "alice", "name": "deploys", "summary": "b3"},
+        {"kind": "persona", "id": 1, "agent_id": "alice", "summary": "p1", "created_at": when},
+        {"kind": "persona", "id": 2, "agent_id": "alice", "summary": "p2", "created_at": when},
+        {"kind": "procedure", "agent_id": "alice", "rule": "Rule here", "status": "rejected"},
+        {"kind": "procedure", "agent_id": "alice", "rule": "Rule new", "status": "active"},
+        {"kind": "procedure", "agent_id": "alice", "rule": "Rule new", "status": "rejected"},
+        {"kind": "profile", "agent_id": "alice", "key": "editor", "value": "vim", "source": "api"},
+        {"kind": "profile", "agent_id": "alice", "key": "editor", "value": "ed", "source": "api"},
+    ]
+    counts = {"scenario": 3, "persona": 2, "procedure": 3, "profile": 2}
+    result = bundle_module.bundle_import(
+        team=team, data=make_bundle(_header(counts=counts), records), on_conflict=on_conflict
+    )
+    got = {k: (result.imported[k], result.skipped[k]) for k in counts}
+    scenarios = dict(Scenario.objects.filter(team=team).values_list("name", "summary"))
+    personas = list(Persona.objects.filter(team=team).values_list("summary", flat=True))
+    rules = dict(Procedure.objects.filter(team=team).values_list("rule", "status"))
+    editor = ProfileField.objects.get(team=team, agent_id="alice", key="editor").value
+    if on_conflict == "skip":
+        assert got == {
+            "scenario": (1, 2),
+            "persona": (1, 1),
+            "procedure": (1, 2),
+            "profile": (1, 1),
+        }
+        assert scenarios == {"Deploys": "here", "deploys": "b2"}
+        assert (personas, editor) == (["p1"], "vim")
+        assert rules == {"Rule here": "active", "Rule new": "active"}
+    else:
+        assert got == {k: (n, 0) for k, n in counts.items()}
+        assert scenarios == {"Deploys": "b1", "deploys": "b3"}
+        assert (personas, editor) == (["p2"], "ed")
+        assert rules == {"Rule here": "rejected", "Rule new": "rejected"}
+    assert Scenario.objects.get(pk=here.pk).name == "Deploys"
 
 
 def test_an_entity_mentioned_everywhere_is_not_read_whole(team, monkeypatch):

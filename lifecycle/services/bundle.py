@@ -114,6 +114,28 @@ _KEYED: dict[str, tuple[type[models.Model], str, tuple[str, ...], tuple[str, ...
     "mention": (EntityMention, "memory", ("memory_id", "entity_id"), ()),
     "share": (MemoryShare, "memory", ("memory_id", "agent_id"), ("permission",)),
 }
+# The lifecycle's kinds, found here by a key among their agent's rows: (model, the key's column,
+# the order in which the first row of a key is the one met, what an overwrite writes besides the
+# times). `_Import.agent_row_here` reads the
+# ids and keys of an agent's rows of a kind in one query, not a query a record (each held SQLite's
+# write lock). The key compares exactly, on every database: MariaDB's collation no longer decides
+# that "Deploys" is the scenario "deploys".
+_AGENT_KEYED: dict[str, tuple[type[models.Model], str, tuple[str, ...], tuple[str, ...]]] = {
+    "scenario": (Scenario, "name", ("created_at", "id"), ("summary", "memory_ids")),
+    "persona": (
+        Persona,
+        "created_at",
+        ("id",),
+        (
+            *("preferences", "habits", "expertise", "communication_style", "summary"),
+            *("memory_ids", "scenario_ids", "scenarios_snapshot"),
+        ),
+    ),
+    "procedure": (Procedure, "rule", ("id",), ("status", "source", "evidence")),
+    "profile": (ProfileField, "key", ("id",), ("value", "source", "source_memory_id")),
+}
+# A row of one of those kinds held by this import, its id not known before it goes in.
+_HELD = object()
 # Keys of JSON columns that hold memory ids (memory metadata, revision before/after): remapped on
 # import like the foreign keys.
 _MEMORY_ID_KEYS = ("superseded_by", "promoted_to", "promoted_from", "consolidated_into")
@@ -616,10 +638,17 @@ class _Import:
     here_read: dict[str, set[Any]] = field(default_factory=lambda: {k: set() for k in _KEYED})
     # (id, columns) of those rows to overwrite (`overwrite`), written with the kind's held rows.
     rewrites: dict[str, list[tuple[Any, dict[str, Any]]]] = field(
-        default_factory=lambda: {k: [] for k in _KEYED}
+        default_factory=lambda: {k: [] for k in (*_KEYED, *_AGENT_KEYED)}
     )
     # (id, columns) of the entities met here to overwrite, written with the held entities.
     entity_overwrites: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)
+    # kind -> agent -> key -> id (or _HELD) of the lifecycle's rows, here or held
+    # (`agent_row_here`).
+    agent_rows: dict[str, dict[str, dict[Any, Any]]] = field(
+        default_factory=lambda: {k: {} for k in _AGENT_KEYED}
+    )
+    # agent -> (key, at, before, after) of the agent's profile revisions, here or held.
+    profile_revisions: dict[str, set[tuple[str, Any, str, str]]] = field(default_factory=dict)
     # (agent, item id) of the bundle's archive items read so far.
     archive_keys: set[tuple[str, str]] = field(default_factory=set)
     # New rows of these kinds not inserted yet (`hold`). One INSERT and one UPDATE of its times
@@ -627,7 +656,11 @@ class _Import:
     # of the transaction's 5 under the profiler); `flush_rows` inserts them _ROW_BATCH at a time.
     held: dict[str, list[_Held]] = field(
         default_factory=lambda: {
-            k: [] for k in ("revision", "share", "archive", "entity", "relation", "mention")
+            k: []
+            for k in (
+                *("revision", "share", "archive", "entity", "relation", "mention"),
+                *("scenario", "persona", "procedure", "profile", "profile_revision"),
+            )
         }
     )
 
@@ -770,7 +803,11 @@ class _Import:
         noted, self.rewrites[kind] = self.rewrites[kind], []
         if not noted:
             return
-        model, _, _, overwritten = _KEYED[kind]
+        model, overwritten = (
+            (_KEYED[kind][0], _KEYED[kind][3])
+            if kind in _KEYED
+            else (_AGENT_KEYED[kind][0], _AGENT_KEYED[kind][3])
+        )
         stamps = _auto_stamps(model)
         now = timezone.now()
         for start in range(0, len(noted), _ROW_BATCH):
@@ -789,6 +826,56 @@ class _Import:
                     elif getattr(model._meta.get_field(name), "auto_now", False):
                         setattr(row, name, now)
             rows_restamp(list(rows.values()), fields=[*overwritten, *stamps])
+
+    def agent_row_here(self, kind: str, agent_id: str, key: Any) -> Any | None:
+        """The id of the agent's `kind` row under `key` (a scenario's name, a persona's creation
+        time, a rule, a profile key): here before the import, or held by it (_HELD when its id
+        is not known yet). The agent's rows of that kind are read the first time."""
+        rows = self.agent_rows[kind].get(agent_id)
+        if rows is None:
+            model, column, order, _ = _AGENT_KEYED[kind]
+            rows = {}
+            for pk, value in (
+                model._default_manager.filter(team=self.team, agent_id=agent_id)
+                .order_by(*order)
+                .values_list("pk", column)
+            ):
+                rows.setdefault(value, pk)
+            self.agent_rows[kind][agent_id] = rows
+        return rows.get(key)
+
+    def agent_row_hold(
+        self, kind: str, line: int, source: Any, row: models.Model, columns: dict[str, Any]
+    ) -> None:
+        """Holds a new lifecycle row; a later record of its agent and key meets it."""
+        column = _AGENT_KEYED[kind][1]
+        rows = self.agent_rows[kind].get(row.agent_id)  # type: ignore[attr-defined]
+        if rows is not None:  # None with new_ids: nothing is met
+            key = getattr(row, column)
+            rows.setdefault(key, row.pk if row.pk is not None else _HELD)
+        self.hold(kind, line, source, row, columns)
+
+    def agent_row_overwrite(
+        self, kind: str, agent_id: str, key: Any, pk: Any, columns: dict[str, Any]
+    ) -> None:
+        """Notes the lifecycle row met under `key` for `rewrite`, which overwrites the noted rows
+        of its kind with the held ones, as `_update` did each: by batches."""
+        if pk is _HELD:  # given twice, the first copy held: its id once it is in
+            self.flush_rows(kind)
+            model, column, order, _ = _AGENT_KEYED[kind]
+            rows = (
+                model._default_manager.filter(team=self.team, agent_id=agent_id, **{column: key})
+                .order_by(*order)
+                .values_list("pk", column)
+            )
+            # Exactly this key: MariaDB's collation may find another too.
+            pk = next((found for found, value in rows if value == key), None)
+            if pk is None:  # deleted by another writer since: as if after the import
+                return
+            self.agent_rows[kind][agent_id][key] = pk
+        self.rewrites[kind].append((pk, columns))
+        if len(self.rewrites[kind]) >= _ROW_BATCH:
+            self.flush_rows(kind)
 
     def embedded(self, texts: list[str]) -> list[bytes]:
         """The vectors of `texts`: those embedded ahead, the others now."""
@@ -1038,24 +1125,19 @@ class _Import:
         agent_id = self._agent_row(line, "scenario", columns)
         columns["memory_ids"] = self._memory_ids(columns.get("memory_ids"))
         if self.on_conflict != "new_ids":
-            existing = (
-                Scenario.objects.filter(
-                    team=self.team, agent_id=agent_id, name=columns.get("name", "")
-                )
-                .order_by("created_at", "id")
-                .first()
-            )
+            name = columns.get("name", "")
+            existing = self.agent_row_here("scenario", agent_id, name)
             if existing is not None:
-                self.ids["scenario"][rec.get("id")] = existing.pk
+                self.ids["scenario"][rec.get("id")] = existing
                 if self.on_conflict == "skip":
                     self.skipped["scenario"] += 1
                 else:
-                    _update(existing, columns, ["summary", "memory_ids"])
+                    self.agent_row_overwrite("scenario", agent_id, name, existing, columns)
                     self.imported["scenario"] += 1
                 return
-        row = _insert(Scenario(team=self.team, **columns), columns)
+        row = Scenario(team=self.team, **columns)
         self.ids["scenario"][rec.get("id")] = row.pk
-        self.imported["scenario"] += 1
+        self.agent_row_hold("scenario", line, rec.get("id"), row, columns)
 
     def persona(self, line: int, rec: dict[str, Any]) -> None:
         columns = _columns("persona", rec)
@@ -1083,18 +1165,18 @@ class _Import:
                 for item in snapshot
             ]
         if self.on_conflict != "new_ids" and columns.get("created_at") is not None:
-            existing = Persona.objects.filter(
-                team=self.team, agent_id=agent_id, created_at=columns["created_at"]
-            ).first()
+            when = columns["created_at"]
+            existing = self.agent_row_here("persona", agent_id, when)
             if existing is not None:
                 if self.on_conflict == "skip":
                     self.skipped["persona"] += 1
                 else:
-                    _update(existing, columns, list(columns))
+                    self.agent_row_overwrite("persona", agent_id, when, existing, columns)
                     self.imported["persona"] += 1
                 return
-        _insert(Persona(team=self.team, **columns), columns)
-        self.imported["persona"] += 1
+        self.agent_row_hold(
+            "persona", line, rec.get("id"), Persona(team=self.team, **columns), columns
+        )
 
     def entity(self, line: int, rec: dict[str, Any]) -> None:
         columns = _columns("entity", rec)
@@ -1305,25 +1387,19 @@ class _Import:
         columns = _columns("procedure", rec)
         agent_id = self._agent_row(line, "procedure", columns)
         columns["evidence"] = self._memory_ids(columns.get("evidence"))
+        rule = columns.get("rule", "")
         if self.on_conflict != "new_ids":
-            existing = (
-                Procedure.objects.filter(
-                    team=self.team, agent_id=agent_id, rule=columns.get("rule", "")
-                )
-                .order_by("id")
-                .first()
-            )
+            existing = self.agent_row_here("procedure", agent_id, rule)
             if existing is not None:
                 if self.on_conflict == "skip":
                     self.skipped["procedure"] += 1
                 else:
-                    _update(existing, columns, ["status", "source", "evidence"])
+                    self.agent_row_overwrite("procedure", agent_id, rule, existing, columns)
                     self.imported["procedure"] += 1
                 return
-        if not columns.get("rule", "").strip():
+        if not rule.strip():
             raise _invalid(line, "procedure: rule is required")
-        _insert(Procedure(team=self.team, **columns), columns)
-        self.imported["procedure"] += 1
+        self.agent_row_hold("procedure", line, None, Procedure(team=self.team, **columns), columns)
 
     def profile(self, line: int, rec: dict[str, Any]) -> None:
         columns = _columns("profile", rec)
@@ -1335,17 +1411,16 @@ class _Import:
             )
         columns["source_memory_id"] = self.memory_id(columns.get("source_memory_id"))
         # One value per key (a unique constraint): even new_ids meets the existing one.
-        existing = ProfileField.objects.filter(team=self.team, agent_id=agent_id, key=key).first()
+        existing = self.agent_row_here("profile", agent_id, key)
         if existing is not None:
             if self.on_conflict == "overwrite":
-                _update(existing, columns, ["value", "source", "source_memory_id"])
+                self.agent_row_overwrite("profile", agent_id, key, existing, columns)
                 self.imported["profile"] += 1
             else:
                 self.profile_kept.add((agent_id, key))
                 self.skipped["profile"] += 1
             return
-        _insert(ProfileField(team=self.team, **columns), columns)
-        self.imported["profile"] += 1
+        self.agent_row_hold("profile", line, None, ProfileField(team=self.team, **columns), columns)
 
     def profile_revision(self, line: int, rec: dict[str, Any]) -> None:
         columns = _columns("profile_revision", rec)
@@ -1354,8 +1429,28 @@ class _Import:
             self.skipped["profile_revision"] += 1  # the value kept here has its own history
             return
         columns["source_memory_id"] = self.memory_id(columns.get("source_memory_id"))
-        _insert(ProfileRevision(team=self.team, **columns), columns)
-        self.imported["profile_revision"] += 1
+        if self.on_conflict != "new_ids" and columns.get("at") is not None:
+            here = self.profile_revisions.get(agent_id)
+            if here is None:
+                here = self.profile_revisions[agent_id] = set(
+                    ProfileRevision.objects.filter(team=self.team, agent_id=agent_id).values_list(
+                        "key", "at", "before", "after"
+                    )
+                )
+            event = (
+                columns.get("key", ""),
+                columns["at"],
+                columns.get("before", ""),
+                columns.get("after", ""),
+            )
+            if event in here:
+                # The same change, here already (a re-import): a key's history is not doubled.
+                self.skipped["profile_revision"] += 1
+                return
+            here.add(event)
+        self.hold(
+            "profile_revision", line, None, ProfileRevision(team=self.team, **columns), columns
+        )
 
 
 def _embed_ahead(
