@@ -155,7 +155,9 @@ def _lifecycle(n: int, memories: int) -> list[dict[str, Any]]:
         return f"agent-{k % 10}"
 
     def when(k: int) -> str:
-        return f"2026-01-{1 + k % 28:02d}T{k % 24:02d}:{k // 24 % 60:02d}:{k // 1440 % 60:02d}+00:00"
+        return (
+            f"2026-01-{1 + k % 28:02d}T{k % 24:02d}:{k // 24 % 60:02d}:{k // 1440 % 60:02d}+00:00"
+        )
 
     scenario = [
         {

@@ -574,6 +574,21 @@ def _update(obj: models.Model, columns: dict[str, Any], names: list[str]) -> Non
         type(obj)._default_manager.filter(pk=obj.pk).update(**stamps)
 
 
+def _met_rows(
+    model: type[models.Model], noted: list[tuple[Any, dict[str, Any]]]
+) -> Iterator[tuple[dict[Any, Any], Any, Any, dict[str, Any]]]:
+    """(the batch's rows by id, id, row, columns) of each noted (id, columns) in order, the rows
+    read _ROW_BATCH at a time; one another writer deleted since it was met is left out, as if
+    deleted after the import. A caller that writes a row puts what it wrote in the batch's rows:
+    a record given twice is compared with that."""
+    for start in range(0, len(noted), _ROW_BATCH):
+        batch = noted[start : start + _ROW_BATCH]
+        rows = model._default_manager.in_bulk([pk for pk, _ in batch])
+        for pk, columns in batch:
+            if pk in rows:
+                yield rows, pk, rows[pk], columns
+
+
 @dataclass
 class _Import:
     team: Team
@@ -989,35 +1004,29 @@ class _Import:
         records what changed; content is the same by definition). One read a batch; a memory
         that already holds those values is not written: an overwrite re-import of the same
         bundle (a client retrying) took the row's lock and saved it, one memory at a time."""
-        for start in range(0, len(self.overwrites), _ROW_BATCH):
-            batch = self.overwrites[start : start + _ROW_BATCH]
-            rows = Memory.objects.in_bulk([pk for pk, _ in batch])
-            for pk, columns in batch:
-                row = rows.get(pk)
-                if row is None:
-                    continue  # deleted by another writer since it was met: as if after the import
-                importance, category = columns.get("importance"), columns.get("category")
-                metadata = (
-                    self.remap_memory_json(columns["metadata"]) if "metadata" in columns else None
-                )
-                pinned = columns.get("pinned")
-                values = {
-                    "importance": importance,
-                    "category": category,
-                    "metadata": metadata,
-                    "pinned": pinned,
-                }
-                if all(v is None or v == getattr(row, k) for k, v in values.items()):
-                    continue
-                # Kept for a later record of the same memory, compared with what it holds now.
-                rows[pk] = memory_update(
-                    memory=row,
-                    actor=self.actor,
-                    importance=importance,
-                    category=category,
-                    metadata=metadata,
-                    pinned=pinned,
-                )
+        for rows, pk, row, columns in _met_rows(Memory, self.overwrites):
+            importance, category = columns.get("importance"), columns.get("category")
+            metadata = (
+                self.remap_memory_json(columns["metadata"]) if "metadata" in columns else None
+            )
+            pinned = columns.get("pinned")
+            values = {
+                "importance": importance,
+                "category": category,
+                "metadata": metadata,
+                "pinned": pinned,
+            }
+            if all(v is None or v == getattr(row, k) for k, v in values.items()):
+                continue
+            # Kept for a later record of the same memory, compared with what it holds now.
+            rows[pk] = memory_update(
+                memory=row,
+                actor=self.actor,
+                importance=importance,
+                category=category,
+                metadata=metadata,
+                pinned=pinned,
+            )
         self.overwrites.clear()
 
     # -- the other kinds: revisions, shares, archive items and the graph's rows held for
@@ -1240,19 +1249,13 @@ class _Import:
         through the service (a changed description is embedded again). One read a batch; an
         entity that already holds them is not written (it was a read, a lock and a save each)."""
         noted, self.entity_overwrites = self.entity_overwrites, []
-        for start in range(0, len(noted), _ROW_BATCH):
-            batch = noted[start : start + _ROW_BATCH]
-            rows = Entity.objects.in_bulk([pk for pk, _ in batch])
-            for pk, columns in batch:
-                row = rows.get(pk)
-                if row is None:
-                    continue  # deleted by another writer since it was met: as if after the import
-                description, properties = columns.get("description"), columns.get("properties")
-                if (description is None or description.strip() == row.description) and (
-                    properties is None or {**row.properties, **properties} == row.properties
-                ):
-                    continue
-                rows[pk] = entity_update(entity=row, description=description, properties=properties)
+        for rows, pk, row, columns in _met_rows(Entity, noted):
+            description, properties = columns.get("description"), columns.get("properties")
+            if (description is None or description.strip() == row.description) and (
+                properties is None or {**row.properties, **properties} == row.properties
+            ):
+                continue
+            rows[pk] = entity_update(entity=row, description=description, properties=properties)
 
     def insert_held(self, kind: str) -> None:
         if kind not in self.held:
