@@ -1,12 +1,14 @@
 """A gunicorn worker loads the embedding model and the search's dictionaries before it takes its
-first request (gunicorn.conf.py's post_worker_init, memories.retrieval.warm), unless
-WARM_UP_AT_START is off."""
+first request (gunicorn.conf.py's post_worker_init, memories.retrieval.warm), and the MCP stdio
+server while its client connects, unless WARM_UP_AT_START is off."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from memories.retrieval.warm import warm_up
@@ -61,3 +63,48 @@ def test_a_remote_embedding_model_is_not_called_at_start(settings):
         settings.EMBEDDING_API_BASE_URL = fake.base_url
         assert set(warm_up()) == {"tokens", "glossary"}
         assert fake.requests == []
+
+
+def test_the_mcp_stdio_server_warms_up_while_its_client_connects(tmp_path):
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
+        "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+        "DATA_DIR": str(tmp_path),
+        "WARM_UP_AT_START": "1",
+    }
+    env.pop("REDIS_URL", None)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    issued = subprocess.run(
+        [*manage, "create_mcp_token", "--json", "--team", "warm", "--agent", "a1"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    token = json.loads(issued.strip().splitlines()[-1])["token"]
+    log = tmp_path / "mcp.log"
+    with log.open("wb") as err:
+        # stdin left open and silent: the server waits for its client, and warms up meanwhile.
+        proc = subprocess.Popen(
+            [*manage, "mcp_stdio"],
+            cwd=ROOT,
+            env={**env, "MEMORY_MCP_TOKEN": token},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while "warmed up in" not in log.read_text() and time.monotonic() < deadline:
+                assert proc.poll() is None, log.read_text()
+                time.sleep(0.2)
+        finally:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.close()  # end of the client: the server exits
+            out = proc.stdout.read()
+            proc.wait(timeout=30)
+    assert "warmed up in" in log.read_text(), log.read_text()
+    assert out == b""  # nothing on the protocol's channel but the protocol
