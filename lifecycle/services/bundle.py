@@ -812,9 +812,10 @@ class _Import:
             self.skipped[kind] += 1
 
     def rewrite(self, kind: str) -> None:
-        """Overwrites the rows `row_met` noted, as `_update` would each (the bundle's columns and
-        times, `auto_now` columns stamped now otherwise): one read and one UPDATE run for each
-        row (`executemany`) a batch, not a read and a save a record."""
+        """Overwrites the rows `row_met` and `agent_row_overwrite` noted, as `_update` would
+        each (the bundle's columns and times, `auto_now` columns stamped now otherwise): one read
+        and one UPDATE run for each row (`executemany`) a batch, not a read and a save a
+        record."""
         noted, self.rewrites[kind] = self.rewrites[kind], []
         if not noted:
             return
@@ -1029,8 +1030,8 @@ class _Import:
             )
         self.overwrites.clear()
 
-    # -- the other kinds: revisions, shares, archive items and the graph's rows held for
-    # `flush_rows`; scenarios, personas, procedures and profiles one row at a time
+    # -- the other kinds: their new rows held for `flush_rows`, those met noted for `rewrite`
+    # (entities: `overwrite_entities`)
 
     def revision(self, line: int, rec: dict[str, Any]) -> None:
         memory_id = self.ref(line, "revision", rec, "memory", required=True)
