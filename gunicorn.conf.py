@@ -34,17 +34,7 @@ def child_exit(server: object, worker: object) -> None:
 def post_worker_init(worker: object) -> None:
     """Each worker, once the application is loaded and before it takes a request, loads the
     embedding model and the search's dictionaries (memories.retrieval.warm): its first write or
-    search no longer waits ~1.5 s for them. `WARM_UP_AT_START=0` turns it off. A failure is
-    logged and the worker serves anyway: what failed loads on first use, as without this."""
-    import logging
+    search no longer waits ~1.5 s for them. `WARM_UP_AT_START=0` turns it off."""
+    from memories.retrieval.warm import warm_up_at_start
 
-    from django.conf import settings
-
-    if not settings.WARM_UP_AT_START:
-        return
-    from memories.retrieval.warm import warm_up
-
-    try:
-        warm_up()
-    except Exception:
-        logging.getLogger("memories.retrieval.warm").exception("warm-up failed")
+    warm_up_at_start()

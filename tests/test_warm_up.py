@@ -11,16 +11,15 @@ import sys
 import time
 from pathlib import Path
 
-from memories.retrieval.warm import warm_up
+from memories.retrieval.warm import warm_up, warm_up_at_start
 
 from .fake_openai import FakeOpenAI
 from .livestack import ROOT, free_port, wait_until_up
 
 
-def _first_answer_log(tmp_path: Path, warm: str) -> str:
-    """What one gunicorn worker logged by the time it answered its first request."""
-    log = tmp_path / f"gunicorn-{warm}.log"
-    port = free_port()
+def _env(tmp_path: Path, warm: str) -> dict[str, str]:
+    """A process of its own on a new SQLite file and DATA_DIR (what is warmed up reads no
+    database; a new DATA_DIR has no glossary cache yet)."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
@@ -28,6 +27,15 @@ def _first_answer_log(tmp_path: Path, warm: str) -> str:
         "DATA_DIR": str(tmp_path),
         "WARM_UP_AT_START": warm,
     }
+    env.pop("REDIS_URL", None)
+    return env
+
+
+def _first_answer_log(tmp_path: Path, warm: str) -> str:
+    """What one gunicorn worker logged by the time it answered its first request."""
+    log = tmp_path / f"gunicorn-{warm}.log"
+    port = free_port()
+    env = _env(tmp_path, warm)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
@@ -65,15 +73,19 @@ def test_a_remote_embedding_model_is_not_called_at_start(settings):
         assert fake.requests == []
 
 
+def test_a_warm_up_that_fails_is_logged_and_the_process_goes_on(settings, caplog):
+    settings.EMBEDDING_BACKEND = "nope"  # EMBEDDING_UNAVAILABLE when loaded
+    settings.WARM_UP_AT_START = True
+    warm_up_at_start()  # does not raise
+    assert "warm-up failed" in caplog.text
+    caplog.clear()
+    settings.WARM_UP_AT_START = False
+    warm_up_at_start()
+    assert caplog.text == ""
+
+
 def test_the_mcp_stdio_server_warms_up_while_its_client_connects(tmp_path):
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
-        "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
-        "DATA_DIR": str(tmp_path),
-        "WARM_UP_AT_START": "1",
-    }
-    env.pop("REDIS_URL", None)
+    env = _env(tmp_path, "1")
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     issued = subprocess.run(

@@ -116,10 +116,9 @@ _KEYED: dict[str, tuple[type[models.Model], str, tuple[str, ...], tuple[str, ...
 }
 # The lifecycle's kinds, found here by a key among their agent's rows: (model, the key's column,
 # the order in which the first row of a key is the one met, what an overwrite writes besides the
-# times). `_Import.agent_row_here` reads the
-# ids and keys of an agent's rows of a kind in one query, not a query a record (each held SQLite's
-# write lock). The key compares exactly, on every database: MariaDB's collation no longer decides
-# that "Deploys" is the scenario "deploys".
+# times). `_Import.agent_row_here` reads the ids and keys of an agent's rows of a kind in one
+# query, not a query a record (each held SQLite's write lock). The key compares exactly, on every
+# database: MariaDB's collation no longer decides that "Deploys" is the scenario "deploys".
 _AGENT_KEYED: dict[str, tuple[type[models.Model], str, tuple[str, ...], tuple[str, ...]]] = {
     "scenario": (Scenario, "name", ("created_at", "id"), ("summary", "memory_ids")),
     "persona": (

@@ -1,10 +1,12 @@
 """Loading, before a process takes requests, what its first write or search would load.
 
-The embedding model, jieba's dictionary and the dictionary bridge's glossary are loaded on first use, once per process: ~1.3 s for the model alone, ~0.2 s for the Chinese
-tokenizer, several seconds the first time the glossary's cache is built in DATA_DIR. Without
-this, each gunicorn worker's first write or search after a start or restart waited for them
-(1.5–1.9 s on the reference machine); gunicorn.conf.py calls `warm_up` as each worker starts,
-before it takes a request (`WARM_UP_AT_START`). Nothing here reads or writes the database.
+The embedding model, jieba's dictionary and the dictionary bridge's glossary are loaded on first
+use, once per process: ~1.3 s for the model alone, ~0.2 s for the Chinese tokenizer, several
+seconds the first time the glossary's cache is built in DATA_DIR. Without this, each gunicorn
+worker's first write or search after a start or restart waited for them (1.5–2.7 s in
+bench/import_writes.py, docs/benchmarks.md). gunicorn.conf.py calls `warm_up_at_start` as each
+worker starts, before it takes a request; `manage.py mcp_stdio` in a thread while its client
+connects. Nothing here reads or writes the database.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+
+from django.conf import settings
 
 from . import gloss
 from .embeddings import OpenAIEmbedder, embed_passages, embed_query, get_embedder
@@ -46,3 +50,14 @@ def warm_up() -> dict[str, int]:
     step("glossary", lambda: [gloss.words(tokenize(s)) for s in _SAMPLES])
     logger.info("warmed up in %d ms: %s", sum(timings.values()), timings)
     return timings
+
+
+def warm_up_at_start() -> None:
+    """`warm_up` unless WARM_UP_AT_START is off. A failure is logged and the process serves
+    anyway: what failed loads on first use, as without a warm-up."""
+    if not settings.WARM_UP_AT_START:
+        return
+    try:
+        warm_up()
+    except Exception:
+        logger.exception("warm-up failed")

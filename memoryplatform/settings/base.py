@@ -387,12 +387,12 @@ EMBEDDING_API_BASE_URL = env.str("EMBEDDING_API_BASE_URL", default="")
 EMBEDDING_API_KEY = env.str("EMBEDDING_API_KEY", default="")
 EMBEDDING_THREADS = env.int("EMBEDDING_THREADS", default=1)
 EMBEDDING_TIMEOUT_SECONDS = env.float("EMBEDDING_TIMEOUT_SECONDS", default=30.0)
+# Each gunicorn worker (and mcp_stdio) loads the embedding model, tokenizers and glossary before
+# its first request (memories.retrieval.warm), not during its first write or search.
+WARM_UP_AT_START = env.bool("WARM_UP_AT_START", default=True)
 # Prefixes for sentence-transformers / openai models that want them (e5: "query: "/"passage: ";
 # bge-zh: "为这个句子生成表示以用于检索相关文章：" for queries).
 EMBEDDING_QUERY_PREFIX = env.str("EMBEDDING_QUERY_PREFIX", default="")
-# Each gunicorn worker loads the embedding model, tokenizers and glossary before it takes a
-# request (gunicorn.conf.py, memories.retrieval.warm), not during its first write or search.
-WARM_UP_AT_START = env.bool("WARM_UP_AT_START", default=True)
 EMBEDDING_PASSAGE_PREFIX = env.str("EMBEDDING_PASSAGE_PREFIX", default="")
 # Override the backend's raw-cosine -> score curve: "raw:score,raw:score,..." (docs/embeddings.md).
 EMBEDDING_CALIBRATION = env.str("EMBEDDING_CALIBRATION", default="")

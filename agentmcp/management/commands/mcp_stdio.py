@@ -7,17 +7,16 @@ with a message on stderr, and again on every tool call (revocation, expiry, rate
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from typing import Any
 
 import anyio
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from agentmcp.server import StdioToken, credential, mcp
 from core.errors import DomainError
+from memories.retrieval.warm import warm_up_at_start
 from tenants.authentication import mcp_token_authenticate
 
 TOKEN_ENV = "MEMORY_MCP_TOKEN"
@@ -39,19 +38,10 @@ class Command(BaseCommand):
             f"MCP over stdio for team {principal.team.id}"
             + (f", agent {principal.agent_id}" if principal.agent_id else "")
         )
-        if settings.WARM_UP_AT_START:
-            # The model and dictionaries load while the client connects and lists the tools,
-            # not in its first memory_add or memory_search (~1.5 s); a tool call meanwhile
-            # waits on their locks, as it would have loaded them itself.
-            threading.Thread(target=_warm_up, name="warm-up", daemon=True).start()
+        # The model and dictionaries load while the client connects and lists the tools, not in
+        # its first memory_add or memory_search (~1.5 s); a tool call meanwhile waits on their
+        # locks, as it would have loaded them itself. Its log goes to stderr (the logging
+        # handler's stream): stdout is the protocol's.
+        threading.Thread(target=warm_up_at_start, name="warm-up", daemon=True).start()
         with credential(StdioToken(raw)):
             anyio.run(mcp.run_stdio_async)
-
-
-def _warm_up() -> None:
-    from memories.retrieval.warm import warm_up
-
-    try:
-        warm_up()  # logs to stderr: stdout is the protocol's
-    except Exception:
-        logging.getLogger("memories.retrieval.warm").exception("warm-up failed")
