@@ -36,6 +36,7 @@ from memories.models import (
     ScopeLock,
 )
 from memories.retrieval.embeddings import get_embedder
+from memories.retrieval.text import tokens_for_storage
 from memories.services import (
     Actor,
     memory_create,
@@ -1424,6 +1425,33 @@ def test_an_import_embeds_at_most_its_cap_ahead_and_the_rest_inside(
     assert answer["reembedded"] == 40
     assert "embedded: 10/10 (100 %)" in err
     assert {len(m.embedding) for m in Memory.objects.filter(team=team)} == {4 * get_embedder().dim}
+
+
+def test_the_search_tokens_read_ahead_are_capped_too(team, settings):
+    """The tokens read before the transaction are kept until the import ends, like the vectors:
+    at most IMPORT_EMBED_AHEAD_MAX of them; the rest are read inside, and every memory gets its
+    own."""
+    settings.IMPORT_EMBED_AHEAD_MAX = 10
+    records = [{**MEMORY, "id": i, "content": f"memory number {i} about kites"} for i in range(40)]
+    data = make_bundle(_header(embedding_model="other", counts={"memory": 40}), records)
+    embedder = get_embedder()
+    state = bundle_module._Import(
+        team=team,
+        on_conflict="skip",
+        acting_agent=None,
+        actor=Actor(label="import"),
+        reembed_all=True,
+        model_name=embedder.model_name,
+        dim=embedder.dim,
+    )
+    bundle_module._embed_ahead(data, state)
+    assert (len(state.hashes), len(state.tokens), len(state.vectors)) == (40, 10, 10)
+
+    answer = bundle_module.bundle_import(team=team, data=data)
+    assert answer.imported["memory"] == 40
+    rows = Memory.objects.filter(team=team).values_list("content", "search_tokens")
+    assert len(rows) == 40
+    assert all(tokens == tokens_for_storage(content) for content, tokens in rows)
 
 
 def test_a_bundle_moves_to_a_fresh_database_and_exports_the_same(team, tmp_path):

@@ -733,10 +733,12 @@ class _Import:
             self.hashes[content] = content_hash(content)
         return self.hashes[content]
 
-    def derive(self, content: str) -> None:
-        """A memory's hash and search tokens, computed before the transaction opens."""
+    def derive(self, content: str, *, tokens_max: int) -> None:
+        """A memory's hash and search tokens, computed before the transaction opens: tokens for
+        at most `tokens_max` contents (kept until the import ends, like the vectors; those of
+        the rest are computed inside the transaction, as memories_insert does without them)."""
         self.hash_of(content)
-        if content not in self.tokens:
+        if content not in self.tokens and len(self.tokens) < tokens_max:
             self.tokens[content] = tokens_for_storage(content)
 
     def read_existing(self) -> None:
@@ -1473,8 +1475,10 @@ def _embed_ahead(
     pass cannot use is left to the transaction's pass, which checks it; a text it did not embed
     (a memory here with the same content, or an entity here, met below) is embedded there if
     needed. The vectors stay in memory until the import ends (2 KiB a text with the default
-    model), so at most IMPORT_EMBED_AHEAD_MAX texts are embedded ahead.
+    model), so at most IMPORT_EMBED_AHEAD_MAX texts are embedded ahead, and the search tokens
+    of at most as many memories are read ahead (the hashes, 64 characters each, of all).
     """
+    ahead_max = max(0, settings.IMPORT_EMBED_AHEAD_MAX)
     memories: dict[str, str] = {}  # content -> its hash
     entities: dict[str, set[tuple[str, str, str]]] = {}  # text -> (agent, type, name key)s
     records = _lines(data)
@@ -1501,7 +1505,7 @@ def _embed_ahead(
                 continue
             if len(content) > settings.MEMORY_MAX_CONTENT_CHARS:
                 continue  # the transaction's pass refuses it (400): nothing to embed for it
-            state.derive(content)
+            state.derive(content, tokens_max=ahead_max)
         if not state.needs_embedding(columns.get("embedding"), columns.get("embedding_model", "")):
             continue
         owner = columns.get("agent_id", "")
@@ -1532,7 +1536,7 @@ def _embed_ahead(
         *memories,
         *(t for t, keys in entities.items() if t not in memories and keys - here_keys),
     ]
-    texts = texts[: max(0, settings.IMPORT_EMBED_AHEAD_MAX)]
+    texts = texts[:ahead_max]
     advance = progress(len(texts)) if progress is not None and texts else None
     for start in range(0, len(texts), _EMBED_BATCH):
         batch = texts[start : start + _EMBED_BATCH]
