@@ -17,6 +17,9 @@ Without that, the whole import failed with 400 and nothing of it was kept.
 * A re-import: an agent's relation between two entities here, written, not yet committed, as
   the import reads the relations of those entities (MariaDB: the import's insert waits for that
   row, then meets it).
+* The same for a memory's share and a mention: an agent shares the memory, or links it to an
+  entity, as a re-import of that memory reads its shares and mentions; the import's insert waits
+  for the agent's row, then meets it.
 """
 
 from __future__ import annotations
@@ -134,6 +137,81 @@ with transaction.atomic():
     sys.stdin.readline()
 """
 
+CONTENT = "Kites fly high over the bay in spring"
+
+# Alice's memory, Bob registered, the team's entity "Service 0": what the re-import meets.
+LINKS_HERE = f"""
+import json
+from graph.services import entity_create_or_merge
+from memories.services import memory_create
+from tenants.models import Team
+from tenants.services import agent_register
+team = Team.objects.get()
+memory_create(team=team, scope="personal", agent_id="alice", content={CONTENT!r})
+agent_register(team=team, agent_id="bob")
+entity_create_or_merge(team=team, agent_id="", name="Service 0", entity_type="project")
+print(json.dumps(True))
+"""
+
+# A bundle of that memory, its share with Bob, that entity and the memory's mention of it;
+# imported (skip). What it imported and skipped of each kind.
+IMPORT_LINKS = f"""
+import gzip, json
+from lifecycle.services.bundle import bundle_import
+from tenants.models import Team
+records = [
+    {{"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
+      "embedding_model": "another-model", "embedding_dim": 3,
+      "counts": {{"memory": 1, "share": 1, "entity": 1, "mention": 1}}}},
+    {{"kind": "memory", "id": 1, "scope": "personal", "agent_id": "alice",
+      "content": {CONTENT!r}}},
+    {{"kind": "share", "id": 1, "memory": 1, "agent_id": "bob", "permission": "read"}},
+    {{"kind": "entity", "id": "e", "name": "Service 0", "entity_type": "project"}},
+    {{"kind": "mention", "entity": "e", "memory": 1}},
+]
+data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in records))
+result = bundle_import(team=Team.objects.get(), data=data)
+print(json.dumps({{k: [result.imported[k], result.skipped[k]]
+                  for k in ("memory", "share", "entity", "mention")}}))
+"""
+
+# The memory's shares (agent, permission) and mentions (entity names), as stored.
+LINKS = """
+import json
+from graph.models import EntityMention
+from memories.models import MemoryShare
+shares = sorted(MemoryShare.objects.values_list("agent_id", "permission"))
+mentions = sorted(EntityMention.objects.values_list("entity__name", flat=True))
+print(json.dumps([[list(s) for s in shares], mentions]))
+"""
+
+# Alice's memory shared with Bob (write), held uncommitted until a line arrives on stdin.
+HOLD_SHARE = f"""
+import sys
+from django.db import transaction
+from memories.models import Memory
+from memories.services import memory_share
+with transaction.atomic():
+    memory = Memory.objects.get(content={CONTENT!r})
+    share, = memory_share(memory=memory, agent_ids=["bob"], permission="write")
+    print("held", share.pk, flush=True)
+    sys.stdin.readline()
+"""
+
+# Alice's memory linked to "Service 0", held uncommitted until a line arrives on stdin.
+HOLD_MENTION = f"""
+import sys
+from django.db import transaction
+from graph.models import Entity, EntityMention
+from graph.services import entity_mention
+from memories.models import Memory
+with transaction.atomic():
+    memory = Memory.objects.get(content={CONTENT!r})
+    entity_mention(entity=Entity.objects.get(name="Service 0"), memory=memory)
+    print("held", EntityMention.objects.get(memory=memory).pk, flush=True)
+    sys.stdin.readline()
+"""
+
 
 def _start(stack: Stack, code: str, **popen: Any) -> subprocess.Popen[str]:
     return stack_process(stack, code, stderr=subprocess.PIPE, **popen)
@@ -145,17 +223,17 @@ def _answer(proc: subprocess.Popen[str]) -> Any:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _import_while_held(stack: Stack, hold: str, n: int) -> tuple[str, Any]:
-    """Starts `hold` (a process that writes a row and holds it uncommitted), then the import of
-    `n` entities once it waits for that row; lets the holder commit. The held row's id, and the
-    import's answer."""
+def _import_while_held(stack: Stack, hold: str, importer_code: str) -> tuple[str, Any]:
+    """Starts `hold` (a process that writes a row and holds it uncommitted), then the import
+    `importer_code` once it waits for that row; lets the holder commit. The held row's id, and
+    the import's answer."""
     holder = _start(stack, hold, stdin=subprocess.PIPE)
     assert holder.stdout is not None and holder.stdin is not None
     while (line := holder.stdout.readline()) and not line.startswith("held "):
         pass
     assert line, "the holding process ended without its row"
     try:
-        importer = _start(stack, IMPORT.format(n=n, barrier="", me="", pause=0))
+        importer = _start(stack, importer_code)
         wait_for_lock_waits(stack, 1)
     finally:
         holder.stdin.write("\n")
@@ -163,6 +241,11 @@ def _import_while_held(stack: Stack, hold: str, n: int) -> tuple[str, Any]:
         holder.wait(timeout=60)
     assert holder.returncode == 0
     return line.split()[1], _answer(importer)
+
+
+def _import_of(n: int) -> str:
+    """The import of `n` entities and their chain of relations, at once."""
+    return IMPORT.format(n=n, barrier="", me="", pause=0)
 
 
 def _expected_graph(n: int) -> tuple[list[str], list[list[str]]]:
@@ -196,7 +279,7 @@ def test_an_entity_an_agent_writes_as_the_import_reads_is_met_not_refused(tmp_pa
     with live_stack(tmp_path, servers=0) as stack:
         # The import reads "Service 0" as not here and waits for the agent's row to insert its
         # own.
-        held, answer = _import_while_held(stack, HOLD_ENTITY, n)
+        held, answer = _import_while_held(stack, HOLD_ENTITY, _import_of(n))
         assert answer == {"entity": [n - 1, 1], "relation": [n - 1, 0]}
         names, pairs, first = stack_python(stack, GRAPH)
         assert (names, pairs) == _expected_graph(n)
@@ -237,7 +320,37 @@ def test_a_relation_an_agent_writes_as_a_re_import_reads_is_met_not_refused(tmp_
         assert stack_python(stack, ENTITIES.format(n=n)) == n
         # Every entity is here; the import reads the relations of their ends (the agent's is not
         # committed) and waits for the agent's row to insert its own.
-        _, answer = _import_while_held(stack, HOLD_RELATION, n)
+        _, answer = _import_while_held(stack, HOLD_RELATION, _import_of(n))
         assert answer == {"entity": [0, n], "relation": [n - 2, 1]}
         names, pairs, _ = stack_python(stack, GRAPH)
         assert (names, pairs) == _expected_graph(n)
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
+@pytest.mark.parametrize(
+    ("hold", "answer", "links"),
+    [
+        # The import reads the memory's shares (Bob's is not committed) and waits for that row
+        # to insert its own; met, it is skipped: Bob keeps the permission the agent gave.
+        (
+            HOLD_SHARE,
+            {"memory": [0, 1], "share": [0, 1], "entity": [0, 1], "mention": [1, 0]},
+            [[["bob", "write"]], ["Service 0"]],
+        ),
+        # The same for the memory's mention of "Service 0".
+        (
+            HOLD_MENTION,
+            {"memory": [0, 1], "share": [1, 0], "entity": [0, 1], "mention": [0, 1]},
+            [[["bob", "read"]], ["Service 0"]],
+        ),
+    ],
+    ids=["share", "mention"],
+)
+def test_a_link_an_agent_writes_as_a_re_import_reads_is_met_not_refused(
+    tmp_path, hold, answer, links
+):
+    with live_stack(tmp_path, servers=0) as stack:
+        assert stack_python(stack, LINKS_HERE) is True
+        _, imported = _import_while_held(stack, hold, IMPORT_LINKS)
+        assert imported == answer
+        assert stack_python(stack, LINKS) == links
