@@ -1258,7 +1258,7 @@ def test_a_row_written_after_the_import_looked_is_met_not_refused(team, on_confl
     read those here (and before the import's held rows go in) clashes in the unique constraint:
     the batch goes in row by row and the clashing record meets the row now there. Here the other
     writer is the import's own progress callback, on its connection, so that it lands at a known
-    point on every backend (tests/test_import_graph_concurrent.py races another process). A row
+    point on every backend (tests/test_import_concurrent.py races another process). A row
     met here that the other writer deletes before the import overwrites it stays deleted."""
     kept, _ = memory_create(team=team, scope="personal", agent_id="alice", content="kept here")
     names = ("Alpha", "Beta", "Gamma")

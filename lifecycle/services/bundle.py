@@ -625,7 +625,8 @@ class _Import:
     # pass when the transaction opens (`read_existing`: a query a memory held the lock ~1 ms
     # each), then told of each memory the import writes.
     existing: dict[tuple[str, str, str, bool], int] = field(default_factory=dict)
-    # (scope, agent) of the bundle's memories: their write locks are held by the transaction.
+    # (scope, agent) of the bundle's memories, and the personal scope of each agent whose profile
+    # it holds: their write locks are held by the transaction.
     scopes: set[tuple[str, str]] = field(default_factory=set)
     # The resolution keys (Entity.normalized_name) of the bundle's entities, read before the
     # transaction; in it (`read_entities`, which the pass before reads too, to embed only the
@@ -1467,7 +1468,7 @@ def _embed_ahead(
     contents and entities' names whose vector is missing or of another model. Hashes every
     memory's content and reads its search tokens (inside, they held the lock ~0.4 ms a memory),
     and notes every entity's resolution key, too (`read_existing` and `read_entities` look them
-    all up at once).
+    all up at once), and the scopes whose locks the transaction takes (memories', profiles').
 
     Embedding is the slow part of an import from a server of another model (a few ms a memory
     on 2 cores). Inside the transaction it held SQLite's write lock, so every other writer of the
@@ -1485,11 +1486,19 @@ def _embed_ahead(
     next(records, None)  # the header
     for _, rec in records:
         kind = rec.get("kind")
-        if kind not in ("memory", "entity"):
+        if kind not in ("memory", "entity", "profile", "profile_revision"):
             continue
         try:
             columns = _columns(kind, rec)
         except (ValueError, TypeError, DjangoValidationError):
+            continue
+        if kind in ("profile", "profile_revision"):
+            # A profile write takes its agent's personal-scope lock (memories.services): so does
+            # the import of that agent's profile, or an agent's key written after the import
+            # read the agent's keys would make its insert clash (MariaDB), and the import fail.
+            agent = columns.get("agent_id")
+            if isinstance(agent, str) and agent:
+                state.scopes.add((MemoryScope.PERSONAL, agent))
             continue
         content = ""
         name, entity_type = columns.get("name"), columns.get("entity_type")
@@ -1599,10 +1608,11 @@ def bundle_import(
     locks.scope_locks_prepare(team_id=team.id, scopes=state.scopes)
     position = 0
     with transaction.atomic():
-        # The write locks of the scopes the bundle writes, as every write of a memory takes its
-        # own: another import of the same bundle (a client retrying one that timed out), or an
-        # agent writing the same content, waits here and then finds these rows, instead of both
-        # reading "not here" and both writing (MariaDB; SQLite's transaction is the lock).
+        # The write locks of the scopes the bundle writes, as every write of a memory or of a
+        # profile takes its own: another import of the same bundle (a client retrying one that
+        # timed out), or an agent writing the same content or profile key, waits here and then
+        # finds these rows, instead of both reading "not here" and both writing (MariaDB;
+        # SQLite's transaction is the lock).
         locks.scope_locks(team_id=team.id, scopes=state.scopes)
         state.read_existing()
         for pk, key in state.read_entities():  # what the transaction writes against

@@ -1,5 +1,5 @@
-"""A knowledge graph imported while another process writes the same entities, each in a process
-of its own on one database.
+"""An import while another process writes the same rows (entities, relations, shares,
+mentions, profile keys), each in a process of its own on one database.
 
 The import reads the team's entities once, when its transaction opens, and inserts the new ones
 by batches. An entity another process writes after that read is not in what it read: its insert
@@ -20,6 +20,9 @@ Without that, the whole import failed with 400 and nothing of it was kept.
 * The same for a memory's share and a mention: an agent shares the memory, or links it to an
   entity, as a re-import of that memory reads its shares and mentions; the import's insert waits
   for the agent's row, then meets it.
+* An agent's profile key written, not yet committed, as an import of that key starts: a profile
+  write takes the agent's personal-scope lock, and so does the import of its profile, which
+  waits for the agent's write, then meets its row (a skip, or an overwrite).
 """
 
 from __future__ import annotations
@@ -212,6 +215,52 @@ with transaction.atomic():
     sys.stdin.readline()
 """
 
+# A bundle of Alice's profile key "timezone" (with no memory of hers, whose import would take
+# her lock anyway), imported with `on_conflict`. What it imported and skipped of profile keys.
+IMPORT_PROFILE = """
+import gzip, json
+from lifecycle.services.bundle import bundle_import
+from tenants.models import Team
+records = [
+    {{"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
+      "embedding_model": "another-model", "embedding_dim": 3, "counts": {{"profile": 1}}}},
+    {{"kind": "profile", "agent_id": "alice", "key": "timezone", "value": "Asia/Tokyo",
+      "source": "api"}},
+]
+data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in records))
+result = bundle_import(team=Team.objects.get(), data=data, on_conflict={on_conflict!r})
+print(json.dumps([result.imported["profile"], result.skipped["profile"]]))
+"""
+
+AGENT_ALICE = """
+import json
+from tenants.models import Team
+from tenants.services import agent_register
+agent_register(team=Team.objects.get(), agent_id="alice")
+print(json.dumps(True))
+"""
+
+# Alice's profile keys (key, value), as stored.
+PROFILE = """
+import json
+from memories.models import ProfileField
+print(json.dumps([[f.key, f.value] for f in ProfileField.objects.all()]))
+"""
+
+# Alice's "timezone" set through the service, held uncommitted until a line arrives on stdin.
+HOLD_PROFILE = """
+import sys
+from django.db import transaction
+from memories.models import ProfileField
+from memories.services import Actor, profile_set
+from tenants.models import Team
+with transaction.atomic():
+    profile_set(team=Team.objects.get(), agent_id="alice", fields={"timezone": "Europe/Paris"},
+                actor=Actor(label="agent"))
+    print("held", ProfileField.objects.get().pk, flush=True)
+    sys.stdin.readline()
+"""
+
 
 def _start(stack: Stack, code: str, **popen: Any) -> subprocess.Popen[str]:
     return stack_process(stack, code, stderr=subprocess.PIPE, **popen)
@@ -354,3 +403,21 @@ def test_a_link_an_agent_writes_as_a_re_import_reads_is_met_not_refused(
         _, imported = _import_while_held(stack, hold, IMPORT_LINKS)
         assert imported == answer
         assert stack_python(stack, LINKS) == links
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
+@pytest.mark.parametrize(
+    ("on_conflict", "answer", "value"),
+    [("skip", [0, 1], "Europe/Paris"), ("overwrite", [1, 0], "Asia/Tokyo")],
+)
+def test_a_profile_key_an_agent_writes_as_the_import_starts_is_met_not_refused(
+    tmp_path, on_conflict, answer, value
+):
+    with live_stack(tmp_path, servers=0) as stack:
+        # Alice is known: the import does not wait for the agent's registering her.
+        assert stack_python(stack, AGENT_ALICE) is True
+        _, imported = _import_while_held(
+            stack, HOLD_PROFILE, IMPORT_PROFILE.format(on_conflict=on_conflict)
+        )
+        assert imported == answer
+        assert stack_python(stack, PROFILE) == [["timezone", value]]
