@@ -435,15 +435,9 @@ def memory_update(
         if vector is not None:
             memory.embedding = to_bytes(vector)
             memory.embedding_model = get_embedder().model_name
-        if importance is not None:
-            memory.importance = importance
-        if category is not None:
-            memory.category = category
-        if metadata is not None:
-            memory.metadata = metadata
-        if pinned is not None:
-            memory.pinned = pinned
-        left_cold = _hot_if_kept(memory)
+        left_cold = _set_attributes(
+            memory, importance=importance, category=category, metadata=metadata, pinned=pinned
+        )
         memory.save()
         after = _snapshot(memory)
         changed = {f for f in REVISED_FIELDS if before[f] != after[f]}
@@ -458,6 +452,110 @@ def memory_update(
         if "content" in changed or left_cold:
             _index_changed(memory, deleted=False)
     return memory
+
+
+@dataclass(frozen=True)
+class MemoryAttributes:
+    """What `memories_update` sets on one memory: None leaves a value as it is."""
+
+    importance: float | None = None
+    category: str | None = None
+    metadata: dict[str, Any] | None = None
+    pinned: bool | None = None
+
+
+def memories_update(
+    *, team: Team, changes: list[tuple[int, MemoryAttributes]], actor: Actor
+) -> dict[int, Memory]:
+    """Sets the attributes of many memories of `team` as memory_update would set each (a
+    revision of what changed; a pinned or important cold memory made hot): in one transaction,
+    the rows locked by one query and written by one UPDATE run for each (`executemany`), the
+    revisions inserted at once. No content changes, so nothing is embedded. What an overwrite
+    import needs: one memory_update a memory was a lock, a save and a revision insert each,
+    inside the import's transaction (on SQLite, the whole database's write lock).
+
+    Changes apply in order: a memory given twice ends as the second says, with a revision each.
+    A memory that already holds the values is not written (memory_update would save it, its
+    updated_at bumped); one another writer deleted, or of another team, is left out. The
+    memories written, by id."""
+    if not changes:
+        return {}
+    with transaction.atomic():
+        rows: dict[int, Memory] = {
+            m.pk: m
+            for m in Memory.objects.select_for_update()
+            .filter(team=team, pk__in={pk for pk, _ in changes})
+            .order_by("id")  # one lock order for every writer of several rows
+        }
+        revisions: list[MemoryRevision] = []
+        written: dict[int, Memory] = {}
+        left_cold: list[Memory] = []
+        for pk, attributes in changes:
+            memory = rows.get(pk)
+            if memory is None:
+                continue  # deleted since the caller read it: as if deleted after
+            before, tier = _snapshot(memory), memory.tier
+            leaves_cold = _set_attributes(memory, **asdict(attributes))
+            after = _snapshot(memory)
+            changed = [f for f in REVISED_FIELDS if before[f] != after[f]]
+            if leaves_cold:
+                left_cold.append(memory)
+            if changed or memory.tier != tier:
+                written[pk] = memory
+            if not changed:
+                continue  # already so: no revision (nor a write, unless the tier rule moved it)
+            revisions.append(
+                MemoryRevision(
+                    memory=memory,
+                    team_id=team.id,
+                    action=RevisionAction.UPDATE,
+                    before={f: before[f] for f in changed},
+                    after={f: after[f] for f in changed},
+                    api_key=actor.api_key,
+                    user=actor.user,
+                    actor=actor.label,
+                )
+            )
+        now = timezone.now()
+        for memory in written.values():
+            memory.updated_at = now  # auto_now, which only save() stamps
+        rows_restamp(
+            list(written.values()),
+            fields=(
+                *("importance", "category", "metadata", "pinned"),
+                *("tier", "tier_changed_at", "cold_reason", "updated_at"),
+            ),
+        )
+        MemoryRevision.objects.bulk_create(revisions, batch_size=500)
+        by_scope: dict[tuple[str, str], list[int]] = {}
+        for memory in left_cold:
+            by_scope.setdefault((memory.scope, memory.agent_id), []).append(memory.pk)
+        for (scope, agent_id), ids in by_scope.items():
+            index.log_changes(
+                team_id=team.id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=False
+            )
+    return written
+
+
+def _set_attributes(
+    memory: Memory,
+    *,
+    importance: float | None,
+    category: str | None,
+    metadata: dict[str, Any] | None,
+    pinned: bool | None,
+) -> bool:
+    """Sets the given attributes (None: left as it is), then the tier rule; True when the
+    memory leaves cold (the index must add it back)."""
+    if importance is not None:
+        memory.importance = importance
+    if category is not None:
+        memory.category = category
+    if metadata is not None:
+        memory.metadata = metadata
+    if pinned is not None:
+        memory.pinned = pinned
+    return _hot_if_kept(memory)
 
 
 def _hot_if_kept(memory: Memory) -> bool:

@@ -39,6 +39,8 @@ from memories.retrieval.embeddings import get_embedder
 from memories.retrieval.text import tokens_for_storage
 from memories.services import (
     Actor,
+    MemoryAttributes,
+    memories_update,
     memory_create,
     memory_promote,
     memory_share,
@@ -978,6 +980,83 @@ def test_a_graph_here_already_is_read_by_batches_not_a_query_a_record(db, on_con
         result = bundle_module.bundle_import(team=team, data=other, embedding_progress=embedding)
         assert (result.reembedded, ahead) == (0, [])
     assert queries[15] == queries[5], queries
+
+
+def test_memories_that_differ_are_overwritten_by_batches(db):
+    """A backup restored over a team whose memories changed since: every memory met differs,
+    and each gets the bundle's values and a revision, by batches (they were a lock, a save and
+    a revision insert each): the import runs as many queries for 5 memories as for 15."""
+    queries = {}
+    for n in (5, 15):
+        team = TeamFactory()
+        records = [
+            {**MEMORY, "id": i, "content": f"Alice works on topic {i}", "importance": 0.5}
+            for i in range(n)
+        ]
+        bundle_module.bundle_import(
+            team=team, data=make_bundle(_header(counts={"memory": n}), records)
+        )
+        before = MemoryRevision.objects.filter(team=team).count()
+        restored = [
+            {**r, "importance": 0.75, "category": "work", "metadata": {"from": "backup"}}
+            for r in records
+        ]
+        data = make_bundle(_header(counts={"memory": n}), restored)
+        with CaptureQueriesContext(connection) as captured:
+            result = bundle_module.bundle_import(team=team, data=data, on_conflict="overwrite")
+        queries[n] = len(captured)
+        assert result.imported["memory"] == n
+        rows = Memory.objects.filter(team=team)
+        assert {(m.importance, m.category, m.metadata["from"]) for m in rows} == {
+            (0.75, "work", "backup")
+        }
+        revisions = MemoryRevision.objects.filter(team=team).order_by("id")[before:]
+        assert [(r.before["importance"], r.after["importance"]) for r in revisions] == [
+            (0.5, 0.75)
+        ] * n
+        assert {r.actor for r in revisions} == {"import"}
+    assert queries[15] == queries[5], queries
+
+
+def test_memories_update_applies_in_order_and_only_to_its_team(team):
+    """The batch service the overwrite uses: changes apply in order (a revision each), a
+    memory that already holds the values is not written, another team's memory or one deleted
+    meanwhile is left out."""
+    tea, _ = memory_create(team=team, scope="personal", agent_id="alice", content="Tea at five")
+    same, _ = memory_create(team=team, scope="team", agent_id="", content="Lunch at noon")
+    gone, _ = memory_create(team=team, scope="team", agent_id="", content="Dinner at eight")
+    theirs, _ = memory_create(
+        team=TeamFactory(), scope="team", agent_id="", content="Their own memory"
+    )
+    long_ago = timezone.now() - timedelta(days=400)
+    Memory.objects.filter(pk=same.pk).update(updated_at=long_ago)
+    gone_pk = gone.pk
+    gone.delete()
+    written = memories_update(
+        team=team,
+        changes=[
+            (tea.pk, MemoryAttributes(importance=0.9, metadata={"k": 1})),
+            (same.pk, MemoryAttributes(importance=same.importance, category=same.category)),
+            (gone_pk, MemoryAttributes(importance=0.9)),
+            (theirs.pk, MemoryAttributes(importance=0.9)),
+            (tea.pk, MemoryAttributes(importance=0.2, category="drinks")),
+        ],
+        actor=Actor(label="restore"),
+    )
+    assert set(written) == {tea.pk}
+    tea.refresh_from_db()
+    assert (tea.importance, tea.category, tea.metadata) == (0.2, "drinks", {"k": 1})
+    history = MemoryRevision.objects.filter(memory=tea, actor="restore").order_by("id")
+    assert [(r.before, r.after) for r in history] == [
+        ({"importance": 0.5, "metadata": {}}, {"importance": 0.9, "metadata": {"k": 1}}),
+        ({"importance": 0.9, "category": "general"}, {"importance": 0.2, "category": "drinks"}),
+    ]
+    same.refresh_from_db()
+    theirs.refresh_from_db()
+    assert same.updated_at == long_ago
+    assert not MemoryRevision.objects.filter(memory=same, actor="restore").exists()
+    assert theirs.importance == 0.5
+    assert not MemoryRevision.objects.filter(memory=theirs).exists()
 
 
 def test_an_overwrite_writes_only_what_differs(team, api):

@@ -20,6 +20,9 @@ Without that, the whole import failed with 400 and nothing of it was kept.
 * The same for a memory's share and a mention: an agent shares the memory, or links it to an
   entity, as a re-import of that memory reads its shares and mentions; the import's insert waits
   for the agent's row, then meets it.
+* An agent's update of a memory, not yet committed, as an overwrite import of that memory with
+  other values writes it: the import's batch waits for the memory's row, then writes its values
+  over the agent's, a revision each.
 * An agent's profile key written, not yet committed, as an import of that key starts: a profile
   write takes the agent's personal-scope lock, and so does the import of its profile, which
   waits for the agent's write, then meets its row (a skip, or an overwrite).
@@ -213,6 +216,44 @@ with transaction.atomic():
     entity_mention(entity=Entity.objects.get(name="Service 0"), memory=memory)
     print("held", EntityMention.objects.get(memory=memory).pk, flush=True)
     sys.stdin.readline()
+"""
+
+# The memory of LINKS_HERE with other values, imported with overwrite: imported and skipped.
+IMPORT_VALUES = f"""
+import gzip, json
+from lifecycle.services.bundle import bundle_import
+from tenants.models import Team
+records = [
+    {{"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
+      "embedding_model": "another-model", "embedding_dim": 3, "counts": {{"memory": 1}}}},
+    {{"kind": "memory", "id": 1, "scope": "personal", "agent_id": "alice",
+      "content": {CONTENT!r}, "importance": 0.9, "metadata": {{"from": "backup"}}}},
+]
+data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in records))
+result = bundle_import(team=Team.objects.get(), data=data, on_conflict="overwrite")
+print(json.dumps([result.imported["memory"], result.skipped["memory"]]))
+"""
+
+# Alice's memory updated by an agent, held uncommitted until a line arrives on stdin.
+HOLD_UPDATE = f"""
+import sys
+from django.db import transaction
+from memories.models import Memory
+from memories.services import Actor, memory_update
+with transaction.atomic():
+    memory = memory_update(memory=Memory.objects.get(content={CONTENT!r}),
+                           actor=Actor(label="agent"), importance=0.1, category="held")
+    print("held", memory.pk, flush=True)
+    sys.stdin.readline()
+"""
+
+# The memory's values and its revisions (actor, before, after), as stored.
+VALUES = """
+import json
+from memories.models import Memory, MemoryRevision
+m = Memory.objects.get()
+revisions = [[r.actor, r.before, r.after] for r in MemoryRevision.objects.order_by("id")]
+print(json.dumps([[m.importance, m.category, m.metadata], revisions]))
 """
 
 # A bundle of Alice's profile key "timezone" (with no memory of hers, whose import would take
@@ -421,3 +462,26 @@ def test_a_profile_key_an_agent_writes_as_the_import_starts_is_met_not_refused(
         )
         assert imported == answer
         assert stack_python(stack, PROFILE) == [["timezone", value]]
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
+def test_an_overwrite_import_writes_over_an_agent_update_it_waited_for(tmp_path):
+    with live_stack(tmp_path, servers=0) as stack:
+        assert stack_python(stack, LINKS_HERE) is True
+        _, imported = _import_while_held(stack, HOLD_UPDATE, IMPORT_VALUES)
+        assert imported == [1, 0]
+        values, revisions = stack_python(stack, VALUES)
+        # The bundle gives no category: the agent's stays.
+        assert values == [0.9, "held", {"from": "backup"}]
+        assert revisions == [
+            [
+                "agent",
+                {"importance": 0.5, "category": "general"},
+                {"importance": 0.1, "category": "held"},
+            ],
+            [
+                "import",
+                {"importance": 0.1, "metadata": {}},
+                {"importance": 0.9, "metadata": {"from": "backup"}},
+            ],
+        ]

@@ -409,7 +409,8 @@ class TestDeliberateMoves:
         result, _, _ = cleanup(team=team)
         assert result.trashed == [memory.pk]
 
-    def test_pinning_or_weighting_a_cold_memory_makes_it_hot_at_once(self, team, api):
+    @pytest.mark.parametrize("batch", [False, True], ids=["memory_update", "memories_update"])
+    def test_pinning_or_weighting_a_cold_memory_makes_it_hot_at_once(self, team, api, batch):
         pinned = MemoryFactory(team=team, content="The user's first laptop was a ThinkPad X220.")
         weighted = MemoryFactory(team=team, content="The user's first phone was a Nokia 3310.")
         idle(pinned, 300)
@@ -417,10 +418,20 @@ class TestDeliberateMoves:
         tiers.memories_retier(team=team)
         assert not {pinned.pk, weighted.pk} & set(search_ids(api, "first laptop phone"))
         before = IndexChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
-        from memories.services import Actor, memory_update
+        from memories.services import Actor, MemoryAttributes, memories_update, memory_update
 
-        memory_update(memory=pinned, actor=Actor(), pinned=True)
-        memory_update(memory=weighted, actor=Actor(), importance=0.9)
+        if batch:  # an overwrite import's way
+            memories_update(
+                team=team,
+                changes=[
+                    (pinned.pk, MemoryAttributes(pinned=True)),
+                    (weighted.pk, MemoryAttributes(importance=0.9)),
+                ],
+                actor=Actor(),
+            )
+        else:
+            memory_update(memory=pinned, actor=Actor(), pinned=True)
+            memory_update(memory=weighted, actor=Actor(), importance=0.9)
         got = dict(Memory.objects.filter(pk__in=[pinned.pk, weighted.pk]).values_list("pk", "tier"))
         assert got == {pinned.pk: "hot", weighted.pk: "hot"}
         # Logged for every process's index, and found by everyday search again.

@@ -27,7 +27,7 @@ import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import date, time, timedelta
 from typing import IO, Any, cast
 
@@ -59,7 +59,13 @@ from memories.profile import key_error as profile_key_error
 from memories.profile import value_error as profile_value_error
 from memories.retrieval.embeddings import embed_passages, get_embedder, to_bytes
 from memories.retrieval.text import content_hash, tokens_for_storage
-from memories.services import Actor, memories_insert, memories_link, memory_update
+from memories.services import (
+    Actor,
+    MemoryAttributes,
+    memories_insert,
+    memories_link,
+    memories_update,
+)
 from tenants.models import Team
 from tenants.services import agent_ensure
 
@@ -575,17 +581,15 @@ def _update(obj: models.Model, columns: dict[str, Any], names: list[str]) -> Non
 
 def _met_rows(
     model: type[models.Model], noted: list[tuple[Any, dict[str, Any]]]
-) -> Iterator[tuple[dict[Any, Any], Any, Any, dict[str, Any]]]:
-    """(the batch's rows by id, id, row, columns) of each noted (id, columns) in order, the rows
-    read _ROW_BATCH at a time; one another writer deleted since it was met is left out, as if
+) -> Iterator[tuple[dict[Any, Any], list[tuple[Any, Any, dict[str, Any]]]]]:
+    """The noted (id, columns), _ROW_BATCH at a time: the batch's rows by id (one read), and its
+    (id, row, columns) in order; one another writer deleted since it was met is left out, as if
     deleted after the import. A caller that writes a row puts what it wrote in the batch's rows:
     a record given twice is compared with that."""
     for start in range(0, len(noted), _ROW_BATCH):
         batch = noted[start : start + _ROW_BATCH]
         rows = model._default_manager.in_bulk([pk for pk, _ in batch])
-        for pk, columns in batch:
-            if pk in rows:
-                yield rows, pk, rows[pk], columns
+        yield rows, [(pk, rows[pk], columns) for pk, columns in batch if pk in rows]
 
 
 @dataclass
@@ -1003,34 +1007,31 @@ class _Import:
         self.memories_done = True
 
     def overwrite_memories(self) -> None:
-        """The memories met here, set to the bundle's values through the service (a revision
-        records what changed; content is the same by definition). One read a batch; a memory
-        that already holds those values is not written: an overwrite re-import of the same
-        bundle (a client retrying) took the row's lock and saved it, one memory at a time."""
-        for rows, pk, row, columns in _met_rows(Memory, self.overwrites):
-            importance, category = columns.get("importance"), columns.get("category")
-            metadata = (
-                self.remap_memory_json(columns["metadata"]) if "metadata" in columns else None
-            )
-            pinned = columns.get("pinned")
-            values = {
-                "importance": importance,
-                "category": category,
-                "metadata": metadata,
-                "pinned": pinned,
-            }
-            if all(v is None or v == getattr(row, k) for k, v in values.items()):
-                continue
-            # Kept for a later record of the same memory, compared with what it holds now.
-            rows[pk] = memory_update(
-                memory=row,
-                actor=self.actor,
-                importance=importance,
-                category=category,
-                metadata=metadata,
-                pinned=pinned,
-            )
-        self.overwrites.clear()
+        """The memories met here, set to the bundle's values (a revision records what changed;
+        content is the same by definition): one read, then one `memories_update` a batch. A
+        memory that already holds those values is left out: an overwrite re-import of the same
+        bundle (a client retrying) writes none. One memory_update a memory was a lock, a save and
+        a revision insert each, inside the transaction."""
+        noted, self.overwrites = self.overwrites, []
+        for _, met in _met_rows(Memory, noted):
+            changes: list[tuple[int, MemoryAttributes]] = []
+            for pk, row, columns in met:
+                metadata = columns.get("metadata")
+                attributes = MemoryAttributes(
+                    importance=columns.get("importance"),
+                    category=columns.get("category"),
+                    metadata=self.remap_memory_json(metadata) if metadata is not None else None,
+                    pinned=columns.get("pinned"),
+                )
+                given = {k: v for k, v in asdict(attributes).items() if v is not None}
+                if all(getattr(row, k) == v for k, v in given.items()):
+                    continue
+                changes.append((pk, attributes))
+                for name, value in given.items():
+                    # What the batch's row holds once written: a later record of the same memory
+                    # is compared with it.
+                    setattr(row, name, value)
+            memories_update(team=self.team, changes=changes, actor=self.actor)
 
     # -- the other kinds: their new rows held for `flush_rows`, those met noted for `rewrite`
     # (entities: `overwrite_entities`)
@@ -1252,13 +1253,15 @@ class _Import:
         through the service (a changed description is embedded again). One read a batch; an
         entity that already holds them is not written (it was a read, a lock and a save each)."""
         noted, self.entity_overwrites = self.entity_overwrites, []
-        for rows, pk, row, columns in _met_rows(Entity, noted):
-            description, properties = columns.get("description"), columns.get("properties")
-            if (description is None or description.strip() == row.description) and (
-                properties is None or {**row.properties, **properties} == row.properties
-            ):
-                continue
-            rows[pk] = entity_update(entity=row, description=description, properties=properties)
+        for rows, met in _met_rows(Entity, noted):
+            for pk, _, columns in met:
+                row = rows[pk]  # what an earlier record of the same entity wrote, if one did
+                description, properties = columns.get("description"), columns.get("properties")
+                if (description is None or description.strip() == row.description) and (
+                    properties is None or {**row.properties, **properties} == row.properties
+                ):
+                    continue
+                rows[pk] = entity_update(entity=row, description=description, properties=properties)
 
     def insert_held(self, kind: str) -> None:
         if kind not in self.held:
