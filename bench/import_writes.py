@@ -4,7 +4,7 @@ Usage (from the project root):
 
     .venv/bin/python bench/import_writes.py [--memories 2000] [--lang en] [--mysql]
         [--graph numbered|distinct] [--history N] [--archive N] [--lifecycle N]
-        [--again skip|overwrite] [--json out.json]
+        [--again skip|overwrite [--changed]] [--json out.json]
 
 What it does:
 
@@ -19,7 +19,9 @@ What it does:
    lifecycle derives, N of each: scenarios, personas, procedures and profile keys (each key with
    a revision), spread over 10 agents. With `--again`, the bundle is
    imported once before the measure, and the measured import is the same bundle again with that
-   `on_conflict` (a re-import: every record meets its row here).
+   `on_conflict` (a re-import: every record meets its row here). With `--changed` too, the
+   measured bundle gives every memory another importance, category and metadata than the first
+   import stored: an overwrite then writes each (a backup restored over a team that changed).
 2. **Serve**: a fresh server (gunicorn, two sync workers: the import occupies one) on a fresh
    SQLite file (`--mysql`: a fresh MariaDB database at 127.0.0.1:3306 as root, dropped after).
 3. **Measure**: `POST /import` in a thread; meanwhile another agent writes a memory every
@@ -68,9 +70,20 @@ def bundle(
     history: int = 0,
     archive: int = 0,
     lifecycle: int = 0,
+    changed: bool = False,
 ) -> bytes:
+    # `changed`: each memory with values other than those the first import stored (what a
+    # backup restored over a team that changed since holds).
+    values = {"importance": 0.8, "category": "restored", "metadata": {"restored": True}}
     records: list[dict[str, Any]] = [
-        {"kind": "memory", "id": i, "scope": "personal", "agent_id": "imported", "content": t}
+        {
+            "kind": "memory",
+            "id": i,
+            "scope": "personal",
+            "agent_id": "imported",
+            "content": t,
+            **(values if changed else {}),
+        }
         for i, t in enumerate(texts)
     ]
     counts = {"memory": len(texts)}
@@ -239,6 +252,11 @@ def _drop(name: str) -> None:
 def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
     texts = [item.text for item in generate(args.lang, args.memories, "import")]
     data = bundle(texts, args.graph, args.history, args.archive, args.lifecycle)
+    measured = (
+        bundle(texts, args.graph, args.history, args.archive, args.lifecycle, changed=True)
+        if args.changed
+        else data
+    )
     with BenchServer(workers=2, database_url=database_url, timeout_s=1800) as server:
         client = MemoryClient(server.api_key, server.secret, base_url=server.base_url, timeout=1800)
         writer = MemoryClient(
@@ -251,7 +269,7 @@ def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
 
         def do_import() -> None:
             t0 = time.perf_counter()
-            answer.update(client.import_bundle(data, on_conflict=args.again or "skip"))
+            answer.update(client.import_bundle(measured, on_conflict=args.again or "skip"))
             answer["seconds"] = round(time.perf_counter() - t0, 1)
 
         thread = threading.Thread(target=do_import)
@@ -278,6 +296,7 @@ def run(args: argparse.Namespace, database_url: str | None) -> dict[str, Any]:
         "archive": args.archive,
         "lifecycle": args.lifecycle,
         "again": args.again,
+        "changed": args.changed,
         "database": "mysql" if database_url else "sqlite",
         "import": answer,
         "writes": summarise(latencies),
@@ -295,8 +314,11 @@ def main() -> None:
     parser.add_argument("--archive", type=int, default=0, metavar="N")
     parser.add_argument("--lifecycle", type=int, default=0, metavar="N")
     parser.add_argument("--again", choices=("skip", "overwrite"))
+    parser.add_argument("--changed", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.changed and args.again != "overwrite":
+        parser.error("--changed measures an overwrite: give --again overwrite")
     name, url = _mysql_database() if args.mysql else (None, None)
     try:
         result = run(args, url)
