@@ -335,14 +335,20 @@ def memories_insert(
             m.updated_at = updated_at or m.updated_at
         # bulk_create stamped the insert time.
         rows_restamp(memories, fields=("created_at", "updated_at"))
-        by_scope: dict[tuple[str, str], list[int]] = {}
-        for m in memories:
-            by_scope.setdefault((m.scope, m.agent_id), []).append(m.pk)
-        for (scope, agent_id), ids in by_scope.items():
-            index.log_changes(
-                team_id=team.id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=False
-            )
+        _index_log_written(team, memories)
     return memories
+
+
+def _index_log_written(team: Team, memories: list[Memory]) -> None:
+    """Logs these memories, written, for every process's index: one entry a scope (inside the
+    write's transaction)."""
+    by_scope: dict[tuple[str, str], list[int]] = {}
+    for m in memories:
+        by_scope.setdefault((m.scope, m.agent_id), []).append(m.pk)
+    for (scope, agent_id), ids in by_scope.items():
+        index.log_changes(
+            team_id=team.id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=False
+        )
 
 
 def memories_link(*, team: Team, links: list[tuple[int, str, int | None]]) -> None:
@@ -527,13 +533,7 @@ def memories_update(
             ),
         )
         MemoryRevision.objects.bulk_create(revisions, batch_size=500)
-        by_scope: dict[tuple[str, str], list[int]] = {}
-        for memory in left_cold:
-            by_scope.setdefault((memory.scope, memory.agent_id), []).append(memory.pk)
-        for (scope, agent_id), ids in by_scope.items():
-            index.log_changes(
-                team_id=team.id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=False
-            )
+        _index_log_written(team, left_cold)
     return written
 
 
