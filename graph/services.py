@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import unicodedata
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from core.errors import DomainError, ErrorCode
+from core.rows import rows_restamp
 from memories.models import Memory
 from memories.retrieval.embeddings import embed_passages, get_embedder, to_bytes
 from tenants.models import Team
@@ -294,6 +296,68 @@ def entity_update(
             ErrorCode.CONFLICT, "another entity of this scope already has this name and type"
         ) from None
     return entity
+
+
+def entities_update(
+    *,
+    team: Team,
+    changes: list[tuple[Any, str | None, dict[str, Any] | None]],
+    vectors: Mapping[str, bytes] | None = None,
+) -> dict[Any, Entity]:
+    """Sets the (description, properties) of many entities of `team` as entity_update would each
+    without a rename (None: unchanged; a description replaces, properties merge), in one
+    transaction: the rows locked by one query, the texts whose description changed embedded in
+    one call (or taken from `vectors`, embedding_text -> bytes, computed before the caller's
+    transaction), one UPDATE run for each row (`executemany`). What an overwrite import needs:
+    one entity_update an entity was an embedding, a lock and a save each.
+
+    Changes apply in order: an entity given twice ends as the second says, embedded again only
+    if its text ends changed. One that already holds the values is not written; one another
+    writer deleted, or of another team, is left out. The entities written, by id."""
+    if not changes:
+        return {}
+    with transaction.atomic():
+        rows: dict[Any, Entity] = {
+            e.pk: e
+            for e in Entity.objects.select_for_update()
+            .filter(team=team, pk__in={pk for pk, _, _ in changes})
+            .order_by("id")  # one lock order for every writer of several rows
+        }
+        described = {pk: e.description for pk, e in rows.items()}  # the text its vector is of
+        written: dict[Any, Entity] = {}
+        for pk, description, properties in changes:
+            entity = rows.get(pk)
+            if entity is None:
+                continue  # deleted since the caller read it: as if deleted after
+            new_description = entity.description if description is None else description.strip()
+            new_properties = (
+                entity.properties if properties is None else {**entity.properties, **properties}
+            )
+            if (new_description, new_properties) == (entity.description, entity.properties):
+                continue
+            entity.description, entity.properties = new_description, new_properties
+            written[pk] = entity
+        stale = [e for e in written.values() if e.description != described[e.pk]]
+        texts = [embedding_text(e.name, e.description) for e in stale]
+        known = vectors or {}
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
+        computed = (
+            dict(zip(missing, (to_bytes(v) for v in embed_passages(missing)), strict=True))
+            if missing
+            else {}
+        )
+        model_name = get_embedder().model_name
+        for entity, text in zip(stale, texts, strict=True):
+            entity.embedding = known.get(text) or computed[text]
+            entity.embedding_model = model_name
+        now = timezone.now()
+        for entity in written.values():
+            entity.updated_at = now  # auto_now, which only save() stamps
+        rows_restamp(
+            list(written.values()),
+            fields=("description", "properties", "embedding", "embedding_model", "updated_at"),
+        )
+    return written
 
 
 def entity_delete(*, entity: Entity) -> int:

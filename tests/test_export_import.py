@@ -20,7 +20,13 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from graph.models import Entity, EntityMention, Relation
-from graph.services import entity_create_or_merge, entity_mention, relation_create
+from graph.services import (
+    embedding_text,
+    entities_update,
+    entity_create_or_merge,
+    entity_mention,
+    relation_create,
+)
 from lifecycle.models import ExportChunk, JobKind, JobRun, Persona, Scenario, WorkingArchive
 from lifecycle.selectors import archive_item_get
 from lifecycle.services import bundle as bundle_module
@@ -35,7 +41,7 @@ from memories.models import (
     ProfileRevision,
     ScopeLock,
 )
-from memories.retrieval.embeddings import get_embedder
+from memories.retrieval.embeddings import embed_passages, get_embedder, to_bytes
 from memories.retrieval.text import tokens_for_storage
 from memories.services import (
     Actor,
@@ -1057,6 +1063,92 @@ def test_memories_update_applies_in_order_and_only_to_its_team(team):
     assert not MemoryRevision.objects.filter(memory=same, actor="restore").exists()
     assert theirs.importance == 0.5
     assert not MemoryRevision.objects.filter(memory=theirs).exists()
+
+
+def test_entities_that_differ_are_overwritten_by_batches(db):
+    """The same for entities: each gets the bundle's description (its new text embedded before
+    the transaction) and properties, by batches (they were an embedding, a lock and a save each,
+    inside the transaction): as many queries for 5 entities as for 15."""
+    queries = {}
+    for n in (5, 15):
+        team = TeamFactory()
+        concept = {"kind": "entity", "agent_id": "alice", "entity_type": "concept"}
+        records = [{**concept, "id": f"e{i}", "name": f"Topic {i}"} for i in range(n)]
+        counts = {"entity": n}
+        bundle_module.bundle_import(team=team, data=make_bundle(_header(counts=counts), records))
+        restored = [
+            {**r, "description": f"restored topic {i}", "properties": {"from": "backup"}}
+            for i, r in enumerate(records)
+        ]
+        data = make_bundle(_header(counts=counts), restored)
+        ahead: list[int] = []
+
+        def embedding(total: int) -> Any:
+            ahead.append(total)
+            return lambda k: None
+
+        with CaptureQueriesContext(connection) as captured:
+            result = bundle_module.bundle_import(
+                team=team, data=data, on_conflict="overwrite", embedding_progress=embedding
+            )
+        queries[n] = len(captured)
+        assert result.imported["entity"] == n
+        # Their new texts were embedded before the transaction, not under its lock.
+        assert ahead == [n]
+        for entity in Entity.objects.filter(team=team):
+            assert entity.description == f"restored {entity.name.lower()}"
+            assert entity.properties == {"from": "backup"}
+            text = embedding_text(entity.name, entity.description)
+            assert bytes(entity.embedding) == to_bytes(embed_passages([text])[0])
+    assert queries[15] == queries[5], queries
+
+
+def test_entities_update_applies_in_order_and_only_to_its_team(team):
+    """The batch service the overwrite uses: in order; a description that ends as it was is not
+    embedded again; a vector given is used; an entity already so is not written; another team's
+    entity or one deleted meanwhile is left out."""
+
+    def entity(name: str, of: Any = team, **fields: Any) -> Entity:
+        row, _ = entity_create_or_merge(
+            team=of, agent_id="", name=name, entity_type="concept", **fields
+        )
+        return row
+
+    tea = entity("Tea", description="a drink", properties={"origin": "Fujian"})
+    back = entity("Coffee", description="a drink")
+    same = entity("Water", description="a drink")
+    gone = entity("Juice")
+    theirs = entity("Milk", of=TeamFactory())
+    long_ago = timezone.now() - timedelta(days=400)
+    Entity.objects.filter(pk__in=[back.pk, same.pk]).update(updated_at=long_ago)
+    back_vector, gone_pk = bytes(back.embedding), gone.pk
+    gone.delete()
+    given = b"\x00" * len(bytes(tea.embedding))  # not a real vector: proves it is the one used
+    written = entities_update(
+        team=team,
+        changes=[
+            (tea.pk, "a tea", {"grade": "AAA"}),
+            (back.pk, "a bean", None),
+            (same.pk, "a drink ", {}),
+            (gone_pk, "gone", None),
+            (theirs.pk, "a cow's", None),
+            (back.pk, "a drink", {"roast": "dark"}),
+        ],
+        # Coffee's: used only if it were embedded again.
+        vectors={embedding_text("Tea", "a tea"): given, embedding_text("Coffee", "a drink"): given},
+    )
+    assert set(written) == {tea.pk, back.pk}
+    tea.refresh_from_db()
+    assert (tea.description, tea.properties) == ("a tea", {"origin": "Fujian", "grade": "AAA"})
+    assert bytes(tea.embedding) == given
+    back.refresh_from_db()
+    assert (back.description, back.properties) == ("a drink", {"roast": "dark"})
+    assert bytes(back.embedding) == back_vector  # its text ends as it was
+    assert back.updated_at > long_ago
+    same.refresh_from_db()
+    assert same.updated_at == long_ago
+    theirs.refresh_from_db()
+    assert theirs.description == ""
 
 
 def test_an_overwrite_writes_only_what_differs(team, api):

@@ -22,7 +22,8 @@ Without that, the whole import failed with 400 and nothing of it was kept.
   for the agent's row, then meets it.
 * An agent's update of a memory, not yet committed, as an overwrite import of that memory with
   other values writes it: the import's batch waits for the memory's row, then writes its values
-  over the agent's, a revision each.
+  over the agent's, a revision each. The same for an entity's description and properties
+  (merged with the agent's).
 * An agent's profile key written, not yet committed, as an import of that key starts: a profile
   write takes the agent's personal-scope lock, and so does the import of its profile, which
   waits for the agent's write, then meets its row (a skip, or an overwrite).
@@ -256,6 +257,47 @@ revisions = [[r.actor, r.before, r.after] for r in MemoryRevision.objects.order_
 print(json.dumps([[m.importance, m.category, m.metadata], revisions]))
 """
 
+# The entity of LINKS_HERE with a description and properties, imported with overwrite: imported
+# and skipped.
+IMPORT_DESCRIBED = """
+import gzip, json
+from lifecycle.services.bundle import bundle_import
+from tenants.models import Team
+records = [
+    {"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
+     "embedding_model": "another-model", "embedding_dim": 3, "counts": {"entity": 1}},
+    {"kind": "entity", "id": "e", "name": "Service 0", "entity_type": "project",
+     "description": "restored from a backup", "properties": {"tier": "gold"}},
+]
+data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in records))
+result = bundle_import(team=Team.objects.get(), data=data, on_conflict="overwrite")
+print(json.dumps([result.imported["entity"], result.skipped["entity"]]))
+"""
+
+# "Service 0" described by an agent, held uncommitted until a line arrives on stdin.
+HOLD_DESCRIBED = """
+import sys
+from django.db import transaction
+from graph.models import Entity
+from graph.services import entity_update
+with transaction.atomic():
+    entity = entity_update(entity=Entity.objects.get(name="Service 0"), description="held",
+                           properties={"owner": "ops"})
+    print("held", entity.pk, flush=True)
+    sys.stdin.readline()
+"""
+
+# "Service 0": its description and properties, and whether its vector is that of its text.
+DESCRIBED = """
+import json
+from graph.models import Entity
+from graph.services import embedding_text
+from memories.retrieval.embeddings import embed_passages, to_bytes
+e = Entity.objects.get(name="Service 0")
+vector = to_bytes(embed_passages([embedding_text(e.name, e.description)])[0])
+print(json.dumps([e.description, e.properties, bytes(e.embedding) == vector]))
+"""
+
 # A bundle of Alice's profile key "timezone" (with no memory of hers, whose import would take
 # her lock anyway), imported with `on_conflict`. What it imported and skipped of profile keys.
 IMPORT_PROFILE = """
@@ -484,4 +526,18 @@ def test_an_overwrite_import_writes_over_an_agent_update_it_waited_for(tmp_path)
                 {"importance": 0.1, "metadata": {}},
                 {"importance": 0.9, "metadata": {"from": "backup"}},
             ],
+        ]
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
+def test_an_overwrite_import_describes_an_entity_over_an_agent_update_it_waited_for(tmp_path):
+    with live_stack(tmp_path, servers=0) as stack:
+        assert stack_python(stack, LINKS_HERE) is True
+        _, imported = _import_while_held(stack, HOLD_DESCRIBED, IMPORT_DESCRIBED)
+        assert imported == [1, 0]
+        # The properties merge with what the agent wrote, not with what the import first read.
+        assert stack_python(stack, DESCRIBED) == [
+            "restored from a backup",
+            {"owner": "ops", "tier": "gold"},
+            True,
         ]

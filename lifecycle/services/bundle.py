@@ -44,7 +44,7 @@ from core.errors import DomainError, ErrorCode, Forbidden
 from core.rows import rows_restamp
 from graph.models import Entity, EntityMention, Relation
 from graph.resolution import normalise_name
-from graph.services import embedding_text, entity_find, entity_update, name_key
+from graph.services import embedding_text, entities_update, entity_find, name_key
 from memories import locks
 from memories.models import (
     Memory,
@@ -774,6 +774,28 @@ class _Import:
             for pk, agent_id, entity_type, name in rows:
                 yield pk, (agent_id, entity_type, name_key(name))
 
+    def texts_redescribed(
+        self,
+        here: list[tuple[Any, tuple[str, str, str]]],
+        described: dict[tuple[str, str, str], str],
+    ) -> list[str]:
+        """The texts (embedding_text) the entities here will have once an overwrite gives them
+        the bundle's description (`described`, by key), where it is not theirs already: what
+        `entities_update` embeds, unless it was embedded ahead."""
+        first: dict[tuple[str, str, str], Any] = {}
+        for pk, key in here:
+            if key in described:
+                first.setdefault(key, pk)
+        by_pk = {pk: described[key] for key, pk in first.items()}
+        pks = list(by_pk)
+        texts = []
+        for start in range(0, len(pks), 500):
+            rows = Entity.objects.filter(pk__in=pks[start : start + 500]).values_list(
+                "pk", "name", "description"
+            )
+            texts += [embedding_text(n, by_pk[pk]) for pk, n, d in rows if d != by_pk[pk]]
+        return texts
+
     def entity_here(self, *, agent_id: str, name: str, entity_type: str) -> Any | None:
         """The id of what graph.services.entity_find would return, from what `read_entities`
         read."""
@@ -1249,19 +1271,29 @@ class _Import:
             self.overwrite_entities()
 
     def overwrite_entities(self) -> None:
-        """The entities `entity_met` noted, set to the bundle's description and properties
-        through the service (a changed description is embedded again). One read a batch; an
-        entity that already holds them is not written (it was a read, a lock and a save each)."""
+        """The entities `entity_met` noted, set to the bundle's description and properties: one
+        read, then one `entities_update` a batch (a changed description is embedded again; its
+        vector made ahead if `_embed_ahead` did). An entity that already holds them is left
+        out; one entity_update an entity was an embedding, a lock and a save each."""
         noted, self.entity_overwrites = self.entity_overwrites, []
-        for rows, met in _met_rows(Entity, noted):
-            for pk, _, columns in met:
-                row = rows[pk]  # what an earlier record of the same entity wrote, if one did
+        for _, met in _met_rows(Entity, noted):
+            changes: list[tuple[Any, str | None, dict[str, Any] | None]] = []
+            for pk, row, columns in met:
                 description, properties = columns.get("description"), columns.get("properties")
-                if (description is None or description.strip() == row.description) and (
-                    properties is None or {**row.properties, **properties} == row.properties
+                if description is not None:
+                    description = description.strip()
+                if properties is not None:
+                    properties = {**row.properties, **properties}
+                if (description is None or description == row.description) and (
+                    properties is None or properties == row.properties
                 ):
                     continue
-                rows[pk] = entity_update(entity=row, description=description, properties=properties)
+                changes.append((pk, description, columns.get("properties")))
+                # What the batch's row holds once written: a later record of the same entity is
+                # compared with it.
+                row.description = row.description if description is None else description
+                row.properties = row.properties if properties is None else properties
+            entities_update(team=self.team, changes=changes, vectors=self.vectors)
 
     def insert_held(self, kind: str) -> None:
         if kind not in self.held:
@@ -1485,6 +1517,7 @@ def _embed_ahead(
     ahead_max = max(0, settings.IMPORT_EMBED_AHEAD_MAX)
     memories: dict[str, str] = {}  # content -> its hash
     entities: dict[str, set[tuple[str, str, str]]] = {}  # text -> (agent, type, name key)s
+    described: dict[tuple[str, str, str], str] = {}  # (agent, type, name key) -> description
     records = _lines(data)
     next(records, None)  # the header
     for _, rec in records:
@@ -1518,6 +1551,19 @@ def _embed_ahead(
             if len(content) > settings.MEMORY_MAX_CONTENT_CHARS:
                 continue  # the transaction's pass refuses it (400): nothing to embed for it
             state.derive(content, tokens_max=ahead_max)
+        description = columns.get("description")
+        if (
+            kind == "entity"
+            and state.on_conflict == "overwrite"
+            and isinstance(name, str)
+            and isinstance(entity_type, str)
+            and isinstance(description, str)
+            and state.acting_agent in (None, columns.get("agent_id", ""))
+        ):
+            # An entity here gets this description: its new text is embedded ahead too.
+            described[(columns.get("agent_id", ""), entity_type, name_key(name))] = (
+                description.strip()
+            )
         if not state.needs_embedding(columns.get("embedding"), columns.get("embedding_model", "")):
             continue
         owner = columns.get("agent_id", "")
@@ -1541,13 +1587,20 @@ def _embed_ahead(
                 ).values_list("content_hash", flat=True)
             )
         memories = {c: h for c, h in memories.items() if h not in here}
-    # An entity already here is met (whatever on_conflict: a name is unique in its scope), never
-    # embedded.
-    here_keys = {key for _, key in state.read_entities()}
-    texts = [
-        *memories,
-        *(t for t, keys in entities.items() if t not in memories and keys - here_keys),
-    ]
+    # An entity already here is met (whatever on_conflict: a name is unique in its scope): its
+    # bundle text is not embedded, only, with overwrite, the text a new description gives it.
+    met = list(state.read_entities())
+    here_keys = {key for _, key in met}
+    texts = list(
+        dict.fromkeys(
+            [
+                *memories,
+                *(t for t, keys in entities.items() if keys - here_keys),
+                # With overwrite, the new texts of the entities here that change description.
+                *(state.texts_redescribed(met, described) if described else []),
+            ]
+        )
+    )
     texts = texts[:ahead_max]
     advance = progress(len(texts)) if progress is not None and texts else None
     for start in range(0, len(texts), _EMBED_BATCH):
