@@ -21,7 +21,8 @@ What it does:
    imported once before the measure, and the measured import is the same bundle again with that
    `on_conflict` (a re-import: every record meets its row here). With `--changed` too, the
    measured bundle gives every memory another importance, category and metadata than the first
-   import stored: an overwrite then writes each (a backup restored over a team that changed).
+   import stored, and every entity (with `--graph`) a description: an overwrite then writes
+   each, and embeds each entity's new text (a backup restored over a team that changed).
 2. **Serve**: a fresh server (gunicorn, two sync workers: the import occupies one) on a fresh
    SQLite file (`--mysql`: a fresh MariaDB database at 127.0.0.1:3306 as root, dropped after).
 3. **Measure**: `POST /import` in a thread; meanwhile another agent writes a memory every
@@ -132,7 +133,14 @@ def bundle(
         )
         entity = {"kind": "entity", "agent_id": "imported", "entity_type": "project"}
         records += [
-            {**entity, "id": f"e{i}", "name": name(i), "source_memory": i} for i in range(n)
+            {
+                **entity,
+                "id": f"e{i}",
+                "name": name(i),
+                "source_memory": i,
+                **({"description": f"restored from a backup, number {i}"} if changed else {}),
+            }
+            for i in range(n)
         ]
         records += [
             {
