@@ -581,15 +581,15 @@ def _update(obj: models.Model, columns: dict[str, Any], names: list[str]) -> Non
 
 def _met_rows(
     model: type[models.Model], noted: list[tuple[Any, dict[str, Any]]]
-) -> Iterator[tuple[dict[Any, Any], list[tuple[Any, Any, dict[str, Any]]]]]:
-    """The noted (id, columns), _ROW_BATCH at a time: the batch's rows by id (one read), and its
-    (id, row, columns) in order; one another writer deleted since it was met is left out, as if
-    deleted after the import. A caller that writes a row puts what it wrote in the batch's rows:
-    a record given twice is compared with that."""
+) -> Iterator[list[tuple[Any, Any, dict[str, Any]]]]:
+    """The noted (id, columns), _ROW_BATCH at a time, as (id, row, columns) in order, the batch's
+    rows read in one query; one another writer deleted since it was met is left out, as if
+    deleted after the import. A record given twice gets the same row object: a caller sets on it
+    what the first will write, and the second is compared with that."""
     for start in range(0, len(noted), _ROW_BATCH):
         batch = noted[start : start + _ROW_BATCH]
         rows = model._default_manager.in_bulk([pk for pk, _ in batch])
-        yield rows, [(pk, rows[pk], columns) for pk, columns in batch if pk in rows]
+        yield [(pk, rows[pk], columns) for pk, columns in batch if pk in rows]
 
 
 @dataclass
@@ -1035,7 +1035,7 @@ class _Import:
         bundle (a client retrying) writes none. One memory_update a memory was a lock, a save and
         a revision insert each, inside the transaction."""
         noted, self.overwrites = self.overwrites, []
-        for _, met in _met_rows(Memory, noted):
+        for met in _met_rows(Memory, noted):
             changes: list[tuple[int, MemoryAttributes]] = []
             for pk, row, columns in met:
                 metadata = columns.get("metadata")
@@ -1276,7 +1276,7 @@ class _Import:
         vector made ahead if `_embed_ahead` did). An entity that already holds them is left
         out; one entity_update an entity was an embedding, a lock and a save each."""
         noted, self.entity_overwrites = self.entity_overwrites, []
-        for _, met in _met_rows(Entity, noted):
+        for met in _met_rows(Entity, noted):
             changes: list[tuple[Any, str | None, dict[str, Any] | None]] = []
             for pk, row, columns in met:
                 description, properties = columns.get("description"), columns.get("properties")
