@@ -387,7 +387,22 @@ def _revision(
     after: dict[str, Any],
 ) -> MemoryRevision:
     """Adds one entry to the memory's history, signed by `actor`."""
-    return MemoryRevision.objects.create(
+    revision = _revision_row(memory, actor=actor, action=action, before=before, after=after)
+    revision.save(force_insert=True)
+    return revision
+
+
+def _revision_row(
+    memory: Memory,
+    *,
+    actor: Actor,
+    action: RevisionAction,
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> MemoryRevision:
+    """One entry of the memory's history, signed by `actor`, not saved yet (a batch inserts
+    many at once)."""
+    return MemoryRevision(
         memory=memory,
         team_id=memory.team_id,
         action=action,
@@ -511,15 +526,12 @@ def memories_update(
             if not changed:
                 continue  # already so: no revision (nor a write, unless the tier rule moved it)
             revisions.append(
-                MemoryRevision(
-                    memory=memory,
-                    team_id=team.id,
+                _revision_row(
+                    memory,
+                    actor=actor,
                     action=RevisionAction.UPDATE,
                     before={f: before[f] for f in changed},
                     after={f: after[f] for f in changed},
-                    api_key=actor.api_key,
-                    user=actor.user,
-                    actor=actor.label,
                 )
             )
         now = timezone.now()
