@@ -985,15 +985,22 @@ def procedure_create(
     status: str = ProcedureStatus.ACTIVE,
     evidence: list[int] | None = None,
 ) -> Procedure:
+    """Under the agent's personal-scope lock: the lifecycle's proposals (which check the agent's
+    rules before adding one) and an import of the agent's rules (which meets a rule already here
+    by its text) take it too, so a rule created meanwhile is one they see, not one they add
+    again."""
     agent_register(team=team, agent_id=agent_id)
-    return Procedure.objects.create(
-        team=team,
-        agent_id=agent_id,
-        rule=rule,
-        status=status,
-        source=source,
-        evidence=list(evidence or []),
-    )
+    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with transaction.atomic():
+        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+        return Procedure.objects.create(
+            team=team,
+            agent_id=agent_id,
+            rule=rule,
+            status=status,
+            source=source,
+            evidence=list(evidence or []),
+        )
 
 
 def procedure_update(

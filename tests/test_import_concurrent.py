@@ -1,5 +1,5 @@
 """An import while another process writes the same rows (entities, relations, shares,
-mentions, profile keys), each in a process of its own on one database.
+mentions, profile keys, scenarios, rules), each in a process of its own on one database.
 
 The import reads the team's entities once, when its transaction opens, and inserts the new ones
 by batches. An entity another process writes after that read is not in what it read: its insert
@@ -26,13 +26,17 @@ Without that, the whole import failed with 400 and nothing of it was kept.
   (merged with the agent's).
 * An agent's profile key written, not yet committed, as an import of that key starts: a profile
   write takes the agent's personal-scope lock, and so does the import of its profile, which
-  waits for the agent's write, then meets its row (a skip, or an overwrite).
+  waits for the agent's write, then meets its row (a skip, or an overwrite). The same for a
+  scenario the lifecycle makes and a rule (procedure) an agent adds: met by name, not doubled.
+* Two proposal runs of one agent at once: the second reads the agent's rules once the first's
+  proposals are in, and proposes nothing again.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -144,6 +148,23 @@ with transaction.atomic():
     sys.stdin.readline()
 """
 
+# A bundle of `records` (its header added: counts, another server's model), imported with
+# `on_conflict`. What it imported and skipped of each kind the records hold.
+BUNDLE_IMPORT = """
+import gzip, json
+from collections import Counter
+from lifecycle.services.bundle import bundle_import
+from tenants.models import Team
+records, on_conflict = json.loads({records!r}), {on_conflict!r}
+header = {{"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
+          "embedding_model": "another-model", "embedding_dim": 3,
+          "counts": dict(Counter(r["kind"] for r in records))}}
+data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in [header, *records]))
+result = bundle_import(team=Team.objects.get(), data=data, on_conflict=on_conflict)
+kinds = dict.fromkeys(r["kind"] for r in records)
+print(json.dumps({{k: [result.imported[k], result.skipped[k]] for k in kinds}}))
+"""
+
 CONTENT = "Kites fly high over the bay in spring"
 
 # Alice's memory, Bob registered, the team's entity "Service 0": what the re-import meets.
@@ -160,27 +181,13 @@ entity_create_or_merge(team=team, agent_id="", name="Service 0", entity_type="pr
 print(json.dumps(True))
 """
 
-# A bundle of that memory, its share with Bob, that entity and the memory's mention of it;
-# imported (skip). What it imported and skipped of each kind.
-IMPORT_LINKS = f"""
-import gzip, json
-from lifecycle.services.bundle import bundle_import
-from tenants.models import Team
-records = [
-    {{"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
-      "embedding_model": "another-model", "embedding_dim": 3,
-      "counts": {{"memory": 1, "share": 1, "entity": 1, "mention": 1}}}},
-    {{"kind": "memory", "id": 1, "scope": "personal", "agent_id": "alice",
-      "content": {CONTENT!r}}},
-    {{"kind": "share", "id": 1, "memory": 1, "agent_id": "bob", "permission": "read"}},
-    {{"kind": "entity", "id": "e", "name": "Service 0", "entity_type": "project"}},
-    {{"kind": "mention", "entity": "e", "memory": 1}},
+# That memory, its share with Bob, that entity and the memory's mention of it: a re-import.
+LINKS_RECORDS = [
+    {"kind": "memory", "id": 1, "scope": "personal", "agent_id": "alice", "content": CONTENT},
+    {"kind": "share", "id": 1, "memory": 1, "agent_id": "bob", "permission": "read"},
+    {"kind": "entity", "id": "e", "name": "Service 0", "entity_type": "project"},
+    {"kind": "mention", "entity": "e", "memory": 1},
 ]
-data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in records))
-result = bundle_import(team=Team.objects.get(), data=data)
-print(json.dumps({{k: [result.imported[k], result.skipped[k]]
-                  for k in ("memory", "share", "entity", "mention")}}))
-"""
 
 # The memory's shares (agent, permission) and mentions (entity names), as stored.
 LINKS = """
@@ -219,21 +226,18 @@ with transaction.atomic():
     sys.stdin.readline()
 """
 
-# The memory of LINKS_HERE with other values, imported with overwrite: imported and skipped.
-IMPORT_VALUES = f"""
-import gzip, json
-from lifecycle.services.bundle import bundle_import
-from tenants.models import Team
-records = [
-    {{"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
-      "embedding_model": "another-model", "embedding_dim": 3, "counts": {{"memory": 1}}}},
-    {{"kind": "memory", "id": 1, "scope": "personal", "agent_id": "alice",
-      "content": {CONTENT!r}, "importance": 0.9, "metadata": {{"from": "backup"}}}},
+# The memory of LINKS_HERE with other values (imported with overwrite).
+VALUES_RECORDS = [
+    {
+        "kind": "memory",
+        "id": 1,
+        "scope": "personal",
+        "agent_id": "alice",
+        "content": CONTENT,
+        "importance": 0.9,
+        "metadata": {"from": "backup"},
+    },
 ]
-data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in records))
-result = bundle_import(team=Team.objects.get(), data=data, on_conflict="overwrite")
-print(json.dumps([result.imported["memory"], result.skipped["memory"]]))
-"""
 
 # Alice's memory updated by an agent, held uncommitted until a line arrives on stdin.
 HOLD_UPDATE = f"""
@@ -257,22 +261,17 @@ revisions = [[r.actor, r.before, r.after] for r in MemoryRevision.objects.order_
 print(json.dumps([[m.importance, m.category, m.metadata], revisions]))
 """
 
-# The entity of LINKS_HERE with a description and properties, imported with overwrite: imported
-# and skipped.
-IMPORT_DESCRIBED = """
-import gzip, json
-from lifecycle.services.bundle import bundle_import
-from tenants.models import Team
-records = [
-    {"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
-     "embedding_model": "another-model", "embedding_dim": 3, "counts": {"entity": 1}},
-    {"kind": "entity", "id": "e", "name": "Service 0", "entity_type": "project",
-     "description": "restored from a backup", "properties": {"tier": "gold"}},
+# The entity of LINKS_HERE with a description and properties (imported with overwrite).
+DESCRIBED_RECORDS = [
+    {
+        "kind": "entity",
+        "id": "e",
+        "name": "Service 0",
+        "entity_type": "project",
+        "description": "restored from a backup",
+        "properties": {"tier": "gold"},
+    },
 ]
-data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in records))
-result = bundle_import(team=Team.objects.get(), data=data, on_conflict="overwrite")
-print(json.dumps([result.imported["entity"], result.skipped["entity"]]))
-"""
 
 # "Service 0" described by an agent, held uncommitted until a line arrives on stdin.
 HOLD_DESCRIBED = """
@@ -298,28 +297,29 @@ vector = to_bytes(embed_passages([embedding_text(e.name, e.description)])[0])
 print(json.dumps([e.description, e.properties, bytes(e.embedding) == vector]))
 """
 
-# A bundle of Alice's profile key "timezone" (with no memory of hers, whose import would take
-# her lock anyway), imported with `on_conflict`. What it imported and skipped of profile keys.
-IMPORT_PROFILE = """
-import gzip, json
-from lifecycle.services.bundle import bundle_import
-from tenants.models import Team
-records = [
-    {{"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
-      "embedding_model": "another-model", "embedding_dim": 3, "counts": {{"profile": 1}}}},
-    {{"kind": "profile", "agent_id": "alice", "key": "timezone", "value": "Asia/Tokyo",
-      "source": "api"}},
+# Alice's profile key "timezone", with no memory of hers (whose import would take her lock
+# anyway).
+PROFILE_RECORDS = [
+    {
+        "kind": "profile",
+        "agent_id": "alice",
+        "key": "timezone",
+        "value": "Asia/Tokyo",
+        "source": "api",
+    },
 ]
-data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in records))
-result = bundle_import(team=Team.objects.get(), data=data, on_conflict={on_conflict!r})
-print(json.dumps([result.imported["profile"], result.skipped["profile"]]))
-"""
 
+# Alice registered, and her personal-scope lock's row made (as her first write makes it): a
+# holder's write, in a transaction of its own, then neither registers her nor inserts that row,
+# so what the import can wait for is the lock itself, not an uncommitted insert.
 AGENT_ALICE = """
 import json
+from memories.locks import scope_lock_prepare
 from tenants.models import Team
 from tenants.services import agent_register
-agent_register(team=Team.objects.get(), agent_id="alice")
+team = Team.objects.get()
+agent_register(team=team, agent_id="alice")
+scope_lock_prepare(team_id=team.id, scope="personal", agent_id="alice")
 print(json.dumps(True))
 """
 
@@ -345,6 +345,80 @@ with transaction.atomic():
 """
 
 
+RULE = "Run the tests before every commit."
+
+# Alice's scenarios made by the lifecycle (replacing hers), held uncommitted until a line arrives
+# on stdin; the held line gives their names (JSON).
+HOLD_SCENES = """
+import json, sys
+from django.db import transaction
+from lifecycle.services.operations import aggregate_scenes
+from tenants.models import Team
+with transaction.atomic():
+    result, _, _ = aggregate_scenes(team=Team.objects.get(), agent_id="alice")
+    print("held", json.dumps([s.name for s in result.scenarios]), flush=True)
+    sys.stdin.readline()
+"""
+
+# Alice's scenarios (name, summary), as stored.
+SCENARIOS = """
+import json
+from lifecycle.models import Scenario
+print(json.dumps([[s.name, s.summary] for s in Scenario.objects.order_by("name", "id")]))
+"""
+
+# Alice's rule RULE added through the service, held uncommitted until a line arrives on stdin.
+HOLD_RULE = f"""
+import sys
+from django.db import transaction
+from memories.services import procedure_create
+from tenants.models import Team
+with transaction.atomic():
+    rule = procedure_create(team=Team.objects.get(), agent_id="alice", rule={RULE!r},
+                            source="api")
+    print("held", rule.pk, flush=True)
+    sys.stdin.readline()
+"""
+
+# Alice's rules (rule, status, source), as stored.
+RULES = """
+import json
+from memories.models import Procedure
+print(json.dumps([[p.rule, p.status, p.source] for p in Procedure.objects.order_by("id")]))
+"""
+
+# Alice's feedback, the same point three times: what the lifecycle proposes a rule from.
+FEEDBACK = [
+    "The user wants short answers without long explanations.",
+    "The user asked again for shorter answers, no long explanations.",
+    "The user prefers short answers and dislikes long explanations.",
+]
+FEEDBACK_HERE = f"""
+import json
+from memories.services import memory_create
+from tenants.models import Team
+team = Team.objects.get()
+for text in {FEEDBACK!r}:
+    memory_create(team=team, scope="personal", agent_id="alice", content=text,
+                  category="preference", enable_dedup=False)
+print(json.dumps(True))
+"""
+
+# The lifecycle's proposals from Alice's feedback: held uncommitted until a line arrives on
+# stdin (`hold`), or not; how many it proposed.
+PROPOSE = """
+import sys
+from django.db import transaction
+from lifecycle.services.operations import propose_procedures
+from tenants.models import Team
+with transaction.atomic():
+    result, _, _ = propose_procedures(team=Team.objects.get(), agent_id="alice")
+    print("held" if {hold} else "", len(result.proposals), flush=True)
+    if {hold}:
+        sys.stdin.readline()
+"""
+
+
 def _start(stack: Stack, code: str, **popen: Any) -> subprocess.Popen[str]:
     return stack_process(stack, code, stderr=subprocess.PIPE, **popen)
 
@@ -355,24 +429,31 @@ def _answer(proc: subprocess.Popen[str]) -> Any:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _import_while_held(stack: Stack, hold: str, importer_code: str) -> tuple[str, Any]:
-    """Starts `hold` (a process that writes a row and holds it uncommitted), then the import
-    `importer_code` once it waits for that row; lets the holder commit. The held row's id, and
-    the import's answer."""
+def _run_while_held(stack: Stack, hold: str, code: str | Callable[[str], str]) -> tuple[str, Any]:
+    """Starts `hold` (a process that writes and holds its write uncommitted, then prints "held"
+    and what it wrote), then `code` (an import, or another writer; built from what the holder
+    wrote when a callable) once it waits for that write; lets the holder commit. What the holder
+    wrote, and `code`'s answer."""
     holder = _start(stack, hold, stdin=subprocess.PIPE)
     assert holder.stdout is not None and holder.stdin is not None
     while (line := holder.stdout.readline()) and not line.startswith("held "):
         pass
-    assert line, "the holding process ended without its row"
+    assert line, "the holding process ended without its write"
+    held = line.split(maxsplit=1)[1].strip()
     try:
-        importer = _start(stack, importer_code)
+        waiter = _start(stack, code(held) if callable(code) else code)
         wait_for_lock_waits(stack, 1)
     finally:
         holder.stdin.write("\n")
         holder.stdin.close()
         holder.wait(timeout=60)
     assert holder.returncode == 0
-    return line.split()[1], _answer(importer)
+    return held, _answer(waiter)
+
+
+def _import_records(records: list[dict[str, Any]], on_conflict: str = "skip") -> str:
+    """The import of a bundle of `records` (BUNDLE_IMPORT)."""
+    return BUNDLE_IMPORT.format(records=json.dumps(records), on_conflict=on_conflict)
 
 
 def _import_of(n: int) -> str:
@@ -411,7 +492,7 @@ def test_an_entity_an_agent_writes_as_the_import_reads_is_met_not_refused(tmp_pa
     with live_stack(tmp_path, servers=0) as stack:
         # The import reads "Service 0" as not here and waits for the agent's row to insert its
         # own.
-        held, answer = _import_while_held(stack, HOLD_ENTITY, _import_of(n))
+        held, answer = _run_while_held(stack, HOLD_ENTITY, _import_of(n))
         assert answer == {"entity": [n - 1, 1], "relation": [n - 1, 0]}
         names, pairs, first = stack_python(stack, GRAPH)
         assert (names, pairs) == _expected_graph(n)
@@ -452,7 +533,7 @@ def test_a_relation_an_agent_writes_as_a_re_import_reads_is_met_not_refused(tmp_
         assert stack_python(stack, ENTITIES.format(n=n)) == n
         # Every entity is here; the import reads the relations of their ends (the agent's is not
         # committed) and waits for the agent's row to insert its own.
-        _, answer = _import_while_held(stack, HOLD_RELATION, _import_of(n))
+        _, answer = _run_while_held(stack, HOLD_RELATION, _import_of(n))
         assert answer == {"entity": [0, n], "relation": [n - 2, 1]}
         names, pairs, _ = stack_python(stack, GRAPH)
         assert (names, pairs) == _expected_graph(n)
@@ -483,7 +564,7 @@ def test_a_link_an_agent_writes_as_a_re_import_reads_is_met_not_refused(
 ):
     with live_stack(tmp_path, servers=0) as stack:
         assert stack_python(stack, LINKS_HERE) is True
-        _, imported = _import_while_held(stack, hold, IMPORT_LINKS)
+        _, imported = _run_while_held(stack, hold, _import_records(LINKS_RECORDS))
         assert imported == answer
         assert stack_python(stack, LINKS) == links
 
@@ -491,16 +572,19 @@ def test_a_link_an_agent_writes_as_a_re_import_reads_is_met_not_refused(
 @pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
 @pytest.mark.parametrize(
     ("on_conflict", "answer", "value"),
-    [("skip", [0, 1], "Europe/Paris"), ("overwrite", [1, 0], "Asia/Tokyo")],
+    [
+        ("skip", {"profile": [0, 1]}, "Europe/Paris"),
+        ("overwrite", {"profile": [1, 0]}, "Asia/Tokyo"),
+    ],
 )
 def test_a_profile_key_an_agent_writes_as_the_import_starts_is_met_not_refused(
     tmp_path, on_conflict, answer, value
 ):
     with live_stack(tmp_path, servers=0) as stack:
-        # Alice is known: the import does not wait for the agent's registering her.
+        # Alice is known (AGENT_ALICE): the import can only wait for the lock itself.
         assert stack_python(stack, AGENT_ALICE) is True
-        _, imported = _import_while_held(
-            stack, HOLD_PROFILE, IMPORT_PROFILE.format(on_conflict=on_conflict)
+        _, imported = _run_while_held(
+            stack, HOLD_PROFILE, _import_records(PROFILE_RECORDS, on_conflict)
         )
         assert imported == answer
         assert stack_python(stack, PROFILE) == [["timezone", value]]
@@ -510,8 +594,10 @@ def test_a_profile_key_an_agent_writes_as_the_import_starts_is_met_not_refused(
 def test_an_overwrite_import_writes_over_an_agent_update_it_waited_for(tmp_path):
     with live_stack(tmp_path, servers=0) as stack:
         assert stack_python(stack, LINKS_HERE) is True
-        _, imported = _import_while_held(stack, HOLD_UPDATE, IMPORT_VALUES)
-        assert imported == [1, 0]
+        _, imported = _run_while_held(
+            stack, HOLD_UPDATE, _import_records(VALUES_RECORDS, "overwrite")
+        )
+        assert imported == {"memory": [1, 0]}
         values, revisions = stack_python(stack, VALUES)
         # The bundle gives no category: the agent's stays.
         assert values == [0.9, "held", {"from": "backup"}]
@@ -533,11 +619,79 @@ def test_an_overwrite_import_writes_over_an_agent_update_it_waited_for(tmp_path)
 def test_an_overwrite_import_describes_an_entity_over_an_agent_update_it_waited_for(tmp_path):
     with live_stack(tmp_path, servers=0) as stack:
         assert stack_python(stack, LINKS_HERE) is True
-        _, imported = _import_while_held(stack, HOLD_DESCRIBED, IMPORT_DESCRIBED)
-        assert imported == [1, 0]
+        _, imported = _run_while_held(
+            stack, HOLD_DESCRIBED, _import_records(DESCRIBED_RECORDS, "overwrite")
+        )
+        assert imported == {"entity": [1, 0]}
         # The properties merge with what the agent wrote, not with what the import first read.
         assert stack_python(stack, DESCRIBED) == [
             "restored from a backup",
             {"owner": "ops", "tier": "gold"},
             True,
         ]
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
+@pytest.mark.parametrize(("on_conflict", "answer"), [("skip", [0, 1]), ("overwrite", [1, 0])])
+def test_a_scenario_the_lifecycle_makes_as_the_import_starts_is_met_not_doubled(
+    tmp_path, on_conflict, answer
+):
+    with live_stack(tmp_path, servers=0) as stack:
+        assert stack_python(stack, LINKS_HERE) is True
+        # The bundle holds a scenario of the name the lifecycle gives Alice's memory: the import
+        # waits for the lifecycle's, then meets it by its name.
+        held, imported = _run_while_held(
+            stack,
+            HOLD_SCENES,
+            lambda names: _import_records(
+                [
+                    {
+                        "kind": "scenario",
+                        "id": 1,
+                        "agent_id": "alice",
+                        "name": name,
+                        "summary": "restored from a backup",
+                    }
+                    for name in json.loads(names)
+                ],
+                on_conflict,
+            ),
+        )
+        names = json.loads(held)
+        assert len(names) == 1
+        assert imported == {"scenario": answer}
+        ((name, summary),) = stack_python(stack, SCENARIOS)
+        assert name == names[0]
+        assert (summary == "restored from a backup") == (on_conflict == "overwrite")
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
+def test_a_rule_an_agent_adds_as_the_import_starts_is_met_not_doubled(tmp_path):
+    with live_stack(tmp_path, servers=0) as stack:
+        assert stack_python(stack, AGENT_ALICE) is True
+        records = [
+            {
+                "kind": "procedure",
+                "id": 1,
+                "agent_id": "alice",
+                "rule": RULE,
+                "status": "active",
+                "source": "api",
+            }
+        ]
+        _, imported = _run_while_held(stack, HOLD_RULE, _import_records(records))
+        assert imported == {"procedure": [0, 1]}
+        assert stack_python(stack, RULES) == [[RULE, "active", "api"]]
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
+def test_two_proposal_runs_at_once_propose_a_point_once(tmp_path):
+    with live_stack(tmp_path, servers=0) as stack:
+        assert stack_python(stack, FEEDBACK_HERE) is True
+        # The second run waits for the first's rules before it reads the agent's rules.
+        held, proposed = _run_while_held(
+            stack, PROPOSE.format(hold=True), PROPOSE.format(hold=False)
+        )
+        assert (held, proposed) == ("1", 0)
+        ((rule, status, source),) = stack_python(stack, RULES)
+        assert (rule in FEEDBACK, status, source) == (True, "proposed", "lifecycle")

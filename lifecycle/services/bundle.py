@@ -141,6 +141,12 @@ _AGENT_KEYED: dict[str, tuple[type[models.Model], str, tuple[str, ...], tuple[st
 }
 # A row of one of those kinds held by this import, its id not known before it goes in.
 _HELD = object()
+# Kinds whose writers take their agent's personal-scope lock (memories.services, the lifecycle's
+# scenarios and proposals): so does the import of an agent's rows of them. It reads the agent's
+# rows once; a row written after that read would be written again by the import (two scenarios
+# or rules of one name), or clash with it on a unique key (a profile key: the whole import 400).
+# Personas are met by their creation time, which two writers never share: no lock.
+_AGENT_LOCKED = ("scenario", "procedure", "profile", "profile_revision")
 # Keys of JSON columns that hold memory ids (memory metadata, revision before/after): remapped on
 # import like the foreign keys.
 _MEMORY_ID_KEYS = ("superseded_by", "promoted_to", "promoted_from", "consolidated_into")
@@ -1522,16 +1528,13 @@ def _embed_ahead(
     next(records, None)  # the header
     for _, rec in records:
         kind = rec.get("kind")
-        if kind not in ("memory", "entity", "profile", "profile_revision"):
+        if kind not in ("memory", "entity", *_AGENT_LOCKED):
             continue
         try:
             columns = _columns(kind, rec)
         except (ValueError, TypeError, DjangoValidationError):
             continue
-        if kind in ("profile", "profile_revision"):
-            # A profile write takes its agent's personal-scope lock (memories.services): so does
-            # the import of that agent's profile, or an agent's key written after the import
-            # read the agent's keys would make its insert clash (MariaDB), and the import fail.
+        if kind in _AGENT_LOCKED:
             agent = columns.get("agent_id")
             if isinstance(agent, str) and agent:
                 state.scopes.add((MemoryScope.PERSONAL, agent))

@@ -448,7 +448,12 @@ def aggregate_scenes(
     if not memories:
         return ScenesResult([]), Usage(), engine.name
     drafts, usage = engine.aggregate([(m.pk, m.content) for m in reversed(memories)])
+    # Under the agent's personal-scope lock, which an import of the agent's scenarios takes too:
+    # an import at the same moment (in another process) comes before, and these replace its
+    # scenarios, or after, and meets these by name; never a second scenario of one name.
+    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
     with transaction.atomic():
+        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
         Scenario.objects.filter(team=team, agent_id=agent_id).delete()
         created = [
             Scenario.objects.create(
@@ -674,23 +679,31 @@ def propose_procedures(
         ).order_by("-created_at", "-id")[:max_memories]
     )
     texts = [m.content for m in memories]
-    known = [p.rule for p in procedure_list(team=team, agent_id=agent_id)]
+    points = repeated_points(texts, min_repeats=min_repeats)
     proposals: list[Procedure] = []
-    for central, group in repeated_points(texts, min_repeats=min_repeats):
-        rule = texts[central]
-        if known and max(similarity_matrix([rule, *known])[0, 1:]) >= REPEAT_THRESHOLD:
-            continue  # this point has a rule already (or was refused)
-        proposals.append(
-            procedure_create(
-                team=team,
-                agent_id=agent_id,
-                rule=rule,
-                source="lifecycle",
-                status=ProcedureStatus.PROPOSED,
-                evidence=sorted(memories[i].pk for i in group),
+    # The agent's rules are read and the proposals added under the agent's personal-scope lock,
+    # the one every rule's create takes: a proposal run, a rule the agent adds or an import of
+    # its rules at the same moment (in another process) is one this run sees, not one it
+    # proposes again.
+    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with transaction.atomic():
+        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+        known = [p.rule for p in procedure_list(team=team, agent_id=agent_id)]
+        for central, group in points:
+            rule = texts[central]
+            if known and max(similarity_matrix([rule, *known])[0, 1:]) >= REPEAT_THRESHOLD:
+                continue  # this point has a rule already (or was refused)
+            proposals.append(
+                procedure_create(
+                    team=team,
+                    agent_id=agent_id,
+                    rule=rule,
+                    source="lifecycle",
+                    status=ProcedureStatus.PROPOSED,
+                    evidence=sorted(memories[i].pk for i in group),
+                )
             )
-        )
-        known.append(rule)
+            known.append(rule)
     return ProposalsResult(proposals=proposals, examined=len(memories)), Usage(), "offline"
 
 
