@@ -18,13 +18,14 @@ agent do.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from django.db import transaction
 
 from core.localcache import TTLCache
 
-from .models import ScopeLock
+from .models import MemoryScope, ScopeLock
 from .retrieval.index import scope_key
 
 # Keys known to have a lock row, so a write does not check for it every time. A stale entry (the
@@ -40,6 +41,18 @@ def scope_lock_prepare(*, team_id: str, scope: str, agent_id: str) -> None:
 def scope_lock(*, team_id: str, scope: str, agent_id: str) -> None:
     """Holds the scope's write lock until the current transaction ends."""
     scope_locks(team_id=team_id, scopes=[(scope, agent_id)])
+
+
+@contextmanager
+def agent_locked(*, team_id: str, agent_id: str) -> Iterator[None]:
+    """A transaction holding the agent's personal-scope lock from its first statement: what
+    every writer of the agent's personal rows that decides on what is there (memories, profile
+    keys, rules, scenarios, the archive of an ingest) runs in. The lock's row is made before the
+    transaction opens (see the module's docstring)."""
+    scope_lock_prepare(team_id=team_id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with transaction.atomic():
+        scope_lock(team_id=team_id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+        yield
 
 
 def scope_locks_prepare(*, team_id: str, scopes: Iterable[tuple[str, str]]) -> None:

@@ -990,9 +990,7 @@ def procedure_create(
     by its text) take it too, so a rule created meanwhile is one they see, not one they add
     again."""
     agent_register(team=team, agent_id=agent_id)
-    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
-    with transaction.atomic():
-        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         return Procedure.objects.create(
             team=team,
             agent_id=agent_id,
@@ -1103,9 +1101,7 @@ def _profile_write(
     changes: list[ProfileChange] = []
     # The agent's personal-scope lock (the one its memory writes take; extraction and ingest
     # already hold it here): row locks alone deadlock when writers insert the same new key.
-    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
-    with transaction.atomic():
-        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         current = _profile_locked(team=team, agent_id=agent_id, keys=list(fields))
         new_keys = [k for k in fields if k not in current]
         if new_keys:
@@ -1180,9 +1176,7 @@ def profile_field_delete(
     *, team: Team, agent_id: str, key: str, actor: Actor, source: str = ProfileSource.API
 ) -> ProfileChange:
     """Removes one key (its history stays); NotFound when the agent has no such key."""
-    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
-    with transaction.atomic():
-        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         row = _profile_locked(team=team, agent_id=agent_id, keys=[key]).get(key)
         if row is None:
             raise NotFound("profile field")

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
 from django.utils import timezone
 
 from lifecycle.llm import get_engine
@@ -83,9 +82,7 @@ def ingest(
             embed_passages([f.content for f in facts])  # one call; store_fact hits the cache
     item_ids = [uuid.uuid4().hex for _ in messages]
     now = timezone.now()
-    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
-    with transaction.atomic():
-        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         WorkingArchive.objects.bulk_create(
             [
                 WorkingArchive(

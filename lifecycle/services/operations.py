@@ -451,9 +451,7 @@ def aggregate_scenes(
     # Under the agent's personal-scope lock, which an import of the agent's scenarios takes too:
     # an import at the same moment (in another process) comes before, and these replace its
     # scenarios, or after, and meets these by name; never a second scenario of one name.
-    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
-    with transaction.atomic():
-        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         Scenario.objects.filter(team=team, agent_id=agent_id).delete()
         created = [
             Scenario.objects.create(
@@ -685,9 +683,7 @@ def propose_procedures(
     # the one every rule's create takes: a proposal run, a rule the agent adds or an import of
     # its rules at the same moment (in another process) is one this run sees, not one it
     # proposes again.
-    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
-    with transaction.atomic():
-        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         known = [p.rule for p in procedure_list(team=team, agent_id=agent_id)]
         for central, group in points:
             rule = texts[central]
@@ -747,11 +743,9 @@ def consolidate(
         if not summaries:
             continue
         summary = summaries[0]
-        locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
-        with transaction.atomic():
-            # Two consolidations of one agent at once (a manual run beside an automatic one):
-            # the second waits here, then finds the fragments cold and writes nothing.
-            locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+        # Two consolidations of one agent at once (a manual run beside an automatic one): the
+        # second waits here, then finds the fragments cold and writes nothing.
+        with locks.agent_locked(team_id=team.id, agent_id=agent_id):
             # The fragments locked and read again: an edit, a pin or a delete takes only the
             # row's lock, and the summary was written from the texts read before the engine
             # call. A fragment changed since (its text, pinned, superseded, cold, gone) leaves
