@@ -1294,18 +1294,18 @@ class ProcedureListApi(APIView):
     @api_operation(
         request=ProcedureInputSerializer,
         response=ProcedureOutputSerializer,
-        statuses=(201,),
+        statuses=(201, 200),
         errors=(400, 403),
-        summary="Add a rule the agent follows from now on",
+        summary="Add a rule the agent follows from now on (200: the agent's rule of that text)",
     )
     def post(self, request: Request, agent_id: str) -> Response:
         _check_agent_id(agent_id)
         team = _own_agent(request, agent_id)
         data = validated_body(request, ProcedureInputSerializer)
-        procedure = services.procedure_create(
+        procedure, created = services.procedure_add(
             team=team, agent_id=agent_id, rule=data["rule"], source=_procedure_source(request)
         )
-        return Response(presenters.procedure_body(procedure), status=201)
+        return Response(presenters.procedure_body(procedure), status=201 if created else 200)
 
 
 class ProcedureDetailApi(APIView):

@@ -43,7 +43,7 @@ from .retrieval.backends import get_backend
 from .retrieval.dedup import conflict_reason
 from .retrieval.embeddings import embed_passages, get_embedder, to_bytes
 from .retrieval.search import SearchQuery, SearchResults, attach_entities, memory_search
-from .retrieval.text import content_hash, tokens_for_storage
+from .retrieval.text import content_hash, normalise, tokens_for_storage
 from .selectors import memory_same_content_id
 
 logger = logging.getLogger(__name__)
@@ -991,14 +991,60 @@ def procedure_create(
     again."""
     agent_register(team=team, agent_id=agent_id)
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
-        return Procedure.objects.create(
-            team=team,
-            agent_id=agent_id,
-            rule=rule,
-            status=status,
-            source=source,
-            evidence=list(evidence or []),
+        return _procedure_insert(
+            team=team, agent_id=agent_id, rule=rule, source=source, status=status, evidence=evidence
         )
+
+
+def _procedure_insert(
+    *, team: Team, agent_id: str, rule: str, source: str, status: str, evidence: list[int] | None
+) -> Procedure:
+    return Procedure.objects.create(
+        team=team,
+        agent_id=agent_id,
+        rule=rule,
+        status=status,
+        source=source,
+        evidence=list(evidence or []),
+    )
+
+
+def procedure_add(*, team: Team, agent_id: str, rule: str, source: str) -> tuple[Procedure, bool]:
+    """A rule an agent or a lead adds (the API's POST); True when it is new. A rule the agent
+    already has with the same text (`text.normalise`: case, width and spacing aside, as a memory's
+    exact duplicate) is that rule, not a second one: agents restate their rules from session to
+    session, and each copy would be followed, listed and exported again. Adding it is a decision
+    to follow it, so a proposed or rejected one becomes active (what a PUT of the status would
+    do). Decided under the agent's lock, which every writer of its rules takes: two adds of one
+    rule at once leave one."""
+    agent_register(team=team, agent_id=agent_id)
+    wanted = normalise(rule)
+    with locks.agent_locked(team_id=team.id, agent_id=agent_id):
+        # Locked rows: an edit or a delete of the rule (which take only its row) waits for this
+        # answer, so the rule answered is the rule as it is.
+        same = next(
+            (
+                p
+                for p in Procedure.objects.select_for_update()
+                .filter(team=team, agent_id=agent_id)
+                .order_by("id")
+                if normalise(p.rule) == wanted
+            ),
+            None,
+        )
+        if same is None:
+            new = _procedure_insert(
+                team=team,
+                agent_id=agent_id,
+                rule=rule,
+                source=source,
+                status=ProcedureStatus.ACTIVE,
+                evidence=None,
+            )
+            return new, True
+        if same.status != ProcedureStatus.ACTIVE:
+            same.save(update_fields=assign_given(same, status=ProcedureStatus.ACTIVE))
+        return same, False
 
 
 def procedure_update(

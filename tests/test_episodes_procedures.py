@@ -151,6 +151,62 @@ def test_the_agent_keeps_its_own_rules(team, agent, agent_api):
     ]
 
 
+def test_a_rule_added_again_is_the_rule_already_there(team, agent, agent_api):
+    first = agent_api.post("/procedures/researcher", {"rule": "Answer in at most three sentences."})
+    assert first.status_code == 201
+    # The same text, whatever its case and spacing: the rule already there (200), not a second.
+    for text in ["Answer in at most three sentences.", "  answer in AT MOST  three sentences. "]:
+        again = agent_api.post("/procedures/researcher", {"rule": text})
+        assert again.status_code == 200
+        assert again.json()["data"] == first.json()["data"]
+    # Different words are a different rule.
+    assert (
+        agent_api.post("/procedures/researcher", {"rule": "Answer in two sentences."}).status_code
+        == 201
+    )
+    # Where case carries meaning (an identifier), it is part of the text.
+    assert agent_api.post("/procedures/researcher", {"rule": "Tag builds x7Qz."}).status_code == 201
+    assert agent_api.post("/procedures/researcher", {"rule": "Tag builds x7QZ."}).status_code == 201
+    assert Procedure.objects.filter(team=team, agent_id="researcher").count() == 4
+
+
+@pytest.mark.parametrize("status", ["proposed", "rejected"])
+def test_adding_a_proposed_or_rejected_rule_makes_it_active(team, agent, agent_api, status):
+    held = Procedure.objects.create(
+        team=team,
+        agent_id="researcher",
+        rule="Cite the source.",
+        status=status,
+        source="lifecycle",
+        evidence=[7],
+    )
+    answer = agent_api.post("/procedures/researcher", {"rule": "Cite the source."})
+    assert answer.status_code == 200
+    body = answer.json()["data"]
+    assert (body["id"], body["status"], body["source"], body["evidence"]) == (
+        held.pk,
+        "active",
+        "lifecycle",
+        [7],
+    )
+    assert list(Procedure.objects.filter(team=team).values_list("status", flat=True)) == ["active"]
+
+
+def test_another_agents_or_teams_rule_of_the_same_text_is_not_met(
+    team, agent, agent_api, api, other_team
+):
+    AgentFactory(team=team, agent_id="trader")
+    theirs = ok_data(api.post("/procedures/trader", {"rule": "Be brief."}))
+    mine = agent_api.post("/procedures/researcher", {"rule": "Be brief."})
+    assert mine.status_code == 201 and mine.json()["data"]["id"] != theirs["id"]
+    # Another team adding the same rule to the same agent id gets its own: nothing tells it that
+    # this team has one.
+    other = _other_api(other_team).post("/procedures/researcher", {"rule": "Be brief."})
+    assert other.status_code == 201
+    assert other.json()["data"]["id"] not in (theirs["id"], mine.json()["data"]["id"])
+    assert Procedure.objects.filter(team=team, agent_id="researcher").count() == 1
+
+
 def test_procedure_input_is_checked(api):
     assert error_code(api.post("/procedures/researcher", {"rule": ""})) == "VALIDATION_ERROR"
     assert error_code(api.post("/procedures/researcher", {})) == "VALIDATION_ERROR"

@@ -1348,7 +1348,8 @@ def test_lifecycle_rows_go_in_by_batches_and_meet_those_here(db, on_conflict):
 def test_lifecycle_records_given_twice_or_here_meet_one_row(team, on_conflict):
     """A scenario, persona, rule or profile key given twice, or here already, is one row: the
     second copy meets the first (skipped, or overwriting it), as it did when each went in at
-    once. Names and rules compare exactly, on every database."""
+    once. Names compare exactly, rules by their text as the API meets them (case and spacing
+    aside), on every database."""
     here = ScenarioFactory(team=team, agent_id="alice", name="Deploys", summary="here")
     Procedure.objects.create(team=team, agent_id="alice", rule="Rule here", source="agent")
     when = "2024-03-01T00:00:00+00:00"
@@ -1358,9 +1359,9 @@ def test_lifecycle_records_given_twice_or_here_meet_one_row(team, on_conflict):
         {"kind": "scenario", "id": 3, "agent_id": "alice", "name": "deploys", "summary": "b3"},
         {"kind": "persona", "id": 1, "agent_id": "alice", "summary": "p1", "created_at": when},
         {"kind": "persona", "id": 2, "agent_id": "alice", "summary": "p2", "created_at": when},
-        {"kind": "procedure", "agent_id": "alice", "rule": "Rule here", "status": "rejected"},
+        {"kind": "procedure", "agent_id": "alice", "rule": "rule  HERE", "status": "rejected"},
         {"kind": "procedure", "agent_id": "alice", "rule": "Rule new", "status": "active"},
-        {"kind": "procedure", "agent_id": "alice", "rule": "Rule new", "status": "rejected"},
+        {"kind": "procedure", "agent_id": "alice", "rule": "rule new", "status": "rejected"},
         {"kind": "profile", "agent_id": "alice", "key": "editor", "value": "vim", "source": "api"},
         {"kind": "profile", "agent_id": "alice", "key": "editor", "value": "ed", "source": "api"},
     ]

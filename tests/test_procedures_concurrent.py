@@ -1,7 +1,8 @@
 """Two requests on one rule (procedural memory) at once, each in its own server process on one
 MariaDB database: an agent edits a rule's text while a lead accepts or rejects it, or a request
-reaches a rule another one deleted. Both changes must hold; a rule deleted meanwhile is a 404 as a
-moment later, never a 500 and never a "deleted" for nothing.
+reaches a rule another one deleted, or two requests add the same rule. Both changes must hold; a
+rule deleted meanwhile is a 404 as a moment later, never a 500 and never a "deleted" for nothing;
+a rule added twice is one rule.
 
 The order is forced: a third process holds the rule's row, the first request queues on it, then
 the second; releasing the holder lets them go in that order (InnoDB grants a row's lock in the
@@ -119,3 +120,50 @@ def test_a_lead_deciding_on_a_rule_deleted_meanwhile_is_told_so(tmp_path):
             f"Rule #{pk} was removed by another request meanwhile; nothing was decided."
         ]
         assert a.list_procedures("coder")["procedures"] == []
+
+
+# The primary key of the coder's personal-scope lock row (made by the agent's first write).
+CODER_LOCK = """
+import json
+from memories.models import ScopeLock
+from memories.retrieval.index import scope_key
+from tenants.models import Team
+team = Team.objects.get()
+print(json.dumps(ScopeLock.objects.get(scope_key=scope_key(team.id, "personal", "coder")).pk))
+"""
+
+
+def test_two_adds_of_one_rule_at_once_leave_one_rule(tmp_path):
+    """Both requests looked for the rule before either had written it, and both added it."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = clients(stack)
+        other = a.add_procedure("coder", "Be brief.")
+        lock = stack_python(stack, CODER_LOCK)
+        first, second = queued_in_order(
+            stack,
+            ("memories.models", "ScopeLock", lock),
+            answer(lambda: a.add_procedure("coder", RULE)),
+            answer(lambda: b.add_procedure("coder", "  " + RULE.lower())),
+        )
+        assert second == first and first["rule"] == RULE
+        rules = a.list_procedures("coder")["procedures"]
+        assert [r["id"] for r in rules] == [other["id"], first["id"]]
+
+
+def test_a_rule_added_as_it_is_deleted_is_added_again(tmp_path):
+    """An add that found the rule, then waited while a DELETE removed it, would answer with the
+    rule just deleted: the agent told its rule is kept, and no rule left."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = clients(stack)
+        pk = a.add_procedure("coder", RULE)["id"]
+        deleted, added = queued(
+            stack,
+            pk,
+            lambda: a.delete_procedure("coder", pk),
+            lambda: b.add_procedure("coder", RULE),
+        )
+        assert deleted == {"deleted": pk}
+        assert added["id"] != pk
+        assert [
+            (r["id"], r["rule"], r["status"]) for r in a.list_procedures("coder")["procedures"]
+        ] == [(added["id"], RULE, "active")]

@@ -58,7 +58,7 @@ from memories.models import (
 from memories.profile import key_error as profile_key_error
 from memories.profile import value_error as profile_value_error
 from memories.retrieval.embeddings import embed_passages, get_embedder, to_bytes
-from memories.retrieval.text import content_hash, tokens_for_storage
+from memories.retrieval.text import content_hash, normalise, tokens_for_storage
 from memories.services import (
     Actor,
     MemoryAttributes,
@@ -141,6 +141,14 @@ _AGENT_KEYED: dict[str, tuple[type[models.Model], str, tuple[str, ...], tuple[st
 }
 # A row of one of those kinds held by this import, its id not known before it goes in.
 _HELD = object()
+
+
+def _meet_key(kind: str, value: Any) -> Any:
+    """What an agent's row of `kind` is met by: a rule by its text as the API meets it
+    (`normalise`: case, width and spacing aside), the other kinds by the value itself."""
+    return normalise(value) if kind == "procedure" else value
+
+
 # Kinds whose writers take their agent's personal-scope lock (memories.services, the lifecycle's
 # scenarios and proposals): so does the import of an agent's rows of them. It reads the agent's
 # rows once; a row written after that read would be written again by the import (two scenarios
@@ -890,9 +898,9 @@ class _Import:
                 .order_by(*order)
                 .values_list("pk", column)
             ):
-                rows.setdefault(value, pk)
+                rows.setdefault(_meet_key(kind, value), pk)
             self.agent_rows[kind][agent_id] = rows
-        return rows.get(key)
+        return rows.get(_meet_key(kind, key))
 
     def agent_row_hold(
         self, kind: str, line: int, source: Any, row: models.Model, columns: dict[str, Any]
@@ -901,7 +909,7 @@ class _Import:
         column = _AGENT_KEYED[kind][1]
         rows = self.agent_rows[kind].get(row.agent_id)  # type: ignore[attr-defined]
         if rows is not None:  # None with new_ids: nothing is met
-            key = getattr(row, column)
+            key = _meet_key(kind, getattr(row, column))
             rows.setdefault(key, row.pk if row.pk is not None else _HELD)
         self.hold(kind, line, source, row, columns)
 
@@ -913,16 +921,22 @@ class _Import:
         if pk is _HELD:  # given twice, the first copy held: its id once it is in
             self.flush_rows(kind)
             model, column, order, _ = _AGENT_KEYED[kind]
+            met = _meet_key(kind, key)
             rows = (
-                model._default_manager.filter(team=self.team, agent_id=agent_id, **{column: key})
+                model._default_manager.filter(
+                    team=self.team,
+                    agent_id=agent_id,
+                    # A rule is met by its normalised text, which no column holds.
+                    **({} if kind == "procedure" else {column: key}),
+                )
                 .order_by(*order)
                 .values_list("pk", column)
             )
             # Exactly this key: MariaDB's collation may find another too.
-            pk = next((found for found, value in rows if value == key), None)
+            pk = next((found for found, value in rows if _meet_key(kind, value) == met), None)
             if pk is None:  # deleted by another writer since: as if after the import
                 return
-            self.agent_rows[kind][agent_id][key] = pk
+            self.agent_rows[kind][agent_id][met] = pk
         self.rewrites[kind].append((pk, columns))
         if len(self.rewrites[kind]) >= _ROW_BATCH:
             self.flush_rows(kind)
