@@ -39,7 +39,10 @@ INSTRUCTIONS = (
     "Persistent memory for this agent (and its team). Search before answering "
     "(memory_search), store durable facts the user tells you (memory_add), keep the running "
     "conversation in working memory (working_add / ingest_messages; the platform condenses it "
-    "into long-term memories). Personal memories belong to one agent; team memories are shared."
+    "into long-term memories). Personal memories belong to one agent; team memories are shared. "
+    "Follow your active rules (procedure_list; procedure_add when told to always do something) "
+    "and look for past episodes of a task before starting it (episode_search; episode_add once "
+    "done)."
 )
 
 
@@ -385,6 +388,114 @@ async def archive_search(
         cursor=cursor,
         page_size=page_size,
     )
+
+
+Outcome = Literal["success", "failure"]
+
+
+@mcp.tool(name="episode_add", annotations=WRITES)
+async def episode_add(
+    task: Annotated[str, Field(description="What was to be done (what a later search matches).")],
+    outcome: Annotated[Outcome, Field(description="How it went.")],
+    steps: Annotated[
+        list[str] | None, Field(description="What was done, in order (up to 50).", max_length=50)
+    ] = None,
+    lesson: Annotated[str | None, Field(description="What to do differently next time.")] = None,
+    importance: Importance = None,
+    run_id: Annotated[str | None, Field(description="The session it happened in.")] = None,
+    agent_id: AgentId = None,
+) -> dict[str, Any]:
+    """Record an episode: a task the agent did, how it went, its steps and the lesson, to be
+    found again by a similar task (episode_search). Every episode is kept."""
+    return await _run(
+        tools.episode_add,
+        task=task,
+        outcome=outcome,
+        steps=steps,
+        lesson=lesson,
+        importance=importance,
+        run_id=run_id,
+        agent_id=agent_id,
+    )
+
+
+@mcp.tool(name="episode_search", annotations=READ_ONLY)
+async def episode_search(
+    task: Annotated[str, Field(description="The task at hand (any language).")],
+    outcome: Annotated[Outcome | None, Field(description="Only episodes that went so.")] = None,
+    limit: Annotated[int, Field(description="At most this many episodes.", ge=1, le=50)] = 5,
+    min_score: Annotated[
+        float, Field(description="Drop episodes scoring below (0..1).", ge=0, le=1)
+    ] = 0.3,
+    agent_id: AgentId = None,
+) -> dict[str, Any]:
+    """The agent's past episodes of tasks like this one, best first: examples of what worked
+    and what failed before starting."""
+    return await _run(
+        tools.episode_search,
+        task=task,
+        outcome=outcome,
+        limit=limit,
+        min_score=min_score,
+        agent_id=agent_id,
+    )
+
+
+ProcedureId = Annotated[int, Field(description="The rule's id.", ge=1)]
+RuleText = Annotated[
+    str, Field(description="What the agent is to do, in its words.", min_length=1, max_length=2000)
+]
+
+
+@mcp.tool(name="procedure_list", annotations=READ_ONLY)
+async def procedure_list(
+    status: Annotated[
+        Literal["active", "proposed", "rejected"] | None,
+        Field(description="Only these: active (follow them), proposed (waiting), rejected."),
+    ] = None,
+    agent_id: AgentId = None,
+) -> dict[str, Any]:
+    """The agent's rules (procedural memory), oldest first: read the active ones before
+    acting. Proposed ones come from repeated feedback and are not followed until accepted."""
+    return await _run(tools.procedure_list, status=status, agent_id=agent_id)
+
+
+@mcp.tool(name="procedure_add", annotations=WRITES)
+async def procedure_add(rule: RuleText, agent_id: AgentId = None) -> dict[str, Any]:
+    """Add a rule the agent follows from now on. A rule it already has (same text, case and
+    spacing aside) is not added twice: that rule comes back with existing=true, active."""
+    return await _run(tools.procedure_add, rule=rule, agent_id=agent_id)
+
+
+@mcp.tool(name="procedure_update", annotations=WRITES)
+async def procedure_update(
+    procedure_id: ProcedureId,
+    rule: Annotated[
+        str | None, Field(description="The new text.", min_length=1, max_length=2000)
+    ] = None,
+    status: Annotated[
+        Literal["active", "rejected"] | None,
+        Field(description="active accepts a proposed rule; rejected refuses it."),
+    ] = None,
+    agent_id: AgentId = None,
+) -> dict[str, Any]:
+    """Edit a rule's text, or accept / reject a proposed rule; give at least one field."""
+    return await _run(
+        tools.procedure_update,
+        procedure_id=procedure_id,
+        rule=rule,
+        status=status,
+        agent_id=agent_id,
+    )
+
+
+@mcp.tool(
+    name="procedure_delete",
+    annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
+)
+async def procedure_delete(procedure_id: ProcedureId, agent_id: AgentId = None) -> dict[str, Any]:
+    """Remove a rule the agent no longer follows (gone at once; rules have no trash)."""
+    return await _run(tools.procedure_delete, procedure_id=procedure_id, agent_id=agent_id)
 
 
 @mcp.tool(name="persona_get", annotations=READ_ONLY)

@@ -35,17 +35,31 @@ from memories import purge
 from memories import selectors as memory_selectors
 from memories import services as memory_services
 from memories.apis import (
+    EpisodeInputSerializer,
+    EpisodeSearchInputSerializer,
     PersonalCreateInputSerializer,
     PersonalSearchInputSerializer,
+    ProcedureInputSerializer,
+    ProcedureUpdateSerializer,
     TeamCreateInputSerializer,
     TeamSearchInputSerializer,
     UpdateInputSerializer,
     WorkingCreateInputSerializer,
+    check_agent_id,
+    episode_search_query,
+    procedure_source,
     search_query,
     write_validated,
 )
 from memories.models import Memory, MemoryRevision, MemoryScope, RemovedBy
-from memories.presenters import memory_body, profile_body, search_hit_body, working_item_body
+from memories.presenters import (
+    episode_body,
+    memory_body,
+    procedure_body,
+    profile_body,
+    search_hit_body,
+    working_item_body,
+)
 from memories.retrieval.search import SearchHit
 from memories.selectors import DELETE, READ, WRITE
 from memories.services import Actor
@@ -355,6 +369,116 @@ def archive_search(
         )
     )
     return archive_search_validated(team=principal.team, acting_agent=principal.agent_id, data=data)
+
+
+# --- episodes and rules (procedural memory) -----------------------------------------------------
+
+
+def episode_add(
+    principal: McpPrincipal,
+    *,
+    task: str,
+    outcome: str,
+    steps: list[str] | None = None,
+    lesson: str | None = None,
+    importance: float | None = None,
+    run_id: str | None = None,
+    agent_id: str | None = None,
+) -> dict[str, Any]:
+    """POST /episodes: a past case, found again by a similar task (every episode is kept)."""
+    agent = acting_agent_for(principal, agent_id, required=True)
+    fields = _given(
+        task=task, outcome=outcome, steps=steps, lesson=lesson, importance=importance, run_id=run_id
+    )
+    data = _valid(EpisodeInputSerializer(data={**fields, "agent_id": agent}))
+    memory = memory_services.episode_create(team=principal.team, **data)
+    usage_record(team=principal.team, agent_id=agent, kind=KIND_WRITE)
+    return episode_body(memory)
+
+
+def episode_search(
+    principal: McpPrincipal,
+    *,
+    task: str,
+    outcome: str | None = None,
+    limit: int | None = None,
+    min_score: float | None = None,
+    agent_id: str | None = None,
+) -> dict[str, Any]:
+    """POST /episodes/search: the agent's episodes of similar tasks, best first."""
+    agent = acting_agent_for(principal, agent_id, required=True)
+    fields = _given(task=task, outcome=outcome, limit=limit, min_score=min_score)
+    data = _valid(EpisodeSearchInputSerializer(data={**fields, "agent_id": agent}))
+    hits = memory_services.memory_recall(
+        query=episode_search_query(team=principal.team, data=data),
+        acting_agent=principal.agent_id,
+    )
+    body: dict[str, Any] = {"episodes": [episode_body(h.memory, score=h.score) for h in hits]}
+    if hits.partial:
+        body["partial"] = True
+    return body
+
+
+def _rules_agent(principal: McpPrincipal, agent_id: str | None) -> str:
+    """The agent whose rules a call reads or edits: its id checked as a path's would be (a
+    team-wide token may name any id, and adding a rule registers the agent)."""
+    agent = acting_agent_for(principal, agent_id, required=True)
+    check_agent_id(agent)
+    return agent
+
+
+def procedure_list(
+    principal: McpPrincipal, *, status: str | None = None, agent_id: str | None = None
+) -> dict[str, Any]:
+    """GET /procedures/{agent_id}?status=: the agent's rules, oldest first."""
+    agent = _rules_agent(principal, agent_id)
+    rows = memory_selectors.procedure_list(team=principal.team, agent_id=agent, status=status)
+    return {"procedures": [procedure_body(p) for p in rows]}
+
+
+def procedure_add(
+    principal: McpPrincipal, *, rule: str, agent_id: str | None = None
+) -> dict[str, Any]:
+    """POST /procedures/{agent_id}: a new rule, or the agent's rule of the same text
+    (`existing: true`, made active), never a second copy."""
+    agent = _rules_agent(principal, agent_id)
+    data = _valid(ProcedureInputSerializer(data={"rule": rule}))
+    procedure, created = memory_services.procedure_add(
+        team=principal.team,
+        agent_id=agent,
+        rule=data["rule"],
+        source=procedure_source(principal.agent_id),
+    )
+    return {**procedure_body(procedure), **({} if created else {"existing": True})}
+
+
+def procedure_update(
+    principal: McpPrincipal,
+    *,
+    procedure_id: int,
+    rule: str | None = None,
+    status: str | None = None,
+    agent_id: str | None = None,
+) -> dict[str, Any]:
+    """PUT /procedures/{agent_id}/{id}: edits a rule's text, or accepts / rejects a proposal."""
+    agent = _rules_agent(principal, agent_id)
+    data = _valid(ProcedureUpdateSerializer(data=_given(rule=rule, status=status)))
+    procedure = memory_selectors.procedure_get(
+        team=principal.team, agent_id=agent, procedure_id=procedure_id
+    )
+    return procedure_body(memory_services.procedure_update(procedure=procedure, **data))
+
+
+def procedure_delete(
+    principal: McpPrincipal, *, procedure_id: int, agent_id: str | None = None
+) -> dict[str, Any]:
+    """DELETE /procedures/{agent_id}/{id}."""
+    agent = _rules_agent(principal, agent_id)
+    procedure = memory_selectors.procedure_get(
+        team=principal.team, agent_id=agent, procedure_id=procedure_id
+    )
+    memory_services.procedure_delete(procedure=procedure)
+    return {"deleted": procedure_id}
 
 
 # --- persona and graph --------------------------------------------------------------------------

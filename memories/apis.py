@@ -396,7 +396,7 @@ def _search(
 def _recent(request: Request, scope: str, agent_id: str) -> Response:
     principal = principal_of(request)
     if scope == MemoryScope.PERSONAL:
-        _check_agent_id(agent_id)
+        check_agent_id(agent_id)
         require_agent(
             AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
         )
@@ -408,7 +408,7 @@ def _recent(request: Request, scope: str, agent_id: str) -> Response:
     return Response([presenters.search_hit_body(hit) for hit in hits])
 
 
-def _check_agent_id(agent_id: str, *, field: str = "agent_id") -> None:
+def check_agent_id(agent_id: str, *, field: str = "agent_id") -> None:
     try:
         AGENT_ID(agent_id)
     except Exception:
@@ -800,7 +800,7 @@ class TrashListApi(APIView):
         principal = principal_of(request)
         agent_id = request.query_params.get("agent_id", "")
         if agent_id:
-            _check_agent_id(agent_id)
+            check_agent_id(agent_id)
             require_agent(
                 AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
             )
@@ -959,7 +959,7 @@ class MemoryListApi(APIView):
             raise ValidationFailed({"scope": ["personal or team"]}, "scope: personal or team")
         agent_id = params.get("agent_id", "")
         if agent_id:
-            _check_agent_id(agent_id)
+            check_agent_id(agent_id)
             require_agent(
                 AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
             )
@@ -995,7 +995,7 @@ def _list_filters(raw: str, run_id: str) -> dict[str, Any]:
         except FilterError as exc:
             raise ValidationFailed({"filters": [str(exc)]}, f"filters: {exc}") from None
     if run_id:
-        _check_agent_id(run_id, field="run_id")
+        check_agent_id(run_id, field="run_id")
     return with_run_id(filters, run_id)
 
 
@@ -1096,7 +1096,7 @@ class WorkingAgentApi(APIView):
     )
     def get(self, request: Request, agent_id: str) -> Response:
         principal = principal_of(request)
-        _check_agent_id(agent_id)
+        check_agent_id(agent_id)
         require_agent(
             AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
         )
@@ -1111,7 +1111,7 @@ class WorkingAgentApi(APIView):
     )
     def delete(self, request: Request, agent_id: str) -> Response:
         principal = principal_of(request)
-        _check_agent_id(agent_id)
+        check_agent_id(agent_id)
         require_agent(
             AgentResource.PERSONAL_MEMORIES, acting_agent=principal.agent_id, agent_id=agent_id
         )
@@ -1159,6 +1159,24 @@ class EpisodeSearchInputSerializer(serializers.Serializer):
     min_score = StrictFloatField(required=False, default=0.3, min_value=0.0, max_value=1.0)
 
 
+def episode_search_query(*, team: Team, data: dict[str, Any]) -> search.SearchQuery:
+    """The search a validated EpisodeSearchInputSerializer body asks for: the agent's episodes
+    only (of that outcome when given); the MCP tool builds its query here too."""
+    filters: dict[str, Any] = {"category": services.EPISODE_CATEGORY}
+    if data.get("outcome"):
+        filters["metadata.outcome"] = data["outcome"]
+    return search.SearchQuery(
+        team=team,
+        scope=MemoryScope.PERSONAL,
+        agent_id=data["agent_id"],
+        text=data["task"],
+        limit=data["limit"],
+        min_score=data["min_score"],
+        filters=parse_filters(filters),
+        timeout_ms=search.recall_timeout_ms(team),
+    )
+
+
 def _own_agent(request: Request, agent_id: str) -> Team:
     principal = principal_of(request)
     require_agent(
@@ -1196,20 +1214,8 @@ class EpisodeSearchApi(APIView):
     def post(self, request: Request) -> Response:
         data = validated_body(request, EpisodeSearchInputSerializer)
         team = _own_agent(request, data["agent_id"])
-        filters: dict[str, Any] = {"category": services.EPISODE_CATEGORY}
-        if data.get("outcome"):
-            filters["metadata.outcome"] = data["outcome"]
         hits = services.memory_recall(
-            query=search.SearchQuery(
-                team=team,
-                scope=MemoryScope.PERSONAL,
-                agent_id=data["agent_id"],
-                text=data["task"],
-                limit=data["limit"],
-                min_score=data["min_score"],
-                filters=parse_filters(filters),
-                timeout_ms=search.recall_timeout_ms(team),
-            ),
+            query=episode_search_query(team=team, data=data),
             acting_agent=principal_of(request).agent_id,
         )
         return search_results(
@@ -1263,8 +1269,9 @@ class ProcedureListOutputSerializer(serializers.Serializer):
     procedures = ProcedureOutputSerializer(many=True)
 
 
-def _procedure_source(request: Request) -> str:
-    return "agent" if principal_of(request).agent_id is not None else "team"
+def procedure_source(acting_agent: str | None) -> str:
+    """Who added a rule: its agent (an agent-scoped key or token) or the team."""
+    return "agent" if acting_agent is not None else "team"
 
 
 class ProcedureListApi(APIView):
@@ -1281,7 +1288,7 @@ class ProcedureListApi(APIView):
         summary="An agent's rules (procedural memory) and the proposals waiting for it",
     )
     def get(self, request: Request, agent_id: str) -> Response:
-        _check_agent_id(agent_id)
+        check_agent_id(agent_id)
         team = _own_agent(request, agent_id)
         status = request.query_params.get("status", "")
         if status and status not in ProcedureStatus.values:
@@ -1299,11 +1306,14 @@ class ProcedureListApi(APIView):
         summary="Add a rule the agent follows from now on (200: the agent's rule of that text)",
     )
     def post(self, request: Request, agent_id: str) -> Response:
-        _check_agent_id(agent_id)
+        check_agent_id(agent_id)
         team = _own_agent(request, agent_id)
         data = validated_body(request, ProcedureInputSerializer)
         procedure, created = services.procedure_add(
-            team=team, agent_id=agent_id, rule=data["rule"], source=_procedure_source(request)
+            team=team,
+            agent_id=agent_id,
+            rule=data["rule"],
+            source=procedure_source(principal_of(request).agent_id),
         )
         return Response(presenters.procedure_body(procedure), status=201 if created else 200)
 
@@ -1316,7 +1326,7 @@ class ProcedureDetailApi(APIView):
         summary="Edit a rule, or accept / reject a proposed one",
     )
     def put(self, request: Request, agent_id: str, procedure_id: int) -> Response:
-        _check_agent_id(agent_id)
+        check_agent_id(agent_id)
         team = _own_agent(request, agent_id)
         data = validated_body(request, ProcedureUpdateSerializer)
         procedure = selectors.procedure_get(team=team, agent_id=agent_id, procedure_id=procedure_id)
@@ -1329,7 +1339,7 @@ class ProcedureDetailApi(APIView):
         summary="Remove a rule",
     )
     def delete(self, request: Request, agent_id: str, procedure_id: int) -> Response:
-        _check_agent_id(agent_id)
+        check_agent_id(agent_id)
         team = _own_agent(request, agent_id)
         procedure = selectors.procedure_get(team=team, agent_id=agent_id, procedure_id=procedure_id)
         services.procedure_delete(procedure=procedure)
@@ -1398,7 +1408,7 @@ class ProfileHistoryOutputSerializer(serializers.Serializer):
 
 def _profile_agent(request: Request, agent_id: str) -> str:
     """The path's agent, checked: well formed, and one the key may act for (403 otherwise)."""
-    _check_agent_id(agent_id)
+    check_agent_id(agent_id)
     require_agent(
         AgentResource.PROFILE, acting_agent=principal_of(request).agent_id, agent_id=agent_id
     )

@@ -22,7 +22,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from memories.models import Memory, TrashedMemory
+from memories.models import Memory, Procedure, TrashedMemory
 from tenants.services import mcp_token_revoke
 
 from .factories import AgentFactory, EntityFactory, McpTokenFactory, RelationFactory, TeamFactory
@@ -45,6 +45,12 @@ TOOLS = {
     "persona_get": [],
     "profile_get": [],
     "graph_neighbors": ["entity"],
+    "episode_add": ["outcome", "task"],
+    "episode_search": ["task"],
+    "procedure_list": [],
+    "procedure_add": ["rule"],
+    "procedure_update": ["procedure_id"],
+    "procedure_delete": ["procedure_id"],
 }
 
 
@@ -557,3 +563,135 @@ def test_archive_search_finds_what_was_ingested_and_only_the_callers(mcp_url, te
     assert other == "FORBIDDEN"
     assert bad["code"] == "VALIDATION_ERROR" and "since" in bad["details"]
     assert theirs["items"] == []
+
+
+def test_an_agent_keeps_its_rules_through_mcp(mcp_url, team_a, agent_token):
+    """Rules (procedural memory) through MCP as over REST: added once however often restated,
+    edited, accepted, removed; another agent's are FORBIDDEN, another team's id NOT_FOUND."""
+    token_b = McpTokenFactory(team=TeamFactory(id="mcp_b")).token
+    proposal = Procedure.objects.create(
+        team=team_a, agent_id="a1", rule="Cite sources.", status="proposed", source="lifecycle"
+    )
+
+    async def go():
+        out: dict[str, Any] = {}
+        async with session(mcp_url, agent_token) as a:
+            out["added"] = ok(await a.call_tool("procedure_add", {"rule": "Answer in Chinese."}))
+            out["again"] = ok(await a.call_tool("procedure_add", {"rule": "answer in  chinese."}))
+            rid = out["added"]["id"]
+            out["edited"] = ok(
+                await a.call_tool(
+                    "procedure_update", {"procedure_id": rid, "rule": "Answer in English."}
+                )
+            )
+            out["accepted"] = ok(
+                await a.call_tool(
+                    "procedure_update", {"procedure_id": proposal.pk, "status": "active"}
+                )
+            )
+            out["none_given"] = error_code(
+                await a.call_tool("procedure_update", {"procedure_id": rid})
+            )
+            out["active"] = ok(await a.call_tool("procedure_list", {"status": "active"}))
+            out["other_agent"] = [
+                error_code(await a.call_tool(name, {**args, "agent_id": "a2"}))
+                for name, args in [
+                    ("procedure_list", {}),
+                    ("procedure_add", {"rule": "x"}),
+                    ("procedure_update", {"procedure_id": rid, "rule": "x"}),
+                    ("procedure_delete", {"procedure_id": rid}),
+                ]
+            ]
+        async with session(mcp_url, token_b) as b:
+            out["needs_agent"] = error_code(await b.call_tool("procedure_list", {}))
+            out["bad_agent"] = error_code(
+                await b.call_tool("procedure_add", {"rule": "x", "agent_id": "not an id"})
+            )
+            out["theirs"] = ok(await b.call_tool("procedure_list", {"agent_id": "a1"}))
+            out["foreign"] = [
+                data(await b.call_tool(name, {"procedure_id": rid, "agent_id": "a1", **args}))
+                for name, args in [("procedure_update", {"rule": "x"}), ("procedure_delete", {})]
+            ]
+            out["missing"] = data(
+                await b.call_tool("procedure_delete", {"procedure_id": 99999999, "agent_id": "a1"})
+            )
+        async with session(mcp_url, agent_token) as a:
+            out["deleted"] = ok(await a.call_tool("procedure_delete", {"procedure_id": rid}))
+            out["gone"] = error_code(await a.call_tool("procedure_delete", {"procedure_id": rid}))
+        return out
+
+    out = run(go())
+    added = out["added"]
+    assert (added["rule"], added["status"], added["source"]) == (
+        "Answer in Chinese.",
+        "active",
+        "agent",
+    )
+    assert "existing" not in added
+    assert out["again"] == {**added, "existing": True}
+    assert out["edited"]["rule"] == "Answer in English."
+    assert out["accepted"]["status"] == "active"
+    assert out["none_given"] == "VALIDATION_ERROR"
+    assert [p["rule"] for p in out["active"]["procedures"]] == [
+        "Cite sources.",
+        "Answer in English.",
+    ]
+    assert out["other_agent"] == ["FORBIDDEN"] * 4
+    assert (out["needs_agent"], out["bad_agent"]) == ("VALIDATION_ERROR", "VALIDATION_ERROR")
+    # Another team: nothing under the same agent id, and this team's rule id is as missing as
+    # one that never was.
+    assert out["theirs"] == {"procedures": []}
+    assert out["foreign"] == [out["missing"]] * 2 and out["missing"]["code"] == "NOT_FOUND"
+    assert out["deleted"] == {"deleted": added["id"]} and out["gone"] == "NOT_FOUND"
+    assert list(Procedure.objects.values_list("team_id", "rule")) == [("mcp_a", "Cite sources.")]
+
+
+def test_episodes_through_mcp_are_the_agents_own(mcp_url, team_a, agent_token):
+    token_a2 = McpTokenFactory(team=team_a, agent=AgentFactory(team=team_a, agent_id="a2")).token
+    token_b = McpTokenFactory(team=TeamFactory(id="mcp_b")).token
+    deploy = {
+        "task": "Deploy the billing service to production",
+        "outcome": "failure",
+        "steps": ["built the image", "ran the migration"],
+        "lesson": "Run the migration before building the image.",
+    }
+
+    async def go():
+        async with session(mcp_url, agent_token) as a:
+            made = ok(await a.call_tool("episode_add", deploy))
+            found = ok(await a.call_tool("episode_search", {"task": "deploy billing to prod"}))
+            wins = ok(
+                await a.call_tool(
+                    "episode_search", {"task": "deploy billing to prod", "outcome": "success"}
+                )
+            )
+            bad = data(await a.call_tool("episode_add", {**deploy, "outcome": "meh"}))
+            ok(await a.call_tool("memory_add", {"content": "Deploy the billing service today"}))
+            only_episodes = ok(await a.call_tool("episode_search", {"task": "deploy billing"}))
+        async with session(mcp_url, token_a2) as a2:
+            other_agent = error_code(
+                await a2.call_tool("episode_search", {"task": "deploy", "agent_id": "a1"})
+            )
+            own = ok(await a2.call_tool("episode_search", {"task": "deploy billing to prod"}))
+        async with session(mcp_url, token_b) as b:
+            theirs = ok(
+                await b.call_tool(
+                    "episode_search", {"task": "deploy billing to prod", "agent_id": "a1"}
+                )
+            )
+        return made, found, wins, bad, only_episodes, other_agent, own, theirs
+
+    made, found, wins, bad, only_episodes, other_agent, own, theirs = run(go())
+    assert (made["agent_id"], made["outcome"], made["steps"], made["lesson"]) == (
+        "a1",
+        "failure",
+        deploy["steps"],
+        deploy["lesson"],
+    )
+    assert [e["id"] for e in found["episodes"]] == [made["id"]]
+    assert found["episodes"][0]["score"] >= 0.3
+    assert wins == {"episodes": []}
+    assert bad["code"] == "VALIDATION_ERROR"
+    assert [e["id"] for e in only_episodes["episodes"]] == [made["id"]]
+    assert other_agent == "FORBIDDEN"
+    assert own == {"episodes": []} and theirs == {"episodes": []}
