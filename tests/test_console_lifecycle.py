@@ -507,6 +507,38 @@ def test_a_lead_accepts_or_rejects_proposed_rules_and_a_viewer_only_sees_them(
     assert Procedure.objects.get(pk=theirs.pk).status == "active"
 
 
+def test_a_lead_corrects_a_rules_wording_and_a_viewer_cannot(team, lead, viewer, other_team):
+    from memories.models import Procedure
+    from memories.services import procedure_create
+
+    rule = procedure_create(
+        team=team, agent_id="researcher", rule="Answr briefly.", source="lifecycle", evidence=[3]
+    )
+    theirs = procedure_create(team=other_team, agent_id="researcher", rule="B's.", source="agent")
+    edit = url(team, f"procedures/{rule.pk}/edit/")
+    assert 'name="rule"' in lead.get(url(team, "procedures/")).content.decode()
+    assert 'name="rule"' not in viewer.get(url(team, "procedures/")).content.decode()
+    assert viewer.post(edit, {"rule": "Viewer's."}).status_code == 403
+    answer = lead.post(edit, {"rule": "  Answer briefly.  "}, follow=True)
+    assert f"Rule #{rule.pk} of researcher corrected." in answer.content.decode()
+    rule.refresh_from_db()
+    # The wording changes; what the rule is and where it came from stay.
+    assert (rule.rule, rule.status, rule.source, rule.evidence) == (
+        "Answer briefly.",
+        "active",
+        "lifecycle",
+        [3],
+    )
+    for bad in ("   ", "x" * 2001):
+        refused = lead.post(edit, {"rule": bad}, follow=True).content.decode()
+        assert f"Rule #{rule.pk} unchanged" in refused
+    rule.refresh_from_db()
+    assert rule.rule == "Answer briefly."
+    # Another team's rule through this team's URL: not found, untouched.
+    assert lead.post(url(team, f"procedures/{theirs.pk}/edit/"), {"rule": "x"}).status_code == 404
+    assert Procedure.objects.get(pk=theirs.pk).rule == "B's."
+
+
 def test_profiles_are_listed_per_agent_with_their_history_and_never_another_teams(
     team, viewer, other_team
 ):

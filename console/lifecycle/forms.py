@@ -270,3 +270,9 @@ class JobFilterForm(forms.Form):
             "agent_id": d["agent_id"],
             "failed_only": d["failed"],
         }
+
+
+class RuleEditForm(forms.Form):
+    """A lead's correction of a rule's text: the limits of the API's (ProcedureInputSerializer)."""
+
+    rule = forms.CharField(max_length=2000)

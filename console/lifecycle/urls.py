@@ -22,6 +22,11 @@ urlpatterns = [
         views.procedure_decide,
         name="lifecycle-procedure-decide",
     ),
+    path(
+        "procedures/<int:procedure_id>/edit/",
+        views.procedure_edit,
+        name="lifecycle-procedure-edit",
+    ),
     # Not `item_id`: the trash pages name their (integer) items so.
     path("archive/<str:archive_item_id>/", views.archive_item, name="lifecycle-archive-item"),
 ]

@@ -29,7 +29,14 @@ from memories.models import Memory, ProcedureStatus
 from tenants import selectors as tenant_selectors
 from tenants.models import Team
 
-from .forms import OPERATIONS, OPERATIONS_BY_KIND, JobFilterForm, PipelineConfigForm, RunForm
+from .forms import (
+    OPERATIONS,
+    OPERATIONS_BY_KIND,
+    JobFilterForm,
+    PipelineConfigForm,
+    RuleEditForm,
+    RunForm,
+)
 
 JOBS_PER_PAGE = 50
 PERSONAS_PER_PAGE = 30
@@ -266,6 +273,30 @@ def procedure_decide(request: HttpRequest, team: Team, procedure_id: int) -> Htt
         f"Rule #{procedure.pk} of {procedure.agent_id} "
         + ("accepted: the agent follows it now." if decision == "accept" else "rejected."),
     )
+    return redirect("console:lifecycle-procedures", team_id=team.id)
+
+
+@require_POST
+@access.console_view(lead=True)
+def procedure_edit(request: HttpRequest, team: Team, procedure_id: int) -> HttpResponse:
+    """A lead corrects a rule's wording; its status, source and evidence stay (the edit the
+    agent itself makes through PUT /procedures)."""
+    procedure = _found(
+        memory_selectors.procedure_of_team(team=team, procedure_id=procedure_id), "rule"
+    )
+    form = RuleEditForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Rule #{procedure.pk} unchanged: {form.errors['rule'][0]}")
+        return redirect("console:lifecycle-procedures", team_id=team.id)
+    try:
+        memory_services.procedure_update(procedure=procedure, rule=form.cleaned_data["rule"])
+    except NotFound:
+        messages.error(
+            request,
+            f"Rule #{procedure.pk} was removed by another request meanwhile; nothing was changed.",
+        )
+        return redirect("console:lifecycle-procedures", team_id=team.id)
+    messages.success(request, f"Rule #{procedure.pk} of {procedure.agent_id} corrected.")
     return redirect("console:lifecycle-procedures", team_id=team.id)
 
 

@@ -246,6 +246,7 @@ WRITES: dict[str, Payload] = {
     },
     "lifecycle-run": lambda o: {"cleanup-dry_run": "true"},
     "lifecycle-procedure-decide": lambda o: {"decision": "accept"},
+    "lifecycle-procedure-edit": lambda o: {"rule": "Corrected by the matrix."},
     "keys-issue": lambda o: {"label": "from the matrix"},
     "keys-rotate": lambda o: {"grace_hours": "0"},
     "keys-revoke": lambda o: {},
