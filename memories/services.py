@@ -1015,8 +1015,8 @@ def procedure_add(*, team: Team, agent_id: str, rule: str, source: str) -> tuple
     exact duplicate) is that rule, not a second one: agents restate their rules from session to
     session, and each copy would be followed, listed and exported again. Adding it is a decision
     to follow it, so a proposed or rejected one becomes active (what a PUT of the status would
-    do). Decided under the agent's lock, which every writer of its rules takes: two adds of one
-    rule at once leave one."""
+    do). Decided under the agent's lock, which whatever adds a rule takes (this, the lifecycle's
+    proposals, an import): two adds of one rule at once leave one."""
     agent_register(team=team, agent_id=agent_id)
     wanted = normalise(rule)
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
