@@ -152,6 +152,7 @@ mcp = PlatformMCPServer(
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 
 AgentId = Annotated[
     str | None,
@@ -274,7 +275,7 @@ async def memory_update(
 
 @mcp.tool(
     name="memory_forget",
-    annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
+    annotations=DESTRUCTIVE,
 )
 async def memory_forget(memory_id: MemoryId) -> dict[str, Any]:
     """Forget a memory: it moves to the trash (restorable by an operator for the retention
@@ -491,7 +492,7 @@ async def procedure_update(
 
 @mcp.tool(
     name="procedure_delete",
-    annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
+    annotations=DESTRUCTIVE,
 )
 async def procedure_delete(procedure_id: ProcedureId, agent_id: AgentId = None) -> dict[str, Any]:
     """Remove a rule the agent no longer follows (gone at once; rules have no trash)."""
