@@ -480,7 +480,8 @@ async def procedure_update(
     ] = None,
     agent_id: AgentId = None,
 ) -> dict[str, Any]:
-    """Edit a rule's text, or accept / reject a proposed rule; give at least one field."""
+    """Edit a rule's text, or accept / reject a proposed rule; give at least one field. A text
+    another of the agent's rules already says is refused (CONFLICT, naming that rule)."""
     return await _run(
         tools.procedure_update,
         procedure_id=procedure_id,

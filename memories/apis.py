@@ -1322,8 +1322,10 @@ class ProcedureDetailApi(APIView):
     @api_operation(
         request=ProcedureUpdateSerializer,
         response=ProcedureOutputSerializer,
-        errors=(400, 403, 404),
+        errors=(400, 403, 404, 409),
         summary="Edit a rule, or accept / reject a proposed one",
+        description="409 `CONFLICT` when another rule of the agent already says the new text "
+        "(compared as an add compares it); the message and `details.rule` name that rule's id.",
     )
     def put(self, request: Request, agent_id: str, procedure_id: int) -> Response:
         check_agent_id(agent_id)

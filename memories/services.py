@@ -15,7 +15,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from core.errors import NotFound, ValidationFailed
+from core.errors import DomainError, ErrorCode, NotFound, ValidationFailed
 from core.metrics import SEARCH_LATENCY, WRITE_LATENCY, timed
 from core.rows import assign_given, rows_restamp
 from tenants.models import ApiKey, Team
@@ -1015,23 +1015,12 @@ def procedure_add(*, team: Team, agent_id: str, rule: str, source: str) -> tuple
     exact duplicate) is that rule, not a second one: agents restate their rules from session to
     session, and each copy would be followed, listed and exported again. Adding it is a decision
     to follow it, so a proposed or rejected one becomes active (what a PUT of the status would
-    do). Decided under the agent's lock, which whatever adds a rule takes (this, the lifecycle's
-    proposals, an import): two adds of one rule at once leave one."""
+    do). Decided under the agent's lock, which whatever adds a rule or changes its text takes
+    (this, an edit, the lifecycle's proposals, an import): two adds of one rule at once leave
+    one."""
     agent_register(team=team, agent_id=agent_id)
-    wanted = normalise(rule)
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
-        # Locked rows: an edit or a delete of the rule (which take only its row) waits for this
-        # answer, so the rule answered is the rule as it is.
-        same = next(
-            (
-                p
-                for p in Procedure.objects.select_for_update()
-                .filter(team=team, agent_id=agent_id)
-                .order_by("id")
-                if normalise(p.rule) == wanted
-            ),
-            None,
-        )
+        same = _procedure_of_text(team_id=team.id, agent_id=agent_id, rule=rule)
         if same is None:
             new = _procedure_insert(
                 team=team,
@@ -1047,6 +1036,32 @@ def procedure_add(*, team: Team, agent_id: str, rule: str, source: str) -> tuple
         return same, False
 
 
+def _procedure_of_text(
+    *, team_id: str, agent_id: str, rule: str, other_than: int | None = None
+) -> Procedure | None:
+    """The agent's rule saying `rule` (`text.normalise`), oldest first; in the agent's lock.
+    The rows read are locked: an edit or a delete of that rule (which take only its row) waits
+    for the caller's answer, so the rule answered is the rule as it is."""
+    wanted = normalise(rule)
+    rows = Procedure.objects.select_for_update().filter(team_id=team_id, agent_id=agent_id)
+    if other_than is not None:
+        rows = rows.exclude(pk=other_than)
+    return next((p for p in rows.order_by("id") if normalise(p.rule) == wanted), None)
+
+
+class RuleExists(DomainError):
+    """An edit would give an agent two rules of one text (409): `other_id` is the rule that
+    already says it."""
+
+    def __init__(self, other_id: int) -> None:
+        super().__init__(
+            ErrorCode.CONFLICT,
+            f"this agent already has this rule (id {other_id})",
+            details={"rule": [f"the same text as rule {other_id}"]},
+        )
+        self.other_id = other_id
+
+
 def procedure_update(
     *, procedure: Procedure, rule: str | None = None, status: str | None = None
 ) -> Procedure:
@@ -1055,12 +1070,32 @@ def procedure_update(
     Writes only the fields given, on the row read afresh under its lock: an agent editing a
     rule's text while a lead decides on it keeps both changes (each request wrote back the
     other's field as it had read it, so one change was lost). NotFound when another request
-    removed the rule after the caller read it."""
-    with transaction.atomic():
-        locked = Procedure.objects.select_for_update().filter(pk=procedure.pk).first()
-        if locked is None:
-            raise NotFound("procedure")
+    removed the rule after the caller read it.
+
+    A new text another rule of the agent already says is refused (RuleExists), as an add of it
+    would meet that rule: two copies would both be followed, listed and exported. That check
+    runs under the agent's lock, which every add takes, so an add and an edit to one text at
+    once cannot leave two rules either; a status alone takes only the row."""
+    if rule is None:
+        with transaction.atomic():
+            locked = _procedure_locked(procedure)
+            locked.save(update_fields=assign_given(locked, status=status))
+        return locked
+    with locks.agent_locked(team_id=procedure.team_id, agent_id=procedure.agent_id):
+        locked = _procedure_locked(procedure)
+        same = _procedure_of_text(
+            team_id=procedure.team_id, agent_id=procedure.agent_id, rule=rule, other_than=locked.pk
+        )
+        if same is not None:
+            raise RuleExists(same.pk)
         locked.save(update_fields=assign_given(locked, rule=rule, status=status))
+    return locked
+
+
+def _procedure_locked(procedure: Procedure) -> Procedure:
+    locked = Procedure.objects.select_for_update().filter(pk=procedure.pk).first()
+    if locked is None:
+        raise NotFound("procedure")
     return locked
 
 

@@ -1308,7 +1308,8 @@ class _Endpoints:
         rule: str | None = None,
         status: Literal["active", "proposed", "rejected"] | None = None,
     ) -> _Call[Procedure]:
-        """Edits a rule, or accepts (`status="active"`) / rejects a proposal."""
+        """Edits a rule, or accepts (`status="active"`) / rejects a proposal. A new text that
+        another rule of the agent already says is refused (`MemoryAPIError`, 409 `CONFLICT`)."""
         body = {k: v for k, v in (("rule", rule), ("status", status)) if v is not None}
         return _put(f"/procedures/{quote(agent_id, safe='')}/{int(procedure_id)}", body)
 

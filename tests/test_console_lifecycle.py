@@ -534,6 +534,12 @@ def test_a_lead_corrects_a_rules_wording_and_a_viewer_cannot(team, lead, viewer,
         assert f"Rule #{rule.pk} unchanged" in refused
     rule.refresh_from_db()
     assert rule.rule == "Answer briefly."
+    # The text of another rule of the agent's: refused, naming it (the agent would follow two).
+    cite = procedure_create(team=team, agent_id="researcher", rule="Cite it.", source="agent")
+    refused = lead.post(edit, {"rule": "cite  IT."}, follow=True).content.decode()
+    assert f"Rule #{rule.pk} unchanged: researcher already has that rule (#{cite.pk})." in refused
+    rule.refresh_from_db()
+    assert rule.rule == "Answer briefly."
     # Another team's rule through this team's URL: not found, untouched.
     assert lead.post(url(team, f"procedures/{theirs.pk}/edit/"), {"rule": "x"}).status_code == 404
     assert Procedure.objects.get(pk=theirs.pk).rule == "B's."

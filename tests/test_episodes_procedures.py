@@ -170,6 +170,36 @@ def test_a_rule_added_again_is_the_rule_already_there(team, agent, agent_api):
     assert Procedure.objects.filter(team=team, agent_id="researcher").count() == 4
 
 
+def test_an_edit_to_another_rules_text_is_refused(team, agent, agent_api, api, other_team):
+    brief = ok_data(agent_api.post("/procedures/researcher", {"rule": "Be brief."}))
+    cite = ok_data(agent_api.post("/procedures/researcher", {"rule": "Cite the source."}))
+    # Another text of the agent's, in any case or spacing: 409 naming the rule that says it.
+    clash = agent_api.put(f"/procedures/researcher/{cite['id']}", {"rule": "  be BRIEF. "})
+    assert clash.status_code == 409
+    body = clash.json()
+    assert body["code"] == "CONFLICT" and str(brief["id"]) in body["error"]
+    assert body["details"] == {"rule": [f"the same text as rule {brief['id']}"]}
+    # A text and a status together: neither is written.
+    both = {"rule": "Be brief.", "status": "rejected"}
+    assert agent_api.put(f"/procedures/researcher/{cite['id']}", both).status_code == 409
+    assert list(
+        Procedure.objects.filter(team=team).order_by("id").values_list("rule", "status")
+    ) == [("Be brief.", "active"), ("Cite the source.", "active")]
+    # The rule's own text in another case is its own edit; a status alone is never compared.
+    own = agent_api.put(f"/procedures/researcher/{brief['id']}", {"rule": "BE BRIEF."})
+    assert ok_data(own)["rule"] == "BE BRIEF."
+    status = agent_api.put(f"/procedures/researcher/{cite['id']}", {"status": "rejected"})
+    assert status.status_code == 200
+    # Another agent's, or another team's, rule of that text is not this agent's: the edit is
+    # written.
+    AgentFactory(team=team, agent_id="trader")
+    ok_data(api.post("/procedures/trader", {"rule": "Check the spread."}))
+    other = _other_api(other_team)
+    ok_data(other.post("/procedures/researcher", {"rule": "Check the spread."}))
+    edited = agent_api.put(f"/procedures/researcher/{cite['id']}", {"rule": "Check the spread."})
+    assert ok_data(edited)["rule"] == "Check the spread."
+
+
 @pytest.mark.parametrize("status", ["proposed", "rejected"])
 def test_adding_a_proposed_or_rejected_rule_makes_it_active(team, agent, agent_api, status):
     held = Procedure.objects.create(

@@ -592,6 +592,11 @@ def test_an_agent_keeps_its_rules_through_mcp(mcp_url, team_a, agent_token):
             out["none_given"] = error_code(
                 await a.call_tool("procedure_update", {"procedure_id": rid})
             )
+            out["twin"] = data(
+                await a.call_tool(
+                    "procedure_update", {"procedure_id": rid, "rule": "cite SOURCES."}
+                )
+            )
             out["active"] = ok(await a.call_tool("procedure_list", {"status": "active"}))
             out["other_agent"] = [
                 error_code(await a.call_tool(name, {**args, "agent_id": "a2"}))
@@ -632,6 +637,8 @@ def test_an_agent_keeps_its_rules_through_mcp(mcp_url, team_a, agent_token):
     assert out["edited"]["rule"] == "Answer in English."
     assert out["accepted"]["status"] == "active"
     assert out["none_given"] == "VALIDATION_ERROR"
+    # Edited into the words of another of its rules: refused, naming that rule.
+    assert out["twin"]["code"] == "CONFLICT" and str(proposal.pk) in out["twin"]["error"]
     assert [p["rule"] for p in out["active"]["procedures"]] == [
         "Cite sources.",
         "Answer in English.",

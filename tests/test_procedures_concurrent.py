@@ -1,8 +1,8 @@
 """Two requests on one rule (procedural memory) at once, each in its own server process on one
 MariaDB database: an agent edits a rule's text while a lead accepts or rejects it, or a request
-reaches a rule another one deleted, or two requests add the same rule. Both changes must hold; a
-rule deleted meanwhile is a 404 as a moment later, never a 500 and never a "deleted" for nothing;
-a rule added twice is one rule.
+reaches a rule another one deleted, or two requests add the same rule (or one adds it as another
+edits a rule into it). Both changes must hold; a rule deleted meanwhile is a 404 as a moment
+later, never a 500 and never a "deleted" for nothing; a rule added twice is one rule.
 
 The order is forced: a third process holds the rule's row, the first request queues on it, then
 the second; releasing the holder lets them go in that order (InnoDB grants a row's lock in the
@@ -167,3 +167,32 @@ def test_a_rule_added_as_it_is_deleted_is_added_again(tmp_path):
         assert [
             (r["id"], r["rule"], r["status"]) for r in a.list_procedures("coder")["procedures"]
         ] == [(added["id"], RULE, "active")]
+
+
+@pytest.mark.parametrize("add_first", [True, False], ids=["add first", "edit first"])
+def test_an_add_and_an_edit_to_one_text_at_once_leave_one_rule(tmp_path, add_first):
+    """An edit compared nothing: an agent adding a rule while another request rewrote one of its
+    rules into the same words ended with two copies, both followed."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = clients(stack)
+        pk = a.add_procedure("coder", "Be brief.")["id"]
+        lock = stack_python(stack, CODER_LOCK)
+        add = answer(lambda: a.add_procedure("coder", RULE))
+        edit = answer(lambda: b.update_procedure("coder", pk, rule=RULE.upper()))
+        first, second = queued_in_order(
+            stack,
+            ("memories.models", "ScopeLock", lock),
+            *((add, edit) if add_first else (edit, add)),
+        )
+        rules = a.list_procedures("coder")["procedures"]
+        if add_first:
+            # The edit is refused: the rule it would repeat was added first.
+            assert second == (409, "CONFLICT")
+            assert [(r["id"], r["rule"]) for r in rules] == [
+                (pk, "Be brief."),
+                (first["id"], RULE),
+            ]
+        else:
+            # The add meets the rule the edit wrote.
+            assert second["id"] == first["id"] == pk
+            assert [(r["id"], r["rule"]) for r in rules] == [(pk, RULE.upper())]

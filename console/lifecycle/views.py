@@ -296,6 +296,13 @@ def procedure_edit(request: HttpRequest, team: Team, procedure_id: int) -> HttpR
             f"Rule #{procedure.pk} was removed by another request meanwhile; nothing was changed.",
         )
         return redirect("console:lifecycle-procedures", team_id=team.id)
+    except memory_services.RuleExists as same:
+        messages.error(
+            request,
+            f"Rule #{procedure.pk} unchanged: {procedure.agent_id} already has that rule "
+            f"(#{same.other_id}).",
+        )
+        return redirect("console:lifecycle-procedures", team_id=team.id)
     messages.success(request, f"Rule #{procedure.pk} of {procedure.agent_id} corrected.")
     return redirect("console:lifecycle-procedures", team_id=team.id)
 
