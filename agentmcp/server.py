@@ -464,7 +464,8 @@ async def procedure_list(
 @mcp.tool(name="procedure_add", annotations=WRITES)
 async def procedure_add(rule: RuleText, agent_id: AgentId = None) -> dict[str, Any]:
     """Add a rule the agent follows from now on. A rule it already has (same text, case and
-    spacing aside) is not added twice: that rule comes back with existing=true, active."""
+    spacing aside) is not added twice: that rule comes back with existing=true, active. An
+    agent holds at most 200 rules: remove one it no longer follows to add another."""
     return await _run(tools.procedure_add, rule=rule, agent_id=agent_id)
 
 

@@ -975,6 +975,12 @@ def episode_create(
 
 # --- procedural memory: the agent's own rules ------------------------------------------------------
 
+# An agent's rules, whatever their status. Agents read their active rules into every prompt, and
+# an add compares the new text with each of them (`procedure_add`): a handful to a few dozen is
+# the use; an agent adding a rule per turn would grow both without bound. Rejected proposals
+# count (they are kept so that the lifecycle does not propose them again).
+MAX_RULES_PER_AGENT = 200
+
 
 def procedure_create(
     *,
@@ -1017,11 +1023,22 @@ def procedure_add(*, team: Team, agent_id: str, rule: str, source: str) -> tuple
     to follow it, so a proposed or rejected one becomes active (what a PUT of the status would
     do). Decided under the agent's lock, which whatever adds a rule or changes its text takes
     (this, an edit, the lifecycle's proposals, an import): two adds of one rule at once leave
-    one."""
+    one. A new rule past MAX_RULES_PER_AGENT is refused (ValidationFailed); a rule met is not
+    new, so restating one is answered however many the agent holds."""
     agent_register(team=team, agent_id=agent_id)
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         same = _procedure_of_text(team_id=team.id, agent_id=agent_id, rule=rule)
         if same is None:
+            if procedure_room(team=team, agent_id=agent_id) == 0:
+                raise ValidationFailed(
+                    {
+                        "rule": [
+                            f"An agent holds at most {MAX_RULES_PER_AGENT} rules: remove one it "
+                            "no longer follows first."
+                        ]
+                    },
+                    "rule: too many rules",
+                )
             new = _procedure_insert(
                 team=team,
                 agent_id=agent_id,
@@ -1034,6 +1051,13 @@ def procedure_add(*, team: Team, agent_id: str, rule: str, source: str) -> tuple
         if same.status != ProcedureStatus.ACTIVE:
             same.save(update_fields=assign_given(same, status=ProcedureStatus.ACTIVE))
         return same, False
+
+
+def procedure_room(*, team: Team, agent_id: str) -> int:
+    """How many more rules the agent may be given (MAX_RULES_PER_AGENT); read in the agent's
+    lock by whatever adds one."""
+    held = Procedure.objects.filter(team=team, agent_id=agent_id).count()
+    return max(MAX_RULES_PER_AGENT - held, 0)
 
 
 def _procedure_of_text(

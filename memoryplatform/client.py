@@ -1297,7 +1297,8 @@ class _Endpoints:
     @_endpoint
     def add_procedure(self, agent_id: str, rule: str) -> _Call[Procedure]:
         """The new rule, active; or the agent's rule of the same text (case and spacing aside),
-        made active if it was proposed or rejected: adding a rule twice keeps one."""
+        made active if it was proposed or rejected: adding a rule twice keeps one. A new rule
+        past the agent's 200 is refused (`MemoryAPIError`, 400 `VALIDATION_ERROR`)."""
         return _post(f"/procedures/{quote(agent_id, safe='')}", {"rule": rule})
 
     @_endpoint

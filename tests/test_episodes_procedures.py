@@ -7,6 +7,7 @@ import pytest
 from django.test import Client
 
 from memories.models import Memory, Procedure
+from memories.services import MAX_RULES_PER_AGENT
 from tenants.services import api_key_issue
 
 from .factories import AgentFactory, MemoryFactory
@@ -237,6 +238,36 @@ def test_another_agents_or_teams_rule_of_the_same_text_is_not_met(
     assert Procedure.objects.filter(team=team, agent_id="researcher").count() == 1
 
 
+def _rules_held(team, agent_id: str, count: int) -> None:
+    Procedure.objects.bulk_create(
+        Procedure(team=team, agent_id=agent_id, rule=f"Rule number {i}.", source="agent")
+        for i in range(count)
+    )
+
+
+def test_an_agent_holds_at_most_the_limit_of_rules(team, agent, agent_api, api):
+    _rules_held(team, "researcher", MAX_RULES_PER_AGENT - 1)
+    last = agent_api.post("/procedures/researcher", {"rule": "Be brief."})
+    assert last.status_code == 201
+    # Full: a new rule is refused, saying why; restating one it has is still answered.
+    refused = agent_api.post("/procedures/researcher", {"rule": "Cite the source."})
+    assert refused.status_code == 400 and error_code(refused) == "VALIDATION_ERROR"
+    assert refused.json()["details"] == {
+        "rule": [
+            f"An agent holds at most {MAX_RULES_PER_AGENT} rules: remove one it no longer "
+            "follows first."
+        ]
+    }
+    assert agent_api.post("/procedures/researcher", {"rule": "be brief."}).status_code == 200
+    assert Procedure.objects.filter(team=team, agent_id="researcher").count() == 200
+    # The limit is the agent's: another agent of the team adds its own.
+    AgentFactory(team=team, agent_id="trader")
+    assert api.post("/procedures/trader", {"rule": "Cite the source."}).status_code == 201
+    # Removing one makes room.
+    ok_data(agent_api.delete(f"/procedures/researcher/{last.json()['data']['id']}"))
+    assert agent_api.post("/procedures/researcher", {"rule": "Cite the source."}).status_code == 201
+
+
 def test_procedure_input_is_checked(api):
     assert error_code(api.post("/procedures/researcher", {"rule": ""})) == "VALIDATION_ERROR"
     assert error_code(api.post("/procedures/researcher", {})) == "VALIDATION_ERROR"
@@ -303,6 +334,16 @@ def test_repeated_feedback_is_proposed_as_a_rule_never_applied_until_accepted(
         p["id"]
         for p in ok_data(agent_api.get("/procedures/researcher?status=active"))["procedures"]
     ] == [proposal["id"]]
+
+
+@pytest.mark.parametrize("held, proposed", [(MAX_RULES_PER_AGENT - 1, 1), (MAX_RULES_PER_AGENT, 0)])
+def test_nothing_is_proposed_past_the_agents_room_for_rules(team, agent, api, held, proposed):
+    _rules_held(team, "researcher", held)
+    for text in FEEDBACK:
+        MemoryFactory(team=team, agent_id="researcher", content=text, category="preference")
+    answer = ok_data(api.post("/lifecycle/propose-procedures", {"agent_id": "researcher"}))
+    assert answer["count"] == proposed
+    assert Procedure.objects.filter(team=team, agent_id="researcher").count() == held + proposed
 
 
 def test_a_rejected_proposal_is_not_proposed_again(team, agent, api):

@@ -196,3 +196,30 @@ def test_an_add_and_an_edit_to_one_text_at_once_leave_one_rule(tmp_path, add_fir
             # The add meets the rule the edit wrote.
             assert second["id"] == first["id"] == pk
             assert [(r["id"], r["rule"]) for r in rules] == [(pk, RULE.upper())]
+
+
+def test_two_adds_into_the_last_room_for_a_rule_leave_the_limit(tmp_path):
+    """The agent's count is read in its lock: two new rules added at once when one more fits
+    would both see room for it."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = clients(stack)
+        a.add_procedure("coder", "Be brief.")
+        held = stack_python(
+            stack,
+            "import json\nfrom memories.models import Procedure\n"
+            "from memories.services import MAX_RULES_PER_AGENT\n"
+            "first = Procedure.objects.get()\n"
+            "Procedure.objects.bulk_create(Procedure(team_id=first.team_id, agent_id='coder', "
+            "rule=f'Rule {i}.', source='agent') for i in range(MAX_RULES_PER_AGENT - 2))\n"
+            "print(json.dumps(Procedure.objects.count()))",
+        )
+        lock = stack_python(stack, CODER_LOCK)
+        first, second = queued_in_order(
+            stack,
+            ("memories.models", "ScopeLock", lock),
+            answer(lambda: a.add_procedure("coder", RULE)),
+            answer(lambda: b.add_procedure("coder", "Cite the source.")),
+        )
+        assert first["rule"] == RULE
+        assert second == (400, "VALIDATION_ERROR")
+        assert len(a.list_procedures("coder")["procedures"]) == held + 1

@@ -57,6 +57,7 @@ from memories.services import (
     memory_supersede,
     memory_update,
     procedure_create,
+    procedure_room,
     profile_learn,
 )
 from memories.tiers import memories_set_tier
@@ -666,7 +667,9 @@ def propose_procedures(
     """Proposes a rule for every point of feedback the agent's memories repeat `min_repeats`
     times or more (offline.repeated_points; the rule is the feedback's most central wording).
     A proposal is never followed until the agent or a lead accepts it (PUT status active), and
-    a point that already has a rule — active, proposed or rejected — is not proposed again."""
+    a point that already has a rule — active, proposed or rejected — is not proposed again.
+    Nothing is proposed past the agent's room for rules (MAX_RULES_PER_AGENT): the points
+    repeated most often first."""
     memories = list(
         Memory.objects.filter(
             team=team,
@@ -685,7 +688,10 @@ def propose_procedures(
     # proposes again.
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         known = [p.rule for p in procedure_list(team=team, agent_id=agent_id)]
+        room = procedure_room(team=team, agent_id=agent_id)
         for central, group in points:
+            if len(proposals) == room:
+                break
             rule = texts[central]
             if known and max(similarity_matrix([rule, *known])[0, 1:]) >= REPEAT_THRESHOLD:
                 continue  # this point has a rule already (or was refused)
