@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 
 from core.errors import Forbidden, NotFound
 from tenants.models import Agent, Team
@@ -19,6 +19,7 @@ from .models import (
     MemoryShare,
     MemoryTier,
     Procedure,
+    ProcedureStatus,
     ProfileField,
     ProfileRevision,
 )
@@ -332,12 +333,22 @@ def procedure_list(*, team: Team, agent_id: str, status: str | None = None) -> Q
     return qs.order_by("created_at", "id")
 
 
-def procedures_of_team(*, team: Team, status: str | None = None) -> QuerySet[Procedure]:
-    """Every agent's rules of the team (the console), by agent then age."""
+def procedures_of_team(
+    *, team: Team, status: str | None = None, agent_id: str | None = None
+) -> QuerySet[Procedure]:
+    """The team's rules (the console): proposals waiting for a decision first, then by agent
+    and age."""
     qs = Procedure.objects.filter(team=team)
     if status:
         qs = qs.filter(status=status)
-    return qs.order_by("agent_id", "created_at", "id")
+    if agent_id:
+        qs = qs.filter(agent_id=agent_id)
+    waiting = Case(
+        When(status=ProcedureStatus.PROPOSED, then=Value(0)),
+        default=Value(1),
+        output_field=IntegerField(),
+    )
+    return qs.order_by(waiting, "agent_id", "created_at", "id")
 
 
 def procedure_of_team(*, team: Team, procedure_id: int) -> Procedure | None:

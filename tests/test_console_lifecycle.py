@@ -507,6 +507,41 @@ def test_a_lead_accepts_or_rejects_proposed_rules_and_a_viewer_only_sees_them(
     assert Procedure.objects.get(pk=theirs.pk).status == "active"
 
 
+def test_rules_are_listed_by_page_and_agent_proposals_first(team, lead, other_team):
+    from console.lifecycle.views import RULES_PER_PAGE
+    from memories.models import Procedure
+
+    Procedure.objects.bulk_create(
+        Procedure(team=team, agent_id="alpha", rule=f"Alpha rule {i:03}.", source="agent")
+        for i in range(RULES_PER_PAGE)
+    )
+    waiting = Procedure.objects.create(
+        team=team, agent_id="zed", rule="Zed proposal.", status="proposed", source="lifecycle"
+    )
+    Procedure.objects.create(team=other_team, agent_id="zed", rule="Team B rule.", source="agent")
+    first = lead.get(url(team, "procedures/")).content.decode()
+    # A proposal waits for a decision: first, whatever its agent.
+    assert first.index("Zed proposal.") < first.index("Alpha rule 000.")
+    assert "Alpha rule 048." in first and "Alpha rule 049." not in first
+    assert "page 1 of 2" in first and "Team B rule." not in first
+    second = lead.get(url(team, "procedures/?page=2")).content.decode()
+    assert "Alpha rule 049." in second and "Alpha rule 000." not in second
+    # One agent's rules; a decision taken there comes back to the same page and filter.
+    here = url(team, "procedures/?agent=zed&status=proposed")
+    only = lead.get(here).content.decode()
+    assert "Zed proposal." in only and "Alpha rule" not in only and "Team B rule." not in only
+    assert f'name="next" value="{here.replace("&", "&amp;")}"' in only
+    decide = url(team, f"procedures/{waiting.pk}/decide/")
+    back = lead.post(decide, {"decision": "reject", "next": here})
+    assert (back.status_code, back["Location"]) == (302, here)
+    # Anywhere else (another page of the console, another site) is the rules page.
+    for elsewhere in (url(team, "jobs/"), "https://example.com/", "//example.com/"):
+        back = lead.post(decide, {"decision": "accept", "next": elsewhere})
+        assert back["Location"] == url(team, "procedures/")
+    edit = url(team, f"procedures/{waiting.pk}/edit/")
+    assert lead.post(edit, {"rule": "Zed rule.", "next": here})["Location"] == here
+
+
 def test_a_lead_corrects_a_rules_wording_and_a_viewer_cannot(team, lead, viewer, other_team):
     from memories.models import Procedure
     from memories.services import procedure_create

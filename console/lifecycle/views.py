@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from console import access
@@ -40,6 +41,7 @@ from .forms import (
 
 JOBS_PER_PAGE = 50
 PERSONAS_PER_PAGE = 30
+RULES_PER_PAGE = 50
 
 T = TypeVar("T")
 
@@ -236,14 +238,35 @@ def memory_sources(request: HttpRequest, team: Team, memory_id: int) -> HttpResp
 
 @access.console_view()
 def procedure_list(request: HttpRequest, team: Team) -> HttpResponse:
-    """Every agent's rules (procedural memory), the proposals waiting for a decision first."""
+    """Every agent's rules (procedural memory), the proposals waiting for a decision first; by
+    page, as a team of many agents holds up to MAX_RULES_PER_AGENT each."""
     status = request.GET.get("status", "")
     if status not in ("", *ProcedureStatus.values):
         status = ""
-    rows = list(memory_selectors.procedures_of_team(team=team, status=status or None))
-    rows.sort(key=lambda p: p.status != ProcedureStatus.PROPOSED)  # stable: agent, age kept
-    context = {"procedures": rows, "status": status, "statuses": ProcedureStatus.values}
+    agent_id = request.GET.get("agent", "")
+    rows = memory_selectors.procedures_of_team(
+        team=team, status=status or None, agent_id=agent_id or None
+    )
+    page = Paginator(rows, RULES_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "page": page,
+        "query": query.urlencode(),
+        "here": request.get_full_path(),
+        "status": status,
+        "statuses": ProcedureStatus.values,
+        "agent": agent_id,
+        "agent_ids": _agent_ids(team),
+    }
     return _page(request, "procedures", context)
+
+
+def _back_to_rules(request: HttpRequest, team: Team) -> HttpResponseRedirect:
+    """Back to the rules page the form was posted from (its filters and page), never off-site."""
+    rules = reverse("console:lifecycle-procedures", kwargs={"team_id": team.id})
+    nxt = request.POST.get("next", "")
+    return HttpResponseRedirect(nxt if nxt.startswith(rules) else rules)
 
 
 # A lead's decision on a rule: accept a proposal, reject it, or stop following an active rule.
@@ -259,7 +282,7 @@ def procedure_decide(request: HttpRequest, team: Team, procedure_id: int) -> Htt
     decision = request.POST.get("decision", "")
     if decision not in DECISIONS:
         messages.error(request, "Choose accept or reject.")
-        return redirect("console:lifecycle-procedures", team_id=team.id)
+        return _back_to_rules(request, team)
     try:
         memory_services.procedure_update(procedure=procedure, status=DECISIONS[decision])
     except NotFound:
@@ -267,13 +290,13 @@ def procedure_decide(request: HttpRequest, team: Team, procedure_id: int) -> Htt
             request,
             f"Rule #{procedure.pk} was removed by another request meanwhile; nothing was decided.",
         )
-        return redirect("console:lifecycle-procedures", team_id=team.id)
+        return _back_to_rules(request, team)
     messages.success(
         request,
         f"Rule #{procedure.pk} of {procedure.agent_id} "
         + ("accepted: the agent follows it now." if decision == "accept" else "rejected."),
     )
-    return redirect("console:lifecycle-procedures", team_id=team.id)
+    return _back_to_rules(request, team)
 
 
 @require_POST
@@ -287,7 +310,7 @@ def procedure_edit(request: HttpRequest, team: Team, procedure_id: int) -> HttpR
     form = RuleEditForm(request.POST)
     if not form.is_valid():
         messages.error(request, f"Rule #{procedure.pk} unchanged: {form.errors['rule'][0]}")
-        return redirect("console:lifecycle-procedures", team_id=team.id)
+        return _back_to_rules(request, team)
     try:
         memory_services.procedure_update(procedure=procedure, rule=form.cleaned_data["rule"])
     except NotFound:
@@ -295,16 +318,16 @@ def procedure_edit(request: HttpRequest, team: Team, procedure_id: int) -> HttpR
             request,
             f"Rule #{procedure.pk} was removed by another request meanwhile; nothing was changed.",
         )
-        return redirect("console:lifecycle-procedures", team_id=team.id)
+        return _back_to_rules(request, team)
     except memory_services.RuleExists as same:
         messages.error(
             request,
             f"Rule #{procedure.pk} unchanged: {procedure.agent_id} already has that rule "
             f"(#{same.other_id}).",
         )
-        return redirect("console:lifecycle-procedures", team_id=team.id)
+        return _back_to_rules(request, team)
     messages.success(request, f"Rule #{procedure.pk} of {procedure.agent_id} corrected.")
-    return redirect("console:lifecycle-procedures", team_id=team.id)
+    return _back_to_rules(request, team)
 
 
 @access.console_view()
