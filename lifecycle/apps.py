@@ -10,9 +10,18 @@ class LifecycleConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the Celery tasks, which services.dispatch sends by name.
-        from memories.working.events import working_memory_written
+        from django.db.models.signals import pre_delete
 
-        from . import tasks  # noqa: F401
+        from memories.working.events import working_memory_written
+        from tenants.models import Agent
+
+        from . import signals, tasks  # noqa: F401
+
+        # An agent's deletion is final: what the lifecycle holds of it goes in the same
+        # transaction.
+        pre_delete.connect(
+            signals.delete_agents_lifecycle_rows, sender=Agent, dispatch_uid="lifecycle.agent_purge"
+        )
 
         working_memory_written.connect(_on_working_write, dispatch_uid="lifecycle.pipeline")
 

@@ -702,10 +702,11 @@ def memory_unshare(*, memory: Memory, agent_ids: list[str] | None) -> int:
 
 
 def purge_agent(*, team: Team, agent_id: str) -> int:
-    """Deletes an agent's personal memories, its profile and the shares granted to it (agent
-    deletion).
+    """Deletes an agent's personal memories, its profile, its rules and the shares granted to it
+    (agent deletion).
 
     Final: nothing goes to the trash, and what the agent's personal memories left there goes too.
+    An agent created again with the same id starts without rules: they were this agent's.
     """
     ids = list(
         Memory.objects.filter(team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id).values_list(
@@ -715,6 +716,7 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
     MemoryShare.objects.filter(team=team, agent_id=agent_id).delete()
     ProfileField.objects.filter(team=team, agent_id=agent_id).delete()
     ProfileRevision.objects.filter(team=team, agent_id=agent_id).delete()
+    Procedure.objects.filter(team=team, agent_id=agent_id).delete()
     TrashedMemory.objects.filter(team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id).delete()
     return memories_delete(team=team, memory_ids=ids)
 

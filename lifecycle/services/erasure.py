@@ -1,0 +1,46 @@
+"""What the lifecycle holds of an agent, erased with the agent (`DELETE /agents/<team>/<id>`).
+
+An agent's deletion is final (docs/api.md): its personal memories, profile and rules go in the
+memories app, its own entities in the graph app, and here what the lifecycle derived from them
+or kept of its working memory — scenarios, personas, the working-memory archive — and what its
+jobs hold of it: their results (summaries, personas, facts) and the messages an ingest was
+given. The job rows stay, with their counts: the log says what ran and when, not what it read or
+produced. A job still queued for the agent is not run (it would write for an agent that is
+gone); one already running finishes. An agent created again with the same id starts from
+nothing.
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from tenants.models import Team
+
+from ..models import JobRun, JobStatus, Persona, Scenario, WorkingArchive
+
+AGENT_DELETED = "its agent was deleted before it ran"
+
+
+def purge_agent(*, team: Team, agent_id: str) -> None:
+    """In the agent's deleting transaction (lifecycle.signals): the agent and what the
+    lifecycle holds of it go together."""
+    Scenario.objects.filter(team=team, agent_id=agent_id).delete()
+    Persona.objects.filter(team=team, agent_id=agent_id).delete()
+    WorkingArchive.objects.filter(team=team, agent_id=agent_id).delete()
+    jobs = JobRun.objects.filter(team=team, agent_id=agent_id)
+    # A queued job is failed here, its keys released; a worker's claim then finds it not queued
+    # and leaves it (jobs.job_claim).
+    jobs.filter(status=JobStatus.QUEUED).update(
+        status=JobStatus.FAILED,
+        error=AGENT_DELETED,
+        finished_at=timezone.now(),
+        active_key=None,
+        claim_key=None,
+        lease_expires_at=None,
+    )
+    done = jobs.exclude(status=JobStatus.RUNNING)
+    done.update(result=None)
+    given = [job for job in done.only("id", "params") if "messages" in job.params]
+    for job in given:
+        job.params = {k: v for k, v in job.params.items() if k != "messages"}
+    JobRun.objects.bulk_update(given, ["params"], batch_size=500)
