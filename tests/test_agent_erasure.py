@@ -26,9 +26,10 @@ BACKTESTS = [
 SAID = "I keep the deploy keys in the vault and rotate them every Friday."
 
 
-def _hold(api, agent_id: str) -> None:
-    """What an agent comes to hold through the API: a rule, an ingest (archived messages and a
-    job that was given them), scenarios and a persona from its memories."""
+def _hold(api, team, agent_id: str) -> None:
+    """What an agent comes to hold through the API: a rule, an ingest (archived messages),
+    scenarios and a persona from its memories; and an ingest job abandoned before it ran, which
+    still holds the messages it was given (its retry reads them)."""
     api.post("/lifecycle/auto-config", {"enabled": False})
     assert api.post(f"/procedures/{agent_id}", {"rule": "Answer briefly."}).status_code == 201
     body = {"agent_id": agent_id, "messages": [{"role": "user", "content": SAID}]}
@@ -40,6 +41,13 @@ def _hold(api, agent_id: str) -> None:
         ok_data(api.post("/memories/personal", {"agent_id": agent_id, "content": note}))
     ok_data(api.post("/lifecycle/aggregate-scenes", {"agent_id": agent_id, "max_memories": 50}))
     ok_data(api.post("/lifecycle/generate-persona", {"agent_id": agent_id}))
+    JobRunFactory(
+        team=team,
+        agent_id=agent_id,
+        kind="ingest",
+        status="abandoned",
+        params={"messages": [{"role": "user", "content": SAID}]},
+    )
 
 
 def _held(team, agent_id: str) -> dict[str, int]:
@@ -50,14 +58,14 @@ def _held(team, agent_id: str) -> dict[str, int]:
         "personas": Persona.objects.filter(team=team, agent_id=agent_id).count(),
         "archived": WorkingArchive.objects.filter(team=team, agent_id=agent_id).count(),
         "results": sum(1 for j in jobs if j.result is not None),
-        "messages": sum(1 for j in jobs if "messages" in j.params),
+        "messages": sum(1 for j in jobs if isinstance(j.params.get("messages"), list)),
     }
 
 
 def test_deleting_an_agent_erases_what_it_held_and_nothing_else(team, api, other_team, other_api):
     for agent_id in ("researcher", "coder"):
-        _hold(api, agent_id)
-    _hold(other_api, "researcher")
+        _hold(api, team, agent_id)
+    _hold(other_api, other_team, "researcher")
     queued = JobRunFactory(team=team, agent_id="researcher", status="queued", active_key="k1")
     full = _held(team, "researcher")
     assert all(full.values()), full
@@ -70,6 +78,7 @@ def test_deleting_an_agent_erases_what_it_held_and_nothing_else(team, api, other
         ("aggregate-scenes", "succeeded"),
         ("extract-facts", "succeeded"),
         ("generate-persona", "succeeded"),
+        ("ingest", "abandoned"),
         ("ingest", "succeeded"),
     ]
     queued.refresh_from_db()

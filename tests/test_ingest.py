@@ -178,6 +178,8 @@ def test_async_returns_202_and_the_result_is_on_the_job(api):
     assert job["result"]["archived"] == 3
     assert {f["decision"] for f in job["result"]["facts"]} == {"ADD"}
     assert job["counts"] == {"archived": 3}
+    # The messages stayed on the job only until it ran: they are in the archive now.
+    assert JobRun.objects.get(pk=job_id).params["messages"] == 3
     # A retry of the async request answers the same job, and queues nothing.
     retry = api.post("/memories/ingest", body, headers={"Idempotency-Key": "async-1"})
     assert retry.status_code == 202 and retry.json()["data"] == {"job_id": job_id}
@@ -192,9 +194,20 @@ def test_a_retried_ingest_job_whose_first_run_committed_replays_it(api):
     )
     first = JobRun.objects.get(pk=response.json()["data"]["job_id"])
     memories = Memory.objects.count()
-    # The first run committed, then (say) its worker died: the retry must not ingest again.
+    # Finished, the job keeps how many messages it was given, not them (they are archived).
+    assert first.params["messages"] == len(CONVERSATION)
+    # The first run committed, then (say) its worker died before recording it: the retry, given
+    # the same messages, must not ingest again.
+    given = [
+        {"role": m["role"], "content": m["content"], "at": None, "name": m.get("name", "")}
+        for m in CONVERSATION
+    ]
     retry = jobs.job_start(
-        team=first.team, kind="ingest", trigger="api", agent_id="researcher", params=first.params
+        team=first.team,
+        kind="ingest",
+        trigger="api",
+        agent_id="researcher",
+        params={**first.params, "messages": given},
     )
     JobRun.objects.filter(pk=retry.pk).update(retry_of=first)
     retry.refresh_from_db()

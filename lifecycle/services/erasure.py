@@ -17,6 +17,7 @@ from django.utils import timezone
 from tenants.models import Team
 
 from ..models import JobRun, JobStatus, Persona, Scenario, WorkingArchive
+from .jobs import params_released
 
 AGENT_DELETED = "its agent was deleted before it ran"
 
@@ -40,7 +41,12 @@ def purge_agent(*, team: Team, agent_id: str) -> None:
     )
     done = jobs.exclude(status=JobStatus.RUNNING)
     done.update(result=None)
-    given = [job for job in done.only("id", "params") if "messages" in job.params]
-    for job in given:
-        job.params = {k: v for k, v in job.params.items() if k != "messages"}
+    # A finished job let go of its messages already (jobs.params_released); the failed-here
+    # queued ones have not.
+    given = []
+    for job in done.only("id", "params"):
+        released = params_released(job.params)
+        if released is not None:
+            job.params = released
+            given.append(job)
     JobRun.objects.bulk_update(given, ["params"], batch_size=500)

@@ -271,6 +271,8 @@ def job_reclaim(*, job_id: int, retry: bool = True) -> Reclaimed | None:
             lease_token="",
             finished_at=now,
             error=f"abandoned: {why}",
+            # Its retry (below) is given the params as they were.
+            params=params_released(job.params) or job.params,
         )
         JOBS.labels(kind=job.kind, status=JobStatus.ABANDONED).inc()
         logger.warning(
@@ -281,7 +283,7 @@ def job_reclaim(*, job_id: int, retry: bool = True) -> Reclaimed | None:
             job.agent_id or "-",
             why,
         )
-        active_key = job.active_key
+        active_key, params = job.active_key, job.params
         job = JobRun.objects.select_related("team").get(pk=job_id)
         if not retry or job.retry_of_id is not None:
             return Reclaimed(abandoned=job, retry=None)
@@ -290,7 +292,7 @@ def job_reclaim(*, job_id: int, retry: bool = True) -> Reclaimed | None:
             kind=job.kind,
             trigger=job.trigger,
             agent_id=job.agent_id,
-            params=job.params,
+            params=params,
             active_key=active_key,
             retry_of_id=job.pk,
             status=JobStatus.QUEUED,
@@ -427,6 +429,18 @@ def claim_release(*, lease: Lease, key: str) -> None:
     )
 
 
+def params_released(params: dict[str, Any]) -> dict[str, Any] | None:
+    """A job's params once it no longer runs, or None when they stay as they are. An ingest's
+    messages are what it was given to work on: kept while it may run (a retry of an abandoned
+    job is given them), then only in the archive where the ingest put them (WorkingArchive,
+    under ARCHIVE_RETENTION_DAYS, erased with the agent). A copy left on the job would outlive
+    both and show on the console's job page; the job keeps how many it was given."""
+    given = params.get("messages")
+    if not isinstance(given, list):
+        return None
+    return {**params, "messages": len(given)}
+
+
 def job_finish(
     *,
     job: JobRun,
@@ -453,6 +467,9 @@ def job_finish(
         "claim_key": None,
         "lease_expires_at": None,
     }
+    released = params_released(job.params)
+    if released is not None:
+        outcome["params"] = released
     # The caller's object shows the outcome even when the row no longer is this holder's.
     for field, value in outcome.items():
         setattr(job, field, value)

@@ -161,6 +161,29 @@ class TestLease:
         assert JobRun.objects.filter(status="abandoned").count() == 2
         assert not JobRun.objects.filter(active_key=KEY).exists()  # the agent is not stalled
 
+    def test_an_abandoned_ingest_hands_its_messages_to_its_retry_and_keeps_their_count(
+        self, team, django_capture_on_commit_callbacks
+    ):
+        messages = [{"role": "user", "content": "My leverage limit is 3x.", "at": None, "name": ""}]
+        job = jobs.job_create(
+            team=team,
+            kind="ingest",
+            trigger="api",
+            agent_id="a",
+            params={"messages": messages, "run_id": "s1"},
+        )
+        assert job is not None
+        _expire(job)
+        with django_capture_on_commit_callbacks(execute=True):
+            (reclaimed,) = jobs.jobs_reclaim_expired()
+        # The retry is given the messages and ingests them; neither row keeps them afterwards
+        # (they are in the archive, under its retention).
+        retry = JobRun.objects.get(retry_of=reclaimed.abandoned)
+        assert retry.status == "succeeded" and retry.counts["archived"] == 1
+        assert WorkingArchive.objects.filter(team=team, job=retry).count() == 1
+        for row in JobRun.objects.filter(kind="ingest"):
+            assert row.params == {"messages": 1, "run_id": "s1"}
+
     def test_a_queued_job_nobody_picked_up_is_abandoned_and_queued_again(
         self, team, django_capture_on_commit_callbacks
     ):
