@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from tenants.models import Team
 
-from ..models import JobRun, JobStatus, Persona, Scenario, WorkingArchive
+from ..models import JobKind, JobRun, JobStatus, Persona, Scenario, WorkingArchive
 from .jobs import params_released
 
 AGENT_DELETED = "its agent was deleted before it ran"
@@ -44,7 +44,7 @@ def purge_agent(*, team: Team, agent_id: str) -> None:
     # A finished job let go of its messages already (jobs.params_released); the failed-here
     # queued ones have not.
     given = []
-    for job in done.only("id", "params"):
+    for job in done.filter(kind=JobKind.INGEST).only("id", "params"):
         released = params_released(job.params)
         if released is not None:
             job.params = released
