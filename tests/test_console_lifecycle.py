@@ -365,6 +365,25 @@ def theirs(other_team, other_api):
     }
 
 
+def test_one_agents_personas_are_paged_with_the_filter_kept(team, viewer):
+    from console.lifecycle.views import PERSONAS_PER_PAGE
+
+    from .factories import PersonaFactory
+
+    for i in range(PERSONAS_PER_PAGE + 1):
+        PersonaFactory(team=team, agent_id="researcher", summary=f"Researcher persona {i:02}.")
+    PersonaFactory(team=team, agent_id="trader", summary="Trader persona.")
+    first = viewer.get(url(team, "personas/?agent=researcher")).content.decode()
+    assert "page 1 of 2" in first and "Trader persona." not in first
+    assert 'href="?agent=researcher&amp;page=2">older ›' in first
+    second = viewer.get(url(team, "personas/?agent=researcher&page=2")).content.decode()
+    assert 'href="?agent=researcher&amp;page=1">‹ newer' in second
+    assert second.count("Researcher persona") == 1
+    # All agents: one page more, no filter in the links.
+    every = viewer.get(url(team, "personas/")).content.decode()
+    assert 'href="?page=2">older ›' in every
+
+
 def test_every_id_of_another_team_answers_404_and_is_never_listed(team, lead, theirs):
     assert theirs["scenario"] is not None and theirs["archive"] is not None
     for path in (

@@ -11,6 +11,7 @@ team's ids answer 404.
 from __future__ import annotations
 
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.paginator import Paginator
@@ -179,6 +180,7 @@ def persona_list(request: HttpRequest, team: Team) -> HttpResponse:
     page = Paginator(personas, PERSONAS_PER_PAGE).get_page(request.GET.get("page"))
     context = {
         "page": page,
+        "query": urlencode({"agent": agent_id}) if agent_id else "",
         "agent": agent_id,
         "agent_ids": _agent_ids(team),
     }
