@@ -67,7 +67,7 @@ from .selectors import (
     scenarios_of_agent,
     working_sources,
 )
-from .services import bundle, ingest, operations, pipeline
+from .services import bundle, convert, ingest, operations, pipeline
 
 # --- output documentation (the bodies are rendered by lifecycle.presenters) ----------------------
 
@@ -1035,9 +1035,22 @@ class ImportOutputSerializer(serializers.Serializer):
     reembedded = serializers.IntegerField(help_text="memories and entities embedded again")
 
 
+def _choice(request: Request, name: str, choices: tuple[str, ...], default: str) -> str:
+    value = request.query_params.get(name) or default
+    if value not in choices:
+        raise ValidationFailed(
+            {name: [f"must be one of {', '.join(choices)}"]},
+            message=f"{name}: must be one of {', '.join(choices)}",
+        )
+    return value
+
+
 class ImportApi(APIView):
     @api_operation(
-        request={"application/gzip": OpenApiTypes.BINARY},
+        request={
+            "application/gzip": OpenApiTypes.BINARY,
+            "application/json": OpenApiTypes.OBJECT,
+        },
         response=ImportOutputSerializer,
         errors=(403,),
         parameters=[
@@ -1046,20 +1059,40 @@ class ImportApi(APIView):
                 str,
                 enum=list(bundle.ON_CONFLICT),
                 description="what to do with a record that is already here (default skip)",
-            )
+            ),
+            OpenApiParameter(
+                "from",
+                str,
+                enum=list(convert.SOURCES),
+                description="what the body is: a bundle (default), or mem0's get_all JSON, each "
+                "memory a personal memory of the agent its user_id (or agent_id) names",
+            ),
+            OpenApiParameter(
+                "agent_from",
+                str,
+                enum=list(convert.AGENT_KEYS),
+                description="from=mem0: the key naming a memory's agent (default user_id)",
+            ),
+            OpenApiParameter(
+                "default_agent",
+                str,
+                description="from=mem0: the agent of a memory without that key",
+            ),
         ],
-        summary="Import a bundle into the key's team (all or nothing)",
+        summary="Import a bundle, or a mem0 listing, into the key's team (all or nothing)",
     )
     def post(self, request: Request) -> Response:
-        on_conflict = request.query_params.get("on_conflict") or "skip"
-        if on_conflict not in bundle.ON_CONFLICT:
-            raise ValidationFailed(
-                {"on_conflict": [f"must be one of {', '.join(bundle.ON_CONFLICT)}"]},
-                message=f"on_conflict: must be one of {', '.join(bundle.ON_CONFLICT)}",
-            )
+        on_conflict = _choice(request, "on_conflict", bundle.ON_CONFLICT, "skip")
+        source = _choice(request, "from", convert.SOURCES, "bundle")
+        agent_from = _choice(request, "agent_from", convert.AGENT_KEYS, "user_id")
         principal = principal_of(request)
-        # The exact bytes the signature was checked over (never parsed as JSON).
-        data = request._request.body
+        # The exact bytes the signature was checked over (never parsed by the framework).
+        data = convert.as_bundle(
+            request._request.body,
+            source=source,
+            agent_from=agent_from,
+            default_agent=request.query_params.get("default_agent", ""),
+        )
         result = bundle.bundle_import(
             team=principal.team,
             data=data,

@@ -588,6 +588,7 @@ class _Call(Generic[T]):
     __slots__ = (
         "binary",
         "body",
+        "content_type",
         "headers",
         "keyed",
         "method",
@@ -611,10 +612,11 @@ class _Call(Generic[T]):
         binary: bool = False,  # sent and answered as bytes (request_bytes: import, download)
         resend: bool | None = None,  # safe to send again when no answer came (default: GET)
         keyed: bool = False,  # the endpoint honours Idempotency-Key (a write sent again with it)
+        content_type: str = "application/gzip",  # of a `raw` body
     ) -> None:
         self.method, self.path, self.body = method, path, body
         self.params, self.headers, self.signed = params, headers, signed
-        self.raw, self.binary = raw, binary
+        self.raw, self.binary, self.content_type = raw, binary, content_type
         self.resend = method in ("GET", "HEAD") if resend is None else resend
         self.keyed = keyed
 
@@ -795,7 +797,9 @@ class _Endpoints:
         if not call.signed:
             return self._fetch_unsigned(call.path)
         if call.binary:
-            return self.request_bytes(call.method, call.path, call.raw, call.params)
+            return self.request_bytes(
+                call.method, call.path, call.raw, call.params, content_type=call.content_type
+            )
         return self.request(call.method, call.path, call.body, call.params, headers=call.headers)
 
     def request_bytes(
@@ -1374,6 +1378,29 @@ class _Endpoints:
     def import_bundle(self, data: bytes, on_conflict: str = "skip") -> _Call[ImportResult]:
         """Imports a bundle into the key's team: `{"imported", "skipped", "reembedded"}`."""
         return _Call("POST", "/import", params={"on_conflict": on_conflict}, raw=data, binary=True)
+
+    @_endpoint
+    def import_mem0(
+        self,
+        listing: bytes | dict[str, Any] | list[dict[str, Any]],
+        agent_from: Literal["user_id", "agent_id"] = "user_id",
+        default_agent: str | None = None,
+        on_conflict: str = "skip",
+    ) -> _Call[ImportResult]:
+        """Imports mem0's memories (what its `get_all()` returned, or that JSON's bytes) into the
+        key's team: each a personal memory of the agent its `agent_from` key names
+        (`default_agent` for one without), embedded by this server; one already here is met, not
+        written twice. `{"imported", "skipped", "reembedded"}`."""
+        data = listing if isinstance(listing, bytes) else json.dumps(listing).encode("utf-8")
+        params = {
+            "from": "mem0",
+            "agent_from": agent_from,
+            "default_agent": default_agent,
+            "on_conflict": on_conflict,
+        }
+        return _Call(
+            "POST", "/import", params=params, raw=data, binary=True, content_type="application/json"
+        )
 
 
 class MemoryClient(_Endpoints):

@@ -1,4 +1,5 @@
-"""Import a bundle (docs/export.md) into a team: what POST /import does, by the same code."""
+"""Import a bundle (docs/export.md), or a mem0 listing converted into one, into a team: what
+POST /import does, by the same code."""
 
 from __future__ import annotations
 
@@ -14,17 +15,37 @@ from core.errors import DomainError
 from core.progress import Progress
 from lifecycle.presenters import import_body
 from lifecycle.services.bundle import ON_CONFLICT, bundle_import, bundle_read_header
+from lifecycle.services.convert import AGENT_KEYS, SOURCES, as_bundle
 from memories.services import Actor
 from tenants.models import Team
 
 
 class Command(BaseCommand):
-    help = "Import a gzipped JSON Lines bundle into a team (all or nothing)."
+    help = (
+        "Import a gzipped JSON Lines bundle, or another service's listing (--from mem0), into a "
+        "team (all or nothing)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="the bundle, '-' for stdin")
         parser.add_argument("--team", required=True, help="the team to import into")
         parser.add_argument("--on-conflict", choices=ON_CONFLICT, default="skip")
+        parser.add_argument(
+            "--from",
+            dest="source",
+            choices=SOURCES,
+            default="bundle",
+            help="what the file is: this server's bundle, or a mem0 listing (get_all's JSON)",
+        )
+        parser.add_argument(
+            "--agent-from",
+            choices=AGENT_KEYS,
+            default="user_id",
+            help="mem0: the key naming the agent a memory goes to",
+        )
+        parser.add_argument(
+            "--default-agent", default="", help="mem0: the agent of a memory without that key"
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         team = Team.objects.filter(id=opts["team"]).first()
@@ -39,6 +60,12 @@ class Command(BaseCommand):
             except OSError as exc:
                 raise CommandError(str(exc)) from exc
         try:
+            data = as_bundle(
+                data,
+                source=opts["source"],
+                agent_from=opts["agent_from"],
+                default_agent=opts["default_agent"],
+            )
             header = bundle_read_header(data)
             total = sum(int(n) for n in header["counts"].values())
             with ExitStack() as bars:

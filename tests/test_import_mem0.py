@@ -1,0 +1,173 @@
+"""Moving from mem0: its `get_all()` listing imported through POST /import?from=mem0, the
+`import_team --from mem0` command and the clients, by the bundle import's own code (embedded
+here, checked, met instead of doubled, all or nothing, the key's team and agent only)."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from memories.models import Memory
+from memoryplatform.client import MemoryAPIError, MemoryClient
+from tenants.services import api_key_issue, team_upsert
+
+from .factories import AgentFactory
+from .helpers import error_code, ok_data
+
+pytestmark = pytest.mark.django_db
+
+LISTING = {
+    "results": [
+        {
+            "id": "0b6c2b5e-1",
+            "memory": "Likes to play tennis on weekends",
+            "hash": "9f1c",
+            "metadata": {"topic": "sport"},
+            "created_at": "2024-07-20T01:23:45.123456-07:00",
+            "updated_at": None,
+            "user_id": "alice",
+            "run_id": "session-7",
+        },
+        {
+            "id": "0b6c2b5e-2",
+            "memory": "Is vegetarian and allergic to peanuts",
+            "created_at": "2024-07-21T10:00:00-07:00",
+            "updated_at": "2024-08-01T09:30:00-07:00",
+            "user_id": "alice",
+            "agent_id": "chef",
+            "categories": ["food", "health"],
+        },
+        {"id": "0b6c2b5e-3", "memory": "Prefers dark mode in every editor", "user_id": "bob"},
+    ]
+}
+
+
+def _import(api, body, **params):
+    query = "&".join(f"{k}={v}" for k, v in {"from": "mem0", **params}.items())
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return api.post(f"/import?{query}", raw=raw)
+
+
+def test_a_mem0_listing_becomes_each_users_personal_memories(team, api):
+    answer = ok_data(_import(api, LISTING))
+    assert (answer["imported"]["memory"], answer["skipped"]["memory"], answer["reembedded"]) == (
+        3,
+        0,
+        3,
+    )
+    assert sum(answer["imported"].values()) == 3
+    alice = Memory.objects.filter(team=team, agent_id="alice").order_by("created_at")
+    tennis, food = alice
+    assert (tennis.scope, tennis.content, tennis.run_id) == (
+        "personal",
+        "Likes to play tennis on weekends",
+        "session-7",
+    )
+    assert tennis.metadata == {"topic": "sport", "source": "mem0", "mem0_id": "0b6c2b5e-1"}
+    # Its times are kept (an absent update time is the creation time).
+    assert tennis.created_at == datetime(2024, 7, 20, 8, 23, 45, 123456, tzinfo=UTC)
+    assert tennis.updated_at == tennis.created_at
+    assert food.updated_at == datetime(2024, 8, 1, 16, 30, tzinfo=UTC)
+    # The platform's first category is the category; the other ids stay in metadata.
+    assert food.category == "food"
+    assert food.metadata["agent_id"] == "chef"
+    assert food.metadata["categories"] == ["food", "health"]
+    assert Memory.objects.get(team=team, agent_id="bob").content.startswith("Prefers dark mode")
+    # Embedded here: found by meaning, as a memory written through the API.
+    found = ok_data(
+        api.post(
+            "/memories/personal/search",
+            {"agent_id": "alice", "query": "which sport does she play?"},
+        )
+    )
+    assert found[0]["content"] == "Likes to play tennis on weekends"
+    # The same listing again adds nothing.
+    again = ok_data(_import(api, LISTING))
+    assert (again["imported"]["memory"], again["skipped"]["memory"]) == (0, 3)
+    assert Memory.objects.filter(team=team).count() == 3
+
+
+def test_the_agent_may_come_from_agent_id_with_a_default(team, api):
+    ok_data(_import(api, LISTING, agent_from="agent_id", default_agent="assistant"))
+    assert sorted(Memory.objects.filter(team=team).values_list("agent_id", "content")) == [
+        ("assistant", "Likes to play tennis on weekends"),
+        ("assistant", "Prefers dark mode in every editor"),
+        ("chef", "Is vegetarian and allergic to peanuts"),
+    ]
+    moved = Memory.objects.get(team=team, agent_id="chef")
+    assert moved.metadata["user_id"] == "alice"
+
+
+@pytest.mark.parametrize(
+    "body, params, message",
+    [
+        ({"results": [{"memory": "x", "user_id": "not an id!"}]}, {}, "memory 0: user_id"),
+        ({"results": [{"memory": "ok", "user_id": "a"}, {"user_id": "a"}]}, {}, "memory 1"),
+        ({"results": [{"memory": "no agent"}]}, {}, "no user_id, and no default agent"),
+        ({"results": [{"memory": "x", "user_id": "a", "created_at": "soon"}]}, {}, "line 2"),
+        ({"results": "nope"}, {}, "expected a list"),
+        (b"\xff\xfe", {}, "not UTF-8"),
+        (b"{not json", {}, "neither JSON nor JSON Lines"),
+        (LISTING, {"agent_from": "actor_id"}, "agent_from"),
+        (LISTING, {"default_agent": "a/b"}, "default_agent"),
+        (LISTING, {"from": "zep"}, "from"),
+    ],
+)
+def test_a_bad_listing_is_a_400_naming_what_and_writes_nothing(team, api, body, params, message):
+    answer = _import(api, body, **params)
+    assert (answer.status_code, error_code(answer)) == (400, "VALIDATION_ERROR")
+    assert message in answer.json()["error"]
+    assert not Memory.objects.filter(team=team).exists()
+
+
+def test_json_lines_are_read_too(team, api):
+    lines = b"\n".join(json.dumps(m).encode() for m in LISTING["results"])
+    assert ok_data(_import(api, lines))["imported"]["memory"] == 3
+
+
+def test_an_agent_key_imports_its_own_memories_only_and_only_into_its_team(
+    team, agent, agent_api, other_team, other_api
+):
+    mine = {"results": [{"memory": "Uses vim", "user_id": "researcher"}]}
+    assert ok_data(_import(agent_api, mine))["imported"]["memory"] == 1
+    refused = _import(agent_api, LISTING)
+    assert (refused.status_code, error_code(refused)) == (403, "FORBIDDEN")
+    assert Memory.objects.filter(team=team).count() == 1
+    # Another team's import of the same listing is its own: nothing here changes or shows.
+    assert ok_data(_import(other_api, LISTING))["imported"]["memory"] == 3
+    assert Memory.objects.filter(team=team).count() == 1
+    assert Memory.objects.filter(team=other_team).count() == 3
+
+
+def test_the_import_command_reads_a_mem0_listing(team, tmp_path):
+    path = tmp_path / "mem0.json"
+    path.write_text(json.dumps(LISTING))
+    out = io.StringIO()
+    call_command(
+        "import_team", str(path), team=team.id, source="mem0", stdout=out, stderr=io.StringIO()
+    )
+    assert json.loads(out.getvalue())["imported"]["memory"] == 3
+    path.write_text(json.dumps({"results": [{"memory": "x"}]}))
+    with pytest.raises(CommandError, match="no user_id"):
+        call_command("import_team", str(path), team=team.id, source="mem0", stderr=io.StringIO())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_client_imports_what_mem0_get_all_returned(live_server):
+    team, _ = team_upsert(team_id="from_mem0", name="m")
+    AgentFactory(team=team, agent_id="alice")
+    key = api_key_issue(team=team)
+    client = MemoryClient(key.key_id, key.secret, base_url=live_server.url)
+    try:
+        assert client.import_mem0(LISTING)["imported"]["memory"] == 3
+        assert client.import_mem0(json.dumps(LISTING).encode())["skipped"]["memory"] == 3
+        with pytest.raises(MemoryAPIError) as err:
+            client.import_mem0({"results": [{"memory": "x"}]})
+        assert err.value.code == "VALIDATION_ERROR"
+    finally:
+        client.session.close()
+    assert Memory.objects.filter(team=team).count() == 3
