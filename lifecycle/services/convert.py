@@ -20,6 +20,9 @@ import json
 import re
 from typing import Any
 
+from django.conf import settings
+from django.utils.dateparse import parse_datetime
+
 from core.errors import DomainError, ErrorCode
 from core.validators import AGENT_ID_RE
 
@@ -105,6 +108,9 @@ def _memory(n: int, item: dict[str, Any], agent_from: str, default_agent: str) -
     content = item.get("memory")
     if not isinstance(content, str) or not content.strip():
         raise _invalid(where, '"memory" (its text) is required')
+    # The import checks these too, but names the bundle's line: here they name the memory.
+    if len(content) > settings.MEMORY_MAX_CONTENT_CHARS:
+        raise _invalid(where, f"its text is over {settings.MEMORY_MAX_CONTENT_CHARS} characters")
     agent_id = item.get(agent_from) or default_agent
     if not agent_id:
         raise _invalid(where, f"no {agent_from}, and no default agent given")
@@ -132,8 +138,16 @@ def _memory(n: int, item: dict[str, Any], agent_from: str, default_agent: str) -
     if isinstance(run_id, str) and re.fullmatch(AGENT_ID_RE, run_id):
         record["run_id"] = run_id
     for stamp in ("created_at", "updated_at"):
-        if isinstance(item.get(stamp), str):
-            record[stamp] = item[stamp]
+        value = item.get(stamp)
+        if value is None:
+            continue
+        try:
+            parsed = parse_datetime(value) if isinstance(value, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is None:
+            raise _invalid(where, f"{stamp} {value!r} is not an ISO 8601 date-time")
+        record[stamp] = value
     if "updated_at" not in record and "created_at" in record:
         record["updated_at"] = record["created_at"]
     return record
