@@ -11,7 +11,7 @@ from django.core.management import call_command
 from console.purge.forms import PurgeCriteriaForm
 from graph.models import Entity
 from lifecycle.models import Persona, WorkingArchive
-from memories.models import Memory
+from memories.models import Memory, Procedure
 from memories.working import get_working_store
 from tests.console_helpers import member_client
 
@@ -46,6 +46,16 @@ def test_sample_data_is_loaded_once_and_traceable(team):
     call_command("run_lifecycle", "--team", team.id, "--op", "cleanup", "--dry-run", stdout=dry)
     preview = json.loads(dry.getvalue())
     assert (preview["would_cool"], preview["would_clean"]) == (2, 0)
+    # Agents' rules, and a proposal drawn from the repeated feedback, waiting for a lead.
+    rules = lead.get(f"/review/{team.id}/lifecycle/procedures/").content.decode()
+    assert "Run the full test suite before every commit." in rules
+    (proposal,) = Procedure.objects.filter(team=team, status="proposed")
+    assert (proposal.agent_id, proposal.source, len(proposal.evidence)) == (
+        "researcher",
+        "lifecycle",
+        3,
+    )
+    assert "short answers" in proposal.rule and proposal.rule in rules
     # Working memory left for the user: extract-facts on it makes facts on day one.
     assert len(get_working_store().list(team_id=team.id, agent_id="quant")) == 3
     out_facts = StringIO()

@@ -1,8 +1,8 @@
 """Sample memories for a new user's first look at `make run` (the review console has something
 to show: agents' personal and team memories, some idle ones the purge preview and cleanup take at
 their defaults, a persona built by the offline lifecycle down to its archived working-memory
-sources, a small graph, and working memory of another agent left for the user to run
-`extract-facts` / `compress` on).
+sources, a small graph, agents' rules with a proposal waiting for a lead, and working memory of
+another agent left for the user to run `extract-facts` / `compress` on).
 
 Idempotent: does nothing when the team already has memories. Everything goes through the same
 services as the API, so what the console shows is what an agent would have produced.
@@ -19,7 +19,7 @@ from django.utils import timezone
 from core.progress import Progress
 from lifecycle.services import pipeline
 from memories.models import Memory, MemoryScope
-from memories.services import memory_create
+from memories.services import memory_create, procedure_add
 from memories.working import get_working_store
 from tenants.models import Team
 from tenants.services import agent_ensure
@@ -45,6 +45,25 @@ PERSONAL = [
         "fact",
     ),
     ("coder", "Bob is an experienced Rust developer and reviews all unsafe blocks.", 0.5, "fact"),
+    # The same feedback three times: what the lifecycle proposes a rule from.
+    ("researcher", "The user wants short answers without long explanations.", 0.7, "preference"),
+    (
+        "researcher",
+        "The user asked again for shorter answers, no long explanations.",
+        0.7,
+        "preference",
+    ),
+    (
+        "researcher",
+        "The user prefers short answers and dislikes long explanations.",
+        0.7,
+        "preference",
+    ),
+]
+# Rules the agents follow (procedural memory), as an agent adds them with POST /procedures.
+RULES = [
+    ("coder", "Run the full test suite before every commit."),
+    ("quant", "Never raise total leverage above 3x; ask before any position above 30%."),
 ]
 TEAM = [
     (
@@ -99,7 +118,7 @@ class Command(BaseCommand):
             self.stdout.write(f"team {team.id} already has memories: sample data not loaded")
             return
         # Sample memories, then the lifecycle runs (the slow part: embeddings, topics, graph).
-        steps = len(PERSONAL) + len(TEAM) + len(IDLE) + 4 * len(WORKING) + 2
+        steps = len(PERSONAL) + len(TEAM) + len(IDLE) + 4 * len(WORKING) + 3
         progress = Progress(steps, label="demo data", stream=self.stderr)
         for scope, rows in ((MemoryScope.PERSONAL, PERSONAL), (MemoryScope.TEAM, TEAM)):
             for agent, content, importance, category in rows:
@@ -148,6 +167,17 @@ class Command(BaseCommand):
             pipeline.run(
                 team=team, kind="extract-graph", trigger="command", agent_id=agent, params={}
             )
+        for agent, rule in RULES:
+            procedure_add(team=team, agent_id=agent, rule=rule, source="agent")
+        # A proposal for a lead to accept or reject in the console ("Agents' rules").
+        pipeline.run(
+            team=team,
+            kind="propose-procedures",
+            trigger="command",
+            agent_id="researcher",
+            params={},
+        )
+        progress.advance()
         for agent, items in PENDING.items():
             for content in items:
                 store.add(team_id=team.id, agent_id=agent, content=content, ttl_seconds=72 * 3600)
