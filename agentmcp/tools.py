@@ -448,6 +448,7 @@ def procedure_add(
         agent_id=agent,
         rule=data["rule"],
         source=procedure_source(principal.agent_id),
+        actor=Actor(label=principal.label),
     )
     return {**procedure_body(procedure), **({} if created else {"existing": True})}
 
@@ -466,7 +467,11 @@ def procedure_update(
     procedure = memory_selectors.procedure_get(
         team=principal.team, agent_id=agent, procedure_id=procedure_id
     )
-    return procedure_body(memory_services.procedure_update(procedure=procedure, **data))
+    return procedure_body(
+        memory_services.procedure_update(
+            procedure=procedure, actor=Actor(label=principal.label), **data
+        )
+    )
 
 
 def procedure_delete(
@@ -477,7 +482,7 @@ def procedure_delete(
     procedure = memory_selectors.procedure_get(
         team=principal.team, agent_id=agent, procedure_id=procedure_id
     )
-    memory_services.procedure_delete(procedure=procedure)
+    memory_services.procedure_delete(procedure=procedure, actor=Actor(label=principal.label))
     return {"deleted": procedure_id}
 
 

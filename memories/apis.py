@@ -39,6 +39,7 @@ from .models import (
     Memory,
     MemoryScope,
     MemoryTier,
+    ProcedureChange,
     ProcedureStatus,
     ProfileSource,
     RemovedBy,
@@ -1314,6 +1315,7 @@ class ProcedureListApi(APIView):
             agent_id=agent_id,
             rule=data["rule"],
             source=procedure_source(principal_of(request).agent_id),
+            actor=Actor.for_key(principal_of(request).api_key),
         )
         return Response(presenters.procedure_body(procedure), status=201 if created else 200)
 
@@ -1332,7 +1334,9 @@ class ProcedureDetailApi(APIView):
         team = _own_agent(request, agent_id)
         data = validated_body(request, ProcedureUpdateSerializer)
         procedure = selectors.procedure_get(team=team, agent_id=agent_id, procedure_id=procedure_id)
-        procedure = services.procedure_update(procedure=procedure, **data)
+        procedure = services.procedure_update(
+            procedure=procedure, actor=Actor.for_key(principal_of(request).api_key), **data
+        )
         return Response(presenters.procedure_body(procedure))
 
     @api_operation(
@@ -1344,8 +1348,63 @@ class ProcedureDetailApi(APIView):
         check_agent_id(agent_id)
         team = _own_agent(request, agent_id)
         procedure = selectors.procedure_get(team=team, agent_id=agent_id, procedure_id=procedure_id)
-        services.procedure_delete(procedure=procedure)
+        services.procedure_delete(
+            procedure=procedure, actor=Actor.for_key(principal_of(request).api_key)
+        )
         return Response({"deleted": procedure_id})
+
+
+PROCEDURE_HISTORY_LIMIT = QueryInt("limit", default=50, minimum=1, maximum=500)
+PROCEDURE_HISTORY_RULE = QueryInt(
+    "procedure_id",
+    default=0,
+    minimum=0,
+    maximum=2**63 - 1,
+    description="one rule's changes, a removed rule's too (0: every rule's)",
+)
+
+
+class ProcedureRevisionOutputSerializer(serializers.Serializer):
+    procedure_id = serializers.IntegerField()
+    change = serializers.ChoiceField(choices=ProcedureChange.values)
+    rule = serializers.CharField(help_text="its text after the change (removed: the text it had)")
+    rule_before = serializers.CharField(allow_null=True, help_text="reworded: the text it had")
+    status = serializers.ChoiceField(choices=ProcedureStatus.values)
+    status_before = serializers.ChoiceField(
+        choices=ProcedureStatus.values, allow_null=True, help_text="decided: the status it had"
+    )
+    by = serializers.CharField(help_text='who: "key mk_…", "user alice", "lifecycle", …')
+    at = serializers.DateTimeField()
+
+
+class ProcedureHistoryOutputSerializer(serializers.Serializer):
+    agent_id = serializers.CharField()
+    revisions = ProcedureRevisionOutputSerializer(many=True, help_text="newest first")
+
+
+class ProcedureHistoryApi(APIView):
+    @api_operation(
+        parameters=[PROCEDURE_HISTORY_LIMIT.parameter, PROCEDURE_HISTORY_RULE.parameter],
+        response=ProcedureHistoryOutputSerializer,
+        errors=(400, 403),
+        summary="Who added, reworded, decided or removed the agent's rules, newest first",
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        check_agent_id(agent_id)
+        team = _own_agent(request, agent_id)
+        procedure_id = PROCEDURE_HISTORY_RULE.parse(request.query_params)
+        revisions = selectors.procedure_history(
+            team=team,
+            agent_id=agent_id,
+            limit=PROCEDURE_HISTORY_LIMIT.parse(request.query_params),
+            procedure_id=procedure_id or None,
+        )
+        return Response(
+            {
+                "agent_id": agent_id,
+                "revisions": [presenters.procedure_revision_body(r) for r in revisions],
+            }
+        )
 
 
 # --- the agent profile --------------------------------------------------------------------------

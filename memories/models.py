@@ -404,6 +404,46 @@ class Procedure(models.Model):
         return f"{self.team_id}/{self.agent_id} ({self.status}): {self.rule[:40]}"
 
 
+class ProcedureChange(models.TextChoices):
+    ADDED = "added", "added"  # written (by the agent, a team key, or proposed by the lifecycle)
+    CHANGED = "changed", "changed"  # its text reworded, or its status decided
+    REMOVED = "removed", "removed"  # deleted (a rule has no trash: its last text is kept here)
+
+
+class ProcedureRevision(models.Model):
+    """One change of an agent's rule: who added, reworded, accepted, rejected or removed it, and
+    what it said before and after. Keyed by the rule's id rather than by the row, so a removed
+    rule keeps its history (its last text included); erased with its agent or team."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    agent_id = AgentIdField()
+    procedure_id = models.BigIntegerField()
+    change = models.CharField(max_length=8, choices=ProcedureChange.choices)
+    rule = models.TextField()  # its text after the change (a removal: the text it had)
+    rule_before = models.TextField(blank=True, default="")  # a rewording: the text it had
+    status = models.CharField(max_length=10, choices=ProcedureStatus.choices)
+    status_before = models.CharField(max_length=10, blank=True, default="")  # "" when unchanged
+    # Who: "key mk_…", "user alice", "mcp …", "lifecycle" (memories.services.Actor.label).
+    by = models.CharField(max_length=200)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(change__in=ProcedureChange.values),
+                name="procedure_change_valid",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["team", "agent_id", "-at"], name="procedure_rev_agent"),
+            models.Index(fields=["team", "procedure_id"], name="procedure_rev_rule"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.agent_id} rule {self.procedure_id} {self.change}"
+
+
 class ProfileSource(models.TextChoices):
     """Who wrote a profile field. API and console values are a person's or an agent's word:
     extraction and ingest never overwrite them (memories.services.profile_learn)."""

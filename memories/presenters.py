@@ -17,6 +17,7 @@ from .models import (
     Memory,
     MemoryShare,
     Procedure,
+    ProcedureRevision,
     ProfileField,
     ProfileRevision,
     TrashedMemory,
@@ -185,6 +186,20 @@ def profile_body(
     if changed is not None:
         body["changed"] = changed
     return body
+
+
+def procedure_revision_body(r: ProcedureRevision) -> dict[str, Any]:
+    # "" is how the row says "unchanged" (a status decided, a text reworded).
+    return {
+        "procedure_id": r.procedure_id,
+        "change": r.change,
+        "rule": r.rule,
+        "rule_before": r.rule_before or None,
+        "status": r.status,
+        "status_before": r.status_before or None,
+        "by": r.by,
+        "at": iso(r.at),
+    }
 
 
 def profile_revision_body(r: ProfileRevision) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from .models import (
     MemoryShare,
     MemoryTier,
     Procedure,
+    ProcedureChange,
+    ProcedureRevision,
     ProcedureStatus,
     ProfileField,
     ProfileRevision,
@@ -349,6 +351,33 @@ def procedures_of_team(
         output_field=IntegerField(),
     )
     return qs.order_by(waiting, "agent_id", "created_at", "id")
+
+
+def procedure_history(
+    *, team: Team, agent_id: str, limit: int, procedure_id: int | None = None
+) -> list[ProcedureRevision]:
+    """The agent's rule changes (or one rule's), newest first: a removed rule's too."""
+    qs = ProcedureRevision.objects.filter(team=team, agent_id=agent_id)
+    if procedure_id is not None:
+        qs = qs.filter(procedure_id=procedure_id)
+    return list(qs.order_by("-id")[:limit])
+
+
+def procedure_revisions_of_team(*, team: Team, procedure_id: int) -> list[ProcedureRevision]:
+    """One rule's history (the console), newest first; [] for another team's id."""
+    return list(
+        ProcedureRevision.objects.filter(team=team, procedure_id=procedure_id).order_by("-id")
+    )
+
+
+def procedures_removed(
+    *, team: Team, limit: int, agent_id: str | None = None
+) -> list[ProcedureRevision]:
+    """The team's rules removed last (the console), with the text each had."""
+    qs = ProcedureRevision.objects.filter(team=team, change=ProcedureChange.REMOVED)
+    if agent_id:
+        qs = qs.filter(agent_id=agent_id)
+    return list(qs.order_by("-id")[:limit])
 
 
 def procedure_of_team(*, team: Team, procedure_id: int) -> Procedure | None:

@@ -30,6 +30,8 @@ from .models import (
     MemoryShare,
     MemoryTier,
     Procedure,
+    ProcedureChange,
+    ProcedureRevision,
     ProcedureStatus,
     ProfileField,
     ProfileRevision,
@@ -702,8 +704,8 @@ def memory_unshare(*, memory: Memory, agent_ids: list[str] | None) -> int:
 
 
 def purge_agent(*, team: Team, agent_id: str) -> int:
-    """Deletes an agent's personal memories, its profile, its rules and the shares granted to it
-    (agent deletion).
+    """Deletes an agent's personal memories, its profile, its rules (and their history) and the
+    shares granted to it (agent deletion).
 
     Final: nothing goes to the trash, and what the agent's personal memories left there goes too.
     An agent created again with the same id starts without rules: they were this agent's.
@@ -717,6 +719,7 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
     ProfileField.objects.filter(team=team, agent_id=agent_id).delete()
     ProfileRevision.objects.filter(team=team, agent_id=agent_id).delete()
     Procedure.objects.filter(team=team, agent_id=agent_id).delete()
+    ProcedureRevision.objects.filter(team=team, agent_id=agent_id).delete()
     TrashedMemory.objects.filter(team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id).delete()
     return memories_delete(team=team, memory_ids=ids)
 
@@ -992,6 +995,7 @@ def procedure_create(
     source: str,
     status: str = ProcedureStatus.ACTIVE,
     evidence: list[int] | None = None,
+    actor: Actor | None = None,
 ) -> Procedure:
     """Under the agent's personal-scope lock: the lifecycle's proposals (which check the agent's
     rules before adding one) and an import of the agent's rules (which meets a rule already here
@@ -1000,14 +1004,27 @@ def procedure_create(
     agent_register(team=team, agent_id=agent_id)
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         return _procedure_insert(
-            team=team, agent_id=agent_id, rule=rule, source=source, status=status, evidence=evidence
+            team=team,
+            agent_id=agent_id,
+            rule=rule,
+            source=source,
+            status=status,
+            evidence=evidence,
+            actor=actor or Actor(),
         )
 
 
 def _procedure_insert(
-    *, team: Team, agent_id: str, rule: str, source: str, status: str, evidence: list[int] | None
+    *,
+    team: Team,
+    agent_id: str,
+    rule: str,
+    source: str,
+    status: str,
+    evidence: list[int] | None,
+    actor: Actor,
 ) -> Procedure:
-    return Procedure.objects.create(
+    procedure = Procedure.objects.create(
         team=team,
         agent_id=agent_id,
         rule=rule,
@@ -1015,9 +1032,35 @@ def _procedure_insert(
         source=source,
         evidence=list(evidence or []),
     )
+    _procedure_changed(procedure, ProcedureChange.ADDED, actor)
+    return procedure
 
 
-def procedure_add(*, team: Team, agent_id: str, rule: str, source: str) -> tuple[Procedure, bool]:
+def _procedure_changed(
+    procedure: Procedure,
+    change: str,
+    actor: Actor,
+    *,
+    rule_before: str = "",
+    status_before: str = "",
+) -> None:
+    """Records a change of the rule in its history, in the transaction that makes it."""
+    ProcedureRevision.objects.create(
+        team_id=procedure.team_id,
+        agent_id=procedure.agent_id,
+        procedure_id=procedure.pk,
+        change=change,
+        rule=procedure.rule,
+        rule_before=rule_before,
+        status=procedure.status,
+        status_before=status_before,
+        by=actor.label[:200],
+    )
+
+
+def procedure_add(
+    *, team: Team, agent_id: str, rule: str, source: str, actor: Actor
+) -> tuple[Procedure, bool]:
     """A rule an agent or a lead adds (the API's POST); True when it is new. A rule the agent
     already has with the same text (`text.normalise`: case, width and spacing aside, as a memory's
     exact duplicate) is that rule, not a second one: agents restate their rules from session to
@@ -1048,10 +1091,13 @@ def procedure_add(*, team: Team, agent_id: str, rule: str, source: str) -> tuple
                 source=source,
                 status=ProcedureStatus.ACTIVE,
                 evidence=None,
+                actor=actor,
             )
             return new, True
         if same.status != ProcedureStatus.ACTIVE:
+            before = same.status
             same.save(update_fields=assign_given(same, status=ProcedureStatus.ACTIVE))
+            _procedure_changed(same, ProcedureChange.CHANGED, actor, status_before=before)
         return same, False
 
 
@@ -1089,7 +1135,7 @@ class RuleExists(DomainError):
 
 
 def procedure_update(
-    *, procedure: Procedure, rule: str | None = None, status: str | None = None
+    *, procedure: Procedure, actor: Actor, rule: str | None = None, status: str | None = None
 ) -> Procedure:
     """Edits a rule, or accepts (`active`) / rejects a proposal.
 
@@ -1105,7 +1151,7 @@ def procedure_update(
     if rule is None:
         with transaction.atomic():
             locked = _procedure_locked(procedure)
-            locked.save(update_fields=assign_given(locked, status=status))
+            _procedure_save(locked, actor, rule=None, status=status)
         return locked
     with locks.agent_locked(team_id=procedure.team_id, agent_id=procedure.agent_id):
         locked = _procedure_locked(procedure)
@@ -1114,8 +1160,25 @@ def procedure_update(
         )
         if same is not None:
             raise RuleExists(same.pk)
-        locked.save(update_fields=assign_given(locked, rule=rule, status=status))
+        _procedure_save(locked, actor, rule=rule, status=status)
     return locked
+
+
+def _procedure_save(
+    procedure: Procedure, actor: Actor, *, rule: str | None, status: str | None
+) -> None:
+    """Writes the fields given on the locked row; a change of either goes to its history (an
+    edit that changes nothing writes no revision)."""
+    rule_before, status_before = procedure.rule, procedure.status
+    procedure.save(update_fields=assign_given(procedure, rule=rule, status=status))
+    if (procedure.rule, procedure.status) != (rule_before, status_before):
+        _procedure_changed(
+            procedure,
+            ProcedureChange.CHANGED,
+            actor,
+            rule_before=rule_before if procedure.rule != rule_before else "",
+            status_before=status_before if procedure.status != status_before else "",
+        )
 
 
 def _procedure_locked(procedure: Procedure) -> Procedure:
@@ -1125,12 +1188,14 @@ def _procedure_locked(procedure: Procedure) -> Procedure:
     return locked
 
 
-def procedure_delete(*, procedure: Procedure) -> None:
+def procedure_delete(*, procedure: Procedure, actor: Actor) -> None:
     """NotFound when another request removed it first (its DELETE answered; this one did not
-    delete anything)."""
-    deleted, _ = Procedure.objects.filter(pk=procedure.pk).delete()
-    if not deleted:
-        raise NotFound("procedure")
+    delete anything). Its history keeps the text it had when removed."""
+    with transaction.atomic():
+        locked = _procedure_locked(procedure)
+        locked.delete()
+        locked.pk = procedure.pk  # Django clears it on delete; the history names the rule
+        _procedure_changed(locked, ProcedureChange.REMOVED, actor)
 
 
 # --- the agent profile (memories.profile has its keys, values and classifier) -------------------

@@ -1319,6 +1319,15 @@ class _Endpoints:
         return _put(f"/procedures/{quote(agent_id, safe='')}/{int(procedure_id)}", body)
 
     @_endpoint
+    def procedure_history(
+        self, agent_id: str, procedure_id: int | None = None, limit: int | None = None
+    ) -> _Call[dict[str, Any]]:
+        """Who added, reworded, accepted, rejected or removed the agent's rules (or one rule's,
+        a removed one's too), newest first: `{"agent_id", "revisions"}`."""
+        params = {"procedure_id": procedure_id, "limit": limit}
+        return _Call("GET", f"/procedures/{quote(agent_id, safe='')}/history", params=params)
+
+    @_endpoint
     def delete_procedure(self, agent_id: str, procedure_id: int) -> _Call[dict[str, int]]:
         return _delete(f"/procedures/{quote(agent_id, safe='')}/{int(procedure_id)}")
 

@@ -54,6 +54,7 @@ API_ROUTES: tuple[tuple[str, type[View], str], ...] = (
     ("episodes", memory_apis.EpisodeCreateApi, "episode-create"),
     ("episodes/search", memory_apis.EpisodeSearchApi, "episode-search"),
     ("procedures/<str:agent_id>", memory_apis.ProcedureListApi, "procedure-list"),
+    ("procedures/<str:agent_id>/history", memory_apis.ProcedureHistoryApi, "procedure-history"),
     (
         "procedures/<str:agent_id>/<int:procedure_id>",
         memory_apis.ProcedureDetailApi,

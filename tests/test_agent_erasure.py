@@ -1,7 +1,7 @@
-"""Deleting an agent erases what the service holds of it, and only of it: its rules, the
-lifecycle's scenarios, personas and working-memory archive, and what its jobs hold (their
-results, the messages an ingest was given). An agent created again with that id starts from
-nothing; the team's other agents and another team's agent of the same id keep everything."""
+"""Deleting an agent erases what the service holds of it, and only of it: its rules and their
+history, the lifecycle's scenarios, personas and working-memory archive, and what its jobs hold
+(their results, the messages an ingest was given). An agent created again with that id starts
+from nothing; the team's other agents and another team's agent of the same id keep everything."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from lifecycle.models import JobRun, Persona, Scenario, WorkingArchive
 from lifecycle.services.erasure import AGENT_DELETED
 from lifecycle.services.jobs import job_claim
-from memories.models import Procedure
+from memories.models import Procedure, ProcedureRevision
 from tenants.models import Agent
 
 from .factories import JobRunFactory
@@ -54,6 +54,7 @@ def _held(team, agent_id: str) -> dict[str, int]:
     jobs = JobRun.objects.filter(team=team, agent_id=agent_id)
     return {
         "rules": Procedure.objects.filter(team=team, agent_id=agent_id).count(),
+        "rule changes": ProcedureRevision.objects.filter(team=team, agent_id=agent_id).count(),
         "scenarios": Scenario.objects.filter(team=team, agent_id=agent_id).count(),
         "personas": Persona.objects.filter(team=team, agent_id=agent_id).count(),
         "archived": WorkingArchive.objects.filter(team=team, agent_id=agent_id).count(),

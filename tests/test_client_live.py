@@ -444,6 +444,13 @@ def test_episodes_and_procedures_with_both_clients(live_server, keys, new_client
     with pytest.raises(MemoryAPIError) as exc:
         client.update_procedure("a1", rule["id"], status="rejected")
     assert exc.value.code == "NOT_FOUND"
+    history = client.procedure_history("a1", procedure_id=rule["id"])["revisions"]
+    assert [(r["change"], r["rule"]) for r in history] == [
+        ("removed", "Answer in two sentences."),
+        ("changed", "Answer in two sentences."),
+        ("added", "Answer in at most three sentences."),
+    ]
+    assert len(client.procedure_history("a1", limit=1)["revisions"]) == 1
 
 
 def test_without_retries_a_write_carries_no_key_of_its_own(recorder, new_client):

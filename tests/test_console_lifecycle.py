@@ -561,6 +561,37 @@ def test_rules_are_listed_by_page_and_agent_proposals_first(team, lead, other_te
     assert lead.post(edit, {"rule": "Zed rule.", "next": here})["Location"] == here
 
 
+def test_a_rules_history_shows_who_changed_it_and_a_removed_rules_last_text(
+    team, lead, viewer, api, other_team
+):
+    from memories.models import Procedure, ProcedureRevision
+    from memories.services import procedure_create
+
+    rule = ok_data(api.post("/procedures/researcher", {"rule": "Answr briefly."}))
+    history = url(team, f"procedures/{rule['id']}/history/")
+    lead.post(url(team, f"procedures/{rule['id']}/edit/"), {"rule": "Answer briefly."})
+    page = viewer.get(history).content.decode()
+    assert "user lead_a" in page and "<del>Answr briefly.</del> → Answer briefly." in page
+    assert "Now <strong>active</strong>: Answer briefly." in page
+    assert f'href="{history}"' in viewer.get(url(team, "procedures/")).content.decode()
+    # Removed: listed under the rules with its last text, and its history stays.
+    api.delete(f"/procedures/researcher/{rule['id']}")
+    listing = viewer.get(url(team, "procedures/")).content.decode()
+    removed = listing[listing.index("Removed lately") :]
+    assert "Answer briefly." in removed and f'href="{history}"' in removed
+    gone = viewer.get(history).content.decode()
+    assert "Removed: its last text is below." in gone and "removed" in gone
+    # Another team's rule (or a number no rule ever had) answers 404 here.
+    theirs = procedure_create(team=other_team, agent_id="x", rule="B.", source="agent")
+    assert viewer.get(url(team, f"procedures/{theirs.pk}/history/")).status_code == 404
+    assert ProcedureRevision.objects.filter(procedure_id=theirs.pk).exists()
+    assert viewer.get(url(team, "procedures/99999999/history/")).status_code == 404
+    # A rule without recorded changes (imported, or older than the history) has an empty one.
+    imported = Procedure.objects.create(team=team, agent_id="x", rule="Imported.", source="team")
+    page = viewer.get(url(team, f"procedures/{imported.pk}/history/")).content.decode()
+    assert "No change recorded" in page and "Now <strong>active</strong>: Imported." in page
+
+
 def test_a_lead_corrects_a_rules_wording_and_a_viewer_cannot(team, lead, viewer, other_team):
     from memories.models import Procedure
     from memories.services import procedure_create

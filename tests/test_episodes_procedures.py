@@ -238,6 +238,53 @@ def test_another_agents_or_teams_rule_of_the_same_text_is_not_met(
     assert Procedure.objects.filter(team=team, agent_id="researcher").count() == 1
 
 
+def test_every_change_of_a_rule_is_in_its_history(team, agent, agent_api, api, issued):
+    mine = f"key {agent_api.key_id}"
+    team_key = f"key {issued.key_id}"
+    rule = ok_data(agent_api.post("/procedures/researcher", {"rule": "Be brief."}))
+    rid = rule["id"]
+    agent_api.post("/procedures/researcher", {"rule": "be brief."})  # met, already active: none
+    api.put(f"/procedures/researcher/{rid}", {"status": "rejected"})
+    agent_api.post("/procedures/researcher", {"rule": "Be brief."})  # met: made active again
+    agent_api.put(f"/procedures/researcher/{rid}", {"rule": "Be concise."})
+    agent_api.put(f"/procedures/researcher/{rid}", {"rule": "Be concise."})  # no change: none
+    other = ok_data(agent_api.post("/procedures/researcher", {"rule": "Cite the source."}))
+    agent_api.delete(f"/procedures/researcher/{rid}")
+    history = ok_data(agent_api.get("/procedures/researcher/history"))
+    assert history["agent_id"] == "researcher"
+    keys = ("procedure_id", "change", "rule_before", "rule", "status_before", "status", "by")
+    seen = [tuple(r[k] for k in keys) for r in history["revisions"]]
+    assert seen == [
+        (rid, "removed", None, "Be concise.", None, "active", mine),
+        (other["id"], "added", None, "Cite the source.", None, "active", mine),
+        (rid, "changed", "Be brief.", "Be concise.", None, "active", mine),
+        (rid, "changed", None, "Be brief.", "rejected", "active", mine),
+        (rid, "changed", None, "Be brief.", "active", "rejected", team_key),
+        (rid, "added", None, "Be brief.", None, "active", mine),
+    ]
+    # One rule's, a removed one's too; the newest first, as many as asked.
+    one = ok_data(agent_api.get(f"/procedures/researcher/history?procedure_id={rid}&limit=2"))
+    assert [r["change"] for r in one["revisions"]] == ["removed", "changed"]
+    for bad in ("limit=0", "limit=501", "procedure_id=-1", "procedure_id=x"):
+        answer = agent_api.get(f"/procedures/researcher/history?{bad}")
+        assert (answer.status_code, error_code(answer)) == (400, "VALIDATION_ERROR")
+
+
+def test_a_rules_history_is_the_agents_and_the_teams_own(team, agent, api, other_team):
+    AgentFactory(team=team, agent_id="trader")
+    traders = ok_data(api.post("/procedures/trader", {"rule": "Never exceed 3x leverage."}))
+    k = api_key_issue(team=team, agent=agent)
+    researcher = SignedClient(Client(), k.key_id, k.secret)
+    assert researcher.get("/procedures/trader/history").status_code == 403
+    # Another team: the same agent id has no history, and this team's rule id names none.
+    other = _other_api(other_team)
+    empty = {"agent_id": "trader", "revisions": []}
+    assert ok_data(other.get("/procedures/trader/history")) == empty
+    asked = f"/procedures/trader/history?procedure_id={traders['id']}"
+    assert ok_data(other.get(asked)) == empty
+    assert len(ok_data(api.get(asked))["revisions"]) == 1
+
+
 def _rules_held(team, agent_id: str, count: int) -> None:
     Procedure.objects.bulk_create(
         Procedure(team=team, agent_id=agent_id, rule=f"Rule number {i}.", source="agent")
@@ -321,6 +368,12 @@ def test_repeated_feedback_is_proposed_as_a_rule_never_applied_until_accepted(
     assert proposal["status"] == "proposed" and proposal["source"] == "lifecycle"
     assert proposal["rule"] in FEEDBACK
     assert len(proposal["evidence"]) == 3
+    (proposed,) = ok_data(agent_api.get("/procedures/researcher/history"))["revisions"]
+    assert (proposed["change"], proposed["status"], proposed["by"]) == (
+        "added",
+        "proposed",
+        "lifecycle",
+    )
     # Proposed, not followed: the agent's active rules are unchanged until it accepts.
     assert ok_data(agent_api.get("/procedures/researcher?status=active")) == {"procedures": []}
     # Asking again proposes nothing new: that point has a rule (here, a proposal) already.

@@ -22,7 +22,8 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from memories.models import Memory, Procedure, TrashedMemory
+from memories.models import Memory, Procedure, ProcedureRevision, TrashedMemory
+from tenants.models import McpToken
 from tenants.services import mcp_token_revoke
 
 from .factories import AgentFactory, EntityFactory, McpTokenFactory, RelationFactory, TeamFactory
@@ -651,6 +652,12 @@ def test_an_agent_keeps_its_rules_through_mcp(mcp_url, team_a, agent_token):
     assert out["foreign"] == [out["missing"]] * 2 and out["missing"]["code"] == "NOT_FOUND"
     assert out["deleted"] == {"deleted": added["id"]} and out["gone"] == "NOT_FOUND"
     assert list(Procedure.objects.values_list("team_id", "rule")) == [("mcp_a", "Cite sources.")]
+    # Each change is in the rule's history under the token that made it (ids, never secrets).
+    changes = ProcedureRevision.objects.filter(procedure_id=added["id"]).order_by("id")
+    assert [c.change for c in changes] == ["added", "changed", "removed"]
+    assert {c.by for c in changes} == {
+        f"mcp token mcp_{McpToken.objects.get(team=team_a).token_id}"
+    }
 
 
 def test_episodes_through_mcp_are_the_agents_own(mcp_url, team_a, agent_token):

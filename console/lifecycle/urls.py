@@ -23,6 +23,11 @@ urlpatterns = [
         name="lifecycle-procedure-decide",
     ),
     path(
+        "procedures/<int:procedure_id>/history/",
+        views.procedure_history,
+        name="lifecycle-procedure-history",
+    ),
+    path(
         "procedures/<int:procedure_id>/edit/",
         views.procedure_edit,
         name="lifecycle-procedure-edit",

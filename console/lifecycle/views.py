@@ -43,6 +43,8 @@ from .forms import (
 JOBS_PER_PAGE = 50
 PERSONAS_PER_PAGE = 30
 RULES_PER_PAGE = 50
+# Rules removed last, listed under the rules (each with its history, its last text included).
+RULES_REMOVED_SHOWN = 20
 
 T = TypeVar("T")
 
@@ -260,8 +262,29 @@ def procedure_list(request: HttpRequest, team: Team) -> HttpResponse:
         "statuses": ProcedureStatus.values,
         "agent": agent_id,
         "agent_ids": _agent_ids(team),
+        "removed": memory_selectors.procedures_removed(
+            team=team, agent_id=agent_id or None, limit=RULES_REMOVED_SHOWN
+        ),
     }
     return _page(request, "procedures", context)
+
+
+@access.console_view()
+def procedure_history(request: HttpRequest, team: Team, procedure_id: int) -> HttpResponse:
+    """Who added, reworded, decided on or removed one rule, newest first; a removed rule's
+    history ends with the text it had (GET /procedures/<agent>/history?procedure_id=). A rule
+    imported, or written before the history was kept, has none yet: its page says so."""
+    revisions = memory_selectors.procedure_revisions_of_team(team=team, procedure_id=procedure_id)
+    rule = memory_selectors.procedure_of_team(team=team, procedure_id=procedure_id)
+    if not revisions and rule is None:
+        raise Http404("No such rule.")
+    context = {
+        "procedure_id": procedure_id,
+        "agent_id": rule.agent_id if rule is not None else revisions[0].agent_id,
+        "revisions": revisions,
+        "rule": rule,
+    }
+    return _page(request, "procedure_history", context)
 
 
 def _back_to_rules(request: HttpRequest, team: Team) -> HttpResponseRedirect:
@@ -286,7 +309,11 @@ def procedure_decide(request: HttpRequest, team: Team, procedure_id: int) -> Htt
         messages.error(request, "Choose accept or reject.")
         return _back_to_rules(request, team)
     try:
-        memory_services.procedure_update(procedure=procedure, status=DECISIONS[decision])
+        memory_services.procedure_update(
+            procedure=procedure,
+            actor=memory_services.Actor.for_user(request.user),
+            status=DECISIONS[decision],
+        )
     except NotFound:
         messages.error(
             request,
@@ -314,7 +341,11 @@ def procedure_edit(request: HttpRequest, team: Team, procedure_id: int) -> HttpR
         messages.error(request, f"Rule #{procedure.pk} unchanged: {form.errors['rule'][0]}")
         return _back_to_rules(request, team)
     try:
-        memory_services.procedure_update(procedure=procedure, rule=form.cleaned_data["rule"])
+        memory_services.procedure_update(
+            procedure=procedure,
+            actor=memory_services.Actor.for_user(request.user),
+            rule=form.cleaned_data["rule"],
+        )
     except NotFound:
         messages.error(
             request,

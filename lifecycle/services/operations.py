@@ -703,6 +703,7 @@ def propose_procedures(
                     source="lifecycle",
                     status=ProcedureStatus.PROPOSED,
                     evidence=sorted(memories[i].pk for i in group),
+                    actor=Actor(label="lifecycle"),
                 )
             )
             known.append(rule)

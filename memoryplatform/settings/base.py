@@ -263,6 +263,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "WorkingStoreEnum": ["redis", "database"],
         "MessageRoleEnum": ["user", "assistant", "system", "tool"],
+        # A rule's status, wherever it appears (a rule, its history's before and after).
+        "ProcedureStatusEnum": "memories.models.ProcedureStatus",
     },
     "DESCRIPTION": (
         "Persistent memory for AI agents. Every endpoint except `GET /health` and "

@@ -268,6 +268,7 @@ READS = {
     "lifecycle-scenario",
     "lifecycle-sources",
     "lifecycle-procedures",
+    "lifecycle-procedure-history",
     "lifecycle-profiles",
     "lifecycle-archive-item",
     "graph",

@@ -19,7 +19,7 @@ from django.utils import timezone
 from core.progress import Progress
 from lifecycle.services import pipeline
 from memories.models import Memory, MemoryScope
-from memories.services import memory_create, procedure_add
+from memories.services import Actor, memory_create, procedure_add
 from memories.working import get_working_store
 from tenants.models import Team
 from tenants.services import agent_ensure
@@ -168,7 +168,13 @@ class Command(BaseCommand):
                 team=team, kind="extract-graph", trigger="command", agent_id=agent, params={}
             )
         for agent, rule in RULES:
-            procedure_add(team=team, agent_id=agent, rule=rule, source="agent")
+            procedure_add(
+                team=team,
+                agent_id=agent,
+                rule=rule,
+                source="agent",
+                actor=Actor(label="command load_demo_data"),
+            )
         # A proposal for a lead to accept or reject in the console ("Agents' rules").
         pipeline.run(
             team=team,
