@@ -433,7 +433,12 @@ class ProcedureRevision(models.Model):
             models.CheckConstraint(
                 condition=models.Q(change__in=ProcedureChange.values),
                 name="procedure_change_valid",
-            )
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status__in=ProcedureStatus.values)
+                & models.Q(status_before__in=["", *ProcedureStatus.values]),
+                name="procedure_revision_status_valid",
+            ),
         ]
         indexes = [
             models.Index(fields=["team", "agent_id", "-at"], name="procedure_rev_agent"),

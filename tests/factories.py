@@ -28,6 +28,7 @@ from memories.models import (
     MemoryScope,
     MemoryShare,
     Procedure,
+    ProcedureRevision,
     ProfileField,
     ProfileRevision,
     PurgeRun,
@@ -549,6 +550,21 @@ class ProcedureFactory(_PlainFactory):
     agent_id = "researcher"
     rule = factory.Sequence(lambda n: f"Rule {n}: answer briefly")
     source = "agent"
+
+
+class ProcedureRevisionFactory(_PlainFactory):
+    """One change of a rule (the procedure services write them with the change)."""
+
+    class Meta:
+        model = ProcedureRevision
+
+    team = factory.SubFactory(TeamFactory)
+    agent_id = "researcher"
+    procedure_id = factory.Sequence(lambda n: n + 1)
+    change = "added"
+    rule = "Answer briefly."
+    status = "active"
+    by = "key mk_test"
 
 
 class ProfileFieldFactory(_PlainFactory):

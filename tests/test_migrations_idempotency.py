@@ -144,7 +144,7 @@ def test_every_exact_column_has_a_binary_collation_on_mysql():
         for field in model._meta.local_fields
         if isinstance(field, ExactCharField)
     }
-    assert len(columns) == 26
+    assert len(columns) == 27
     if connection.vendor != "mysql":
         pytest.skip("SQLite compares text exactly unless a column says otherwise")
     with connection.cursor() as cursor:
