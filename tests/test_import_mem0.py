@@ -125,6 +125,22 @@ def test_a_bad_listing_is_a_400_naming_what_and_writes_nothing(team, api, body, 
     assert not Memory.objects.filter(team=team).exists()
 
 
+def test_a_run_id_this_server_cannot_take_is_kept_in_metadata(team, api):
+    # mem0 takes any string as a run id; the column takes an id. Nothing of the item is lost.
+    listing = [
+        {"memory": "Asked about flights to Lisbon", "user_id": "alice", "run_id": "trip plan #2"},
+        {"memory": "Booked the 9 am train", "user_id": "alice", "run_id": "r" * 65},
+        {"memory": "Wants a window seat", "user_id": "alice", "run_id": None},
+    ]
+    ok_data(_import(api, listing))
+    rows = {m.content: m for m in Memory.objects.filter(team=team)}
+    flights = rows["Asked about flights to Lisbon"]
+    assert (flights.run_id, flights.metadata["run_id"]) == ("", "trip plan #2")
+    assert rows["Booked the 9 am train"].metadata["run_id"] == "r" * 65
+    seat = rows["Wants a window seat"]
+    assert seat.run_id == "" and "run_id" not in seat.metadata
+
+
 def test_json_lines_are_read_too(team, api):
     lines = b"\n".join(json.dumps(m).encode() for m in LISTING["results"])
     assert ok_data(_import(api, lines))["imported"]["memory"] == 3

@@ -25,10 +25,11 @@ import io
 import json
 import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import date, time, timedelta
+from itertools import chain
 from typing import IO, Any, cast
 
 from django.conf import settings
@@ -282,6 +283,36 @@ def _dumps(value: dict[str, Any]) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
+def bundle_header(
+    *,
+    team_id: str | None,
+    agent_id: str | None,
+    exported_at: str | None,
+    model: str,
+    dim: int,
+    counts: dict[str, int],
+) -> dict[str, Any]:
+    """A bundle's first line. A converted listing has no team, time or vectors (model "")."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "exported_at": exported_at,
+        "team_id": team_id,
+        "agent_id": agent_id,
+        "embedding_model": model,
+        "embedding_dim": dim,
+        "counts": counts,
+    }
+
+
+def bundle_lines_write(sink: IO[bytes] | io.RawIOBase, lines: Iterable[dict[str, Any]]) -> None:
+    """Writes `lines` (a header, then records) to `sink` as a bundle: gzip of JSON Lines."""
+    # mtime 0 and no file name: the same records give the same bytes.
+    with gzip.GzipFile(fileobj=sink, mode="wb", mtime=0, filename="") as gz:
+        for line in lines:
+            gz.write(_dumps(line))
+
+
 def bundle_write(
     *,
     team: Team,
@@ -298,25 +329,26 @@ def bundle_write(
     with _snapshot_transaction():
         querysets = _querysets(team=team, agent_id=agent_id)
         counts = {kind: qs.count() for kind, qs in querysets.items()}
-        header = {
-            "format": FORMAT,
-            "version": VERSION,
-            "exported_at": iso(timezone.now()),
-            "team_id": team.id,
-            "agent_id": agent_id,
-            "embedding_model": embedder.model_name,
-            "embedding_dim": embedder.dim,
-            "counts": counts,
-        }
-        # mtime 0 and no file name: the same records give the same bytes.
-        with gzip.GzipFile(fileobj=sink, mode="wb", mtime=0, filename="") as gz:
-            gz.write(_dumps(header))
-            for kind, qs in querysets.items():
-                for obj in qs.iterator(chunk_size=500):
-                    gz.write(_dumps(record_of(kind, obj)))
-                    if progress is not None:
-                        progress(1)
+        header = bundle_header(
+            team_id=team.id,
+            agent_id=agent_id,
+            exported_at=iso(timezone.now()),
+            model=embedder.model_name,
+            dim=embedder.dim,
+            counts=counts,
+        )
+        bundle_lines_write(sink, chain([header], _records(querysets, progress)))
     return counts
+
+
+def _records(
+    querysets: dict[str, QuerySet[Any]], progress: Callable[[int], None] | None
+) -> Iterator[dict[str, Any]]:
+    for kind, qs in querysets.items():
+        for obj in qs.iterator(chunk_size=500):
+            yield record_of(kind, obj)
+            if progress is not None:
+                progress(1)
 
 
 @contextmanager

@@ -14,7 +14,6 @@ writes all or nothing.
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import re
@@ -26,7 +25,7 @@ from django.utils.dateparse import parse_datetime
 from core.errors import DomainError, ErrorCode
 from core.validators import AGENT_ID_RE
 
-from .bundle import FORMAT, VERSION
+from .bundle import bundle_header, bundle_lines_write
 
 # What an import reads: this server's bundle, or another service's listing converted into one.
 SOURCES = ("bundle", "mem0")
@@ -85,21 +84,17 @@ def mem0_bundle(items: list[dict[str, Any]], *, agent_from: str, default_agent: 
     if default_agent and not re.fullmatch(AGENT_ID_RE, default_agent):
         raise _invalid("default_agent", "not a valid agent id")
     records = [_memory(n, item, agent_from, default_agent) for n, item in enumerate(items)]
-    header = {
-        "format": FORMAT,
-        "version": VERSION,
-        "exported_at": None,
-        "team_id": None,
-        "agent_id": None,
-        # No vectors: the import embeds every text with its own model.
-        "embedding_model": "",
-        "embedding_dim": 0,
-        "counts": {"memory": len(records)},
-    }
+    # No vectors (an empty model): the import embeds every text with its own model.
+    header = bundle_header(
+        team_id=None,
+        agent_id=None,
+        exported_at=None,
+        model="",
+        dim=0,
+        counts={"memory": len(records)},
+    )
     out = io.BytesIO()
-    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, filename="") as gz:
-        for line in (header, *records):
-            gz.write(json.dumps(line, ensure_ascii=False).encode("utf-8") + b"\n")
+    bundle_lines_write(out, [header, *records])
     return out.getvalue()
 
 
@@ -137,6 +132,10 @@ def _memory(n: int, item: dict[str, Any], agent_from: str, default_agent: str) -
     run_id = item.get("run_id")
     if isinstance(run_id, str) and re.fullmatch(AGENT_ID_RE, run_id):
         record["run_id"] = run_id
+    elif run_id is not None:
+        # A run id this server's column cannot take (a space, over 64 characters) is not lost:
+        # it stays where the other ids not read into columns are.
+        metadata["run_id"] = run_id
     for stamp in ("created_at", "updated_at"):
         value = item.get(stamp)
         if value is None:
