@@ -497,8 +497,15 @@ async def procedure_update(
     annotations=DESTRUCTIVE,
 )
 async def procedure_delete(procedure_id: ProcedureId, agent_id: AgentId = None) -> dict[str, Any]:
-    """Remove a rule the agent no longer follows (gone at once; rules have no trash)."""
+    """Remove a rule the agent no longer follows (gone at once; procedure_restore brings it
+    back from its history)."""
     return await _run(tools.procedure_delete, procedure_id=procedure_id, agent_id=agent_id)
+
+
+@mcp.tool(name="procedure_restore", annotations=WRITES)
+async def procedure_restore(procedure_id: ProcedureId, agent_id: AgentId = None) -> dict[str, Any]:
+    """Bring back a rule removed by mistake: the same id, its last text and status."""
+    return await _run(tools.procedure_restore, procedure_id=procedure_id, agent_id=agent_id)
 
 
 @mcp.tool(name="persona_get", annotations=READ_ONLY)

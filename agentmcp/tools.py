@@ -486,6 +486,22 @@ def procedure_delete(
     return {"deleted": procedure_id}
 
 
+def procedure_restore(
+    principal: McpPrincipal, *, procedure_id: int, agent_id: str | None = None
+) -> dict[str, Any]:
+    """POST /procedures/{agent_id}/{id}/restore: a removed rule back, with its id."""
+    agent = _rules_agent(principal, agent_id)
+    return procedure_body(
+        memory_services.procedure_restore(
+            team=principal.team,
+            agent_id=agent,
+            procedure_id=procedure_id,
+            source=procedure_source(principal.agent_id),
+            actor=Actor(label=principal.label),
+        )
+    )
+
+
 # --- persona and graph --------------------------------------------------------------------------
 
 

@@ -1354,6 +1354,32 @@ class ProcedureDetailApi(APIView):
         return Response({"deleted": procedure_id})
 
 
+class ProcedureRestoreApi(APIView):
+    @api_operation(
+        response=ProcedureOutputSerializer,
+        statuses=(201,),
+        errors=(400, 403, 404, 409),
+        summary="Bring back a removed rule, with its id and the last text and status it had",
+        description="The rule's history (`GET /procedures/<agent_id>/history`) holds its last "
+        "text. 404 when the agent never had that rule (or it was removed before the history was "
+        "kept); 409 `CONFLICT` when it is not removed, or when another rule of the agent now "
+        "says its text (`details.rule` names that rule); 400 when the agent holds the most rules "
+        "it may. Its source becomes who restores it; a proposal's evidence is not kept.",
+    )
+    def post(self, request: Request, agent_id: str, procedure_id: int) -> Response:
+        check_agent_id(agent_id)
+        team = _own_agent(request, agent_id)
+        principal = principal_of(request)
+        procedure = services.procedure_restore(
+            team=team,
+            agent_id=agent_id,
+            procedure_id=procedure_id,
+            source=procedure_source(principal.agent_id),
+            actor=Actor.for_key(principal.api_key),
+        )
+        return Response(presenters.procedure_body(procedure), status=201)
+
+
 PROCEDURE_HISTORY_LIMIT = QueryInt("limit", default=50, minimum=1, maximum=500)
 PROCEDURE_HISTORY_RULE = QueryInt(
     "procedure_id",
@@ -1387,7 +1413,7 @@ class ProcedureHistoryApi(APIView):
         parameters=[PROCEDURE_HISTORY_LIMIT.parameter, PROCEDURE_HISTORY_RULE.parameter],
         response=ProcedureHistoryOutputSerializer,
         errors=(400, 403),
-        summary="Who added, reworded, decided or removed the agent's rules, newest first",
+        summary="Who added, reworded, decided, removed or restored the agent's rules, newest first",
     )
     def get(self, request: Request, agent_id: str) -> Response:
         check_agent_id(agent_id)

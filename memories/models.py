@@ -408,11 +408,12 @@ class ProcedureChange(models.TextChoices):
     ADDED = "added", "added"  # written (by the agent, a team key, or proposed by the lifecycle)
     CHANGED = "changed", "changed"  # its text reworded, or its status decided
     REMOVED = "removed", "removed"  # deleted (a rule has no trash: its last text is kept here)
+    RESTORED = "restored", "restored"  # written again from its last text, with its id
 
 
 class ProcedureRevision(models.Model):
-    """One change of an agent's rule: who added, reworded, accepted, rejected or removed it, and
-    what it said before and after. Keyed by the rule's id rather than by the row, so a removed
+    """One change of an agent's rule: who added, reworded, accepted, rejected, removed or restored
+    it, and what it said before and after. Keyed by the rule's id rather than by the row, so a removed
     rule keeps its history (its last text included); erased with its agent or team."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")

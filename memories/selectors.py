@@ -6,7 +6,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
+from django.db.models import (
+    Case,
+    Count,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 
 from core.errors import Forbidden, NotFound
 from tenants.models import Agent, Team
@@ -373,8 +383,14 @@ def procedure_revisions_of_team(*, team: Team, procedure_id: int) -> list[Proced
 def procedures_removed(
     *, team: Team, limit: int, agent_id: str | None = None
 ) -> list[ProcedureRevision]:
-    """The team's rules removed last (the console), with the text each had."""
-    qs = ProcedureRevision.objects.filter(team=team, change=ProcedureChange.REMOVED)
+    """The team's rules removed last and not restored since (the console), with the text each
+    had: the removals that are their rule's latest change."""
+    latest = ProcedureRevision.objects.filter(
+        team=team, procedure_id=OuterRef("procedure_id")
+    ).order_by("-id")
+    qs = ProcedureRevision.objects.filter(
+        team=team, change=ProcedureChange.REMOVED, pk=Subquery(latest.values("pk")[:1])
+    )
     if agent_id:
         qs = qs.filter(agent_id=agent_id)
     return list(qs.order_by("-id")[:limit])

@@ -1074,16 +1074,7 @@ def procedure_add(
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         same = _procedure_of_text(team_id=team.id, agent_id=agent_id, rule=rule)
         if same is None:
-            if procedure_room(team=team, agent_id=agent_id) == 0:
-                raise ValidationFailed(
-                    {
-                        "rule": [
-                            f"An agent holds at most {MAX_RULES_PER_AGENT} rules: remove one it "
-                            "no longer follows first."
-                        ]
-                    },
-                    "rule: too many rules",
-                )
+            _procedure_room_check(team=team, agent_id=agent_id)
             new = _procedure_insert(
                 team=team,
                 agent_id=agent_id,
@@ -1106,6 +1097,19 @@ def procedure_room(*, team: Team, agent_id: str) -> int:
     lock by whatever adds one."""
     held = Procedure.objects.filter(team=team, agent_id=agent_id).count()
     return max(MAX_RULES_PER_AGENT - held, 0)
+
+
+def _procedure_room_check(*, team: Team, agent_id: str) -> None:
+    if procedure_room(team=team, agent_id=agent_id) == 0:
+        raise ValidationFailed(
+            {
+                "rule": [
+                    f"An agent holds at most {MAX_RULES_PER_AGENT} rules: remove one it no longer "
+                    "follows first."
+                ]
+            },
+            "rule: too many rules",
+        )
 
 
 def _procedure_of_text(
@@ -1196,6 +1200,48 @@ def procedure_delete(*, procedure: Procedure, actor: Actor) -> None:
         locked.delete()
         locked.pk = procedure.pk  # Django clears it on delete; the history names the rule
         _procedure_changed(locked, ProcedureChange.REMOVED, actor)
+
+
+def procedure_restore(
+    *, team: Team, agent_id: str, procedure_id: int, source: str, actor: Actor
+) -> Procedure:
+    """Brings back a removed rule of the agent: its id, the last text and status its history
+    kept; its source is who restores it (the history says who wrote it first), and a proposal's
+    evidence is not kept. Refused as an add of that text would be: 409 (RuleExists) when another
+    rule of the agent says it now, 400 when the agent has no room. NotFound when the agent never
+    had that rule — another team's or agent's id included; CONFLICT when it is not removed
+    (restored already). Under the agent's lock, as every add: two restores of one rule at once
+    restore it once, and a restore and an add of its text at once leave one rule."""
+    history = ProcedureRevision.objects.filter(
+        team=team, agent_id=agent_id, procedure_id=procedure_id
+    ).order_by("-id")
+    if not history.exists():
+        # Never this agent's rule (another team's or agent's id too): nothing is locked or made.
+        raise NotFound("removed procedure")
+    with locks.agent_locked(team_id=team.id, agent_id=agent_id):
+        last = history.first()
+        if Procedure.objects.filter(team=team, agent_id=agent_id, pk=procedure_id).exists():
+            raise DomainError(ErrorCode.CONFLICT, f"rule {procedure_id} is not removed")
+        if last is None or last.change != ProcedureChange.REMOVED:
+            # Its removal is not in its history: removed before history was kept.
+            raise NotFound("removed procedure")
+        same = _procedure_of_text(team_id=team.id, agent_id=agent_id, rule=last.rule)
+        if same is not None:
+            raise RuleExists(same.pk)
+        _procedure_room_check(team=team, agent_id=agent_id)
+        # Its own id again: ids are never reused (AUTOINCREMENT on SQLite, InnoDB's counter), so
+        # it is free, and the history, the console's links and the agent's notes still name it.
+        procedure = Procedure.objects.create(
+            pk=procedure_id,
+            team=team,
+            agent_id=agent_id,
+            rule=last.rule,
+            status=last.status,
+            source=source,
+            evidence=[],
+        )
+        _procedure_changed(procedure, ProcedureChange.RESTORED, actor)
+    return procedure
 
 
 # --- the agent profile (memories.profile has its keys, values and classifier) -------------------

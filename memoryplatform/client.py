@@ -1322,7 +1322,7 @@ class _Endpoints:
     def procedure_history(
         self, agent_id: str, procedure_id: int | None = None, limit: int | None = None
     ) -> _Call[dict[str, Any]]:
-        """Who added, reworded, accepted, rejected or removed the agent's rules (or one rule's,
+        """Who added, reworded, accepted, rejected, removed or restored the agent's rules (or one rule's,
         a removed one's too), newest first: `{"agent_id", "revisions"}`."""
         params = {"procedure_id": procedure_id, "limit": limit}
         return _Call("GET", f"/procedures/{quote(agent_id, safe='')}/history", params=params)
@@ -1330,6 +1330,13 @@ class _Endpoints:
     @_endpoint
     def delete_procedure(self, agent_id: str, procedure_id: int) -> _Call[dict[str, int]]:
         return _delete(f"/procedures/{quote(agent_id, safe='')}/{int(procedure_id)}")
+
+    @_endpoint
+    def restore_procedure(self, agent_id: str, procedure_id: int) -> _Call[Procedure]:
+        """A removed rule back, with its id and the last text and status its history kept.
+        `MemoryAPIError` 404 when the agent never had it, 409 `CONFLICT` when it is not removed
+        or another rule of the agent says its text now."""
+        return _post(f"/procedures/{quote(agent_id, safe='')}/{int(procedure_id)}/restore")
 
     @_endpoint
     def consolidate(

@@ -60,6 +60,11 @@ API_ROUTES: tuple[tuple[str, type[View], str], ...] = (
         memory_apis.ProcedureDetailApi,
         "procedure-detail",
     ),
+    (
+        "procedures/<str:agent_id>/<int:procedure_id>/restore",
+        memory_apis.ProcedureRestoreApi,
+        "procedure-restore",
+    ),
     ("memories/working/<str:agent_id>", memory_apis.WorkingAgentApi, "working-agent"),
     ("profile/<str:agent_id>", memory_apis.ProfileApi, "profile"),
     ("profile/<str:agent_id>/history", memory_apis.ProfileHistoryApi, "profile-history"),

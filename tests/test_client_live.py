@@ -451,6 +451,11 @@ def test_episodes_and_procedures_with_both_clients(live_server, keys, new_client
         ("added", "Answer in at most three sentences."),
     ]
     assert len(client.procedure_history("a1", limit=1)["revisions"]) == 1
+    back = client.restore_procedure("a1", rule["id"])
+    assert (back["id"], back["rule"], back["status"]) == (rule["id"], edited["rule"], "active")
+    with pytest.raises(MemoryAPIError) as exc:
+        client.restore_procedure("a1", rule["id"])
+    assert exc.value.code == "CONFLICT"
 
 
 def test_without_retries_a_write_carries_no_key_of_its_own(recorder, new_client):

@@ -592,6 +592,53 @@ def test_a_rules_history_shows_who_changed_it_and_a_removed_rules_last_text(
     assert "No change recorded" in page and "Now <strong>active</strong>: Imported." in page
 
 
+def test_a_lead_restores_a_removed_rule_and_a_viewer_cannot(team, lead, viewer, api, other_team):
+    from memories.models import Procedure, ProcedureRevision
+    from memories.services import Actor, procedure_create, procedure_delete
+
+    rule = ok_data(api.post("/procedures/researcher", {"rule": "Answer briefly."}))
+    rid = rule["id"]
+    api.delete(f"/procedures/researcher/{rid}")
+    restore = url(team, f"procedures/{rid}/restore/")
+    history = url(team, f"procedures/{rid}/history/")
+    here = url(team, "procedures/?agent=researcher")
+    # The button is a lead's: a viewer sees none and is refused.
+    assert restore not in viewer.get(url(team, "procedures/")).content.decode()
+    assert restore not in viewer.get(history).content.decode()
+    assert viewer.post(restore, {"next": here}).status_code == 403
+    assert (
+        restore in lead.get(here).content.decode() and restore in lead.get(history).content.decode()
+    )
+    back = lead.post(restore, {"next": here})
+    assert (back.status_code, back["Location"]) == (302, here)
+    restored = Procedure.objects.get(pk=rid)
+    assert (restored.rule, restored.status, restored.source) == (
+        "Answer briefly.",
+        "active",
+        "console",
+    )
+    assert ProcedureRevision.objects.filter(procedure_id=rid).order_by("-id")[0].by == "user lead_a"
+    # Back, it leaves the "Removed lately" list, and its history offers no second restore.
+    listing = lead.get(here).content.decode()
+    assert "Removed lately" not in listing and restore not in lead.get(history).content.decode()
+    # Again from its history page: refused, said so, and the lead stays on that page.
+    again = lead.post(restore, {"next": history}, follow=True)
+    assert again.redirect_chain[-1][0] == history
+    assert f"Rule #{rid} not restored: rule {rid} is not removed" in again.content.decode()
+    # Its text taken by a new rule meanwhile: refused, naming that rule.
+    api.delete(f"/procedures/researcher/{rid}")
+    now = ok_data(api.post("/procedures/researcher", {"rule": "answer briefly."}))
+    taken = lead.post(restore, {"next": here}, follow=True).content.decode()
+    assert f"researcher already has that rule (#{now['id']})" in taken
+    assert not Procedure.objects.filter(pk=rid).exists()
+    # Another team's removed rule, or a number no rule ever had: 404, nothing restored.
+    theirs = procedure_create(team=other_team, agent_id="x", rule="B.", source="agent")
+    procedure_delete(procedure=theirs, actor=Actor())
+    assert lead.post(url(team, f"procedures/{theirs.pk}/restore/")).status_code == 404
+    assert lead.post(url(team, "procedures/99999999/restore/")).status_code == 404
+    assert not Procedure.objects.filter(pk=theirs.pk).exists()
+
+
 def test_a_lead_corrects_a_rules_wording_and_a_viewer_cannot(team, lead, viewer, other_team):
     from memories.models import Procedure
     from memories.services import procedure_create

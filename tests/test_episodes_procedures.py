@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from memories.models import Memory, Procedure
+from memories.models import Memory, Procedure, ProcedureRevision
 from memories.services import MAX_RULES_PER_AGENT
 from tenants.services import api_key_issue
 
@@ -283,6 +283,82 @@ def test_a_rules_history_is_the_agents_and_the_teams_own(team, agent, api, other
     asked = f"/procedures/trader/history?procedure_id={traders['id']}"
     assert ok_data(other.get(asked)) == empty
     assert len(ok_data(api.get(asked))["revisions"]) == 1
+
+
+def test_a_removed_rule_comes_back_with_its_id_text_and_status(team, agent, agent_api, api):
+    rule = ok_data(agent_api.post("/procedures/researcher", {"rule": "Be brief."}))
+    rid = rule["id"]
+    api.put(f"/procedures/researcher/{rid}", {"status": "rejected"})
+    ok_data(agent_api.delete(f"/procedures/researcher/{rid}"))
+    restored = agent_api.post(f"/procedures/researcher/{rid}/restore")
+    assert restored.status_code == 201
+    back = restored.json()["data"]
+    assert (back["id"], back["rule"], back["status"], back["source"]) == (
+        rid,
+        "Be brief.",
+        "rejected",
+        "agent",
+    )
+    assert ok_data(agent_api.get("/procedures/researcher"))["procedures"] == [back]
+    history = ok_data(agent_api.get(f"/procedures/researcher/history?procedure_id={rid}"))
+    latest = history["revisions"][0]
+    assert (latest["change"], latest["rule"], latest["status"], latest["by"]) == (
+        "restored",
+        "Be brief.",
+        "rejected",
+        f"key {agent_api.key_id}",
+    )
+    # Not removed (restored already): 409, and nothing written.
+    again = agent_api.post(f"/procedures/researcher/{rid}/restore")
+    assert (again.status_code, error_code(again)) == (409, "CONFLICT")
+    assert ProcedureRevision.objects.filter(procedure_id=rid).count() == 4
+    # Removed again, it comes back again: the latest removal is what is restored.
+    api.put(f"/procedures/researcher/{rid}", {"rule": "Be concise."})
+    ok_data(api.delete(f"/procedures/researcher/{rid}"))
+    assert ok_data(api.post(f"/procedures/researcher/{rid}/restore"))["rule"] == "Be concise."
+    # A rule the agent never had, or one of another of its team's agents: 404.
+    AgentFactory(team=team, agent_id="trader")
+    theirs = ok_data(api.post("/procedures/trader", {"rule": "Hedge."}))
+    ok_data(api.delete(f"/procedures/trader/{theirs['id']}"))
+    for path in (
+        f"/procedures/researcher/{theirs['id']}/restore",
+        "/procedures/researcher/0/restore",
+    ):
+        missing = api.post(path)
+        assert (missing.status_code, error_code(missing)) == (404, "NOT_FOUND")
+    # An agent-scoped key restores its own agent's rules only.
+    refused = agent_api.post(f"/procedures/trader/{theirs['id']}/restore")
+    assert refused.status_code == 403
+    assert not Procedure.objects.filter(pk=theirs["id"]).exists()
+
+
+def test_a_restore_is_refused_as_an_add_of_its_text_would_be(team, agent, agent_api, api):
+    rid = ok_data(agent_api.post("/procedures/researcher", {"rule": "Be brief."}))["id"]
+    ok_data(agent_api.delete(f"/procedures/researcher/{rid}"))
+    # Its words were added again meanwhile: one rule of a text, so the restore names that one.
+    now = ok_data(agent_api.post("/procedures/researcher", {"rule": "BE BRIEF."}))
+    taken = agent_api.post(f"/procedures/researcher/{rid}/restore")
+    assert (taken.status_code, error_code(taken)) == (409, "CONFLICT")
+    assert taken.json()["details"] == {"rule": [f"the same text as rule {now['id']}"]}
+    ok_data(agent_api.delete(f"/procedures/researcher/{now['id']}"))
+    # A full agent: 400, as for an add.
+    _rules_held(team, "researcher", MAX_RULES_PER_AGENT)
+    full = agent_api.post(f"/procedures/researcher/{rid}/restore")
+    assert (full.status_code, error_code(full)) == (400, "VALIDATION_ERROR")
+    assert not Procedure.objects.filter(pk=rid).exists()
+
+
+def test_another_team_cannot_restore_or_detect_a_removed_rule(team, agent, api, other_team):
+    rid = ok_data(api.post("/procedures/researcher", {"rule": "Be brief."}))["id"]
+    ok_data(api.delete(f"/procedures/researcher/{rid}"))
+    other = _other_api(other_team)
+    AgentFactory(team=other_team, agent_id="researcher")
+    theirs = other.post(f"/procedures/researcher/{rid}/restore")
+    never = other.post("/procedures/researcher/987654321/restore")
+    assert (theirs.status_code, theirs.json()) == (never.status_code, never.json())
+    assert theirs.status_code == 404
+    assert not Procedure.objects.filter(pk=rid).exists()
+    assert not Procedure.objects.filter(team=other_team).exists()
 
 
 def _rules_held(team, agent_id: str, count: int) -> None:

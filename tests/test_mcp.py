@@ -52,6 +52,7 @@ TOOLS = {
     "procedure_add": ["rule"],
     "procedure_update": ["procedure_id"],
     "procedure_delete": ["procedure_id"],
+    "procedure_restore": ["procedure_id"],
 }
 
 
@@ -624,6 +625,16 @@ def test_an_agent_keeps_its_rules_through_mcp(mcp_url, team_a, agent_token):
         async with session(mcp_url, agent_token) as a:
             out["deleted"] = ok(await a.call_tool("procedure_delete", {"procedure_id": rid}))
             out["gone"] = error_code(await a.call_tool("procedure_delete", {"procedure_id": rid}))
+        async with session(mcp_url, token_b) as b:
+            # Another team cannot bring this team's removed rule back, nor tell it was there.
+            out["foreign_restore"] = data(
+                await b.call_tool("procedure_restore", {"procedure_id": rid, "agent_id": "a1"})
+            )
+        async with session(mcp_url, agent_token) as a:
+            out["restored"] = ok(await a.call_tool("procedure_restore", {"procedure_id": rid}))
+            out["restored_again"] = error_code(
+                await a.call_tool("procedure_restore", {"procedure_id": rid})
+            )
         return out
 
     out = run(go())
@@ -651,10 +662,24 @@ def test_an_agent_keeps_its_rules_through_mcp(mcp_url, team_a, agent_token):
     assert out["theirs"] == {"procedures": []}
     assert out["foreign"] == [out["missing"]] * 2 and out["missing"]["code"] == "NOT_FOUND"
     assert out["deleted"] == {"deleted": added["id"]} and out["gone"] == "NOT_FOUND"
-    assert list(Procedure.objects.values_list("team_id", "rule")) == [("mcp_a", "Cite sources.")]
+    assert out["foreign_restore"]["code"] == "NOT_FOUND"
+    assert out["foreign_restore"]["error"] == out["missing"]["error"].replace(
+        "procedure", "removed procedure"
+    )
+    restored = out["restored"]
+    assert (restored["id"], restored["rule"], restored["status"]) == (
+        added["id"],
+        "Answer in English.",
+        "active",
+    )
+    assert out["restored_again"] == "CONFLICT"
+    assert sorted(Procedure.objects.values_list("team_id", "rule")) == [
+        ("mcp_a", "Answer in English."),
+        ("mcp_a", "Cite sources."),
+    ]
     # Each change is in the rule's history under the token that made it (ids, never secrets).
     changes = ProcedureRevision.objects.filter(procedure_id=added["id"]).order_by("id")
-    assert [c.change for c in changes] == ["added", "changed", "removed"]
+    assert [c.change for c in changes] == ["added", "changed", "removed", "restored"]
     assert {c.by for c in changes} == {
         f"mcp token mcp_{McpToken.objects.get(team=team_a).token_id}"
     }

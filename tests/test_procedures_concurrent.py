@@ -223,3 +223,33 @@ def test_two_adds_into_the_last_room_for_a_rule_leave_the_limit(tmp_path):
         assert first["rule"] == RULE
         assert second == (400, "VALIDATION_ERROR")
         assert len(a.list_procedures("coder")["procedures"]) == held + 1
+
+
+@pytest.mark.parametrize("then", ["restore", "add"])
+def test_a_restore_and_another_restore_or_an_add_of_its_text_at_once_leave_one_rule(tmp_path, then):
+    """Both restores would find the rule removed and write it back; a restore and an add of its
+    words would each find no rule saying them. The lock is the agent's, as for every add."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = clients(stack)
+        pk = a.add_procedure("coder", RULE)["id"]
+        a.delete_procedure("coder", pk)
+        lock = stack_python(stack, CODER_LOCK)
+        second_call = (
+            (lambda: b.restore_procedure("coder", pk))
+            if then == "restore"
+            else (lambda: b.add_procedure("coder", RULE.upper()))
+        )
+        first, second = queued_in_order(
+            stack,
+            ("memories.models", "ScopeLock", lock),
+            answer(lambda: a.restore_procedure("coder", pk)),
+            answer(second_call),
+        )
+        assert (first["id"], first["rule"]) == (pk, RULE)
+        if then == "restore":
+            assert second == (409, "CONFLICT")
+        else:
+            # The add meets the rule just restored: one rule of that text, with its own id.
+            assert second["id"] == pk
+        rules = a.list_procedures("coder")["procedures"]
+        assert [(r["id"], r["rule"]) for r in rules] == [(pk, RULE)]

@@ -28,6 +28,11 @@ urlpatterns = [
         name="lifecycle-procedure-history",
     ),
     path(
+        "procedures/<int:procedure_id>/restore/",
+        views.procedure_restore,
+        name="lifecycle-procedure-restore",
+    ),
+    path(
         "procedures/<int:procedure_id>/edit/",
         views.procedure_edit,
         name="lifecycle-procedure-edit",

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from console import access
-from core.errors import NotFound
+from core.errors import DomainError, NotFound
 from lifecycle import presenters, selectors
 from lifecycle.models import JobRun, JobStatus
 from lifecycle.services import pipeline
@@ -360,6 +360,44 @@ def procedure_edit(request: HttpRequest, team: Team, procedure_id: int) -> HttpR
         )
         return _back_to_rules(request, team)
     messages.success(request, f"Rule #{procedure.pk} of {procedure.agent_id} corrected.")
+    return _back_to_rules(request, team)
+
+
+@require_POST
+@access.console_view(lead=True)
+def procedure_restore(request: HttpRequest, team: Team, procedure_id: int) -> HttpResponse:
+    """A lead brings back a removed rule (POST /procedures/<agent>/<id>/restore), from the
+    "Removed lately" list or the rule's history; back to where the form was posted from."""
+    revisions = memory_selectors.procedure_revisions_of_team(team=team, procedure_id=procedure_id)
+    if not revisions:
+        raise Http404("No such rule.")
+    agent_id = revisions[0].agent_id
+    try:
+        memory_services.procedure_restore(
+            team=team,
+            agent_id=agent_id,
+            procedure_id=procedure_id,
+            source="console",
+            actor=memory_services.Actor.for_user(request.user),
+        )
+    except memory_services.RuleExists as same:
+        messages.error(
+            request,
+            f"Rule #{procedure_id} not restored: {agent_id} already has that rule "
+            f"(#{same.other_id}).",
+        )
+    except DomainError as refused:
+        # A full agent names the limit in its details; "not removed" is the message itself.
+        reason = next(iter(refused.details.values()))[0] if refused.details else refused.message
+        messages.error(request, f"Rule #{procedure_id} not restored: {reason}")
+    else:
+        messages.success(request, f"Rule #{procedure_id} of {agent_id} restored.")
+    history = reverse(
+        "console:lifecycle-procedure-history",
+        kwargs={"team_id": team.id, "procedure_id": procedure_id},
+    )
+    if request.POST.get("next", "") == history:
+        return HttpResponseRedirect(history)
     return _back_to_rules(request, team)
 
 

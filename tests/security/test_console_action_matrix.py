@@ -37,6 +37,7 @@ from memories.services import (
     memory_share,
     memory_update,
     procedure_create,
+    procedure_delete,
 )
 from tenants.models import ApiKey, McpToken, Team
 from tenants.services import agent_ensure, api_key_issue, mcp_token_issue
@@ -82,6 +83,7 @@ class Objects:
     scenario: Scenario
     entity: Entity
     procedure: Procedure
+    removed_procedure_id: int
     archived: WorkingArchive
     ids: dict[str, Any] = field(default_factory=dict)
 
@@ -122,6 +124,8 @@ def _objects(team: Team, owner: AbstractBaseUser) -> Objects:
     stale = old(f"{team.id}: another forgotten detail, to purge.")
     token = purge.purge_preview(team=team, criteria=criteria).token
     assert token
+    removed = procedure_create(team=team, agent_id="owner", rule="Hedge.", source="agent")
+    procedure_delete(procedure=removed, actor=Actor())
     return Objects(
         team=team,
         memory=memory,
@@ -147,6 +151,7 @@ def _objects(team: Team, owner: AbstractBaseUser) -> Objects:
             source="lifecycle",
             status="proposed",
         ),
+        removed_procedure_id=removed.pk,
         archived=WorkingArchive.objects.create(
             team=team,
             agent_id="owner",
@@ -247,6 +252,7 @@ WRITES: dict[str, Payload] = {
     "lifecycle-run": lambda o: {"cleanup-dry_run": "true"},
     "lifecycle-procedure-decide": lambda o: {"decision": "accept"},
     "lifecycle-procedure-edit": lambda o: {"rule": "Corrected by the matrix."},
+    "lifecycle-procedure-restore": lambda o: {},
     "keys-issue": lambda o: {"label": "from the matrix"},
     "keys-rotate": lambda o: {"grace_hours": "0"},
     "keys-revoke": lambda o: {},
@@ -278,8 +284,14 @@ READS = {
 }
 
 
+# The URLs that name another object of the same path parameter: a restore names a removed rule.
+PATH_VALUES_FOR: dict[str, Callable[[Objects], dict[str, Any]]] = {
+    "lifecycle-procedure-restore": lambda o: {"procedure_id": o.removed_procedure_id},
+}
+
+
 def _url(name: str, team_id: str, objects: Objects) -> str:
-    values = _path_values(objects)
+    values = {**_path_values(objects), **PATH_VALUES_FOR.get(name, lambda o: {})(objects)}
     kwargs = {p: team_id if p == "team_id" else values[p] for p in URLS[name]}
     return reverse(f"console:{name}", kwargs=kwargs)
 
