@@ -1229,17 +1229,23 @@ def procedure_restore(
         if same is not None:
             raise RuleExists(same.pk)
         _procedure_room_check(team=team, agent_id=agent_id)
-        # Its own id again: ids are never reused (AUTOINCREMENT on SQLite, InnoDB's counter), so
-        # it is free, and the history, the console's links and the agent's notes still name it.
-        procedure = Procedure.objects.create(
-            pk=procedure_id,
-            team=team,
-            agent_id=agent_id,
-            rule=last.rule,
-            status=last.status,
-            source=source,
-            evidence=[],
-        )
+        # Its own id again, so the history, the console's links and the agent's notes still name
+        # it: ids are not reused (AUTOINCREMENT on SQLite, InnoDB's persisted counter). Should
+        # one be taken all the same (a database restored from a dump without its counters), the
+        # rule comes back under a new id rather than failing the restore.
+        columns = {
+            "team": team,
+            "agent_id": agent_id,
+            "rule": last.rule,
+            "status": last.status,
+            "source": source,
+            "evidence": [],
+        }
+        try:
+            with transaction.atomic():
+                procedure = Procedure.objects.create(pk=procedure_id, **columns)
+        except IntegrityError:
+            procedure = Procedure.objects.create(**columns)
         _procedure_changed(procedure, ProcedureChange.RESTORED, actor)
     return procedure
 

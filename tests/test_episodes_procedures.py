@@ -348,6 +348,22 @@ def test_a_restore_is_refused_as_an_add_of_its_text_would_be(team, agent, agent_
     assert not Procedure.objects.filter(pk=rid).exists()
 
 
+def test_a_removed_rules_id_taken_meanwhile_brings_it_back_under_a_new_one(
+    team, agent, agent_api, other_team
+):
+    rid = ok_data(agent_api.post("/procedures/researcher", {"rule": "Be brief."}))["id"]
+    ok_data(agent_api.delete(f"/procedures/researcher/{rid}"))
+    # Ids are not reused; a database restored without its counters could, for another team.
+    Procedure.objects.create(pk=rid, team=other_team, agent_id="x", rule="Theirs.", source="team")
+    back = agent_api.post(f"/procedures/researcher/{rid}/restore")
+    assert back.status_code == 201
+    new_id = back.json()["data"]["id"]
+    assert new_id != rid and Procedure.objects.get(pk=new_id).rule == "Be brief."
+    assert Procedure.objects.get(pk=rid).rule == "Theirs."
+    restored = ProcedureRevision.objects.filter(team=team, change="restored").get()
+    assert restored.procedure_id == new_id
+
+
 def test_another_team_cannot_restore_or_detect_a_removed_rule(team, agent, api, other_team):
     rid = ok_data(api.post("/procedures/researcher", {"rule": "Be brief."}))["id"]
     ok_data(api.delete(f"/procedures/researcher/{rid}"))
