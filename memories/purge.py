@@ -49,7 +49,7 @@ from .models import (
 from .retrieval import index
 from .retrieval.text import content_hash
 from .selectors import memory_same_content_id
-from .services import Actor, BulkResult, memories_delete
+from .services import Actor, BulkResult, answers_forget, memories_delete
 
 # One confirm moves at most this many memories: the preview lists every item and the token carries
 # every id, so a bigger set must be narrowed first (by agent, scope or thresholds).
@@ -695,14 +695,26 @@ def trash_erase(*, team: Team, memory_id: int, acting_agent: str | None) -> None
     with transaction.atomic():
         item = trash_item_get(team=team, memory_id=memory_id, acting_agent=acting_agent, lock=True)
         TrashedMemory.objects.filter(team=team, memory_id=item.memory_id).delete()
+        answers_forget(team_id=team.id, memory_ids=[item.memory_id])
 
 
 def trash_empty_expired(*, team: Team | None = None, now: datetime | None = None) -> int:
-    """Deletes trash past its `expires_at` (all teams, or one). Idempotent."""
+    """Deletes trash past its `expires_at` (all teams, or one), and what the answers kept for
+    retries showed of it. Idempotent."""
     qs = TrashedMemory.objects.filter(expires_at__lte=now or timezone.now())
     if team is not None:
         qs = qs.filter(team=team)
-    deleted, _ = qs.delete()
+    rows = list(qs.values_list("pk", "team_id", "memory_id"))
+    by_team: dict[str, list[int]] = defaultdict(list)
+    for _, team_id, memory_id in rows:
+        by_team[team_id].append(memory_id)
+    deleted = 0
+    with transaction.atomic():
+        for start in range(0, len(rows), 500):
+            chunk = [pk for pk, _, _ in rows[start : start + 500]]
+            deleted += TrashedMemory.objects.filter(pk__in=chunk).delete()[0]
+        for team_id, ids in by_team.items():
+            answers_forget(team_id=team_id, memory_ids=ids)
     return deleted
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -18,6 +18,7 @@ from django.utils import timezone
 from core.errors import DomainError, ErrorCode, NotFound, ValidationFailed
 from core.metrics import SEARCH_LATENCY, WRITE_LATENCY, timed
 from core.rows import assign_given, rows_restamp
+from tenants.idempotency import idempotency_rewrite
 from tenants.models import ApiKey, Team
 from tenants.services import agent_register
 from tenants.usage import KIND_SEARCH, usage_record
@@ -598,9 +599,49 @@ def _locked(memory: Memory) -> Memory:
     return locked
 
 
+# The endpoints whose recorded answers (tenants.idempotency) show memories: the writes (and
+# their batches) and ingest, synchronous ("ingest") or a job's own run ("ingest-job").
+ANSWER_ENDPOINTS = ("memories/", "ingest")
+
+
+def _erased_in(body: Any, ids: set[int]) -> Any | None:
+    """`body` with each memory of `ids` it shows (an object with its `id` and `content`)
+    replaced by `{"id", "erased": true}`; None when it shows none of them."""
+    if isinstance(body, dict):
+        if "content" in body and body.get("id") in ids:
+            return {"id": body["id"], "erased": True}
+        items = {k: _erased_in(v, ids) for k, v in body.items()}
+        if all(v is None for v in items.values()):
+            return None
+        return {k: body[k] if v is None else v for k, v in items.items()}
+    if isinstance(body, list):
+        found = [_erased_in(v, ids) for v in body]
+        if all(v is None for v in found):
+            return None
+        return [v if f is None else f for v, f in zip(body, found, strict=True)]
+    return None
+
+
+def answers_forget(*, team_id: str, memory_ids: Collection[int]) -> int:
+    """An erasure reaches the answers kept for retries (`Idempotency-Key`, kept
+    IDEMPOTENCY_TTL_HOURS): where one showed an erased memory, its retry now gets `{"id",
+    "erased": true}` instead of its text. Called by every erasure — a purge, the trash's erase
+    and expiry, an agent's deletion; not by a move to the trash, which can be undone. Returns
+    the answers rewritten."""
+    ids = set(memory_ids)
+    if not ids:
+        return 0
+    return idempotency_rewrite(
+        team_id=team_id,
+        endpoint_prefixes=ANSWER_ENDPOINTS,
+        rewrite=lambda body: _erased_in(body, ids),
+    )
+
+
 def memory_delete(*, memory: Memory) -> None:
     """Erases a memory at once (`?purge=true`, an erasure request): its shares, revisions and
-    links go with it. One moved to the trash by a request that held it first is erased there."""
+    links go with it, and the answers kept for retries stop showing it (answers_forget). One
+    moved to the trash by a request that held it first is erased there."""
     with transaction.atomic():
         try:
             memory = _locked(memory)
@@ -610,9 +651,12 @@ def memory_delete(*, memory: Memory) -> None:
             erased, _ = trash.delete()
             if not erased:
                 raise
+            answers_forget(team_id=memory.team_id, memory_ids=[memory.pk])
             return
         _index_changed(memory, deleted=True)
+        erased = memory.pk  # Django clears it on delete
         memory.delete()
+        answers_forget(team_id=memory.team_id, memory_ids=[erased])
 
 
 def memories_delete(*, team: Team, memory_ids: list[int]) -> int:
@@ -720,7 +764,10 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
     ProfileRevision.objects.filter(team=team, agent_id=agent_id).delete()
     Procedure.objects.filter(team=team, agent_id=agent_id).delete()
     ProcedureRevision.objects.filter(team=team, agent_id=agent_id).delete()
-    TrashedMemory.objects.filter(team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id).delete()
+    trash = TrashedMemory.objects.filter(team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    trashed = list(trash.values_list("memory_id", flat=True))
+    trash.delete()
+    answers_forget(team_id=team.id, memory_ids=[*ids, *trashed])
     return memories_delete(team=team, memory_ids=ids)
 
 

@@ -13,13 +13,14 @@ lookup too, fail there — its writes roll back and it replays the first one's a
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import DomainError, ErrorCode, ValidationFailed
@@ -152,3 +153,50 @@ def idempotency_prune() -> int:
     cutoff = timezone.now() - timedelta(hours=settings.IDEMPOTENCY_TTL_HOURS)
     deleted, _ = IdempotentRequest.objects.filter(created_at__lt=cutoff).delete()
     return deleted
+
+
+def idempotency_rewrite(
+    *,
+    team_id: str,
+    endpoint_prefixes: Collection[str],
+    rewrite: Callable[[Any], Any | None],
+    keys: Collection[tuple[str, str]] | None = None,
+) -> int:
+    """Rewrites the team's recorded answers (of the endpoints starting with one of
+    `endpoint_prefixes`, or only these `(endpoint, key)` pairs) that `rewrite` changes: it
+    returns the new body, or None for one it leaves alone. How an erasure reaches the answers
+    kept for retries, expired ones not pruned yet included; returns how many changed.
+
+    Read without locks first (most answers show nothing erased), then each one to change again
+    under its row lock, so two erasures of one batch's memories at once both hold."""
+    if not endpoint_prefixes or (keys is not None and not keys):
+        return 0
+    where = Q()
+    for prefix in endpoint_prefixes:
+        where |= Q(endpoint__startswith=prefix)
+    answers = IdempotentRequest.objects.filter(where, team_id=team_id)
+    # Many pairs are asked for a few hundred at a time: one OR of thousands is a slow plan.
+    given = None if keys is None else list(keys)
+    batches = [answers] if given is None else []
+    for start in range(0, len(given or []), 200):
+        pairs = Q()
+        for endpoint, key in (given or [])[start : start + 200]:
+            pairs |= Q(endpoint=endpoint, key=key)
+        batches.append(answers.filter(pairs))
+    found = [
+        pk
+        for batch in batches
+        for pk, body in batch.values_list("pk", "body").iterator()
+        if rewrite(body) is not None
+    ]
+    changed = 0
+    with transaction.atomic():
+        for row in (
+            IdempotentRequest.objects.select_for_update().filter(pk__in=found).order_by("pk")
+        ):
+            body = rewrite(row.body)
+            if body is not None:
+                row.body = body
+                row.save(update_fields=["body"])
+                changed += 1
+    return changed

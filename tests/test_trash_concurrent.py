@@ -5,7 +5,8 @@ is restored once, the other attempt reported, never a 500 or a second copy.
 
 The order is forced, not hoped for: a third process holds the trash row, the API request queues
 on it first, then the console's restore; releasing the holder lets the API go first (InnoDB grants
-a row's lock in the order it was asked for)."""
+a row's lock in the order it was asked for). Two erasures rewriting one answer kept for retries
+are queued the same way, on that answer's row."""
 
 from __future__ import annotations
 
@@ -327,3 +328,38 @@ def test_an_erasure_queued_behind_another_request_still_erases(tmp_path, first):
         assert stack_python(stack, STATE.format(mid=mid)) == {"live": 0, "trashed": 0}
         assert a.list_trash()["items"] == []
         assert a.search("coder", "home address", min_score=0.0) == []
+
+
+def test_two_erasures_of_one_batchs_memories_at_once_both_leave_its_answer(tmp_path):
+    """Each erasure (two purges, which lock only their own memory) rewrites the batch's answer
+    kept for retries. Both read it before either wrote: written back from that read, the second
+    would put the first's memory back into it."""
+    from .livestack import queued_in_order
+
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        items = [
+            {"agent_id": "coder", "content": text, "enable_dedup": False}
+            for text in ("The user's PIN is 9911.", "The user's locker is 42.")
+        ]
+        results = a.write_memories(items, idempotency_key="batch-1")["results"]
+        first, second = (r["memory"]["id"] for r in results)
+        answer = stack_python(
+            stack,
+            "import json\nfrom tenants.models import IdempotentRequest\n"
+            "print(json.dumps(IdempotentRequest.objects.get(key='batch-1').pk))",
+        )
+        erased = queued_in_order(
+            stack,
+            ("tenants.models", "IdempotentRequest", answer),
+            lambda: a.delete_memory(first, purge=True),
+            lambda: b.delete_memory(second, purge=True),
+        )
+        assert erased == (None, None)
+        replayed = a.write_memories(items, idempotency_key="batch-1")["results"]
+        assert [r["memory"] for r in replayed] == [
+            {"id": first, "erased": True},
+            {"id": second, "erased": True},
+        ]

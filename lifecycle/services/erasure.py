@@ -12,8 +12,12 @@ nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db.models import QuerySet
 from django.utils import timezone
 
+from tenants.idempotency import idempotency_rewrite
 from tenants.models import Team
 
 from ..models import JobKind, JobRun, JobStatus, Persona, Scenario, WorkingArchive
@@ -41,6 +45,7 @@ def purge_agent(*, team: Team, agent_id: str) -> None:
     )
     done = jobs.exclude(status=JobStatus.RUNNING)
     done.update(result=None)
+    _ingest_answers_forget(team=team, ingests=jobs.filter(kind=JobKind.INGEST))
     # A finished job let go of its messages already (jobs.params_released); the failed-here
     # queued ones have not.
     given = []
@@ -50,3 +55,25 @@ def purge_agent(*, team: Team, agent_id: str) -> None:
             job.params = released
             given.append(job)
     JobRun.objects.bulk_update(given, ["params"], batch_size=500)
+
+
+def _without_profile(body: Any) -> Any | None:
+    if isinstance(body, dict) and "profile" in body:
+        return {k: v for k, v in body.items() if k != "profile"}
+    return None
+
+
+def _ingest_answers_forget(*, team: Team, ingests: QuerySet[JobRun]) -> None:
+    """The agent's ingests' answers kept for retries (tenants.idempotency) stop showing the
+    profile values they learnt: the profile is erased with the agent. (Their memories are
+    forgotten by the memories app, as for any erasure.) A synchronous ingest answers under its
+    request's key, a job's own run under its first job's id (pipeline._ingest)."""
+    keys: list[tuple[str, str]] = []
+    for job_id, retry_of, params in ingests.values_list("id", "retry_of_id", "params"):
+        keys.append(("ingest-job", str(retry_of or job_id)))
+        given = params.get("idempotency") if isinstance(params, dict) else None
+        if isinstance(given, dict) and isinstance(given.get("key"), str):
+            keys.append(("ingest", given["key"]))
+    idempotency_rewrite(
+        team_id=team.id, endpoint_prefixes=("ingest",), rewrite=_without_profile, keys=keys
+    )

@@ -1,0 +1,111 @@
+"""An erasure reaches the answers kept for retries (`Idempotency-Key`): a memory erased — by a
+purge, the trash's erase or expiry, or its agent's deletion — is no longer shown by the answer a
+retry of the write that made it gets; a move to the trash, which can be undone, changes nothing.
+Another team's answers are never touched."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from memories.models import Memory, TrashedMemory
+from memories.purge import trash_empty_expired
+from tenants.models import IdempotentRequest
+
+from .factories import AgentFactory
+from .helpers import ok_data
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "The vault code is 4711."
+KEPT = "The office opens at nine."
+
+
+def _write(api, content: str, key: str):
+    body = {"agent_id": "researcher", "content": content, "enable_dedup": False}
+    return api.post("/memories/personal", body, headers={"Idempotency-Key": key})
+
+
+def _batch(api, key: str):
+    body = {
+        "items": [
+            {"agent_id": "researcher", "content": SECRET, "enable_dedup": False},
+            {"agent_id": "researcher", "content": KEPT, "enable_dedup": False},
+        ]
+    }
+    return api.post("/memories/personal/batch", body, headers={"Idempotency-Key": key})
+
+
+def _stored_text(team_id: str) -> str:
+    """Every answer the team's retries would get, as stored."""
+    return json.dumps(
+        list(IdempotentRequest.objects.filter(team_id=team_id).values_list("body", flat=True)),
+        ensure_ascii=False,
+    )
+
+
+def test_a_purged_memory_is_replayed_as_erased_and_not_written_again(team, agent, api):
+    first = _write(api, SECRET, "w-1")
+    assert first.status_code == 201
+    mid = first.json()["data"]["id"]
+    assert SECRET in _stored_text(team.id)
+    assert api.delete(f"/memories/personal/{mid}?purge=true").status_code == 200
+    assert SECRET not in _stored_text(team.id)
+    retry = _write(api, SECRET, "w-1")
+    assert (retry.status_code, retry.headers["Idempotent-Replayed"]) == (201, "true")
+    assert retry.json()["data"] == {"id": mid, "erased": True}
+    assert not Memory.objects.filter(team=team).exists()
+
+
+def test_the_trash_keeps_the_answer_and_its_erase_forgets_one_memory_of_a_batch(team, agent, api):
+    results = ok_data(_batch(api, "b-1"))["results"]
+    secret_id, kept_id = (r["memory"]["id"] for r in results)
+    # To the trash: it can come back, so the answer still shows it.
+    assert api.delete(f"/memories/personal/{secret_id}").status_code == 200
+    assert ok_data(_batch(api, "b-1"))["results"] == results
+    # Erased from the trash: that one memory is gone from the answer, the other stays.
+    assert api.delete(f"/memories/trash/{secret_id}").status_code == 200
+    replayed = ok_data(_batch(api, "b-1"))["results"]
+    assert replayed[0] == {**results[0], "memory": {"id": secret_id, "erased": True}}
+    assert replayed[1] == results[1] and replayed[1]["memory"]["id"] == kept_id
+    assert SECRET not in _stored_text(team.id) and KEPT in _stored_text(team.id)
+
+
+def test_the_trashs_expiry_forgets_what_it_empties(team, agent, api, other_api, other_team):
+    mid = ok_data(_write(api, SECRET, "w-2"))["id"]
+    AgentFactory(team=other_team, agent_id="researcher")
+    theirs = _write(other_api, SECRET, "w-2")
+    assert theirs.status_code == 201
+    assert api.delete(f"/memories/personal/{mid}").status_code == 200
+    TrashedMemory.objects.filter(team=team).update(expires_at=timezone.now() - timedelta(days=1))
+    assert trash_empty_expired() == 1
+    assert ok_data(_write(api, SECRET, "w-2")) == {"id": mid, "erased": True}
+    # Another team's answer, of the same text and key, is its own: untouched.
+    assert SECRET in _stored_text(other_team.id)
+    assert ok_data(_write(other_api, SECRET, "w-2")) == theirs.json()["data"]
+
+
+def test_an_agents_deletion_forgets_its_memories_and_profile_in_ingest_answers(team, agent, api):
+    messages = [
+        {"role": "user", "content": "I live in Singapore and trade crypto on Binance."},
+        {"role": "user", "content": "My leverage limit is 3x on every account."},
+    ]
+    body = {"agent_id": "researcher", "messages": messages}
+    first = ok_data(api.post("/memories/ingest", body, headers={"Idempotency-Key": "i-1"}))
+    assert first["facts"] and first["profile"]
+    trashed = ok_data(_write(api, SECRET, "w-3"))["id"]
+    assert api.delete(f"/memories/personal/{trashed}").status_code == 200
+    assert api.delete(f"/agents/{team.id}/researcher").status_code == 200
+    stored = _stored_text(team.id)
+    assert "Singapore" not in stored and SECRET not in stored
+    replayed = ok_data(api.post("/memories/ingest", body, headers={"Idempotency-Key": "i-1"}))
+    assert "profile" not in replayed
+    assert [f["memory"] for f in replayed["facts"]] == [
+        {"id": f["memory"]["id"], "erased": True} for f in first["facts"]
+    ]
+    assert [f["decision"] for f in replayed["facts"]] == [f["decision"] for f in first["facts"]]
+    assert ok_data(_write(api, SECRET, "w-3")) == {"id": trashed, "erased": True}
+    assert not Memory.objects.filter(team=team).exists()
