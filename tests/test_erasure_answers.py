@@ -96,11 +96,19 @@ def test_an_agents_deletion_forgets_its_memories_and_profile_in_ingest_answers(t
     body = {"agent_id": "researcher", "messages": messages}
     first = ok_data(api.post("/memories/ingest", body, headers={"Idempotency-Key": "i-1"}))
     assert first["facts"] and first["profile"]
+    # An asynchronous ingest's job answers under its own key (a retry of the job replays it).
+    later = {
+        "agent_id": "researcher",
+        "messages": [{"role": "user", "content": "I work as a pilot."}],
+    }
+    job_id = ok_data(api.post("/memories/ingest", {**later, "async": True}))["job_id"]
+    job_answer = IdempotentRequest.objects.get(endpoint="ingest-job", key=str(job_id))
+    assert "pilot" in json.dumps(job_answer.body) and job_answer.body.get("profile")
     trashed = ok_data(_write(api, SECRET, "w-3"))["id"]
     assert api.delete(f"/memories/personal/{trashed}").status_code == 200
     assert api.delete(f"/agents/{team.id}/researcher").status_code == 200
     stored = _stored_text(team.id)
-    assert "Singapore" not in stored and SECRET not in stored
+    assert "Singapore" not in stored and SECRET not in stored and "pilot" not in stored
     replayed = ok_data(api.post("/memories/ingest", body, headers={"Idempotency-Key": "i-1"}))
     assert "profile" not in replayed
     assert [f["memory"] for f in replayed["facts"]] == [
