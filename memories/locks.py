@@ -55,6 +55,15 @@ def agent_locked(*, team_id: str, agent_id: str) -> Iterator[None]:
         yield
 
 
+def agent_lock_if_made(*, team_id: str, agent_id: str) -> None:
+    """Inside a transaction: the agent's personal-scope lock, when its row exists (it is never
+    made here: see the module's docstring). No row: nothing of the agent was written under it."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("scope locks must be taken inside transaction.atomic()")
+    key = scope_key(team_id, MemoryScope.PERSONAL, agent_id)
+    list(ScopeLock.objects.select_for_update().filter(scope_key=key))
+
+
 def scope_locks_prepare(*, team_id: str, scopes: Iterable[tuple[str, str]]) -> None:
     """Makes sure the lock rows of these (scope, agent_id) exist; call before the transaction
     that locks them. A query per 500 keys not already known to exist (none for a write to a

@@ -753,7 +753,18 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
 
     Final: nothing goes to the trash, and what the agent's personal memories left there goes too.
     An agent created again with the same id starts without rules: they were this agent's.
+
+    Takes the agent's write lock before anything else is read or deleted (the first receiver
+    of the agent's deletion: memories comes before the apps that hold rows of it): a writer
+    holding it — an ingest job storing facts — commits before this reads what to delete, and a
+    job that takes it later finds the agent gone (lifecycle.services.ingest). Only the agent's
+    trash goes before it: a restore takes its trash item's row and then this lock, so taking
+    them in the other order could deadlock with it.
     """
+    trash = TrashedMemory.objects.filter(team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+    trashed = list(trash.values_list("memory_id", flat=True))
+    trash.delete()
+    locks.agent_lock_if_made(team_id=team.id, agent_id=agent_id)
     ids = list(
         Memory.objects.filter(team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id).values_list(
             "pk", flat=True
@@ -764,9 +775,6 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
     ProfileRevision.objects.filter(team=team, agent_id=agent_id).delete()
     Procedure.objects.filter(team=team, agent_id=agent_id).delete()
     ProcedureRevision.objects.filter(team=team, agent_id=agent_id).delete()
-    trash = TrashedMemory.objects.filter(team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id)
-    trashed = list(trash.values_list("memory_id", flat=True))
-    trash.delete()
     answers_forget(team_id=team.id, memory_ids=[*ids, *trashed])
     return memories_delete(team=team, memory_ids=ids)
 

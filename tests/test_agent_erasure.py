@@ -94,3 +94,14 @@ def test_deleting_an_agent_erases_what_it_held_and_nothing_else(team, api, other
     assert ok_data(api.get("/lifecycle/scenarios/researcher")) == []
     assert error_code(api.get("/lifecycle/persona/researcher")) == "NOT_FOUND"
     assert Agent.objects.filter(team=team, agent_id="researcher").count() == 1
+
+
+def test_the_memories_app_is_the_first_to_act_on_an_agents_deletion():
+    """Its receiver takes the agent's write lock before any row of the agent is deleted, so the
+    deleting transaction holds nothing a writer under that lock may wait for (a deadlock)."""
+    from django.db.models.signals import pre_delete
+
+    from memories.signals import _delete_agents_personal_memories
+
+    sync_receivers, _ = pre_delete._live_receivers(Agent)
+    assert sync_receivers[0] is _delete_agents_personal_memories

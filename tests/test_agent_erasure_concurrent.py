@@ -1,0 +1,125 @@
+"""An agent deleted while an ingest for it runs, each in its own server process on one MariaDB
+database. Whichever takes the agent's write lock first, nothing of the ingest is left for the
+deleted agent: an ingest that wrote first has its facts erased by the deletion; one that comes
+second finds the agent gone and writes nothing (before, it wrote its facts and registered the
+agent again).
+
+The order is forced: a third process holds the agent's lock row, the first request queues on it,
+then the second; releasing the holder lets them go in that order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from memoryplatform.client import MemoryAPIError, MemoryClient
+
+from .livestack import live_stack, queued_in_order, stack_python
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "mysql", reason="row locks across processes: MariaDB only"
+    ),
+]
+
+MESSAGES = [
+    {"role": "user", "content": "I live in Singapore and trade crypto on Binance."},
+    {"role": "user", "content": "My leverage limit is 3x on every account."},
+]
+
+LOCK_ROW = """
+import json
+from memories.models import ScopeLock
+from memories.retrieval.index import scope_key
+from tenants.models import Team
+team = Team.objects.get()
+print(json.dumps(ScopeLock.objects.get(scope_key=scope_key(team.id, "personal", "coder")).pk))
+"""
+
+LEFT = """
+import json
+from lifecycle.models import WorkingArchive
+from memories.models import Memory, ProfileField
+from tenants.models import Agent
+print(json.dumps({
+    "agent": Agent.objects.filter(agent_id="coder").count(),
+    "memories": Memory.objects.filter(agent_id="coder").count(),
+    "archive": WorkingArchive.objects.filter(agent_id="coder").count(),
+    "profile": ProfileField.objects.filter(agent_id="coder").count(),
+}))
+"""
+
+
+def answer(call: Any) -> Any:
+    def run() -> Any:
+        try:
+            return call()
+        except MemoryAPIError as e:
+            return e.status, e.code
+
+    return run
+
+
+@pytest.mark.parametrize("ingest_first", [True, False], ids=["ingest first", "deletion first"])
+def test_an_ingest_and_its_agents_deletion_at_once_leave_nothing_of_the_agent(
+    tmp_path, ingest_first
+):
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        a.write_memory("coder", "Prefers tabs to spaces.")  # the agent and its lock row
+        team = stack_python(
+            stack,
+            "import json\nfrom tenants.models import Team\nprint(json.dumps(Team.objects.get().id))",
+        )
+        lock = stack_python(stack, LOCK_ROW)
+        ingest = answer(lambda: a.ingest("coder", MESSAGES))
+        delete = answer(lambda: b.delete_agent(team, "coder"))
+        first, second = queued_in_order(
+            stack,
+            ("memories.models", "ScopeLock", lock),
+            *((ingest, delete) if ingest_first else (delete, ingest)),
+        )
+        if ingest_first:
+            # The ingest wrote (its answer shows its facts); the deletion, queued behind it on
+            # the agent's lock, erased them with the rest.
+            assert first["archived"] == 2 and first["facts"]
+            assert second is None
+        else:
+            assert first is None
+            # Queued behind the deletion, the ingest finds its agent gone.
+            assert second == (404, "NOT_FOUND")
+        assert stack_python(stack, LEFT) == {"agent": 0, "memories": 0, "archive": 0, "profile": 0}
+
+
+def test_a_restore_of_the_agents_trash_and_its_deletion_at_once_leave_nothing(tmp_path):
+    """A restore takes its trash item's row, then the agent's write lock. A deletion that took
+    the lock first and then the trash rows waited for the restore while the restore waited for
+    it: InnoDB rolled one back (a 503)."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        mid = a.write_memory("coder", "The user's home address is 12 Elm Street.")["id"]
+        a.delete_memory(mid)
+        team = stack_python(
+            stack,
+            "import json\nfrom tenants.models import Team\nprint(json.dumps(Team.objects.get().id))",
+        )
+        item = stack_python(
+            stack,
+            "import json\nfrom memories.models import TrashedMemory\n"
+            f"print(json.dumps(TrashedMemory.objects.get(memory_id={mid}).pk))",
+        )
+        restored, deleted = queued_in_order(
+            stack,
+            ("memories.models", "TrashedMemory", item),
+            answer(lambda: a.restore_memory(mid)),
+            answer(lambda: b.delete_agent(team, "coder")),
+        )
+        assert restored["id"] == mid and deleted is None
+        assert stack_python(stack, LEFT) == {"agent": 0, "memories": 0, "archive": 0, "profile": 0}
