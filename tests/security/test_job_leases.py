@@ -27,6 +27,7 @@ from memories.models import Memory
 from memories.working import get_working_store
 from memoryplatform.client import MemoryClient
 
+from ..factories import AgentFactory
 from ..fake_openai import FakeOpenAI
 from ..helpers import ok_data
 from ..livestack import live_stack, start_worker
@@ -165,6 +166,9 @@ class TestLease:
         self, team, django_capture_on_commit_callbacks
     ):
         messages = [{"role": "user", "content": "My leverage limit is 3x.", "at": None, "name": ""}]
+        # An ingest's agent exists before its job is queued (the API registers it): the retry
+        # writes only for an agent that is still there.
+        AgentFactory(team=team, agent_id="a")
         job = jobs.job_create(
             team=team,
             kind="ingest",
