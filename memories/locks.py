@@ -23,7 +23,9 @@ from contextlib import contextmanager
 
 from django.db import transaction
 
+from core.errors import NotFound
 from core.localcache import TTLCache
+from tenants.models import Agent
 
 from .models import MemoryScope, ScopeLock
 from .retrieval.index import scope_key
@@ -103,3 +105,18 @@ def scope_locks(*, team_id: str, scopes: Iterable[tuple[str, str]]) -> None:
             list(ScopeLock.objects.select_for_update().filter(scope_key__in=missing))
             for key in missing:
                 _known.set(key, True)
+
+
+def job_agent_check(*, team_id: str, agent_id: str, job_id: int | None) -> None:
+    """Under the agent's write lock, before a job writes anything of the agent: raises
+    NotFound("agent") when the agent was deleted while the job ran (during its engine call,
+    mostly).
+
+    The deletion takes that lock before it reads what to erase (memories.services.purge_agent):
+    a job that took it first has committed, and the deletion erases what it wrote with the
+    rest; a job that takes it after finds the agent gone, writes nothing and fails saying so.
+    Without the check it wrote for an agent that is gone, and its write registered the agent
+    again. Only a job checks: the API registers a job's agent before queueing it, while a direct
+    call (a test, a shell) may run for an agent never registered."""
+    if job_id is not None and not Agent.objects.filter(team_id=team_id, agent_id=agent_id).exists():
+        raise NotFound("agent")

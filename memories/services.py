@@ -756,8 +756,8 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
 
     Takes the agent's write lock before anything else is read or deleted (the first receiver
     of the agent's deletion: memories comes before the apps that hold rows of it): a writer
-    holding it — an ingest job storing facts — commits before this reads what to delete, and a
-    job that takes it later finds the agent gone (lifecycle.services.ingest). Only the agent's
+    holding it — a job storing facts — commits before this reads what to delete, and a job that
+    takes it later finds the agent gone (locks.job_agent_check). Only the agent's
     trash goes before it: a restore takes its trash item's row and then this lock, so taking
     them in the other order could deadlock with it.
     """

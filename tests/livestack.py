@@ -19,6 +19,8 @@ from typing import Any
 import requests
 from django.conf import settings
 
+from memoryplatform.client import MemoryAPIError
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -337,3 +339,16 @@ def queued_in_order(
             two = pool.submit(second)
             wait_for_lock_waits(stack, 2, unless=two)
         return one.result(timeout=120), two.result(timeout=180)
+
+
+def answer(call: Callable[[], Any]) -> Callable[[], Any]:
+    """`call` made to give an API error as `(status, code)` instead of raising it, so that a
+    thread of queued_in_order returns what the server answered either way."""
+
+    def run() -> Any:
+        try:
+            return call()
+        except MemoryAPIError as e:
+            return e.status, e.code
+
+    return run

@@ -2,21 +2,22 @@
 database. Whichever takes the agent's write lock first, nothing of the ingest is left for the
 deleted agent: an ingest that wrote first has its facts erased by the deletion; one that comes
 second finds the agent gone and writes nothing (before, it wrote its facts and registered the
-agent again).
+agent again). The same holds for every other kind of job that writes for its agent.
 
 The order is forced: a third process holds the agent's lock row, the first request queues on it,
 then the second; releasing the holder lets them go in that order."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.db import connection
 
-from memoryplatform.client import MemoryAPIError, MemoryClient
+from memoryplatform.client import MemoryClient
 
-from .livestack import live_stack, queued_in_order, stack_python
+from .livestack import answer, live_stack, queued_in_order, stack_python
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -41,26 +42,53 @@ print(json.dumps(ScopeLock.objects.get(scope_key=scope_key(team.id, "personal", 
 
 LEFT = """
 import json
-from lifecycle.models import WorkingArchive
-from memories.models import Memory, ProfileField
+from lifecycle.models import Persona, Scenario, WorkingArchive
+from memories.models import Memory, Procedure, ProfileField
 from tenants.models import Agent
 print(json.dumps({
     "agent": Agent.objects.filter(agent_id="coder").count(),
     "memories": Memory.objects.filter(agent_id="coder").count(),
     "archive": WorkingArchive.objects.filter(agent_id="coder").count(),
     "profile": ProfileField.objects.filter(agent_id="coder").count(),
+    "scenarios": Scenario.objects.filter(agent_id="coder").count(),
+    "personas": Persona.objects.filter(agent_id="coder").count(),
+    "rules": Procedure.objects.filter(agent_id="coder").count(),
 }))
 """
+NOTHING = dict.fromkeys(
+    ["agent", "memories", "archive", "profile", "scenarios", "personas", "rules"], 0
+)
+
+TEAM = "import json\nfrom tenants.models import Team\nprint(json.dumps(Team.objects.get().id))"
+
+# Three wordings of one point of feedback: a group to consolidate, a rule to propose.
+FEEDBACK = [
+    "The user wants short answers without long explanations.",
+    "The user asked again for shorter answers, no long explanations.",
+    "The user prefers short answers and dislikes long explanations.",
+]
 
 
-def answer(call: Any) -> Any:
-    def run() -> Any:
-        try:
-            return call()
-        except MemoryAPIError as e:
-            return e.status, e.code
+def _working(client: MemoryClient) -> None:
+    for m in MESSAGES:
+        client.write_working("coder", m["content"])
 
-    return run
+
+def _feedback(client: MemoryClient) -> None:
+    for text in FEEDBACK:
+        client.write_memory("coder", text, category="preference", enable_dedup=False)
+
+
+# Each kind of job that writes for its agent: what it needs to have something to write, and
+# its call (each reaches the agent's lock only after its engine call, when it has work).
+JOBS: dict[str, tuple[Callable[[MemoryClient], None], Callable[[MemoryClient], Any]]] = {
+    "compress": (_working, lambda c: c.compress("coder")),
+    "extract-facts": (_working, lambda c: c.extract_facts("coder")),
+    "scenarios": (_feedback, lambda c: c.aggregate_scenarios("coder")),
+    "persona": (_feedback, lambda c: c.generate_persona("coder")),
+    "consolidate": (_feedback, lambda c: c.consolidate("coder")),
+    "proposals": (_feedback, lambda c: c.propose_procedures("coder")),
+}
 
 
 @pytest.mark.parametrize("ingest_first", [True, False], ids=["ingest first", "deletion first"])
@@ -72,10 +100,7 @@ def test_an_ingest_and_its_agents_deletion_at_once_leave_nothing_of_the_agent(
             MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
         )
         a.write_memory("coder", "Prefers tabs to spaces.")  # the agent and its lock row
-        team = stack_python(
-            stack,
-            "import json\nfrom tenants.models import Team\nprint(json.dumps(Team.objects.get().id))",
-        )
+        team = stack_python(stack, TEAM)
         lock = stack_python(stack, LOCK_ROW)
         ingest = answer(lambda: a.ingest("coder", MESSAGES))
         delete = answer(lambda: b.delete_agent(team, "coder"))
@@ -93,7 +118,7 @@ def test_an_ingest_and_its_agents_deletion_at_once_leave_nothing_of_the_agent(
             assert first is None
             # Queued behind the deletion, the ingest finds its agent gone.
             assert second == (404, "NOT_FOUND")
-        assert stack_python(stack, LEFT) == {"agent": 0, "memories": 0, "archive": 0, "profile": 0}
+        assert stack_python(stack, LEFT) == NOTHING
 
 
 def test_a_restore_of_the_agents_trash_and_its_deletion_at_once_leave_nothing(tmp_path):
@@ -106,10 +131,7 @@ def test_a_restore_of_the_agents_trash_and_its_deletion_at_once_leave_nothing(tm
         )
         mid = a.write_memory("coder", "The user's home address is 12 Elm Street.")["id"]
         a.delete_memory(mid)
-        team = stack_python(
-            stack,
-            "import json\nfrom tenants.models import Team\nprint(json.dumps(Team.objects.get().id))",
-        )
+        team = stack_python(stack, TEAM)
         item = stack_python(
             stack,
             "import json\nfrom memories.models import TrashedMemory\n"
@@ -122,4 +144,38 @@ def test_a_restore_of_the_agents_trash_and_its_deletion_at_once_leave_nothing(tm
             answer(lambda: b.delete_agent(team, "coder")),
         )
         assert restored["id"] == mid and deleted is None
-        assert stack_python(stack, LEFT) == {"agent": 0, "memories": 0, "archive": 0, "profile": 0}
+        assert stack_python(stack, LEFT) == NOTHING
+
+
+@pytest.mark.parametrize(
+    ("kind", "job_first"),
+    [(kind, False) for kind in JOBS] + [("compress", True), ("persona", True)],
+    ids=lambda v: v if isinstance(v, str) else ("job first" if v else "deletion first"),
+)
+def test_a_lifecycle_job_and_its_agents_deletion_at_once_leave_nothing_of_the_agent(
+    tmp_path, kind, job_first
+):
+    """Compress and persona wrote without the agent's lock before: they take it now. The
+    others took it already and only lacked the check."""
+    prepare, call = JOBS[kind]
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        a.write_memory("coder", "Prefers tabs to spaces.")  # the agent and its lock row
+        prepare(a)
+        team = stack_python(stack, TEAM)
+        lock = stack_python(stack, LOCK_ROW)
+        job = answer(lambda: call(a))
+        delete = answer(lambda: b.delete_agent(team, "coder"))
+        first, second = queued_in_order(
+            stack,
+            ("memories.models", "ScopeLock", lock),
+            *((job, delete) if job_first else (delete, job)),
+        )
+        if job_first:
+            assert isinstance(first, dict) and second is None
+        else:
+            assert first is None
+            assert second == (404, "NOT_FOUND")
+        assert stack_python(stack, LEFT) == NOTHING

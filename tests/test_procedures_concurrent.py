@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from memoryplatform.client import MemoryAPIError, MemoryClient
+from memoryplatform.client import MemoryClient
 
-from .livestack import Stack, live_stack, queued_in_order, stack_python
+from .livestack import Stack, answer, live_stack, queued_in_order, stack_python
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -28,16 +28,6 @@ pytestmark = [
 ]
 
 RULE = "Run the tests before every commit."
-
-
-def answer(call: Callable[[], Any]) -> Callable[[], Any]:
-    def run() -> Any:
-        try:
-            return call()
-        except MemoryAPIError as e:
-            return e.status, e.code
-
-    return run
 
 
 def queued(stack: Stack, pk: int, first: Callable[[], Any], second: Callable[[], Any]) -> Any:

@@ -24,7 +24,6 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from core.errors import NotFound
 from lifecycle.llm import get_engine
 from lifecycle.models import ArchiveReason, WorkingArchive
 from lifecycle.schemas import Fact
@@ -33,7 +32,7 @@ from memories import locks
 from memories.models import Memory, MemoryScope
 from memories.retrieval.embeddings import embed_passages
 from tenants.idempotency import IdempotencyKey, idempotency_record
-from tenants.models import Agent, Team
+from tenants.models import Team
 
 from ..presenters import ingest_body
 from ..results import IngestDecision, IngestResult
@@ -84,10 +83,7 @@ def ingest(
     item_ids = [uuid.uuid4().hex for _ in messages]
     now = timezone.now()
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
-        if job_id is not None and not Agent.objects.filter(team=team, agent_id=agent_id).exists():
-            # Deleted while this ran (its deletion takes this lock first): nothing is written for
-            # an agent that is gone, and the job fails saying so.
-            raise NotFound("agent")
+        locks.job_agent_check(team_id=team.id, agent_id=agent_id, job_id=job_id)
         WorkingArchive.objects.bulk_create(
             [
                 WorkingArchive(

@@ -216,7 +216,12 @@ def _compress(
     run_id = runs.pop() if len(runs) == 1 else ""
     embed_passages([s.content for s in summaries])  # outside the transaction (fills the cache)
     written: list[int] = []
+    locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
     with transaction.atomic():
+        # The agent's lock before the job's row (claim.confirm locks it): an agent's deletion
+        # takes them in that order.
+        locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+        locks.job_agent_check(team_id=team.id, agent_id=agent_id, job_id=job_id)
         claim.confirm()
         for s in summaries:
             memory, _ = memory_create(
@@ -408,9 +413,11 @@ def _extract_facts(
     duplicates = superseded = 0
     locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
     with transaction.atomic():
-        claim.confirm()
-        # Before the first fact's comparison, as ingest does: store_fact decides under it.
+        # Before the first fact's comparison, as ingest does: store_fact decides under it. And
+        # before the job's row (claim.confirm locks it), as an agent's deletion takes them.
         locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
+        locks.job_agent_check(team_id=team.id, agent_id=agent_id, job_id=job_id)
+        claim.confirm()
         for fact in facts:
             outcome = store_fact(
                 team=team,
@@ -453,6 +460,7 @@ def aggregate_scenes(
     # an import at the same moment (in another process) comes before, and these replace its
     # scenarios, or after, and meets these by name; never a second scenario of one name.
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
+        locks.job_agent_check(team_id=team.id, agent_id=agent_id, job_id=job_id)
         Scenario.objects.filter(team=team, agent_id=agent_id).delete()
         created = [
             Scenario.objects.create(
@@ -488,20 +496,24 @@ def generate_persona(
         profile,
     )
     used = {s.id: s for s in scenarios}
-    persona = Persona.objects.create(
-        team=team,
-        agent_id=agent_id,
-        preferences=draft.preferences,
-        habits=draft.habits,
-        expertise=draft.expertise,
-        communication_style=draft.communication_style,
-        summary=draft.summary,
-        memory_ids=draft.memory_ids,
-        scenario_ids=draft.scenario_ids,
-        # The scenarios as the API shows them: the snapshot keeps that shape (a JSON column).
-        scenarios_snapshot=[scenario_body(used[sid]) for sid in draft.scenario_ids if sid in used],
-        job_id=job_id,
-    )
+    with locks.agent_locked(team_id=team.id, agent_id=agent_id):
+        locks.job_agent_check(team_id=team.id, agent_id=agent_id, job_id=job_id)
+        persona = Persona.objects.create(
+            team=team,
+            agent_id=agent_id,
+            preferences=draft.preferences,
+            habits=draft.habits,
+            expertise=draft.expertise,
+            communication_style=draft.communication_style,
+            summary=draft.summary,
+            memory_ids=draft.memory_ids,
+            scenario_ids=draft.scenario_ids,
+            # The scenarios as the API shows them: the snapshot keeps that shape (a JSON column).
+            scenarios_snapshot=[
+                scenario_body(used[sid]) for sid in draft.scenario_ids if sid in used
+            ],
+            job_id=job_id,
+        )
     return persona, usage, engine.name
 
 
@@ -687,6 +699,7 @@ def propose_procedures(
     # its rules at the same moment (in another process) is one this run sees, not one it
     # proposes again.
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
+        locks.job_agent_check(team_id=team.id, agent_id=agent_id, job_id=job_id)
         known = [p.rule for p in procedure_list(team=team, agent_id=agent_id)]
         room = procedure_room(team=team, agent_id=agent_id)
         for central, group in points:
@@ -753,6 +766,7 @@ def consolidate(
         # Two consolidations of one agent at once (a manual run beside an automatic one): the
         # second waits here, then finds the fragments cold and writes nothing.
         with locks.agent_locked(team_id=team.id, agent_id=agent_id):
+            locks.job_agent_check(team_id=team.id, agent_id=agent_id, job_id=job_id)
             # The fragments locked and read again: an edit, a pin or a delete takes only the
             # row's lock, and the summary was written from the texts read before the engine
             # call. A fragment changed since (its text, pinned, superseded, cold, gone) leaves
