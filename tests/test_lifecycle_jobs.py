@@ -17,6 +17,7 @@ from lifecycle.results import CompressResult, JobSkipped
 from lifecycle.services import jobs, pipeline
 from memories.models import Memory
 from memories.working import get_working_store
+from tenants.services import agent_ensure
 
 from .helpers import long_cold, ok_data
 
@@ -65,6 +66,7 @@ def test_only_one_claim_wins(team):
 
 
 def test_run_queued_records_the_outcome_and_frees_the_key(team):
+    agent_ensure(team=team, agent_id="a")  # as the working-memory write through the API does
     get_working_store().add(
         team_id=team.id, agent_id="a", content="需要记住的事：周五发版", ttl_seconds=3600
     )

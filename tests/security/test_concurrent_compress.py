@@ -24,6 +24,7 @@ from lifecycle.services import jobs, pipeline
 from memories.models import Memory
 from memories.working import get_working_store
 from memoryplatform.client import MemoryClient
+from tenants.services import agent_ensure
 
 from ..fake_openai import FakeOpenAI
 from ..livestack import live_stack
@@ -33,6 +34,9 @@ ITEMS = 20
 
 
 def _fill(team, n: int = ITEMS, agent: str = "a") -> list[str]:
+    # The agent registered, as the API's working-memory write does: a job writes only for an
+    # agent that exists.
+    agent_ensure(team=team, agent_id=agent)
     store = get_working_store()
     return [
         store.add(

@@ -26,6 +26,7 @@ from llm import Usage
 from memories.models import Memory
 from memories.working import get_working_store
 from memoryplatform.client import MemoryClient
+from tenants.services import agent_ensure
 
 from ..factories import AgentFactory
 from ..fake_openai import FakeOpenAI
@@ -43,6 +44,9 @@ def _expire(job: JobRun) -> None:
 
 
 def _items(team, n: int, agent: str = "a") -> list[str]:
+    # The agent registered, as the API's working-memory write does: a job writes only for an
+    # agent that exists.
+    agent_ensure(team=team, agent_id=agent)
     store = get_working_store()
     return [
         store.add(
