@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -40,6 +42,7 @@ from pydantic import (
 )
 
 from llm import ChatClient, Usage, chat_messages, cut, data_block, get_client, short_error
+from memories import locks
 from memories.models import Memory, MemoryScope
 from memories.retrieval.embeddings import embed_passages
 from tenants.models import Team
@@ -391,14 +394,33 @@ def graph_extract(
     else:
         draft, usage, engine_name = extract_offline(pairs), Usage(), "offline"
     entities, relations, relations_created = _write(
-        team, agent_id, draft, {m.pk: m for m in memories}
+        team, agent_id, draft, {m.pk: m for m in memories}, job_id
     )
     result = GraphExtraction(entities, relations, relations_created, len(memories), job_id)
     return result, usage, engine_name
 
 
+@contextmanager
+def _fenced(team: Team, agent_id: str, job_id: int | None) -> Iterator[None]:
+    """One write of an agent's graph, under the agent's write lock and only while the agent
+    exists (locks.job_agent_check): a job running while its agent is deleted stops at its next
+    write instead of writing, and registering, the agent again. A write at a time, not the whole
+    run: the team linker locks other agents' entities, and holding this agent's lock across it
+    could deadlock with their extractions. Team-wide entities have no agent to lose."""
+    if not agent_id:
+        yield
+        return
+    with locks.agent_locked(team_id=team.id, agent_id=agent_id):
+        locks.job_agent_check(team_id=team.id, agent_id=agent_id, job_id=job_id)
+        yield
+
+
 def _write(
-    team: Team, agent_id: str, draft: GraphDraft, memories: dict[int, Memory]
+    team: Team,
+    agent_id: str,
+    draft: GraphDraft,
+    memories: dict[int, Memory],
+    job_id: int | None,
 ) -> tuple[list[ExtractedEntity], list[Relation], int]:
     """The entities written (each once), the relations and how many of those were new."""
     # Fill the embedder's cache before any write (merges and creates embed again, cache hits).
@@ -422,16 +444,29 @@ def _write(
             entity = Entity.objects.filter(team=team, pk=known.id).first()
             if entity is None:  # deleted meanwhile: create it afresh below
                 known = None
+        with _fenced(team, agent_id, job_id):
+            if known is None:
+                entity, created = services.entity_create_or_merge(
+                    team=team,
+                    name=d.name,
+                    entity_type=d.entity_type,
+                    agent_id=agent_id,
+                    description=d.description,
+                    properties={**d.properties, "source": "extraction"},
+                    source_memory=memories[mids[0]],
+                )
+            else:
+                assert entity is not None
+                entity = services.entity_merge(
+                    entity=entity,
+                    description=d.description,
+                    properties=d.properties,
+                    source_memory=memories[mids[0]],
+                )
+                created = False
+            for mid in mids[1:]:
+                services.entity_mention(entity=entity, memory=memories[mid])
         if known is None:
-            entity, created = services.entity_create_or_merge(
-                team=team,
-                name=d.name,
-                entity_type=d.entity_type,
-                agent_id=agent_id,
-                description=d.description,
-                properties={**d.properties, "source": "extraction"},
-                source_memory=memories[mids[0]],
-            )
             resolver.add(
                 Known(
                     str(entity.pk),
@@ -441,17 +476,6 @@ def _write(
                     agent_id,
                 )
             )
-        else:
-            assert entity is not None
-            entity = services.entity_merge(
-                entity=entity,
-                description=d.description,
-                properties=d.properties,
-                source_memory=memories[mids[0]],
-            )
-            created = False
-        for mid in mids[1:]:
-            services.entity_mention(entity=entity, memory=memories[mid])
         linker.link(entity)
         written[i] = ExtractedEntity(entity, created)
     relations = []
@@ -460,13 +484,14 @@ def _write(
         source, target = written.get(r.source), written.get(r.target)
         if source is None or target is None or source.entity.pk == target.entity.pk:
             continue
-        relation, created = services.relation_create(
-            source=source.entity,
-            target=target.entity,
-            relation_type=r.relation_type,
-            description=r.description,
-            source_memory=memories.get(r.memory_id) if r.memory_id is not None else None,
-        )
+        with _fenced(team, agent_id, job_id):
+            relation, created = services.relation_create(
+                source=source.entity,
+                target=target.entity,
+                relation_type=r.relation_type,
+                description=r.description,
+                source_memory=memories.get(r.memory_id) if r.memory_id is not None else None,
+            )
         created_relations += int(created)
         relations.append(relation)
     entities = {w.entity.pk: w for w in written.values()}

@@ -42,6 +42,7 @@ print(json.dumps(ScopeLock.objects.get(scope_key=scope_key(team.id, "personal", 
 
 LEFT = """
 import json
+from graph.models import Entity
 from lifecycle.models import Persona, Scenario, WorkingArchive
 from memories.models import Memory, Procedure, ProfileField
 from tenants.models import Agent
@@ -53,10 +54,11 @@ print(json.dumps({
     "scenarios": Scenario.objects.filter(agent_id="coder").count(),
     "personas": Persona.objects.filter(agent_id="coder").count(),
     "rules": Procedure.objects.filter(agent_id="coder").count(),
+    "entities": Entity.objects.filter(agent_id="coder").count(),
 }))
 """
 NOTHING = dict.fromkeys(
-    ["agent", "memories", "archive", "profile", "scenarios", "personas", "rules"], 0
+    ["agent", "memories", "archive", "profile", "scenarios", "personas", "rules", "entities"], 0
 )
 
 TEAM = "import json\nfrom tenants.models import Team\nprint(json.dumps(Team.objects.get().id))"
@@ -79,6 +81,11 @@ def _feedback(client: MemoryClient) -> None:
         client.write_memory("coder", text, category="preference", enable_dedup=False)
 
 
+def _facts(client: MemoryClient) -> None:
+    for m in MESSAGES:
+        client.write_memory("coder", m["content"])
+
+
 # Each kind of job that writes for its agent: what it needs to have something to write, and
 # its call (each reaches the agent's lock only after its engine call, when it has work).
 JOBS: dict[str, tuple[Callable[[MemoryClient], None], Callable[[MemoryClient], Any]]] = {
@@ -88,6 +95,8 @@ JOBS: dict[str, tuple[Callable[[MemoryClient], None], Callable[[MemoryClient], A
     "persona": (_feedback, lambda c: c.generate_persona("coder")),
     "consolidate": (_feedback, lambda c: c.consolidate("coder")),
     "proposals": (_feedback, lambda c: c.propose_procedures("coder")),
+    # Writes an entity at a time, each under the lock (graph.extraction._fenced).
+    "graph": (_facts, lambda c: c.post("/lifecycle/extract-graph", {"agent_id": "coder"})),
 }
 
 
@@ -155,8 +164,8 @@ def test_a_restore_of_the_agents_trash_and_its_deletion_at_once_leave_nothing(tm
 def test_a_lifecycle_job_and_its_agents_deletion_at_once_leave_nothing_of_the_agent(
     tmp_path, kind, job_first
 ):
-    """Compress and persona wrote without the agent's lock before: they take it now. The
-    others took it already and only lacked the check."""
+    """Compress, persona and graph extraction wrote without the agent's lock before: they
+    take it now. The others took it already and only lacked the check."""
     prepare, call = JOBS[kind]
     with live_stack(tmp_path, servers=2) as stack:
         a, b = (

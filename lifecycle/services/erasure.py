@@ -7,10 +7,9 @@ jobs hold of it: their results (summaries, personas, facts) and the messages an 
 given. The job rows stay, with their counts: the log says what ran and when, not what it read or
 produced. A job still queued for the agent is not run (it would write for an agent that is
 gone); a job already running writes nothing once its agent is deleted (it checks under the
-agent's write lock, which the deletion takes first: memories.locks.job_agent_check), except a
-graph extraction, which writes in many short transactions that link entities across agents
-(one transaction under this agent's lock could deadlock with another agent's extraction), and
-finishes: what it writes after the deletion registers the agent again. An agent created again with the same id starts from nothing.
+agent's write lock, which the deletion takes first: memories.locks.job_agent_check; a graph
+extraction checks at each entity or relation it writes: graph.extraction._fenced). An agent
+created again with the same id starts from nothing.
 """
 
 from __future__ import annotations
