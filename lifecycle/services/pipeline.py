@@ -34,6 +34,7 @@ from memories.models import Memory, MemoryScope
 from memories.working import WorkingItem, get_working_store, max_items_per_agent
 from tenants.idempotency import IdempotencyKey, Replayed
 from tenants.models import Agent, Team
+from tenants.services import agent_ensure
 
 from ..presenters import job_counts, result_body
 from ..results import AutoRunAction, AutoRunSummary, JobReplayed, JobResult, JobSkipped
@@ -227,6 +228,11 @@ def on_working_memory_written(*, team: Team, agent_id: str, run_id: str = "") ->
         active_key=f"compress:{team.id}:{agent_id}",
     )
     if job is not None:
+        # The write registered its agent through this process's cache of known agents, which
+        # misses a deletion made by another worker for AGENT_CACHE_SECONDS: the job would then
+        # fail 404 (locks.job_agent_check) for an agent the caller has just written for.
+        # Registered here without the cache: a query per job queued, not per write.
+        agent_ensure(team=team, agent_id=agent_id)
         transaction.on_commit(lambda: enqueue(job))
     return job
 
