@@ -13,6 +13,7 @@ lookup too, fail there — its writes roll back and it replays the first one's a
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,7 +21,8 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from core.errors import DomainError, ErrorCode, ValidationFailed
@@ -161,11 +163,15 @@ def idempotency_rewrite(
     endpoint_prefixes: Collection[str],
     rewrite: Callable[[Any], Any | None],
     keys: Collection[tuple[str, str]] | None = None,
+    may_change: Callable[[str], bool] | None = None,
 ) -> int:
     """Rewrites the team's recorded answers (of the endpoints starting with one of
     `endpoint_prefixes`, or only these `(endpoint, key)` pairs) that `rewrite` changes: it
     returns the new body, or None for one it leaves alone. How an erasure reaches the answers
     kept for retries, expired ones not pruned yet included; returns how many changed.
+    `may_change`, a cheap test of an answer's stored JSON text, may be False only for one that
+    `rewrite` leaves alone: the others are not decoded (decoding and walking every kept answer
+    was most of an erasure's cost).
 
     Read without locks first (most answers show nothing erased), then each one to change again
     under its row lock, so two erasures of one batch's memories at once both hold."""
@@ -183,11 +189,13 @@ def idempotency_rewrite(
         for endpoint, key in (given or [])[start : start + 200]:
             pairs |= Q(endpoint=endpoint, key=key)
         batches.append(answers.filter(pairs))
+    # The stored text, not the decoded value: decoded only when `may_change` lets it through.
+    text = Cast("body", TextField())
     found = [
         pk
         for batch in batches
-        for pk, body in batch.values_list("pk", "body").iterator()
-        if rewrite(body) is not None
+        for pk, stored in batch.annotate(stored=text).values_list("pk", "stored").iterator()
+        if (may_change is None or may_change(stored)) and rewrite(json.loads(stored)) is not None
     ]
     changed = 0
     with transaction.atomic():

@@ -10,9 +10,12 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memories.models import Memory, TrashedMemory
 from memories.purge import trash_empty_expired
+from memories.services import _erased_in, _shows_any, answers_forget
 from tenants.models import IdempotentRequest
 
 from .factories import AgentFactory
@@ -117,3 +120,58 @@ def test_an_agents_deletion_forgets_its_memories_and_profile_in_ingest_answers(t
     assert [f["decision"] for f in replayed["facts"]] == [f["decision"] for f in first["facts"]]
     assert ok_data(_write(api, SECRET, "w-3")) == {"id": trashed, "erased": True}
     assert not Memory.objects.filter(team=team).exists()
+
+
+# --- the test on the stored text that spares decoding most answers ----------------------------
+
+# JSON values as answers hold them, ids included: integers (some of the erased ones), and what an
+# integer id is not (a float, a boolean, a string of digits).
+_IDS = {3, 17, 4711}
+_scalars = st.one_of(
+    st.sampled_from([3, 17, 4711, -3, 0, 170, 3.0, 17.5, 1e3, True, False, None, "3", "id"]),
+    st.integers(min_value=-(10**12), max_value=10**12),
+    st.text(max_size=12),
+)
+_bodies = st.recursive(
+    _scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.dictionaries(st.sampled_from(["id", "content", "memory", "facts", "x"]), children),
+    ),
+    max_leaves=20,
+)
+# How an answer's JSON may be spaced once stored (json.dumps, compact, indented, escaped).
+_DUMPS = [
+    {},
+    {"separators": (",", ":")},
+    {"indent": 2},
+    {"ensure_ascii": False},
+    {"separators": (" , ", " : ")},
+]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(body=_bodies, spacing=st.sampled_from(_DUMPS))
+def test_the_text_test_never_lets_an_answer_that_shows_an_erased_memory_through(body, spacing):
+    stored = json.dumps(body, **spacing)
+    if _erased_in(json.loads(stored), _IDS) is not None:
+        assert _shows_any(stored, _IDS)
+
+
+def test_the_stored_text_is_read_back_from_this_database_and_the_answer_rewritten(team):
+    """The text test reads the answer's JSON as this database gives its text back (SQLite's
+    text, MariaDB's), not the decoded value: an id it shows is found, ids it does not show
+    change nothing."""
+    shown = {"results": [{"memory": {"id": 4711, "content": SECRET}}, {"id": 5, "content": KEPT}]}
+    IdempotentRequest.objects.create(
+        team=team,
+        endpoint="memories/personal/batch",
+        key="odd",
+        request_hash="0" * 64,
+        status_code=200,
+        body=shown,
+    )
+    assert answers_forget(team_id=team.id, memory_ids=[4712, 47]) == 0
+    assert answers_forget(team_id=team.id, memory_ids=[4711]) == 1
+    body = IdempotentRequest.objects.get(key="odd").body
+    assert body["results"] == [{"memory": {"id": 4711, "erased": True}}, shown["results"][1]]
