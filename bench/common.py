@@ -45,6 +45,16 @@ def log(msg: str) -> None:
 # --- statistics -------------------------------------------------------------------------------
 
 
+def mysql(sql: str) -> None:
+    """Runs SQL on the local MariaDB as root (the benchmarks' throw-away databases)."""
+    subprocess.run(
+        ["mysql", "-h", "127.0.0.1", "-u", "root", "-e", sql],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
 def percentile(values: Sequence[float], p: float) -> float:
     """Linear-interpolated percentile (numpy's default method), p in 0..100."""
     if not values:

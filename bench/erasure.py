@@ -40,16 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BenchServer, log, machine_info, machine_load, summarise
-
-
-def mysql(sql: str) -> None:
-    subprocess.run(
-        ["mysql", "-h", "127.0.0.1", "-u", "root", "-e", sql],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+from common import BenchServer, log, machine_info, machine_load, mysql, summarise
 
 
 def _memory(pk: int) -> dict[str, Any]:

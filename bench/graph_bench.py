@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,19 +43,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BenchServer, log, machine_info, machine_load, summarise
+from common import BenchServer, log, machine_info, machine_load, mysql, summarise
 
 ENTITY_TYPES = ("person", "skill", "project", "concept", "organization", "location", "fact")
 RELATION_TYPES = ("related_to", "uses", "knows", "works_on", "part_of", "located_in")
-
-
-def mysql(sql: str) -> None:
-    subprocess.run(
-        ["mysql", "-h", "127.0.0.1", "-u", "root", "-e", sql],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
 
 
 def seed(n: int, degree: int, team_id: str, rng: random.Random) -> tuple[list[str], float]:
