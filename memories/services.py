@@ -21,7 +21,7 @@ from core.metrics import SEARCH_LATENCY, WRITE_LATENCY, timed
 from core.rows import assign_given, rows_restamp
 from tenants.idempotency import idempotency_rewrite
 from tenants.models import ApiKey, Team
-from tenants.services import agent_register
+from tenants.services import agent_ensure
 from tenants.usage import KIND_SEARCH, usage_record
 
 from . import locks, tiers
@@ -153,9 +153,15 @@ def memory_write_prepare(*, team: Team, scope: str, agent_id: str, enable_dedup:
     row (in its own statement: see memories.locks) and loads a cold index (seconds at 100k).
     memory_create calls it; a caller that wraps writes in its own transaction (an idempotent
     request, an atomic batch) calls it first (memory_write_embed, batch_write_prepare), so that
-    none of this runs inside that transaction."""
+    none of this runs inside that transaction.
+
+    The agent is registered without the per-process cache of known agents (`agent_register`):
+    that cache misses a deletion made through another worker, and a memory stored for an agent
+    not registered again is not listed with its agent and cannot be erased with it (`DELETE
+    /agents/...` answers 404). One indexed query, next to an embedding and a transaction of
+    several; only the working-memory write path keeps the cache."""
     if agent_id:
-        agent_register(team=team, agent_id=agent_id)
+        agent_ensure(team=team, agent_id=agent_id)
     if enable_dedup:
         locks.scope_lock_prepare(team_id=team.id, scope=scope, agent_id=agent_id)
         get_backend().warm(team_id=team.id, scope=scope, agent_id=agent_id)
@@ -747,7 +753,7 @@ def memory_share(*, memory: Memory, agent_ids: list[str], permission: str) -> li
         for agent_id in agent_ids:
             if agent_id == memory.agent_id:
                 continue
-            agent_register(team=team, agent_id=agent_id)
+            agent_ensure(team=team, agent_id=agent_id)
             share, _ = MemoryShare.objects.update_or_create(
                 memory=memory, agent_id=agent_id, defaults={"team": team, "permission": permission}
             )
@@ -1072,7 +1078,7 @@ def procedure_create(
     rules before adding one) and an import of the agent's rules (which meets a rule already here
     by its text) take it too, so a rule created meanwhile is one they see, not one they add
     again."""
-    agent_register(team=team, agent_id=agent_id)
+    agent_ensure(team=team, agent_id=agent_id)
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         return _procedure_insert(
             team=team,
@@ -1141,7 +1147,7 @@ def procedure_add(
     (this, an edit, the lifecycle's proposals, an import): two adds of one rule at once leave
     one. A new rule past MAX_RULES_PER_AGENT is refused (ValidationFailed); a rule met is not
     new, so restating one is answered however many the agent holds."""
-    agent_register(team=team, agent_id=agent_id)
+    agent_ensure(team=team, agent_id=agent_id)
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         same = _procedure_of_text(team_id=team.id, agent_id=agent_id, rule=rule)
         if same is None:
@@ -1463,7 +1469,7 @@ def profile_set(
 ) -> list[ProfileChange]:
     """Overwrites the given keys (others untouched); the changes, one revision each."""
     clean = profile_check(fields)
-    agent_register(team=team, agent_id=agent_id)
+    agent_ensure(team=team, agent_id=agent_id)
     return _profile_write(team=team, agent_id=agent_id, fields=clean, source=source, by=actor.label)
 
 

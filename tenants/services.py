@@ -137,13 +137,18 @@ def agent_ensure(*, team: Team, agent_id: str) -> Agent:
 
 
 # Agents this process registered or saw lately: every write registers its agent, and on the
-# working-memory write path that query was a tenth of the request. An agent deleted through
-# another worker is registered again by a write here at most AGENT_CACHE_SECONDS later.
+# working-memory write path that query was a tenth of the request. Only that path uses the cache
+# (`agent_register`); long-term writes (memories, profile, rules, shares) call agent_ensure. An
+# agent deleted through another worker is registered again by a working-memory write here at
+# most AGENT_CACHE_SECONDS later, or at once by the compress those writes queue
+# (lifecycle.services.pipeline.on_working_memory_written).
 _known_agents: TTLCache[tuple[str, str], bool] = TTLCache(ttl_seconds=settings.AGENT_CACHE_SECONDS)
 
 
 def agent_register(*, team: Team, agent_id: str) -> None:
-    """agent_ensure for hot paths that do not need the Agent row."""
+    """agent_ensure through this process's cache of known agents: for the working-memory write
+    path only, where the query was a tenth of the request (see _known_agents for what the cache
+    misses)."""
     if _known_agents.get((team.id, agent_id)) is None:
         agent_ensure(team=team, agent_id=agent_id)
 
