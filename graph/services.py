@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +24,7 @@ from memories.retrieval.embeddings import embed_passages, get_embedder, to_bytes
 from tenants.models import Team
 from tenants.services import agent_ensure
 
-from .models import Entity, EntityMention, Relation
+from .models import Entity, EntityIdentity, EntityMention, Relation
 from .resolution import normalise_name
 
 logger = logging.getLogger(__name__)
@@ -278,10 +278,11 @@ def entity_update(
             new_name = entity.name if name is None else name
             new_description = entity.description if description is None else description.strip()
             vector = _vector_for(entity, new_name, new_description, planned, vector)
+            unlinked = None
             if not same_name(new_name, entity.name):
                 # Linked across agents by its old name: the new one may name something else
                 # (graph.identity links it again at the next extraction or link run).
-                entity.identity = None
+                unlinked, entity.identity = entity.identity_id, None
             entity.name = new_name
             entity.normalized_name = normalise_name(new_name, entity.entity_type)
             entity.description = new_description
@@ -291,6 +292,8 @@ def entity_update(
                 entity.embedding = to_bytes(vector)
                 entity.embedding_model = get_embedder().model_name
             entity.save()
+            if unlinked is not None:  # labelled with the old name, perhaps
+                identities_relabel(team=entity.team, identity_ids=[unlinked])
     except IntegrityError:
         raise DomainError(
             ErrorCode.CONFLICT, "another entity of this scope already has this name and type"
@@ -364,8 +367,41 @@ def entity_delete(*, entity: Entity) -> int:
     """Deletes the entity and every relation that starts or ends at it; returns that count."""
     with transaction.atomic():
         relations = Relation.objects.filter(Q(source=entity) | Q(target=entity)).count()
+        identity = entity.identity_id
         entity.delete()  # relations and mentions go with it (on_delete=CASCADE)
+        identities_relabel(team=entity.team, identity_ids=[identity])
     return relations
+
+
+def identities_relabel(*, team: Team, identity_ids: Iterable[Any]) -> None:
+    """In the transaction that deleted or renamed members of these identities: each is labelled
+    again from the members it has left (the team-wide member's name, else the oldest member's)
+    when none of them carries its label any more, and removed when it has none. An identity is
+    labelled with a member's name, so without this the name a deleted agent (whose deletion is
+    final), a deleted entity or a renamed one gave a thing stayed on the team's views.
+
+    Only the identity's own row is written, after its lock: the linker locks the entities it
+    joins and then the identity (graph.identity.TeamLinker._join), and touching members' rows here, while the
+    caller holds the deleted entities' rows, could wait for a linker that waits for those. So an
+    identity left with the members of a single scope stays, labelled from them, until
+    `link_team_entities` prunes it (graph.identity.prune_identities)."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("identities are relabelled inside the deleting transaction")
+    ids = sorted({str(pk) for pk in identity_ids if pk is not None})
+    locked = EntityIdentity.objects.select_for_update().filter(team=team, pk__in=ids)
+    for identity in locked.order_by("pk"):
+        members = list(
+            Entity.objects.filter(team=team, identity=identity).values_list(
+                "agent_id", "name", "created_at"
+            )
+        )
+        if not members:
+            identity.delete()
+            continue
+        if identity.name in {name for _, name, _ in members}:
+            continue
+        _, identity.name, _ = min(members, key=lambda m: (m[0] != "", m[2]))
+        identity.save(update_fields=["name", "updated_at"])
 
 
 def relation_create(
@@ -431,8 +467,11 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
     if not agent_id:
         return 0
     entities = Entity.objects.filter(team=team, agent_id=agent_id)
+    identities = list(entities.exclude(identity=None).values_list("identity_id", flat=True))
     count = entities.count()
     entities.delete()
+    # Not labelled with the agent's names any more: its deletion is final.
+    identities_relabel(team=team, identity_ids=identities)
     return count
 
 

@@ -27,6 +27,8 @@ pytestmark = [
     ),
 ]
 
+TEAM = "import json\nfrom tenants.models import Team\nprint(json.dumps(Team.objects.get().id))"
+
 COUNTS = """
 import json
 from graph.models import Entity, Relation
@@ -109,3 +111,57 @@ def test_a_rename_and_a_description_edit_at_once_both_hold(tmp_path, rename_firs
         name, description, cosine = stack_python(stack, ENTITY.format(pk=entity["id"]))
         assert (name, description) == ("leverage policy", "raised to 5x in May")
         assert cosine > 0.99
+
+
+# Three agents' names for one exchange, linked to one identity labelled with alice's.
+IDENTITY = """
+import json
+from datetime import timedelta
+from django.utils import timezone
+from graph.identity import link_team
+from graph.models import Entity, EntityIdentity
+from tenants.models import Team
+team = Team.objects.get()
+for age, agent_id in enumerate(["alice", "bob", "carol"]):
+    Entity.objects.filter(agent_id=agent_id).update(
+        created_at=timezone.now() - timedelta(seconds=10 - age)
+    )
+link_team(team=team)
+identity = EntityIdentity.objects.get()
+EntityIdentity.objects.filter(pk=identity.pk).update(name="Binance Inc.")
+print(json.dumps(str(identity.pk)))
+"""
+
+LABEL = """
+import json
+from graph.models import EntityIdentity
+print(json.dumps([
+    [i.name, sorted(i.members.values_list("agent_id", flat=True))]
+    for i in EntityIdentity.objects.all()
+]))
+"""
+
+
+def test_two_members_agents_deleted_at_once_leave_the_identity_labelled_by_the_last(tmp_path):
+    """Each deletion labels the identity again from the members it has left, under the
+    identity's lock: the second, queued behind the first, sees bob's name go with bob too."""
+    with live_stack(tmp_path, servers=2) as stack:
+        a, b = (
+            MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
+        )
+        for agent_id, name in [("alice", "Binance Inc."), ("bob", "binance"), ("carol", "Binance")]:
+            a.request(
+                "POST",
+                "/graph/entities",
+                {"name": name, "entity_type": "organization", "agent_id": agent_id},
+            )
+        identity = stack_python(stack, IDENTITY)
+        team = stack_python(stack, TEAM)
+        queued_in_order(
+            stack,
+            ("graph.models", "EntityIdentity", identity),
+            lambda: a.delete_agent(team, "alice"),
+            lambda: b.delete_agent(team, "bob"),
+        )
+        # carol's name, the one member left (`link_team_entities` prunes it).
+        assert stack_python(stack, LABEL) == [["Binance", ["carol"]]]

@@ -5,10 +5,13 @@ the user, names without evidence, another team), idempotent backfill, and who se
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
+from django.utils import timezone
 
 from graph.identity import TeamLinker, link_team
 from graph.models import Entity, EntityIdentity
@@ -300,3 +303,81 @@ class TestWhoSeesIt:
         [group] = body["identities"]
         assert group["id"] != str(linked["identity"].pk)
         assert str(linked["alice"].pk) not in {e["id"] for e in body["entities"]}
+
+
+class TestALabelGoesWithItsName:
+    """An identity is labelled with a member's name. A member deleted (with its agent, whose
+    deletion is final, or on its own) or renamed takes that name off the identity: the identity
+    is labelled from the members it has left, and removed when it has none."""
+
+    @pytest.fixture
+    def binance(self, team):
+        names = {"alice": "Binance Inc.", "bob": "binance", "carol": "Binance"}
+        members = []
+        for age, (agent_id, name) in enumerate(names.items()):
+            AgentFactory(team=team, agent_id=agent_id)
+            member = entity(team, name, "organization", agent_id)
+            # Oldest first, a second apart: the label's choice does not hang on a clock tie.
+            Entity.objects.filter(pk=member.pk).update(
+                created_at=timezone.now() - timedelta(seconds=10 - age)
+            )
+            members.append(member)
+        identity = EntityIdentityFactory(team=team, members=members)
+        # Labelled with alice's name, as the linker does when hers is the member matched first.
+        EntityIdentity.objects.filter(pk=identity.pk).update(name="Binance Inc.")
+        identity.refresh_from_db()
+        return identity
+
+    def test_an_agents_deletion_takes_its_name_off_the_identity(self, api, team, binance):
+        ok_data(api.delete(f"/agents/{team.id}/alice"))
+        binance.refresh_from_db()
+        assert binance.name == "binance"  # bob's: the oldest member left
+        assert set(binance.members.values_list("agent_id", flat=True)) == {"bob", "carol"}
+        assert not EntityIdentity.objects.filter(name="Binance Inc.").exists()
+
+    def test_an_entitys_deletion_takes_its_name_off_the_identity(self, api, team, binance):
+        alices = Entity.objects.get(team=team, agent_id="alice")
+        ok_data(api.delete(f"/graph/entities/{alices.pk}"))
+        binance.refresh_from_db()
+        assert binance.name == "binance"
+
+    def test_a_rename_takes_the_old_name_off_the_identity(self, api, team, binance):
+        alices = Entity.objects.get(team=team, agent_id="alice")
+        ok_data(api.put(f"/graph/entities/{alices.pk}", {"name": "Binance Earn"}))
+        binance.refresh_from_db()
+        assert binance.name == "binance" and identity_of(alices) is None
+
+    def test_a_name_a_member_left_still_carries_stays(self, api, team, binance):
+        # bob's, not the oldest's: labelled again only when no member carries the label.
+        EntityIdentity.objects.filter(pk=binance.pk).update(name="binance")
+        ok_data(api.delete(f"/agents/{team.id}/carol"))
+        binance.refresh_from_db()
+        assert binance.name == "binance"
+
+    def test_a_team_wide_member_labels_before_an_older_agents_one(self, api, team, binance):
+        EntityIdentity.objects.filter(pk=binance.pk).update(name="BINANCE")
+        shared = entity(team, "BINANCE", "organization")
+        Entity.objects.filter(pk=shared.pk).update(identity=binance)
+        ok_data(api.delete(f"/graph/entities/{shared.pk}"))
+        binance.refresh_from_db()
+        assert binance.name == "Binance Inc."  # then the oldest agent's
+        again = entity(team, "Binance Holdings", "organization")
+        Entity.objects.filter(pk=again.pk).update(identity=binance)
+        ok_data(api.delete(f"/agents/{team.id}/alice"))
+        binance.refresh_from_db()
+        assert binance.name == "Binance Holdings"  # team-wide, though the youngest
+
+    def test_an_identity_left_without_members_is_removed(self, api, team, binance):
+        for agent_id in ("alice", "bob"):
+            ok_data(api.delete(f"/agents/{team.id}/{agent_id}"))
+        binance.refresh_from_db()
+        assert binance.name == "Binance"  # carol's, the one scope left: the command prunes it
+        ok_data(api.delete(f"/agents/{team.id}/carol"))
+        assert not EntityIdentity.objects.filter(pk=binance.pk).exists()
+
+    def test_another_teams_identities_are_not_touched(self, api, team, other_team, binance):
+        theirs = EntityIdentityFactory(team=other_team, name="Binance Inc.")
+        ok_data(api.delete(f"/agents/{team.id}/alice"))
+        theirs.refresh_from_db()
+        assert theirs.name == "Binance Inc."
+        assert theirs.members.count() == 2
