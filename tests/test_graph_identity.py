@@ -17,7 +17,7 @@ from graph.identity import TeamLinker, link_team
 from graph.models import Entity, EntityIdentity
 from graph.services import entity_update
 from tenants.models import Agent
-from tenants.services import api_key_issue
+from tenants.services import agent_delete, api_key_issue
 
 from .console_helpers import member_client
 from .factories import AgentFactory, EntityFactory, EntityIdentityFactory
@@ -240,6 +240,22 @@ class TestExtraction:
         # A second extraction changes nothing.
         api.post("/lifecycle/extract-graph", {"agent_id": "bob"})
         assert EntityIdentity.objects.count() == 1
+
+    def test_a_link_made_after_its_agents_deletion_makes_nothing(self, team):
+        """Extraction links each entity it wrote outside the agent's write lock (a lock across
+        the link could deadlock with other agents' extractions: graph.extraction._fenced). An
+        agent deleted in between took the entity with it: the link, whose linker read the team
+        before, finds it gone and makes no identity for the other agent's entity."""
+        AgentFactory(team=team, agent_id="alice")
+        alices = entity(team, "Kraken", "organization", "alice")
+        bobs = entity(team, "Kraken", "organization", "bob")
+        linker = TeamLinker(team)
+        linker._load()  # the team read before the deletion, as an extraction's linker has it
+        agent_delete(team=team, agent_id="alice")
+        assert linker.link(alices) is None
+        assert linker.link(bobs) is None  # its match was alice's
+        assert not EntityIdentity.objects.filter(team=team).exists()
+        assert identity_of(bobs) is None
 
 
 class TestWhoSeesIt:
