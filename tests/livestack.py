@@ -38,6 +38,7 @@ class Stack:
     secret: str
     # The stack's own MariaDB database (None on SQLite).
     mysql_name: str | None = None
+    team_id: str = ""  # the key's team
 
 
 def mysql_connection(database: str | None = None) -> Any:
@@ -155,6 +156,7 @@ def live_stack(
             api_key=creds["api_key"],
             secret=creds["secret"],
             mysql_name=mysql_name,
+            team_id=creds["team_id"],
         )
     finally:
         for p in procs:

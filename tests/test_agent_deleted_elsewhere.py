@@ -24,8 +24,6 @@ from .livestack import Stack, live_stack, stack_python
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TEAM = "import json\nfrom tenants.models import Team\nprint(json.dumps(Team.objects.get().id))"
-
 LEFT = """
 import json
 from memories.models import Memory, MemoryShare, Procedure, ProfileField
@@ -106,7 +104,7 @@ def test_a_write_through_another_process_than_the_agents_deletion_registers_it_a
 ):
     with live_stack(tmp_path, servers=2, extra_env={"AGENT_CACHE_SECONDS": "600"}) as stack:
         a, b = _clients(stack)
-        team = stack_python(stack, TEAM)
+        team = stack.team_id
         a.set_pipeline_config(compress_every_n=2, warmup_max_memories=0)
         # Registered by process A, through its cache (one item: below compress_every_n).
         a.write_working("coder", "Drafting the release notes for 2.4.")

@@ -61,8 +61,6 @@ NOTHING = dict.fromkeys(
     ["agent", "memories", "archive", "profile", "scenarios", "personas", "rules", "entities"], 0
 )
 
-TEAM = "import json\nfrom tenants.models import Team\nprint(json.dumps(Team.objects.get().id))"
-
 # Three wordings of one point of feedback: a group to consolidate, a rule to propose.
 FEEDBACK = [
     "The user wants short answers without long explanations.",
@@ -109,7 +107,7 @@ def test_an_ingest_and_its_agents_deletion_at_once_leave_nothing_of_the_agent(
             MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
         )
         a.write_memory("coder", "Prefers tabs to spaces.")  # the agent and its lock row
-        team = stack_python(stack, TEAM)
+        team = stack.team_id
         lock = stack_python(stack, LOCK_ROW)
         ingest = answer(lambda: a.ingest("coder", MESSAGES))
         delete = answer(lambda: b.delete_agent(team, "coder"))
@@ -140,7 +138,7 @@ def test_a_restore_of_the_agents_trash_and_its_deletion_at_once_leave_nothing(tm
         )
         mid = a.write_memory("coder", "The user's home address is 12 Elm Street.")["id"]
         a.delete_memory(mid)
-        team = stack_python(stack, TEAM)
+        team = stack.team_id
         item = stack_python(
             stack,
             "import json\nfrom memories.models import TrashedMemory\n"
@@ -173,7 +171,7 @@ def test_a_lifecycle_job_and_its_agents_deletion_at_once_leave_nothing_of_the_ag
         )
         a.write_memory("coder", "Prefers tabs to spaces.")  # the agent and its lock row
         prepare(a)
-        team = stack_python(stack, TEAM)
+        team = stack.team_id
         lock = stack_python(stack, LOCK_ROW)
         job = answer(lambda: call(a))
         delete = answer(lambda: b.delete_agent(team, "coder"))

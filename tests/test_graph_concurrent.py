@@ -27,8 +27,6 @@ pytestmark = [
     ),
 ]
 
-TEAM = "import json\nfrom tenants.models import Team\nprint(json.dumps(Team.objects.get().id))"
-
 COUNTS = """
 import json
 from graph.models import Entity, Relation
@@ -156,7 +154,7 @@ def test_two_members_agents_deleted_at_once_leave_the_identity_labelled_by_the_l
                 {"name": name, "entity_type": "organization", "agent_id": agent_id},
             )
         identity = stack_python(stack, IDENTITY)
-        team = stack_python(stack, TEAM)
+        team = stack.team_id
         queued_in_order(
             stack,
             ("graph.models", "EntityIdentity", identity),
