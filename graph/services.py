@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import unicodedata
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -388,13 +389,19 @@ def identities_relabel(*, team: Team, identity_ids: Iterable[Any]) -> None:
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("identities are relabelled inside the deleting transaction")
     ids = sorted({str(pk) for pk in identity_ids if pk is not None})
-    locked = EntityIdentity.objects.select_for_update().filter(team=team, pk__in=ids)
-    for identity in locked.order_by("pk"):
-        members = list(
-            Entity.objects.filter(team=team, identity=identity).values_list(
-                "agent_id", "name", "created_at"
-            )
-        )
+    locked = list(
+        EntityIdentity.objects.select_for_update().filter(team=team, pk__in=ids).order_by("pk")
+    )
+    # One query for the members of all of them (a deleted agent's entities can be linked to
+    # hundreds), read under the identities' locks, as the linker reads them.
+    members_of: dict[Any, list[tuple[str, str, datetime]]] = defaultdict(list)
+    rows = Entity.objects.filter(team=team, identity__in=[i.pk for i in locked]).values_list(
+        "identity_id", "agent_id", "name", "created_at"
+    )
+    for identity_id, agent_id, name, created_at in rows:
+        members_of[identity_id].append((agent_id, name, created_at))
+    for identity in locked:
+        members = members_of.get(identity.pk)
         if not members:
             identity.delete()
             continue

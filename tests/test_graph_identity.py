@@ -10,12 +10,14 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from graph.identity import TeamLinker, link_team
 from graph.models import Entity, EntityIdentity
-from graph.services import entity_update
+from graph.services import entity_update, identities_relabel
 from tenants.models import Agent
 from tenants.services import agent_delete, api_key_issue
 
@@ -390,6 +392,17 @@ class TestALabelGoesWithItsName:
         assert binance.name == "Binance"  # carol's, the one scope left: the command prunes it
         ok_data(api.delete(f"/agents/{team.id}/carol"))
         assert not EntityIdentity.objects.filter(pk=binance.pk).exists()
+
+    def test_the_members_of_all_identities_are_read_at_once(self, team, binance):
+        """A deleted agent's entities can be linked to hundreds of identities: two queries (lock
+        the identities, read their members) whatever their number, when no label changes."""
+        identities = [binance.pk]
+        for name in ("Acme Capital", "Singapore"):
+            one, two = (entity(team, name, "organization", a) for a in ("alice", "bob"))
+            identities.append(EntityIdentityFactory(team=team, name=name, members=[one, two]).pk)
+        with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+            identities_relabel(team=team, identity_ids=identities)
+        assert len(captured.captured_queries) == 2, [q["sql"] for q in captured]
 
     def test_another_teams_identities_are_not_touched(self, api, team, other_team, binance):
         theirs = EntityIdentityFactory(team=other_team, name="Binance Inc.")
