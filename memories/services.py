@@ -156,10 +156,10 @@ def memory_write_prepare(*, team: Team, scope: str, agent_id: str, enable_dedup:
     none of this runs inside that transaction.
 
     The agent is registered without the per-process cache of known agents (`agent_register`):
-    that cache misses a deletion made through another worker, and a memory stored for an agent
-    not registered again is not listed with its agent and cannot be erased with it (`DELETE
-    /agents/...` answers 404). One indexed query, next to an embedding and a transaction of
-    several; only the working-memory write path keeps the cache."""
+    that cache misses a deletion made through another worker when the processes share no cache,
+    and a memory stored for an agent not registered again is not listed with its agent and
+    cannot be erased with it (`DELETE /agents/...` answers 404). One indexed query, next to an
+    embedding and a transaction of several; only the working-memory write path keeps the cache."""
     if agent_id:
         agent_ensure(team=team, agent_id=agent_id)
     if enable_dedup:

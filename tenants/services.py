@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -132,25 +134,74 @@ def agent_ensure(*, team: Team, agent_id: str) -> Agent:
     agent, _ = Agent.objects.get_or_create(
         team=team, agent_id=agent_id, defaults={"name": agent_id}
     )
-    _known_agents.set((team.id, agent_id), True)
     return agent
 
 
-# Agents this process registered or saw lately: every write registers its agent, and on the
-# working-memory write path that query was a tenth of the request. Only that path uses the cache
-# (`agent_register`); long-term writes (memories, profile, rules, shares) call agent_ensure. An
-# agent deleted through another worker is registered again by a working-memory write here at
-# most AGENT_CACHE_SECONDS later, or at once by the compress those writes queue
+# Agents this process registered lately, with the deletion notice (below) it read before doing
+# so: every write registers its agent, and on the working-memory write path that query was a
+# tenth of the request. Only that path uses the cache (`agent_register`); long-term writes
+# (memories, profile, rules, shares) call agent_ensure.
+_known_agents: TTLCache[tuple[str, str], str] = TTLCache(ttl_seconds=settings.AGENT_CACHE_SECONDS)
+
+# An agent's deletion leaves a notice in the shared cache (Redis when REDIS_URL is set), which
+# outlives every process's entry made before it: an entry is trusted only while the notice it
+# was made under is still the latest. So a working-memory write served by another worker than
+# the deletion registers the agent again at once, and the agent is listed and erasable with
+# what was written. Without a shared cache (the embedded default's per-process cache) only the
+# deleting process sees the notice; another process trusts its entry for up to
+# AGENT_CACHE_SECONDS, and the compress those writes queue registers the agent at once
 # (lifecycle.services.pipeline.on_working_memory_written).
-_known_agents: TTLCache[tuple[str, str], bool] = TTLCache(ttl_seconds=settings.AGENT_CACHE_SECONDS)
+_NO_NOTICE = ""
+
+
+def _deletion_notice_key(team_id: str, agent_id: str) -> str:
+    return f"agent-deleted:{team_id}:{agent_id}"
+
+
+def _deletion_notice(team_id: str, agent_id: str) -> str | None:
+    """The token of the agent's latest deletion ("" when none is kept), None when the cache
+    cannot be read."""
+    try:
+        notice = cache.get(_deletion_notice_key(team_id, agent_id), _NO_NOTICE)
+    except Exception:
+        return None
+    return str(notice)
+
+
+def _leave_deletion_notice(team_id: str, agent_id: str) -> None:
+    if settings.AGENT_CACHE_SECONDS <= 0:
+        return  # no process caches agents
+    try:
+        cache.set(
+            _deletion_notice_key(team_id, agent_id),
+            secrets.token_hex(8),
+            # Longer than any entry made before it can live.
+            timeout=math.ceil(settings.AGENT_CACHE_SECONDS) + 1,
+        )
+    except Exception:
+        logger.warning(
+            "agent %s/%s deleted, but the cache is down: other processes may not register it "
+            "again for up to AGENT_CACHE_SECONDS",
+            team_id,
+            agent_id,
+        )
 
 
 def agent_register(*, team: Team, agent_id: str) -> None:
-    """agent_ensure through this process's cache of known agents: for the working-memory write
-    path only, where the query was a tenth of the request (see _known_agents for what the cache
-    misses)."""
-    if _known_agents.get((team.id, agent_id)) is None:
-        agent_ensure(team=team, agent_id=agent_id)
+    """agent_ensure through this process's cache of known agents, for the working-memory write
+    path only, where the query was a tenth of the request: skipped while the deletion notice the
+    cached entry was made under is still the latest (a cache read instead of a query). A cache
+    that cannot be read is no proof, so the agent is registered then."""
+    key = (team.id, agent_id)
+    seen = _known_agents.get(key)
+    notice = _deletion_notice(team.id, agent_id)
+    if seen is not None and seen == notice:
+        return
+    # The notice is read before the agent is: a deletion committed in between leaves a newer
+    # notice, so the entry made here is not trusted by the next write.
+    agent_ensure(team=team, agent_id=agent_id)
+    if notice is not None:
+        _known_agents.set(key, notice)
 
 
 @transaction.atomic
@@ -159,6 +210,9 @@ def agent_delete(*, team: Team, agent_id: str) -> None:
     _known_agents.pop((team.id, agent_id))
     if not deleted:
         raise NotFound("agent")
+    # Before the purge hooks: a write that still trusts its entry meanwhile could leave an item
+    # after the purge of working memory.
+    transaction.on_commit(lambda: _leave_deletion_notice(team.id, agent_id))
     _run_hooks_on_commit(_agent_purge_hooks, team.id, agent_id)  # type: ignore[arg-type]
 
 

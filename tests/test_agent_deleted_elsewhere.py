@@ -4,8 +4,10 @@ registered it before: two real server processes on one database (a SQLite file o
 Each process keeps a cache of the agents it registered (tenants.services._known_agents), which
 a deletion made by another process does not clear. A long-term write (memory, profile, rule,
 share) registers its agent without that cache, so the agent exists again at once: listed, and
-erasable with what was written. Working-memory writes keep the cache, and the compress they
-queue registers the agent when it is queued, so the job runs instead of failing 404.
+erasable with what was written. Working-memory writes keep the cache and trust an entry only
+while the deletion notice in the shared cache (Redis) is the one it was made under; processes
+that share no cache miss the notice, and the compress their writes queue registers the agent
+when it is queued, so the job runs instead of failing 404.
 
 The cache is set to outlive the test (AGENT_CACHE_SECONDS), so the entry the first process
 holds cannot expire before the write that must not trust it."""
@@ -119,4 +121,30 @@ def test_a_write_through_another_process_than_the_agents_deletion_registers_it_a
         assert "coder" in [agent["id"] for agent in b.list_agents(team)]
         # Erasable with the agent: before, this answered 404 and what was written stayed.
         b.delete_agent(team, "coder")
+        assert stack_python(stack, LEFT) == NOTHING
+
+
+def test_a_working_memory_write_through_another_process_registers_the_agent_again_with_redis(
+    tmp_path, redis_required
+):
+    """With a shared cache (Redis: production requires one), the deletion's notice reaches the
+    process that cached the agent, so a working-memory write registers it again at once, without
+    the compress (the pipeline is off here). Without one, see the compress case above."""
+    env = {"AGENT_CACHE_SECONDS": "600", "REDIS_URL": redis_required}
+    with live_stack(tmp_path, servers=2, extra_env=env) as stack:
+        a, b = _clients(stack)
+        team = stack.team_id
+        a.write_working("coder", "Drafting the release notes for 2.4.")
+        b.delete_agent(team, "coder")
+        assert stack_python(stack, LEFT) == NOTHING
+
+        a.write_working("coder", "The release is due on Friday.")
+
+        # Before, the agent stayed deleted for AGENT_CACHE_SECONDS while its item waited.
+        assert stack_python(stack, LEFT) == {**NOTHING, "agent": 1}
+        assert "coder" in [agent["id"] for agent in b.list_agents(team)]
+        assert [i["content"] for i in b.get_working("coder")] == ["The release is due on Friday."]
+        assert stack_python(stack, COMPRESS_JOBS) == []
+        b.delete_agent(team, "coder")
+        assert not a.get_working("coder")
         assert stack_python(stack, LEFT) == NOTHING

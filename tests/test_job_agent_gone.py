@@ -125,15 +125,19 @@ def test_a_direct_call_without_a_job_still_runs_for_an_unregistered_agent(api, t
 @pytest.mark.django_db(transaction=True)  # jobs are enqueued on commit (inline in tests)
 def test_a_compress_queued_by_writes_that_missed_the_agents_deletion_registers_it_again(api, team):
     """A working-memory write registers its agent through this process's cache of known
-    agents, which a deletion made by another worker does not clear (for AGENT_CACHE_SECONDS).
-    Queueing the compress those writes call for registers the agent without the cache: before,
-    the job failed 404 on an agent the caller had just written for, and the items stayed."""
+    agents, which a deletion made by another worker does not clear when the processes share no
+    cache (for AGENT_CACHE_SECONDS: they miss its notice). Queueing the compress those writes
+    call for registers the agent without the cache: before, the job failed 404 on an agent the
+    caller had just written for, and the items stayed."""
     ok_data(api.post("/lifecycle/auto-config", {"compress_every_n": 2, "warmup_max_memories": 0}))
     _working(api)  # registered, and compressed
     assert Memory.objects.filter(team=team, agent_id=AGENT).exists()
     assert api.delete(f"/agents/{team.id}/{AGENT}").status_code in (200, 204)
-    # What another worker, which served the writes before, still has in its cache.
-    tenant_services._known_agents.set((team.id, AGENT), True)
+    # What another worker, which served the writes before and cannot read the deletion's
+    # notice (no shared cache), still has in its cache: an entry made under the notice it sees.
+    notice = tenant_services._deletion_notice(team.id, AGENT)
+    assert notice is not None
+    tenant_services._known_agents.set((team.id, AGENT), notice)
     _working(api)
     assert Agent.objects.filter(team=team, agent_id=AGENT).exists()
     job = JobRun.objects.filter(team=team, kind=JobKind.COMPRESS).latest("pk")

@@ -229,9 +229,10 @@ def on_working_memory_written(*, team: Team, agent_id: str, run_id: str = "") ->
     )
     if job is not None:
         # The write registered its agent through this process's cache of known agents, which
-        # misses a deletion made by another worker for AGENT_CACHE_SECONDS: the job would then
-        # fail 404 (locks.job_agent_check) for an agent the caller has just written for.
-        # Registered here without the cache: a query per job queued, not per write.
+        # misses a deletion made by another worker for AGENT_CACHE_SECONDS when the processes
+        # share no cache (tenants.services._known_agents): the job would then fail 404
+        # (locks.job_agent_check) for an agent the caller has just written for. Registered here
+        # without the cache: a query per job queued, not per write.
         agent_ensure(team=team, agent_id=agent_id)
         transaction.on_commit(lambda: enqueue(job))
     return job

@@ -1,0 +1,97 @@
+"""The working-memory write path registers its agent through this process's cache of known
+agents (tenants.services.agent_register), and an agent's deletion leaves a notice in the shared
+cache that every process reads before trusting its entry.
+
+Another process is played here by what it would hold: an entry made before the deletion, which
+the deleting process's own `pop` does not reach. The cache is LocMem in these tests (Redis in
+the MariaDB+Redis run), read for real; the two-process version is in
+test_agent_deleted_elsewhere.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.core.cache import caches
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tenants import services as tenant_services
+from tenants.models import Agent
+
+from .helpers import ok_data
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the notice is left on commit
+
+AGENT = "coder"
+
+
+def _write(api, text: str) -> None:
+    ok_data(api.post("/memories/working", {"agent_id": AGENT, "content": text}))
+
+
+def _agent_queries(captured: CaptureQueriesContext) -> list[str]:
+    # The agents table itself ("tenants_agent", `tenants_agent`), not the key's join to it.
+    table = re.compile(r"(FROM|INTO) [\"`]tenants_agent[\"`]")
+    return [q["sql"] for q in captured.captured_queries if table.search(q["sql"])]
+
+
+def test_an_entry_made_before_the_agents_deletion_is_not_trusted(api, team):
+    _write(api, "Drafting the release notes for 2.4.")
+    stale = tenant_services._known_agents.get((team.id, AGENT))
+    assert stale is not None
+    assert api.delete(f"/agents/{team.id}/{AGENT}").status_code in (200, 204)
+    # What a process that served the first write still holds.
+    tenant_services._known_agents.set((team.id, AGENT), stale)
+
+    _write(api, "The release is due on Friday.")
+
+    # Before, the agent stayed deleted until the entry expired: not listed, and its deletion
+    # answered 404 while its working memory held the item.
+    assert Agent.objects.filter(team=team, agent_id=AGENT).exists()
+    assert AGENT in [a["id"] for a in ok_data(api.get(f"/agents/{team.id}"))]
+    assert api.delete(f"/agents/{team.id}/{AGENT}").status_code in (200, 204)
+    assert not ok_data(api.get(f"/memories/working/{AGENT}"))
+
+
+def test_an_entry_made_under_the_latest_notice_spares_the_query(api, team):
+    """What the cache is for: after the deletion and the write that registered the agent again,
+    the next writes read the notice, not the agents table."""
+    _write(api, "Drafting the release notes for 2.4.")
+    with CaptureQueriesContext(connection) as before_deletion:
+        _write(api, "The changelog is in docs/changes.md.")
+    assert _agent_queries(before_deletion) == []
+
+    assert api.delete(f"/agents/{team.id}/{AGENT}").status_code in (200, 204)
+    with CaptureQueriesContext(connection) as first:
+        _write(api, "The release is due on Friday.")
+    with CaptureQueriesContext(connection) as second:
+        _write(api, "QA signs off on Thursday.")
+    assert _agent_queries(first)
+    assert _agent_queries(second) == []
+
+
+def test_a_cache_that_cannot_be_read_is_no_proof(team, settings):
+    """A notice that cannot be read could be a deletion: the agent is registered with a query
+    (a Redis outage costs that query, not a lost agent)."""
+    tenant_services.agent_register(team=team, agent_id=AGENT)
+    assert tenant_services._known_agents.get((team.id, AGENT)) is not None
+    # Deleted by another process, whose notice this one cannot read: Redis is unreachable.
+    Agent.objects.filter(team=team, agent_id=AGENT).delete()
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2},
+        }
+    }
+    caches._settings = None  # type: ignore[attr-defined]
+    try:
+        tenant_services.agent_register(team=team, agent_id=AGENT)
+        assert Agent.objects.filter(team=team, agent_id=AGENT).exists()
+        # Nor is an entry trusted while the notice stays unreadable: the next write asks again.
+        Agent.objects.filter(team=team, agent_id=AGENT).delete()
+        tenant_services.agent_register(team=team, agent_id=AGENT)
+        assert Agent.objects.filter(team=team, agent_id=AGENT).exists()
+    finally:
+        caches._settings = None  # type: ignore[attr-defined]
