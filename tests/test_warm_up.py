@@ -63,6 +63,27 @@ def test_a_worker_warms_up_before_its_first_request(tmp_path):
     assert "warmed up in" not in _first_answer_log(tmp_path, "0")
 
 
+def test_the_command_builds_the_caches_a_worker_then_only_reads(tmp_path):
+    """`manage.py warm_up` builds the glossary's cache in a process of its own (a worker that
+    builds it keeps what the build leaves: docs/benchmarks.md); a worker started after it reads
+    the file."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", "warm_up"],
+        cwd=ROOT,
+        env=_env(tmp_path, "1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert "warmed up (embedding" in done.stdout, done.stdout + done.stderr
+    assert "building the CC-CEDICT gloss cache" in done.stderr
+    assert list(tmp_path.glob("cedict-gloss-*.json"))
+    assert list(tmp_path.glob("jieba-*-search-dict-*.txt"))
+    text = _first_answer_log(tmp_path, "1")
+    assert "warmed up in" in text and "building the CC-CEDICT gloss cache" not in text, text
+
+
 def test_a_remote_embedding_model_is_not_called_at_start(settings):
     """A remote model has nothing to load; a call that hangs would hold the worker up."""
     with FakeOpenAI() as fake:
