@@ -13,7 +13,9 @@ an Idempotency-Key),
 file), --max-embed N (embed only the first N texts per language, later rows reuse those vectors
 cyclically — for a machine too loaded to embed 200k texts; reported in the table), --keep (keep
 the temporary DATA_DIR), --no-stored-tokens (seed rows without `search_tokens`, as rows written
-before that column existed: the first search then tokenises every memory).
+before that column existed: the first search then tokenises every memory), --warm-up-command
+(run `manage.py warm_up` on the fresh DATA_DIR before the server starts, as docs/deploy.md says:
+the worker then reads the glossary cache instead of building it).
 
 What it does, per language and size N:
 
@@ -234,6 +236,7 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         "lang": lang,
         "size": n,
         "database": "mariadb" if args.mysql else "sqlite",
+        "warm_up_command": args.warm_up_command,
     }
     try:
         srv.prepare()
@@ -264,6 +267,8 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         if result["seed"]["rows"] != n:
             raise RuntimeError(f"expected {n} rows, seeded {result['seed']['rows']}")
 
+        if args.warm_up_command:
+            srv.manage("warm_up")
         srv.start()
         pid = srv.worker_pid()
         # retries > 0 (the client's default): every write carries an Idempotency-Key.
@@ -595,6 +600,11 @@ def main() -> int:
         action="store_true",
         help="seed rows without search_tokens (as written before they existed): the index "
         "load tokenises every memory",
+    )
+    p.add_argument(
+        "--warm-up-command",
+        action="store_true",
+        help="run manage.py warm_up on the fresh DATA_DIR before the server starts",
     )
     p.add_argument("--json", type=Path, help="write the numbers here")
     args = p.parse_args()
