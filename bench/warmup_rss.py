@@ -74,6 +74,9 @@ def main() -> None:
     data_dir = Path(args.data_dir)
     if not (data_dir / "db.sqlite3").exists():
         sys.exit(f"{data_dir} holds no db.sqlite3: run bench/latency.py --keep first")
+    # Checked before any start: the "cache present" start would otherwise build it, unnoticed.
+    if not list(data_dir.glob("cedict-gloss-*.json")):
+        sys.exit(f"{data_dir} holds no glossary cache: run manage.py warm_up on it first")
     aside = Path(tempfile.mkdtemp(prefix="warmup-rss-"))
     results: dict[str, Any] = {"machine": machine_info(), "runs": {}}
     try:
@@ -82,8 +85,6 @@ def main() -> None:
             if not with_cache:
                 for cache in data_dir.glob("cedict-gloss-*.json"):
                     moved.append(Path(shutil.move(str(cache), aside / cache.name)))
-                if not moved:
-                    sys.exit("no glossary cache in DATA_DIR: start one server on it first")
             try:
                 run = _start(data_dir, warm_up, args.query)
             finally:
