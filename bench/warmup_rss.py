@@ -75,7 +75,7 @@ def main() -> None:
     if not (data_dir / "db.sqlite3").exists():
         sys.exit(f"{data_dir} holds no db.sqlite3: run bench/latency.py --keep first")
     # Checked before any start: the "cache present" start would otherwise build it, unnoticed.
-    if not list(data_dir.glob("cedict-gloss-*.json")):
+    if not list(data_dir.glob("cedict-gloss-*.sqlite3")):
         sys.exit(f"{data_dir} holds no glossary cache: run manage.py warm_up on it first")
     aside = Path(tempfile.mkdtemp(prefix="warmup-rss-"))
     results: dict[str, Any] = {"machine": machine_info(), "runs": {}}
@@ -83,7 +83,7 @@ def main() -> None:
         for name, warm_up, with_cache in VARIANTS:
             moved = []
             if not with_cache:
-                for cache in data_dir.glob("cedict-gloss-*.json"):
+                for cache in data_dir.glob("cedict-gloss-*.sqlite3"):
                     moved.append(Path(shutil.move(str(cache), aside / cache.name)))
             try:
                 run = _start(data_dir, warm_up, args.query)

@@ -392,10 +392,11 @@ def fresh_glossary(settings, tmp_path):
 
 
 def test_the_dictionary_loads_offline_and_its_cache_is_rebuilt(fresh_glossary, monkeypatch):
-    """Built from the installed package without the network, cached under DATA_DIR; a missing
-    or corrupt cache is rebuilt, a valid one is read."""
-    import json
+    """Built from the installed package without the network, cached under DATA_DIR and read from
+    that file by key (the process keeps no tables); a missing or corrupt cache is rebuilt, a
+    valid one is read."""
     import socket
+    import sqlite3
 
     gloss = fresh_glossary
 
@@ -404,23 +405,102 @@ def test_the_dictionary_loads_offline_and_its_cache_is_rebuilt(fresh_glossary, m
 
     monkeypatch.setattr(socket, "socket", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
+    # Built here, where the network is closed (the child's build is the same code: below).
+    monkeypatch.setattr(gloss, "_build_in_child", lambda path: None)
     path = gloss.cache_path()
     assert not path.exists()
     built = gloss.glossary()
     assert {"allerg", "allergi"} <= built.english("过敏")
     assert "过敏" in built.chinese("allerg")
     assert path.exists()
+    assert not isinstance(built.forward, dict) and not isinstance(built.reverse, dict)
     assert gloss.glossary() is built  # once per process
+    forward, reverse = dict(built.forward.items()), dict(built.reverse.items())
+    assert len(forward) > 50_000 and len(reverse) > 20_000
+    assert "过敏" in built.forward and "no such word" not in built.forward
+    assert built.forward.get("no such word") is None and built.reverse.get(1) is None  # type: ignore[arg-type]
 
     gloss.reset()
     read = gloss.glossary()  # read back from the cache
-    assert read.forward == built.forward and read.function == built.function
+    assert read is not built
+    assert dict(read.forward.items()) == forward and dict(read.reverse.items()) == reverse
+    assert read.function == built.function and read.translit == built.translit
     assert "什么" in read.function_words()
 
-    path.write_text('{"forward": {"过敏": "broken"', encoding="utf-8")
+    path.write_bytes(b"SQLite format 3\x00 broken")
     gloss.reset()
     assert gloss.glossary().english("过敏") == built.english("过敏")
-    assert json.loads(path.read_text(encoding="utf-8"))["forward"]["过敏"] == built.forward["过敏"]
+    with sqlite3.connect(path) as conn:
+        stored = conn.execute("SELECT v FROM forward WHERE k = ?", ("过敏",)).fetchone()
+    assert stored == (forward["过敏"],)
+
+
+def test_a_missing_cache_is_built_by_a_child_process(fresh_glossary, monkeypatch, caplog):
+    """A long-lived process keeps ~40 MB of what a build leaves (docs/benchmarks.md): on a miss
+    the cache is built by a child interpreter, and this process only reads the file."""
+    import logging
+
+    gloss = fresh_glossary
+
+    def not_here(source):
+        raise AssertionError("the glossary must not be built in this process")
+
+    monkeypatch.setattr(gloss, "_build", not_here)
+    with caplog.at_level(logging.INFO, logger=gloss.__name__):
+        table = gloss.glossary()
+    assert gloss.cache_path().exists()
+    assert {"allerg", "allergi"} <= table.english("过敏")
+    assert "in this process" not in caplog.text and "child process" not in caplog.text
+
+
+def test_a_child_that_cannot_build_leaves_it_to_this_process(fresh_glossary, monkeypatch, caplog):
+    """A child that cannot set Django up as this process did (here: settings it cannot import)
+    fails; the glossary is then built here, and the search works as before."""
+    import logging
+
+    gloss = fresh_glossary
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "no.such.settings")
+    with caplog.at_level(logging.INFO, logger=gloss.__name__):
+        table = gloss.glossary()
+    assert "building the gloss cache in a child process failed" in caplog.text
+    assert "No module named 'no'" in caplog.text  # the child's own error is in the log
+    assert "in this process" in caplog.text
+    assert gloss.cache_path().exists() and "过敏" in table.forward
+
+
+def test_a_child_with_other_settings_refuses_to_build(fresh_glossary, settings, monkeypatch):
+    """The tables depend on the tokenizer's settings: a child whose settings would key the cache
+    differently from this process's builds nothing (this process does)."""
+    from memories.retrieval import gloss_build
+
+    gloss = fresh_glossary
+    path = gloss.cache_path()
+    assert gloss_build.main([str(path), "cedict-gloss-other-key.sqlite3"]) == gloss_build.WRONG_KEY
+    assert not path.exists()
+
+
+def test_the_glossary_file_is_reopened_in_a_forked_child(fresh_glossary):
+    """A gunicorn master that loaded the glossary forks workers: each child opens the file again
+    instead of using its parent's SQLite connection."""
+    import os
+
+    gloss = fresh_glossary
+    table = gloss.glossary()
+    assert "过敏" in table.forward  # the parent's connection is open
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer through the pipe, never return into pytest
+        try:
+            ok = "过敏" in table.forward and table.forward._file._pid == os.getpid()
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == b"1"
+    assert table.forward._file._pid == os.getpid()  # the parent's own connection is kept
 
 
 def test_the_console_review_search_crosses_scripts_too(team):

@@ -78,7 +78,7 @@ def test_the_command_builds_the_caches_a_worker_then_only_reads(tmp_path):
     )
     assert "warmed up (embedding" in done.stdout, done.stdout + done.stderr
     assert "building the CC-CEDICT gloss cache" in done.stderr
-    assert list(tmp_path.glob("cedict-gloss-*.json"))
+    assert list(tmp_path.glob("cedict-gloss-*.sqlite3"))
     assert list(tmp_path.glob("jieba-*-search-dict-*.txt"))
     text = _first_answer_log(tmp_path, "1")
     assert "warmed up in" in text and "building the CC-CEDICT gloss cache" not in text, text

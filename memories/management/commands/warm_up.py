@@ -19,9 +19,9 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        # A worker that builds the glossary cache itself keeps ~40 MB the build leaves behind
-        # until it restarts (docs/benchmarks.md, "Worker memory with the warm-up at start");
-        # built here, every worker reads the file.
+        # Built here, before the workers start, the caches are there when each worker's warm-up
+        # reads them; without this, the first worker to start on a new DATA_DIR waits ~10 s for
+        # a child process to build the glossary (docs/deploy.md, "Warm-up").
         timings = warm_up()
         steps = ", ".join(f"{name} {ms} ms" for name, ms in timings.items())
         self.stdout.write(f"warmed up ({steps}); glossary cache: {gloss.cache_path()}")
