@@ -97,6 +97,8 @@ mkdir -p "$DATA_DIR" "$PROMETHEUS_MULTIPROC_DIR"
 
 log "migrate"
 "$PYTHON" manage.py migrate --noinput -v0 >"$work/migrate.log" 2>&1 || fail "migrate"
+log "warm_up"
+"$PYTHON" manage.py warm_up >"$work/warm_up.log" 2>&1 || fail "warm_up"
 log "collectstatic"
 "$PYTHON" manage.py collectstatic --noinput -v0 >"$work/collectstatic.log" 2>&1 \
   || fail "collectstatic"

@@ -103,6 +103,10 @@ def test_systemd_units_run_the_projects_commands():
     for program in ("gunicorn", "celery"):
         assert (Path(sys.executable).parent / program).exists(), program
     assert (ROOT / "memoryplatform" / "wsgi.py").exists()
+    # The search's caches are built before the workers start, by a command that exists.
+    (warm,) = [pre for pre in web["ExecStartPre"] if "manage.py" in pre]
+    assert warm == "-/opt/memoryplatform/.venv/bin/python manage.py warm_up"
+    assert (ROOT / "memories" / "management" / "commands" / "warm_up.py").exists()
     for unit in (web, worker, beat):
         assert unit["EnvironmentFile"][0] == "/etc/memoryplatform/memoryplatform.env"
         for value in unit.get("Environment", []):
@@ -155,6 +159,14 @@ def test_compose_has_the_whole_stack_and_one_beat():
         service = services[name]
         assert service["build"]["dockerfile"] == "deploy/Dockerfile"
         assert [v for v in service["environment"] if not _known(v)] == []
+    # The one-shot service before every other app service migrates and builds the caches in
+    # the DATA_DIR volume they all mount.
+    assert services["migrate"]["command"] == [
+        "sh",
+        "-c",
+        "python manage.py migrate --noinput && python manage.py warm_up",
+    ]
+    assert services["migrate"]["volumes"] == services["web"]["volumes"]
     assert services["mariadb"]["command"] == [
         "--character-set-server=utf8mb4",
         "--collation-server=utf8mb4_unicode_ci",
