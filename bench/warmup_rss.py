@@ -9,7 +9,8 @@ Usage (from the project root):
 On a `DATA_DIR` that `bench/latency.py --keep` left (its SQLite database holds the seeded scope
 of `bench-agent`), one gunicorn sync worker is started three times, and its VmRSS is read once
 it answers `/health` (the warm-up is done by then: gunicorn's `post_worker_init`) and after one
-search of the scope (which loads the scope's index):
+search of the scope (which loads the scope's index; the team's recall timeout is set to 0 first, so
+that the search waits for the whole load):
 
 * `WARM_UP_AT_START=0`: the model and the dictionaries load during that first search;
 * warm-up, with the glossary cache in `DATA_DIR` (every start after the first one);
@@ -59,6 +60,10 @@ def _start(data_dir: Path, warm_up: str, query: str) -> dict[str, Any]:
         pid = srv.worker_pid()
         at_start = _mb(pid)
         client = MemoryClient(creds["api_key"], creds["secret"], base_url=srv.base_url, timeout=600)
+        # The search waits for the scope's index however long its load takes: with the default
+        # recall timeout (5 s) a busy machine answers `partial` with no memory, and the RSS
+        # would be read in the middle of the load (docs/search.md, "Recall timeout").
+        client.set_pipeline_config(recall_timeout_ms=0)
         hits = client.search(AGENT, query)
         return {"start_mb": at_start, "after_search_mb": _mb(pid), "hits": len(hits)}
     finally:
