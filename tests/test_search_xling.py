@@ -468,7 +468,7 @@ def test_a_child_that_cannot_build_leaves_it_to_this_process(fresh_glossary, mon
     assert gloss.cache_path().exists() and "过敏" in table.forward
 
 
-def test_a_child_with_other_settings_refuses_to_build(fresh_glossary, settings, monkeypatch):
+def test_a_child_with_other_settings_refuses_to_build(fresh_glossary):
     """The tables depend on the tokenizer's settings: a child whose settings would key the cache
     differently from this process's builds nothing (this process does)."""
     from memories.retrieval import gloss_build
