@@ -37,6 +37,7 @@ from memories.models import (
     MemoryRevision,
     MemoryShare,
     Procedure,
+    ProcedureRevision,
     ProfileField,
     ProfileRevision,
     ScopeLock,
@@ -53,6 +54,8 @@ from memories.services import (
     memory_supersede,
     memory_update,
     procedure_create,
+    procedure_delete,
+    procedure_update,
     profile_learn,
     profile_set,
 )
@@ -143,6 +146,11 @@ def populate(team) -> dict[str, Any]:
         status="proposed",
         evidence=[tea.pk],
     )
+    # A rule's history: a rewording, and a rule removed since (its history is all that is left).
+    reworded = procedure_create(team=team, agent_id="alice", rule="Be brief.", source="agent")
+    procedure_update(procedure=reworded, actor=actor, rule="Be brief and kind.")
+    gone = procedure_create(team=team, agent_id="alice", rule="Reply in haiku.", source="agent")
+    procedure_delete(procedure=gone, actor=actor)
     profile_set(team=team, agent_id="alice", fields={"location": "Berlin"}, actor=actor)
     profile_set(team=team, agent_id="alice", fields={"location": "Munich"}, actor=actor)
     profile_learn(
@@ -204,6 +212,12 @@ def normalise(data: bytes) -> list[dict[str, Any]]:
     for rec in records:
         order[rec["kind"]][rec["id"]] = f"{rec['kind']}#{len(order[rec['kind']])}"
     mem, scen, ent = order["memory"], order["scenario"], order["entity"]
+    # A rule's history names its rule by id: one of the bundle, or a removed rule (numbered in
+    # the order its history first names it).
+    rules = dict(order["procedure"])
+    for rec in records:
+        if rec["kind"] == "procedure_revision" and rec["procedure_id"] not in rules:
+            rules[rec["procedure_id"]] = f"removed#{len(rules)}"
 
     def m(x: Any) -> Any:
         return mem.get(x, x)
@@ -237,6 +251,8 @@ def normalise(data: bytes) -> list[dict[str, Any]]:
             r["memory_ids"] = [m(x) for x in r["memory_ids"]]
         if r["kind"] == "procedure":
             r["evidence"] = [m(x) for x in r["evidence"]]
+        if r["kind"] == "procedure_revision":
+            r["procedure_id"] = rules[r["procedure_id"]]
         if r["kind"] in ("profile", "profile_revision") and r["source_memory_id"] is not None:
             r["source_memory_id"] = m(r["source_memory_id"])
         if "scenario_ids" in r:
@@ -266,6 +282,7 @@ def team_counts(team) -> dict[str, int]:
         "relation": Relation.objects.filter(team=team).count(),
         "mention": EntityMention.objects.filter(team=team).count(),
         "procedure": Procedure.objects.filter(team=team).count(),
+        "procedure_revision": ProcedureRevision.objects.filter(team=team).count(),
         "profile": ProfileField.objects.filter(team=team).count(),
         "profile_revision": ProfileRevision.objects.filter(team=team).count(),
     }
@@ -396,6 +413,161 @@ def test_an_export_is_stored_in_chunks_and_pruned_after_its_retention(
     assert not ExportChunk.objects.filter(job=job).exists()
     r = api.get(f"/export/{job.pk}")
     assert r.status_code == 404 and error_code(r) == "NOT_FOUND"
+
+
+# --- the history of the agents' rules --------------------------------------------------------------
+
+
+def _rule_history(api: SignedClient, agent_id: str) -> list[tuple[Any, ...]]:
+    """The agent's rule changes through the API, oldest first, with the rule's text now (None:
+    removed) in place of its id."""
+    answer = ok_data(api.get(f"/procedures/{agent_id}/history?limit=500"))
+    listed = ok_data(api.get(f"/procedures/{agent_id}"))["procedures"]
+    rules = {r["id"]: r["rule"] for r in listed}
+    fields = ("change", "rule", "rule_before", "status", "by", "at")
+    return [
+        (*(r[f] for f in fields), rules.get(r["procedure_id"]))
+        for r in reversed(answer["revisions"])
+    ]
+
+
+def test_a_rules_history_moves_with_it_and_a_removed_rule_can_be_restored(
+    team, api, fresh, django_capture_on_commit_callbacks
+):
+    populate(team)
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    header, _ = read_bundle(data)
+    assert header["counts"]["procedure_revision"] == 6  # 4 added, 1 reworded, 1 removed
+    target, target_api = fresh
+    ok_data(import_bundle(target_api, data))
+    history = _rule_history(target_api, "alice")
+    assert history == _rule_history(api, "alice")  # who, when, what, in order
+    assert [h[:2] for h in history if h[-1] is None] == [
+        ("added", "Reply in haiku."),
+        ("removed", "Reply in haiku."),
+    ]
+    # The removed rule has an id of its own there, which no new rule takes, and is restored
+    # with it.
+    removed = ok_data(target_api.get("/procedures/alice/history?limit=1"))["revisions"][0]
+    later = target_api.post("/procedures/alice", {"rule": "Something new."})
+    assert later.status_code == 201, later.content
+    assert ok_data(later)["id"] != removed["procedure_id"]
+    back = target_api.post(f"/procedures/alice/{removed['procedure_id']}/restore", {})
+    assert back.status_code == 201, back.content
+    assert (ok_data(back)["id"], ok_data(back)["rule"]) == (
+        removed["procedure_id"],
+        "Reply in haiku.",
+    )
+    # Every change went to the rule it was made to, in the team it went to.
+    rules = set(Procedure.objects.filter(team=target).values_list("pk", flat=True))
+    assert (
+        set(ProcedureRevision.objects.filter(team=target).values_list("procedure_id", flat=True))
+        <= rules
+    )
+    assert not ProcedureRevision.objects.filter(procedure_id__in=rules).exclude(team=target)
+
+
+def test_a_rules_history_is_never_met_in_another_team(
+    team, api, other_team, other_api, fresh, django_capture_on_commit_callbacks
+):
+    """Another team holding the very same changes (it imported the bundle first) is not where a
+    removed rule's history is found: each team gets rules of its own; an agent key imports only
+    its agent's history."""
+    populate(team)
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    ok_data(import_bundle(other_api, data))
+    fields = ("procedure_id", "change", "rule", "at")
+    theirs = list(ProcedureRevision.objects.filter(team=other_team).values_list(*fields))
+    target, target_api = fresh
+    answer = ok_data(import_bundle(target_api, data))
+    assert answer["imported"]["procedure_revision"] == 6
+    assert list(ProcedureRevision.objects.filter(team=other_team).values_list(*fields)) == theirs
+    ids = {
+        t.id: set(ProcedureRevision.objects.filter(team=t).values_list("procedure_id", flat=True))
+        for t in (team, other_team, target)
+    }
+    assert not ids[target.id] & (ids[team.id] | ids[other_team.id])
+
+
+def test_an_agent_key_imports_only_its_agents_rule_history(team, agent_api):
+    record = {
+        **{"kind": "procedure_revision", "id": 1, "agent_id": "alice", "procedure_id": 3},
+        **{"change": "added", "rule": "r", "status": "active", "at": "2024-01-01T00:00Z"},
+    }
+    counts = {"procedure_revision": 1}
+    r = import_bundle(agent_api, make_bundle(_header(counts=counts), [record]))
+    assert r.status_code == 403 and error_code(r) == "FORBIDDEN"
+    assert not ProcedureRevision.objects.filter(team=team).exists()
+    own = make_bundle(_header(counts=counts), [{**record, "agent_id": "researcher"}])
+    assert ok_data(import_bundle(agent_api, own))["imported"]["procedure_revision"] == 1
+    assert ProcedureRevision.objects.get(team=team).agent_id == "researcher"
+
+
+@pytest.mark.parametrize("on_conflict", ["skip", "overwrite"])
+def test_a_rules_history_imported_again_is_not_doubled(
+    team, api, fresh, django_capture_on_commit_callbacks, on_conflict
+):
+    populate(team)
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    _, target_api = fresh
+    ok_data(import_bundle(target_api, data))
+    history = _rule_history(target_api, "alice")
+    answer = ok_data(import_bundle(target_api, data, on_conflict))
+    assert answer["imported"]["procedure_revision"] == 0
+    assert answer["skipped"]["procedure_revision"] == 6
+    assert _rule_history(target_api, "alice") == history
+    # Into the team it came from, too: its own rules' and removed rule's changes are met.
+    answer = ok_data(import_bundle(api, data, on_conflict))
+    assert answer["skipped"]["procedure_revision"] == 6
+    assert ProcedureRevision.objects.filter(team=team).count() == 6
+
+
+def test_a_rule_met_here_keeps_its_own_history_unless_overwritten(
+    team, api, fresh, django_capture_on_commit_callbacks
+):
+    """skip: a rule kept as it was here keeps its history (as a profile key does); overwrite:
+    the bundle's changes of it are added, those here already once."""
+    procedure_create(team=team, agent_id="alice", rule="Answer in Chinese.", source="agent")
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    target, target_api = fresh
+    mine = procedure_create(
+        team=target, agent_id="alice", rule="answer in  chinese.", source="console"
+    )
+    answer = ok_data(import_bundle(target_api, data))
+    assert (answer["imported"]["procedure_revision"], answer["skipped"]["procedure_revision"]) == (
+        0,
+        1,
+    )
+    assert list(ProcedureRevision.objects.filter(team=target).values_list("procedure_id")) == [
+        (mine.pk,)
+    ]
+    answer = ok_data(import_bundle(target_api, data, "overwrite"))
+    assert answer["imported"]["procedure_revision"] == 1
+    assert ProcedureRevision.objects.filter(team=target, procedure_id=mine.pk).count() == 2
+    answer = ok_data(import_bundle(target_api, data, "overwrite"))
+    assert answer["skipped"]["procedure_revision"] == 1
+    assert ProcedureRevision.objects.filter(team=target).count() == 2
+
+
+def test_new_ids_writes_a_rules_history_again_under_new_ids(
+    team, api, django_capture_on_commit_callbacks
+):
+    populate(team)
+    data = export_bundle(api, django_capture_on_commit_callbacks)
+    removed = set(
+        ProcedureRevision.objects.filter(team=team, change="removed").values_list(
+            "procedure_id", flat=True
+        )
+    )
+    answer = ok_data(import_bundle(api, data, "new_ids"))
+    assert answer["imported"]["procedure_revision"] == 6
+    assert ProcedureRevision.objects.filter(team=team).count() == 12
+    again = set(
+        ProcedureRevision.objects.filter(team=team, change="removed").values_list(
+            "procedure_id", flat=True
+        )
+    )
+    assert len(again) == 2 and removed < again  # the copy is another removed rule
 
 
 # --- on_conflict ---------------------------------------------------------------------------------
@@ -1292,17 +1464,31 @@ def test_records_given_twice_between_rows_here_go_in_once(team, api, on_conflict
 
 
 def _lifecycle_bundle(n: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """n scenarios, personas, procedures and profile keys (a revision each) of two agents."""
+    """n scenarios, personas, procedures and profile keys (a revision each) of two agents, and
+    the history of n removed rules."""
     records: list[dict[str, Any]] = []
-    for kind in ("scenario", "persona", "procedure", "profile", "profile_revision"):
-        for k in range(n):
+    kinds = (
+        "scenario",
+        "persona",
+        "procedure",
+        "procedure_revision",
+        "profile",
+        "profile_revision",
+    )
+    for kind in kinds:
+        for k in (*range(n), *(range(n, 2 * n) if kind == "procedure_revision" else ())):
             agent = ("alice", "bob")[k % 2]
             when = f"2024-03-01T00:{k:02d}:00+00:00"
             records.append(
                 {
                     "scenario": {"id": f"s{k}", "name": f"Topic {k}", "summary": f"about {k}"},
                     "persona": {"id": f"p{k}", "summary": f"persona {k}", "created_at": when},
-                    "procedure": {"rule": f"Rule {k}", "source": "agent"},
+                    "procedure": {"id": k, "rule": f"Rule {k}", "source": "agent"},
+                    # Rules 0..n-1 added; n..2n-1 removed (no record of their own).
+                    "procedure_revision": {
+                        **{"procedure_id": k, "change": "added" if k < n else "removed"},
+                        **{"rule": f"Rule {k}", "status": "active", "by": "key mk_x", "at": when},
+                    },
                     "profile": {"key": f"key_{k}", "value": f"value {k}", "source": "api"},
                     "profile_revision": {
                         **{"key": f"key_{k}", "before": "", "after": f"value {k}"},
@@ -1311,8 +1497,7 @@ def _lifecycle_bundle(n: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
                 }[kind]
                 | {"kind": kind, "agent_id": agent}
             )
-    counts = dict.fromkeys(("scenario", "persona", "procedure", "profile", "profile_revision"), n)
-    return records, counts
+    return records, {**dict.fromkeys(kinds, n), "procedure_revision": 2 * n}
 
 
 @pytest.mark.parametrize("on_conflict", ["skip", "overwrite", "new_ids"])
@@ -1686,6 +1871,19 @@ def test_a_bundle_moves_to_a_fresh_database_and_exports_the_same(team, tmp_path)
         [{"kind": "relation", "id": "r", "source": {"a": 1}, "target": 1}],
         [{"kind": "mention", "id": 1, "entity": None, "memory": None}],
         [{"kind": "revision", "id": 1, "memory": [7]}],
+        [{"kind": "procedure_revision", "id": 1, "agent_id": "alice", "change": "added"}],
+        [
+            {
+                **{"kind": "procedure_revision", "id": 1, "agent_id": "alice"},
+                **{"procedure_id": {"id": 3}, "change": "added", "rule": "r", "status": "active"},
+            }
+        ],
+        [
+            {
+                **{"kind": "procedure_revision", "id": 1, "agent_id": "alice", "procedure_id": 3},
+                **{"change": "forgot", "rule": "r", "status": "active", "at": "2024-01-01T00:00Z"},
+            }
+        ],
     ],
 )
 def test_odd_records_are_refused_without_a_server_error(team, api, records):

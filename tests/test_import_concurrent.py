@@ -28,6 +28,9 @@ Without that, the whole import failed with 400 and nothing of it was kept.
   write takes the agent's personal-scope lock, and so does the import of its profile, which
   waits for the agent's write, then meets its row (a skip, or an overwrite). The same for a
   scenario the lifecycle makes and a rule (procedure) an agent adds: met by name, not doubled.
+* Two imports at once of a removed rule's history (a client retrying one that timed out): the
+  second waits for the first's lock on the agent, then finds the changes here and skips them;
+  the rule has one id and each change is written once.
 * Two proposal runs of one agent at once: the second reads the agent's rules once the first's
   proposals are in, and proposes nothing again.
 """
@@ -419,6 +422,45 @@ with transaction.atomic():
 """
 
 
+# A removed rule's history (no record of the rule itself): added, then removed.
+REMOVED_RULE_RECORDS = [
+    {
+        **{"kind": "procedure_revision", "id": i + 1, "agent_id": "alice", "procedure_id": 7},
+        **{"change": change, "rule": "Reply in haiku.", "status": "active", "by": "key mk_x"},
+        "at": f"2024-03-01T00:0{i}:00+00:00",
+    }
+    for i, change in enumerate(("added", "removed"))
+]
+
+# The import of that history, held uncommitted once every record is read, until a line
+# arrives on stdin.
+HOLD_RULE_HISTORY_IMPORT = """
+import gzip, json, sys
+from lifecycle.services.bundle import bundle_import
+from tenants.models import Team
+records = json.loads({records!r})
+header = {{"format": "memoryplatform-bundle", "version": 1, "team_id": "elsewhere",
+          "embedding_model": "another-model", "embedding_dim": 3,
+          "counts": {{"procedure_revision": len(records)}}}}
+data = gzip.compress(b"".join(json.dumps(r).encode() + b"\\n" for r in [header, *records]))
+def held(k, read=[0]):
+    read[0] += k
+    if read[0] == len(records):
+        print("held", read[0], flush=True)
+        sys.stdin.readline()
+result = bundle_import(team=Team.objects.get(), data=data, progress=held)
+print(json.dumps(result.imported["procedure_revision"]))
+"""
+
+# The agents' rule changes (rule id, change), and how many rules are here.
+RULE_HISTORY = """
+import json
+from memories.models import Procedure, ProcedureRevision
+rows = ProcedureRevision.objects.order_by("id").values_list("procedure_id", "change")
+print(json.dumps([[list(r) for r in rows], Procedure.objects.count()]))
+"""
+
+
 def _start(stack: Stack, code: str, **popen: Any) -> subprocess.Popen[str]:
     return stack_process(stack, code, stderr=subprocess.PIPE, **popen)
 
@@ -695,3 +737,19 @@ def test_two_proposal_runs_at_once_propose_a_point_once(tmp_path):
         assert (held, proposed) == ("1", 0)
         ((rule, status, source),) = stack_python(stack, RULES)
         assert (rule in FEEDBACK, status, source) == (True, "proposed", "lifecycle")
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="row locks across processes: MariaDB")
+def test_two_imports_of_a_removed_rules_history_at_once_write_it_once(tmp_path):
+    with live_stack(tmp_path, servers=0) as stack:
+        assert stack_python(stack, AGENT_ALICE) is True
+        records = json.dumps(REMOVED_RULE_RECORDS)
+        held, imported = _run_while_held(
+            stack,
+            HOLD_RULE_HISTORY_IMPORT.format(records=records),
+            _import_records(REMOVED_RULE_RECORDS),
+        )
+        assert (held, imported) == ("2", {"procedure_revision": [0, 2]})
+        changes, rules = stack_python(stack, RULE_HISTORY)
+        assert [c for _, c in changes] == ["added", "removed"] and rules == 0
+        assert changes[0][0] == changes[1][0]

@@ -53,6 +53,8 @@ from memories.models import (
     MemoryScope,
     MemoryShare,
     Procedure,
+    ProcedureRevision,
+    ProcedureStatus,
     ProfileField,
     ProfileRevision,
 )
@@ -87,6 +89,7 @@ KINDS = (
     "relation",
     "mention",
     "procedure",
+    "procedure_revision",
     "profile",
     "profile_revision",
 )
@@ -155,7 +158,7 @@ def _meet_key(kind: str, value: Any) -> Any:
 # rows once; a row written after that read would be written again by the import (two scenarios
 # or rules of one name), or clash with it on a unique key (a profile key: the whole import 400).
 # Personas are met by their creation time, which two writers never share: no lock.
-_AGENT_LOCKED = ("scenario", "procedure", "profile", "profile_revision")
+_AGENT_LOCKED = ("scenario", "procedure", "procedure_revision", "profile", "profile_revision")
 # Keys of JSON columns that hold memory ids (memory metadata, revision before/after): remapped on
 # import like the foreign keys.
 _MEMORY_ID_KEYS = ("superseded_by", "promoted_to", "promoted_from", "consolidated_into")
@@ -197,6 +200,9 @@ SPECS: dict[str, _Spec] = {
     # Procedural memory and the agent profile: their memory ids (a proposal's evidence, the
     # memory a profile value was read from) are plain columns, remapped like metadata ids.
     "procedure": _Spec(Procedure, _COMMON_EXCLUDE, {}),
+    # A rule's history names its rule by id in a plain column (a removed rule's row is gone):
+    # remapped by `_Import.procedure_revision`, a removed rule's to an id reserved for it.
+    "procedure_revision": _Spec(ProcedureRevision, _COMMON_EXCLUDE, {"procedure_id": "procedure"}),
     "profile": _Spec(ProfileField, _COMMON_EXCLUDE, {}),
     "profile_revision": _Spec(ProfileRevision, _COMMON_EXCLUDE, {}),
 }
@@ -218,10 +224,12 @@ def _querysets(*, team: Team, agent_id: str | None) -> dict[str, QuerySet[Any]]:
     personas = Persona.objects.filter(team=team)
     entities = Entity.objects.filter(team=team)
     procedures = Procedure.objects.filter(team=team)
+    procedure_revisions = ProcedureRevision.objects.filter(team=team)
     profile = ProfileField.objects.filter(team=team)
     profile_revisions = ProfileRevision.objects.filter(team=team)
     if agent_id is not None:
         procedures = procedures.filter(agent_id=agent_id)
+        procedure_revisions = procedure_revisions.filter(agent_id=agent_id)
         profile = profile.filter(agent_id=agent_id)
         profile_revisions = profile_revisions.filter(agent_id=agent_id)
         memories = memories.filter(scope=MemoryScope.PERSONAL, agent_id=agent_id)
@@ -246,6 +254,7 @@ def _querysets(*, team: Team, agent_id: str | None) -> dict[str, QuerySet[Any]]:
             team=team, entity__in=entities, memory__in=memories
         ).order_by("id"),
         "procedure": procedures.order_by("id"),
+        "procedure_revision": procedure_revisions.order_by("id"),
         "profile": profile.order_by("agent_id", "key"),
         "profile_revision": profile_revisions.order_by("id"),
     }
@@ -712,6 +721,16 @@ class _Import:
     agent_rows: dict[str, dict[str, dict[Any, Any]]] = field(
         default_factory=lambda: {k: {} for k in _AGENT_KEYED}
     )
+    # (agent, the bundle's rule id) -> the rule its history goes to: a row this import holds (its
+    # id once inserted), the id of the rule met here that the bundle overwrites, or None for a
+    # rule kept as it was here (`skip`), whose history stays its own. A rule id of the bundle's
+    # history that is none of these is a removed rule's (`rule_removed`).
+    rules: dict[tuple[str, Any], Procedure | int | None] = field(default_factory=dict)
+    # Removed rules whose ids are to be reserved (`reserve_rule_ids`).
+    reservations: list[Procedure] = field(default_factory=list)
+    # agent -> a change of the agent's rules here or held (change, time, texts and statuses
+    # before and after) -> the ids of the rules it was made to.
+    rule_changes: dict[str, dict[tuple[Any, ...], set[int]]] = field(default_factory=dict)
     # agent -> (key, at, before, after) of the agent's profile revisions, here or held.
     profile_revisions: dict[str, set[tuple[str, Any, str, str]]] = field(default_factory=dict)
     # (agent, item id) of the bundle's archive items read so far.
@@ -724,7 +743,8 @@ class _Import:
             k: []
             for k in (
                 *("revision", "share", "archive", "entity", "relation", "mention"),
-                *("scenario", "persona", "procedure", "profile", "profile_revision"),
+                *("scenario", "persona", "procedure", "procedure_revision"),
+                *("profile", "profile_revision"),
             )
         }
     )
@@ -947,9 +967,10 @@ class _Import:
 
     def agent_row_overwrite(
         self, kind: str, agent_id: str, key: Any, pk: Any, columns: dict[str, Any]
-    ) -> None:
+    ) -> Any | None:
         """Notes the lifecycle row met under `key` for `rewrite`, which overwrites the noted rows
-        of its kind with the held ones, as `_update` did each: by batches."""
+        of its kind with the held ones, as `_update` did each: by batches. Returns its id (None:
+        deleted by another writer since it was met)."""
         if pk is _HELD:  # given twice, the first copy held: its id once it is in
             self.flush_rows(kind)
             model, column, order, _ = _AGENT_KEYED[kind]
@@ -967,11 +988,12 @@ class _Import:
             # Exactly this key: MariaDB's collation may find another too.
             pk = next((found for found, value in rows if _meet_key(kind, value) == met), None)
             if pk is None:  # deleted by another writer since: as if after the import
-                return
+                return None
             self.agent_rows[kind][agent_id][met] = pk
         self.rewrites[kind].append((pk, columns))
         if len(self.rewrites[kind]) >= _ROW_BATCH:
             self.flush_rows(kind)
+        return pk
 
     def embedded(self, texts: list[str]) -> list[bytes]:
         """The vectors of `texts`: those embedded ahead, the others now."""
@@ -1355,6 +1377,12 @@ class _Import:
             held = self.archives_new(held)
         if not held:
             return
+        if kind == "procedure_revision":
+            # A revision held with its rule (the `source` slot): the rule's id, known now.
+            self.reserve_rule_ids()
+            for _, target, row, _ in held:
+                if isinstance(target, Procedure):
+                    row.procedure_id = target.pk  # type: ignore[attr-defined]
         model = type(held[0][2])
         if (
             kind not in _ROW_KEYS
@@ -1481,18 +1509,104 @@ class _Import:
         agent_id = self._agent_row(line, "procedure", columns)
         columns["evidence"] = self._memory_ids(columns.get("evidence"))
         rule = columns.get("rule", "")
+        source = (agent_id, rec.get("id"))
         if self.on_conflict != "new_ids":
             existing = self.agent_row_here("procedure", agent_id, rule)
             if existing is not None:
                 if self.on_conflict == "skip":
+                    self.rules.setdefault(source, None)  # kept as it is here, with its history
                     self.skipped["procedure"] += 1
                 else:
-                    self.agent_row_overwrite("procedure", agent_id, rule, existing, columns)
+                    met = self.agent_row_overwrite("procedure", agent_id, rule, existing, columns)
+                    self.rules.setdefault(source, met)
                     self.imported["procedure"] += 1
                 return
         if not rule.strip():
             raise _invalid(line, "procedure: rule is required")
-        self.agent_row_hold("procedure", line, None, Procedure(team=self.team, **columns), columns)
+        row = Procedure(team=self.team, **columns)
+        self.rules.setdefault(source, row)
+        self.agent_row_hold("procedure", line, None, row, columns)
+
+    def rule_changes_here(self, agent_id: str) -> dict[tuple[Any, ...], set[int]]:
+        """The changes of the agent's rules here (read the first time) and held: see
+        `rule_changes`."""
+        changes = self.rule_changes.get(agent_id)
+        if changes is None:
+            changes = self.rule_changes[agent_id] = {}
+            rows = ProcedureRevision.objects.filter(team=self.team, agent_id=agent_id).values_list(
+                "procedure_id", "change", "at", "rule", "rule_before", "status", "status_before"
+            )
+            for procedure_id, *change in rows:
+                changes.setdefault(tuple(change), set()).add(procedure_id)
+        return changes
+
+    def rule_removed(self, agent_id: str, source: Any, change: tuple[Any, ...]) -> Procedure | int:
+        """What a rule the bundle's history names but the bundle does not hold (removed where it
+        was exported) is on this server: the id of the rule here whose history holds this
+        change (a bundle imported again), or else a new id, reserved when its history goes in
+        (`reserve_rule_ids`), so that `POST /procedures/<agent>/<id>/restore` brings it back and
+        no new rule ever takes that id."""
+        target: Procedure | int | None = None
+        if self.on_conflict != "new_ids":
+            target = min(self.rule_changes_here(agent_id).get(change, ()), default=None)
+        if target is None:
+            target = Procedure(
+                team=self.team,
+                agent_id=agent_id,
+                rule=change[2] or "-",
+                status=ProcedureStatus.REJECTED,
+                source="import",
+            )
+            self.reservations.append(target)
+        self.rules[(agent_id, source)] = target
+        return target
+
+    def reserve_rule_ids(self) -> None:
+        """Takes the ids of the removed rules noted so far from the table's counter: rows that
+        go at once, in this transaction. Neither SQLite (AUTOINCREMENT) nor InnoDB gives an id
+        twice, the guarantee a rule's restore relies on (memories.services.procedure_restore).
+        Two queries, not two a rule."""
+        pending, self.reservations = self.reservations, []
+        if not pending:
+            return
+        if connection.features.can_return_rows_from_bulk_insert:
+            Procedure.objects.bulk_create(pending)
+        else:
+            for row in pending:
+                row.save(force_insert=True)
+        Procedure.objects.filter(pk__in=[row.pk for row in pending]).delete()
+
+    def procedure_revision(self, line: int, rec: dict[str, Any]) -> None:
+        columns = _columns("procedure_revision", rec)
+        agent_id = self._agent_row(line, "procedure_revision", columns)
+        source = rec.get("procedure_id")
+        if not isinstance(source, int | str) or isinstance(source, bool):
+            raise _invalid(line, "procedure_revision: procedure_id must be a rule's id")
+        change = tuple(
+            columns.get(name, "")
+            for name in ("change", "at", "rule", "rule_before", "status", "status_before")
+        )
+        if (agent_id, source) in self.rules:
+            target = self.rules[(agent_id, source)]
+            if target is None:
+                self.skipped["procedure_revision"] += 1  # the rule kept here has its own history
+                return
+        else:
+            target = self.rule_removed(agent_id, source, change)
+        if isinstance(target, int) and self.on_conflict != "new_ids" and change[1] is not None:
+            # A rule here (met, or a removed rule whose history is here): the same change of it
+            # is not written twice (a re-import).
+            made_to = self.rule_changes_here(agent_id).setdefault(change, set())
+            if target in made_to:
+                self.skipped["procedure_revision"] += 1
+                return
+            made_to.add(target)
+        row = ProcedureRevision(team=self.team, **columns)
+        if isinstance(target, int):
+            row.procedure_id = target
+        # Else a rule this import writes (inserted before its history) or whose id it reserves:
+        # its id is set as the held history goes in (`insert_held`).
+        self.hold("procedure_revision", line, target, row, columns)
 
     def profile(self, line: int, rec: dict[str, Any]) -> None:
         columns = _columns("profile", rec)
