@@ -468,6 +468,56 @@ def test_a_child_that_cannot_build_leaves_it_to_this_process(fresh_glossary, mon
     assert gloss.cache_path().exists() and "过敏" in table.forward
 
 
+# A process that loads the glossary: whether it built the cache itself, and whether it reads it.
+LOAD_GLOSSARY = """
+import json
+import django
+django.setup()
+from memories.retrieval import gloss
+built = []
+build_here = gloss._build_here
+def counted(path):
+    built.append(path)
+    return build_here(path)
+gloss._build_here = counted
+table = gloss.glossary()
+print(json.dumps({"built": len(built), "reads": "过敏" in table.forward}))
+"""
+
+
+def test_workers_starting_together_on_a_new_data_dir_build_the_cache_once(fresh_glossary):
+    """Three processes that miss the cache at once: one builds it, the others wait for its lock
+    and read the file it wrote."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    gloss = fresh_glossary
+    env = {**os.environ, "DATA_DIR": str(gloss.cache_path().parent)}
+    root = Path(__file__).resolve().parent.parent
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", LOAD_GLOSSARY],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    answers = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        answers.append(json.loads(out.strip().splitlines()[-1]))
+    assert sorted(a["built"] for a in answers) == [0, 0, 1], answers
+    assert all(a["reads"] for a in answers)
+    assert gloss.cache_path().exists()
+
+
 def test_a_child_with_other_settings_refuses_to_build(fresh_glossary):
     """The tables depend on the tokenizer's settings: a child whose settings would key the cache
     differently from this process's builds nothing (this process does)."""

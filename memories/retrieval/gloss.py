@@ -52,7 +52,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata, resources
@@ -474,12 +476,69 @@ def _build_in_child(path: Path) -> Glossary | None:
     return _read_cache(Path(done.stdout.strip().splitlines()[-1])) if done.stdout.strip() else None
 
 
+# How long a process waits for another one's build before it builds the cache itself: longer
+# than a child may take.
+_BUILD_WAIT_SECONDS = _CHILD_TIMEOUT_SECONDS + 60
+
+
+@contextmanager
+def _building(path: Path) -> Iterator[None]:
+    """Held while this process builds the cache at `path`. Workers that start together on a new
+    DATA_DIR all miss the cache: without this each built it (5-10 s of a core and ~75 MB each,
+    in a child), now one does and the others wait here, then read its file. An advisory lock
+    (flock) on `<cache>.lock` beside the cache (in the temporary directory when DATA_DIR is
+    read-only), released by the system if its holder dies. Where the lock cannot be taken (no
+    fcntl, no writable directory), or after _BUILD_WAIT_SECONDS, the process builds without
+    it, as before."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    fd = None
+    for directory in (path.parent, Path(tempfile.gettempdir())):
+        try:
+            fd = os.open(directory / f"{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            break
+        except OSError:
+            continue
+    if fd is None:
+        yield
+        return
+    held = False
+    deadline = time.monotonic() + _BUILD_WAIT_SECONDS
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    logger.warning("still waiting for another process's gloss build: building")
+                    break
+                time.sleep(0.05)
+        yield
+    finally:
+        if held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
 _lock = threading.Lock()
 _glossary: Glossary | None = None
 
 
 def cache_path() -> Path:
     return Path(settings.DATA_DIR) / cache_name()
+
+
+def _cached(path: Path) -> Glossary | None:
+    found = _read_cache(path)
+    if found is None and not os.access(path.parent, os.W_OK):
+        # A read-only DATA_DIR: the copy a previous process left in the temporary directory.
+        found = _read_cache(Path(tempfile.gettempdir()) / path.name)
+    return found
 
 
 def glossary() -> Glossary:
@@ -490,22 +549,29 @@ def glossary() -> Glossary:
     with _lock:
         if _glossary is None:
             path = cache_path()
-            found = _read_cache(path)
-            if found is None and not os.access(path.parent, os.W_OK):
-                # A read-only DATA_DIR: the copy a previous process left in the temporary directory.
-                found = _read_cache(Path(tempfile.gettempdir()) / path.name)
+            found = _cached(path)
             if found is None:
-                logger.info("building the CC-CEDICT gloss cache %s", path)
-                found = _build_in_child(path)
-            if found is None:
-                logger.info("building the CC-CEDICT gloss cache %s in this process", path)
-                built = _build(source_path())
-                # Read back from the file: the process keeps no tables. Kept as built when no
-                # file could be written (a read-only DATA_DIR and temporary directory).
-                found = _read_cache(_write_cache(path, built)) or built
-                del built
+                with _building(path):
+                    # Built by another process while this one waited for it.
+                    found = _cached(path)
+                    if found is None:
+                        found = _build_here(path)
             _glossary = found
     return _glossary
+
+
+def _build_here(path: Path) -> Glossary:
+    """Builds the cache at `path` (a child does; this process when it cannot) and reads it."""
+    logger.info("building the CC-CEDICT gloss cache %s", path)
+    found = _build_in_child(path)
+    if found is None:
+        logger.info("building the CC-CEDICT gloss cache %s in this process", path)
+        built = _build(source_path())
+        # Read back from the file: the process keeps no tables. Kept as built when no file
+        # could be written (a read-only DATA_DIR and temporary directory).
+        found = _read_cache(_write_cache(path, built)) or built
+        del built
+    return found
 
 
 def reset() -> None:
