@@ -586,7 +586,8 @@ def test_a_rules_history_shows_who_changed_it_and_a_removed_rules_last_text(
     assert viewer.get(url(team, f"procedures/{theirs.pk}/history/")).status_code == 404
     assert ProcedureRevision.objects.filter(procedure_id=theirs.pk).exists()
     assert viewer.get(url(team, "procedures/99999999/history/")).status_code == 404
-    # A rule without recorded changes (imported, or older than the history) has an empty one.
+    # A rule without recorded changes (older than the history, or imported without it) has an
+    # empty one.
     imported = Procedure.objects.create(team=team, agent_id="x", rule="Imported.", source="team")
     page = viewer.get(url(team, f"procedures/{imported.pk}/history/")).content.decode()
     assert "No change recorded" in page and "Now <strong>active</strong>: Imported." in page

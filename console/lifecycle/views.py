@@ -273,7 +273,8 @@ def procedure_list(request: HttpRequest, team: Team) -> HttpResponse:
 def procedure_history(request: HttpRequest, team: Team, procedure_id: int) -> HttpResponse:
     """Who added, reworded, decided on or removed one rule, newest first; a removed rule's
     history ends with the text it had (GET /procedures/<agent>/history?procedure_id=). A rule
-    imported, or written before the history was kept, has none yet: its page says so."""
+    written before the history was kept, or imported without it, has none yet: its page says
+    so."""
     revisions = memory_selectors.procedure_revisions_of_team(team=team, procedure_id=procedure_id)
     rule = memory_selectors.procedure_of_team(team=team, procedure_id=procedure_id)
     if not revisions and rule is None:
