@@ -471,8 +471,8 @@ def test_a_rules_history_is_never_met_in_another_team(
     team, api, other_team, other_api, fresh, django_capture_on_commit_callbacks
 ):
     """Another team holding the very same changes (it imported the bundle first) is not where a
-    removed rule's history is found: each team gets rules of its own; an agent key imports only
-    its agent's history."""
+    removed rule's history is found: each team gets rules of its own, and the other's history
+    is left as it was."""
     populate(team)
     data = export_bundle(api, django_capture_on_commit_callbacks)
     ok_data(import_bundle(other_api, data))

@@ -518,6 +518,9 @@ def _building(path: Path) -> Iterator[None]:
                     logger.warning("still waiting for another process's gloss build: building")
                     break
                 time.sleep(0.05)
+            except OSError as exc:  # a file system without locks (ENOLCK)
+                logger.warning("cannot lock the gloss cache for its build: %s", exc)
+                break
         yield
     finally:
         if held:
