@@ -1406,7 +1406,8 @@ class _Endpoints:
         """Imports mem0's memories (what its `get_all()` returned, or that JSON's bytes) into the
         key's team: each a personal memory of the agent its `agent_from` key names
         (`default_agent` for one without), embedded by this server; one already here is met, not
-        written twice. `{"imported", "skipped", "reembedded"}`."""
+        written twice. A memory carrying its mem0 `history` (what `history(id)` returned) keeps
+        each UPDATE as a revision. `{"imported", "skipped", "reembedded"}`."""
         data = listing if isinstance(listing, bytes) else json.dumps(listing).encode("utf-8")
         params = {
             "from": "mem0",

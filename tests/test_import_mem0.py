@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from django.core.management import CommandError, call_command
 
-from memories.models import Memory
+from memories.models import Memory, MemoryRevision
 from memoryplatform.client import MemoryAPIError, MemoryClient
 from tenants.services import api_key_issue, team_upsert
 
@@ -43,6 +43,21 @@ LISTING = {
         },
         {"id": "0b6c2b5e-3", "memory": "Prefers dark mode in every editor", "user_id": "bob"},
     ]
+}
+
+
+# One row of mem0's history table, as `Memory.history(id)` returns it.
+UPDATE = {
+    "id": "h-2",
+    "memory_id": "0b6c2b5e-9",
+    "old_memory": "Lives in Berlin",
+    "new_memory": "Lives in Lisbon",
+    "event": "UPDATE",
+    "created_at": "2024-07-01T10:00:00+00:00",
+    "updated_at": "2024-09-15T08:00:00+00:00",
+    "is_deleted": 0,
+    "actor_id": "alice",
+    "role": "user",
 }
 
 
@@ -116,6 +131,28 @@ def test_the_agent_may_come_from_agent_id_with_a_default(team, api):
         (LISTING, {"agent_from": "actor_id"}, "agent_from"),
         (LISTING, {"default_agent": "a/b"}, "default_agent"),
         (LISTING, {"from": "zep"}, "from"),
+        ({"results": [{"memory": "x", "user_id": "a", "history": "v1"}]}, {}, "must be a list"),
+        ({"results": [{"memory": "x", "user_id": "a", "history": [1]}]}, {}, "history entry 0"),
+        (
+            {"results": [{"memory": "x", "user_id": "a", "history": [{"event": "MERGE"}]}]},
+            {},
+            "memory 0, history entry 0: event 'MERGE'",
+        ),
+        (
+            {"results": [{"memory": "x", "user_id": "a", "history": [{"event": "UPDATE"}]}]},
+            {},
+            "needs its old_memory and new_memory",
+        ),
+        (
+            {
+                "results": [
+                    {"memory": "x", "user_id": "a"},
+                    {"memory": "y", "user_id": "a", "history": [{**UPDATE, "updated_at": "then"}]},
+                ]
+            },
+            {},
+            "memory 1, history entry 0: updated_at",
+        ),
     ],
 )
 def test_a_bad_listing_is_a_400_naming_what_and_writes_nothing(team, api, body, params, message):
@@ -188,3 +225,64 @@ def test_the_client_imports_what_mem0_get_all_returned(live_server):
     finally:
         client.session.close()
     assert Memory.objects.filter(team=team).count() == 3
+
+
+def test_a_memorys_mem0_history_becomes_its_revisions(team, api):
+    """What mem0's history(id) returned, attached to its memory: each UPDATE is a revision (the
+    texts before and after, when, who); ADD is the memory's own creation. The older table's
+    names are read too. Importing it again adds nothing."""
+    moved = {
+        "id": "0b6c2b5e-9",
+        "memory": "Lives in Porto",
+        "created_at": "2024-07-01T10:00:00+00:00",
+        "updated_at": "2024-10-02T12:00:00+00:00",
+        "user_id": "alice",
+        "history": [
+            {
+                **UPDATE,
+                "id": "h-1",
+                "event": "ADD",
+                "old_memory": None,
+                "new_memory": "Lives in Berlin",
+                "updated_at": None,
+            },
+            UPDATE,
+            # mem0's older history table: prev_value, new_value, timestamp; no actor.
+            {
+                "id": "h-3",
+                "memory_id": "0b6c2b5e-9",
+                "prev_value": "Lives in Lisbon",
+                "new_value": "Lives in Porto",
+                "event": "update",
+                "timestamp": "2024-10-02T12:00:00+00:00",
+                "is_deleted": 0,
+            },
+        ],
+    }
+    listing = {"results": [LISTING["results"][0], moved]}
+    answer = ok_data(_import(api, listing))
+    assert (answer["imported"]["memory"], answer["imported"]["revision"]) == (2, 2)
+    memory = Memory.objects.get(team=team, content="Lives in Porto")
+    assert "history" not in memory.metadata  # read into revisions, not carried as metadata
+    history = ok_data(api.get(f"/memories/{memory.pk}/history"))["revisions"]  # oldest first
+    assert [(r["change"], r["before"], r["after"], r["by"], r["at"]) for r in history] == [
+        (
+            "update",
+            {"content": "Lives in Berlin"},
+            {"content": "Lives in Lisbon"},
+            "mem0 alice user",
+            "2024-09-15T08:00:00Z",
+        ),
+        (
+            "update",
+            {"content": "Lives in Lisbon"},
+            {"content": "Lives in Porto"},
+            "mem0",
+            "2024-10-02T12:00:00Z",
+        ),
+    ]
+    # The tennis memory had no history: it has no revision.
+    assert MemoryRevision.objects.filter(team=team).count() == 2
+    again = ok_data(_import(api, listing))
+    assert (again["skipped"]["memory"], again["skipped"]["revision"]) == (2, 2)
+    assert MemoryRevision.objects.filter(team=team).count() == 2

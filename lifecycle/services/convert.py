@@ -10,6 +10,11 @@ does the rest as for any bundle: it embeds the texts with this server's model, c
 record against the API's limits, meets a memory already here (the same agent and text) instead
 of writing it twice — so converting and importing the same listing again adds nothing — and
 writes all or nothing.
+
+A memory may also carry its mem0 history (`"history"`: what `Memory.history(id)` returned for it):
+each UPDATE in it becomes a revision of the memory, with the texts before and after, its time and
+who made it, so the console and `GET /memories/<id>/history` show how the memory came to say
+what it says.
 """
 
 from __future__ import annotations
@@ -32,8 +37,17 @@ SOURCES = ("bundle", "mem0")
 # The mem0 keys a memory may be given to an agent by.
 AGENT_KEYS = ("user_id", "agent_id")
 # The keys of a mem0 item read into columns; the rest of the item goes to metadata.
-_READ = {"id", "memory", "hash", "created_at", "updated_at", "run_id", "metadata", "score"}
+_READ = {
+    *("id", "memory", "hash", "created_at", "updated_at", "run_id", "metadata", "score"),
+    "history",
+}
 _CATEGORY_MAX = 64
+# The events of a mem0 history. An UPDATE changed the memory's text: it becomes a revision. ADD is
+# the memory's creation (its own created_at), NONE a write that changed nothing, and a DELETE
+# cannot precede a memory mem0 still lists: they add nothing. Any other is refused rather than
+# dropped unread.
+_HISTORY_EVENTS = ("ADD", "UPDATE", "DELETE", "NONE")
+_ACTOR_MAX = 200
 
 
 def _invalid(where: str, message: str) -> DomainError:
@@ -84,6 +98,9 @@ def mem0_bundle(items: list[dict[str, Any]], *, agent_from: str, default_agent: 
     if default_agent and not re.fullmatch(AGENT_ID_RE, default_agent):
         raise _invalid("default_agent", "not a valid agent id")
     records = [_memory(n, item, agent_from, default_agent) for n, item in enumerate(items)]
+    revisions: list[dict[str, Any]] = []
+    for n, item in enumerate(items):
+        revisions.extend(_history(n, item, first_id=len(revisions) + 1))
     # No vectors (an empty model): the import embeds every text with its own model.
     header = bundle_header(
         team_id=None,
@@ -91,10 +108,10 @@ def mem0_bundle(items: list[dict[str, Any]], *, agent_from: str, default_agent: 
         exported_at=None,
         model="",
         dim=0,
-        counts={"memory": len(records)},
+        counts={"memory": len(records), "revision": len(revisions)},
     )
     out = io.BytesIO()
-    bundle_lines_write(out, [header, *records])
+    bundle_lines_write(out, [header, *records, *revisions])
     return out.getvalue()
 
 
@@ -138,15 +155,63 @@ def _memory(n: int, item: dict[str, Any], agent_from: str, default_agent: str) -
         metadata["run_id"] = run_id
     for stamp in ("created_at", "updated_at"):
         value = item.get(stamp)
-        if value is None:
-            continue
-        try:
-            parsed = parse_datetime(value) if isinstance(value, str) else None
-        except ValueError:
-            parsed = None
-        if parsed is None:
-            raise _invalid(where, f"{stamp} {value!r} is not an ISO 8601 date-time")
-        record[stamp] = value
+        if value is not None:
+            record[stamp] = _stamp(where, stamp, value)
     if "updated_at" not in record and "created_at" in record:
         record["updated_at"] = record["created_at"]
     return record
+
+
+def _stamp(where: str, name: str, value: Any) -> str:
+    """`value` as given, once checked to be an ISO 8601 date-time (a 400 naming it otherwise)."""
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise _invalid(where, f"{name} {value!r} is not an ISO 8601 date-time")
+    return str(value)
+
+
+def _history(n: int, item: dict[str, Any], *, first_id: int) -> list[dict[str, Any]]:
+    """The revisions of memory `n` (the bundle's memory n + 1) its mem0 history gives: one per
+    UPDATE, in the history's order (mem0 lists it oldest first). The field names of mem0's
+    history table and of its older one (`prev_value`, `new_value`, `timestamp`) are both read."""
+    given = item.get("history")
+    if given is None:
+        return []
+    where = f"memory {n}"
+    if not isinstance(given, list):
+        raise _invalid(where, '"history" must be a list (what mem0\'s history(id) returned)')
+    out: list[dict[str, Any]] = []
+    for k, entry in enumerate(given):
+        at = f"{where}, history entry {k}"
+        if not isinstance(entry, dict):
+            raise _invalid(at, "not an object")
+        event = entry.get("event")
+        if not isinstance(event, str) or event.upper() not in _HISTORY_EVENTS:
+            raise _invalid(at, f"event {event!r} is not one of {', '.join(_HISTORY_EVENTS)}")
+        if event.upper() != "UPDATE":
+            continue
+        before = entry.get("old_memory", entry.get("prev_value"))
+        after = entry.get("new_memory", entry.get("new_value"))
+        if not isinstance(before, str) or not isinstance(after, str):
+            raise _invalid(at, "an UPDATE needs its old_memory and new_memory texts")
+        who = [str(entry[key]) for key in ("actor_id", "role") if entry.get(key)]
+        record: dict[str, Any] = {
+            "kind": "revision",
+            "id": first_id + len(out),
+            "memory": n + 1,
+            "action": "update",
+            "before": {"content": before},
+            "after": {"content": after},
+            "actor": " ".join(["mem0", *who])[:_ACTOR_MAX],
+        }
+        # When the change was made: mem0 stamps an UPDATE's row with the memory's creation time
+        # and the update's own (`updated_at`); its older table had one `timestamp`.
+        for stamp in ("updated_at", "timestamp", "created_at"):
+            if entry.get(stamp) is not None:
+                record["created_at"] = _stamp(at, stamp, entry[stamp])
+                break
+        out.append(record)
+    return out
