@@ -1407,7 +1407,8 @@ class _Endpoints:
         key's team: each a personal memory of the agent its `agent_from` key names
         (`default_agent` for one without), embedded by this server; one already here is met, not
         written twice. A memory carrying its mem0 `history` (what `history(id)` returned) keeps
-        each UPDATE as a revision. `{"imported", "skipped", "reembedded"}`."""
+        each UPDATE as a revision; the graph's `relations` become the agent's entities and
+        relations. `{"imported", "skipped", "reembedded"}`."""
         data = listing if isinstance(listing, bytes) else json.dumps(listing).encode("utf-8")
         params = {
             "from": "mem0",

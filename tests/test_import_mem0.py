@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from django.core.management import CommandError, call_command
 
+from graph.models import Entity, Relation
 from memories.models import Memory, MemoryRevision
 from memoryplatform.client import MemoryAPIError, MemoryClient
 from tenants.services import api_key_issue, team_upsert
@@ -59,6 +60,10 @@ UPDATE = {
     "actor_id": "alice",
     "role": "user",
 }
+
+
+# One edge of mem0's graph memory, as get_all() lists it beside "results".
+EDGE = {"source": "alice", "relationship": "likes", "target": "tennis"}
 
 
 def _import(api, body, **params):
@@ -153,6 +158,24 @@ def test_the_agent_may_come_from_agent_id_with_a_default(team, api):
             {},
             "memory 1, history entry 0: updated_at",
         ),
+        ({"results": [], "relations": {"a": 1}}, {}, "relations: expected a list"),
+        ({"results": [], "relations": [EDGE]}, {}, "relation 0: no user_id, and no memory"),
+        (LISTING | {"relations": [EDGE]}, {}, "relation 0: no user_id, and the listing's"),
+        (
+            {"results": [], "relations": [{**EDGE, "target": ""}]},
+            {"default_agent": "a"},
+            'relation 0: "target"',
+        ),
+        (
+            {"results": [], "relations": [{**EDGE, "relationship": None}]},
+            {"default_agent": "a"},
+            'relation 0: "relationship"',
+        ),
+        (
+            {"results": [], "relations": [{**EDGE, "user_id": "no way"}]},
+            {},
+            "relation 0: user_id 'no way'",
+        ),
     ],
 )
 def test_a_bad_listing_is_a_400_naming_what_and_writes_nothing(team, api, body, params, message):
@@ -190,6 +213,10 @@ def test_an_agent_key_imports_its_own_memories_only_and_only_into_its_team(
     assert ok_data(_import(agent_api, mine))["imported"]["memory"] == 1
     refused = _import(agent_api, LISTING)
     assert (refused.status_code, error_code(refused)) == (403, "FORBIDDEN")
+    # Another agent's graph neither.
+    refused = _import(agent_api, {"results": [], "relations": [EDGE | {"user_id": "alice"}]})
+    assert (refused.status_code, error_code(refused)) == (403, "FORBIDDEN")
+    assert not Entity.objects.filter(team=team).exists()
     assert Memory.objects.filter(team=team).count() == 1
     # Another team's import of the same listing is its own: nothing here changes or shows.
     assert ok_data(_import(other_api, LISTING))["imported"]["memory"] == 3
@@ -286,3 +313,68 @@ def test_a_memorys_mem0_history_becomes_its_revisions(team, api):
     again = ok_data(_import(api, listing))
     assert (again["skipped"]["memory"], again["skipped"]["revision"]) == (2, 2)
     assert MemoryRevision.objects.filter(team=team).count() == 2
+
+
+def test_a_mem0_graph_becomes_the_agents_entities_and_relations(team, api):
+    """mem0's graph edges (get_all's "relations", one user's per call) become a personal graph of
+    the listing's agent: nodes as entities, the agent itself a person; a relationship of this
+    server's types keeps its type, any other is related_to and keeps its words; two edges that
+    end as one relation keep both names. Importing it again adds nothing."""
+    listing = {
+        "results": [LISTING["results"][0]],
+        "relations": [
+            EDGE,
+            {"source": "alice", "relationship": "WORKS_AT", "target": "acme_corp"},
+            {"source": "alice", "relationship": "admires", "target": "tennis"},
+            # mem0's search output says destination.
+            {"source": "tennis", "relationship": "located_in", "destination": "lisbon_club"},
+        ],
+    }
+    answer = ok_data(_import(api, listing))
+    assert (answer["imported"]["entity"], answer["imported"]["relation"]) == (4, 3)
+    entities = {e.name: e for e in Entity.objects.filter(team=team)}
+    assert {(e.name, e.agent_id, e.entity_type) for e in entities.values()} == {
+        ("alice", "alice", "person"),
+        ("tennis", "alice", "custom"),
+        ("acme_corp", "alice", "custom"),
+        ("lisbon_club", "alice", "custom"),
+    }
+    assert all(e.embedding for e in entities.values())  # embedded here: found by meaning
+    relations = {
+        (r.source.name, r.relation_type, r.target.name): r
+        for r in Relation.objects.filter(team=team).select_related("source", "target")
+    }
+    assert set(relations) == {
+        ("alice", "related_to", "tennis"),
+        ("alice", "works_at", "acme_corp"),
+        ("tennis", "located_in", "lisbon_club"),
+    }
+    liked = relations[("alice", "related_to", "tennis")]
+    assert liked.description == "likes; admires"
+    assert liked.properties == {"source": "mem0", "mem0_relationships": ["likes", "admires"]}
+    works = relations[("alice", "works_at", "acme_corp")]
+    assert (works.description, works.properties["mem0_relationships"]) == ("", ["WORKS_AT"])
+    # Through the graph API, as the agent's own graph.
+    listed = ok_data(api.get("/graph/entities?agent_id=alice"))["items"]
+    assert len(listed) == 4
+    found = ok_data(api.get("/graph/entities?agent_id=alice&q=tennis"))["items"]
+    assert found[0]["name"] == "tennis"
+    again = ok_data(_import(api, listing))
+    assert (again["imported"]["entity"], again["imported"]["relation"]) == (0, 0)
+    assert (Entity.objects.filter(team=team).count(), Relation.objects.count()) == (4, 3)
+
+
+def test_a_graph_of_several_users_names_each_edges_agent(team, api, other_team):
+    """A listing joining several users' memories: each edge names its user, or it is refused
+    (above); a relation of an edge's own user_id goes to that agent. Another team sees none."""
+    listing = LISTING | {
+        "relations": [EDGE | {"user_id": "alice"}, {**EDGE, "source": "bob", "user_id": "bob"}],
+    }
+    ok_data(_import(api, listing))
+    assert sorted(Entity.objects.filter(team=team).values_list("agent_id", "name")) == [
+        ("alice", "alice"),
+        ("alice", "tennis"),
+        ("bob", "bob"),
+        ("bob", "tennis"),
+    ]
+    assert not Entity.objects.filter(team=other_team).exists()

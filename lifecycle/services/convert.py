@@ -15,6 +15,10 @@ A memory may also carry its mem0 history (`"history"`: what `Memory.history(id)`
 each UPDATE in it becomes a revision of the memory, with the texts before and after, its time and
 who made it, so the console and `GET /memories/<id>/history` show how the memory came to say
 what it says.
+
+A listing of mem0's graph memory (`get_all()` then also returns `"relations"`: `source`,
+`relationship`, `target`) brings its relations: each node becomes an entity of the agent the
+listing is of, each edge a relation between two of them (see `_graph`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from django.utils.dateparse import parse_datetime
 
 from core.errors import DomainError, ErrorCode
 from core.validators import AGENT_ID_RE
+from graph.models import EntityType, RelationType
 
 from .bundle import bundle_header, bundle_lines_write
 
@@ -48,6 +53,7 @@ _CATEGORY_MAX = 64
 # dropped unread.
 _HISTORY_EVENTS = ("ADD", "UPDATE", "DELETE", "NONE")
 _ACTOR_MAX = 200
+_NAME_MAX = 255  # an entity's name
 
 
 def _invalid(where: str, message: str) -> DomainError:
@@ -62,12 +68,16 @@ def as_bundle(
         raise _invalid("from", f"must be one of {', '.join(SOURCES)}")
     if source == "bundle":
         return data
-    return mem0_bundle(mem0_items(data), agent_from=agent_from, default_agent=default_agent)
+    items, relations = mem0_listing(data)
+    return mem0_bundle(
+        items, agent_from=agent_from, default_agent=default_agent, relations=relations
+    )
 
 
-def mem0_items(data: bytes) -> list[dict[str, Any]]:
+def mem0_listing(data: bytes) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The memories of a mem0 listing: `{"results": [...]}` (get_all / search), a bare list (the
-    older output), or JSON Lines of memory objects."""
+    older output), or JSON Lines of memory objects; and its graph's relations (`"relations"`
+    beside `"results"`, with the graph store on)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -79,20 +89,33 @@ def mem0_items(data: bytes) -> list[dict[str, Any]]:
             parsed = [json.loads(line) for line in text.splitlines() if line.strip()]
         except json.JSONDecodeError as exc:
             raise _invalid("body", "neither JSON nor JSON Lines") from exc
+    relations: Any = []
     if isinstance(parsed, dict):
+        relations = parsed.get("relations") or []
         parsed = parsed.get("results", parsed.get("memories"))
     if not isinstance(parsed, list):
         raise _invalid("body", 'expected a list of memories, or an object with "results"')
     for n, item in enumerate(parsed):
         if not isinstance(item, dict):
             raise _invalid(f"memory {n}", "not an object")
-    return parsed
+    if not isinstance(relations, list):
+        raise _invalid("relations", "expected a list of relations")
+    for n, relation in enumerate(relations):
+        if not isinstance(relation, dict):
+            raise _invalid(f"relation {n}", "not an object")
+    return parsed, relations
 
 
-def mem0_bundle(items: list[dict[str, Any]], *, agent_from: str, default_agent: str = "") -> bytes:
+def mem0_bundle(
+    items: list[dict[str, Any]],
+    *,
+    agent_from: str,
+    default_agent: str = "",
+    relations: list[dict[str, Any]] | None = None,
+) -> bytes:
     """A bundle of `items` (mem0 memories), each a personal memory of the agent its `agent_from`
-    key names (`default_agent` when it has none). A 400 naming the item for one without text or
-    whose agent id this server cannot take."""
+    key names (`default_agent` when it has none), and of the graph's `relations`. A 400 naming
+    the item for one without text or whose agent id this server cannot take."""
     if agent_from not in AGENT_KEYS:
         raise _invalid("agent_from", f"must be one of {', '.join(AGENT_KEYS)}")
     if default_agent and not re.fullmatch(AGENT_ID_RE, default_agent):
@@ -101,6 +124,8 @@ def mem0_bundle(items: list[dict[str, Any]], *, agent_from: str, default_agent: 
     revisions: list[dict[str, Any]] = []
     for n, item in enumerate(items):
         revisions.extend(_history(n, item, first_id=len(revisions) + 1))
+    agents = {r["agent_id"] for r in records}
+    entities, edges = _graph(relations or [], agent_from, agents, default_agent)
     # No vectors (an empty model): the import embeds every text with its own model.
     header = bundle_header(
         team_id=None,
@@ -108,10 +133,15 @@ def mem0_bundle(items: list[dict[str, Any]], *, agent_from: str, default_agent: 
         exported_at=None,
         model="",
         dim=0,
-        counts={"memory": len(records), "revision": len(revisions)},
+        counts={
+            "memory": len(records),
+            "revision": len(revisions),
+            "entity": len(entities),
+            "relation": len(edges),
+        },
     )
     out = io.BytesIO()
-    bundle_lines_write(out, [header, *records, *revisions])
+    bundle_lines_write(out, [header, *records, *revisions, *entities, *edges])
     return out.getvalue()
 
 
@@ -215,3 +245,83 @@ def _history(n: int, item: dict[str, Any], *, first_id: int) -> list[dict[str, A
                 break
         out.append(record)
     return out
+
+
+def _graph(
+    relations: list[dict[str, Any]], agent_from: str, agents: set[str], default_agent: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The entities and relations of mem0's graph edges (`source`, `relationship`, `target`;
+    `destination` in its search output), as a personal graph of one agent: the edge's own
+    `agent_from` id, else the one agent the listing's memories name (mem0 lists one user's graph
+    per call), else `default_agent`.
+
+    mem0 returns no node types and its relationships are free text, where this server has closed
+    sets: a node is an entity of type `custom` (`person` when it is the agent itself, mem0's "I"),
+    an edge whose relationship is one of this server's types keeps it, any other becomes
+    `related_to` with the relationship as its description. Nothing is dropped: every edge keeps
+    what mem0 called it in `properties.mem0_relationships`, and two edges between the same nodes
+    that end as one type here are one relation holding both names."""
+    entities: dict[tuple[str, str], dict[str, Any]] = {}
+    edges: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for n, given in enumerate(relations):
+        where = f"relation {n}"
+        agent_id = given.get(agent_from)
+        if agent_id is None:
+            if len(agents) > 1:
+                raise _invalid(
+                    where,
+                    f"no {agent_from}, and the listing's memories are of several agents "
+                    "(import one user's listing at a time, or give each relation its "
+                    f"{agent_from})",
+                )
+            agent_id = next(iter(agents), None) or default_agent
+        if not agent_id:
+            raise _invalid(
+                where, f"no {agent_from}, and no memory or default agent to take it from"
+            )
+        if not isinstance(agent_id, str) or not re.fullmatch(AGENT_ID_RE, agent_id):
+            raise _invalid(where, f"{agent_from} {agent_id!r} is not a valid agent id here")
+        relationship = given.get("relationship")
+        if not isinstance(relationship, str) or not relationship.strip():
+            raise _invalid(where, '"relationship" is required')
+        ends = []
+        for key in ("source", "target"):
+            name = given.get(key, given.get("destination") if key == "target" else None)
+            if not isinstance(name, str) or not name.strip():
+                raise _invalid(where, f'"{key}" (a node\'s name) is required')
+            if len(name) > _NAME_MAX:
+                raise _invalid(where, f"{key} is over {_NAME_MAX} characters")
+            entity = entities.get((agent_id, name))
+            if entity is None:
+                entity = entities[(agent_id, name)] = {
+                    "kind": "entity",
+                    "id": f"e{len(entities) + 1}",
+                    "agent_id": agent_id,
+                    "name": name,
+                    "entity_type": EntityType.PERSON if name == agent_id else EntityType.CUSTOM,
+                    "properties": {"source": "mem0"},
+                }
+            ends.append(entity["id"])
+        said = relationship.strip()
+        relation_type = said.lower().replace(" ", "_")
+        if relation_type not in RelationType.values:
+            relation_type = RelationType.RELATED_TO
+        edge = edges.get((ends[0], ends[1], relation_type))
+        if edge is None:
+            edge = edges[(ends[0], ends[1], relation_type)] = {
+                "kind": "relation",
+                "id": f"r{len(edges) + 1}",
+                "source": ends[0],
+                "target": ends[1],
+                "relation_type": relation_type,
+                "description": "",
+                "properties": {"source": "mem0", "mem0_relationships": []},
+            }
+        names = edge["properties"]["mem0_relationships"]
+        if said not in names:
+            names.append(said)
+        # What mem0 called it, where this server's type does not say it already.
+        edge["description"] = "; ".join(
+            x for x in names if x.lower().replace(" ", "_") != relation_type
+        )
+    return list(entities.values()), list(edges.values())
