@@ -364,6 +364,34 @@ def test_a_mem0_graph_becomes_the_agents_entities_and_relations(team, api):
     assert (Entity.objects.filter(team=team).count(), Relation.objects.count()) == (4, 3)
 
 
+def test_mem0_nodes_differing_only_in_case_are_one_entity_holding_every_edge(team, api):
+    """mem0 may name one node `Tennis` in one edge and `tennis` in another, and its own id in
+    another case (`Alice`). They are one entity here, as the graph matches names everywhere: its
+    first name, the others kept; the agent itself still a person; two edges that end as one
+    relation keep both of mem0's words, none counted as skipped."""
+    listing = {
+        "results": [LISTING["results"][0]],
+        "relations": [
+            {"source": "Alice", "relationship": "likes", "target": "Tennis"},
+            {"source": "alice", "relationship": "admires", "target": "tennis"},
+            {"source": "alice", "relationship": "plays", "target": "ＴＥＮＮＩＳ"},
+        ],
+    }
+    answer = ok_data(_import(api, listing))
+    assert (answer["imported"]["entity"], answer["imported"]["relation"]) == (2, 1)
+    assert (answer["skipped"]["entity"], answer["skipped"]["relation"]) == (0, 0)
+    entities = {e.name: e for e in Entity.objects.filter(team=team)}
+    assert {(n, e.entity_type) for n, e in entities.items()} == {
+        ("Alice", "person"),
+        ("Tennis", "custom"),
+    }
+    assert entities["Alice"].properties["mem0_names"] == ["Alice", "alice"]
+    assert entities["Tennis"].properties["mem0_names"] == ["Tennis", "tennis", "ＴＥＮＮＩＳ"]
+    (relation,) = Relation.objects.filter(team=team)
+    assert relation.properties["mem0_relationships"] == ["likes", "admires", "plays"]
+    assert relation.description == "likes; admires; plays"
+
+
 def test_a_graph_of_several_users_names_each_edges_agent(team, api, other_team):
     """A listing joining several users' memories: each edge names its user, or it is refused
     (above); a relation of an edge's own user_id goes to that agent. Another team sees none."""

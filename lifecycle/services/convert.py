@@ -34,6 +34,7 @@ from django.utils.dateparse import parse_datetime
 from core.errors import DomainError, ErrorCode
 from core.validators import AGENT_ID_RE
 from graph.models import EntityType, RelationType
+from graph.services import name_key
 
 from .bundle import bundle_header, bundle_lines_write
 
@@ -291,16 +292,25 @@ def _graph(
                 raise _invalid(where, f'"{key}" (a node\'s name) is required')
             if len(name) > _NAME_MAX:
                 raise _invalid(where, f"{key} is over {_NAME_MAX} characters")
-            entity = entities.get((agent_id, name))
+            # Names that differ only in case or width are one entity here (graph.services.
+            # same_name, which the import meets entities by): one node, its first name, the
+            # others kept in properties, so edges ending on either variant merge as they will.
+            entity = entities.get((agent_id, name_key(name)))
             if entity is None:
-                entity = entities[(agent_id, name)] = {
+                entity = entities[(agent_id, name_key(name))] = {
                     "kind": "entity",
                     "id": f"e{len(entities) + 1}",
                     "agent_id": agent_id,
                     "name": name,
-                    "entity_type": EntityType.PERSON if name == agent_id else EntityType.CUSTOM,
+                    "entity_type": EntityType.CUSTOM,
                     "properties": {"source": "mem0"},
                 }
+            elif name != entity["name"]:
+                variants = entity["properties"].setdefault("mem0_names", [entity["name"]])
+                if name not in variants:
+                    variants.append(name)
+            if name_key(name) == name_key(agent_id):
+                entity["entity_type"] = EntityType.PERSON  # the agent itself, mem0's "I"
             ends.append(entity["id"])
         said = relationship.strip()
         relation_type = said.lower().replace(" ", "_")
