@@ -148,10 +148,17 @@ class TeamLinker:
                 str(e.pk): e
                 for e in Entity.objects.select_for_update()
                 .filter(team=self.team, pk__in=[known.id, match.id])
-                .only("id", "team_id", "identity_id")
+                .only("id", "team_id", "identity_id", "name", "entity_type")
             }
             if len(rows) < 2:
                 return None  # one of them was deleted meanwhile
+            if any(
+                (rows[k.id].name, rows[k.id].entity_type) != (k.name, k.entity_type)
+                for k in (known, match)
+            ):
+                # Renamed (or retyped) since the names were read: they matched by a name one
+                # of them no longer has. The next run links it by the name it has now.
+                return None
             mine, theirs = rows[known.id].identity_id, rows[match.id].identity_id
             if mine is not None and theirs is not None:
                 # Both linked meanwhile (to one identity or, rarely, two): identities are never

@@ -163,3 +163,56 @@ def test_two_members_agents_deleted_at_once_leave_the_identity_labelled_by_the_l
         )
         # carol's name, the one member left (`link_team_entities` prunes it).
         assert stack_python(stack, LABEL) == [["Binance", ["carol"]]]
+
+
+LINK = """
+import json
+from graph.identity import link_team
+from tenants.models import Team
+print(json.dumps(link_team(team=Team.objects.get()).linked))
+"""
+
+MEMBERS = """
+import json
+from graph.models import Entity
+print(json.dumps(sorted(
+    [e.agent_id, e.name, e.identity.name if e.identity else None]
+    for e in Entity.objects.select_related("identity")
+)))
+"""
+
+
+def test_a_rename_committed_while_the_linker_waits_keeps_the_entity_unlinked(tmp_path):
+    """The linker matched bob's `binance` with alice's `Binance` by the names it read, then
+    queued on the rows while bob renamed his entity to `Kraken`. It linked them all the same:
+    `Kraken` joined Binance's identity, on the team's views, until a later rename or deletion.
+    It now re-reads the names under the rows' locks and links only what still matches."""
+    with live_stack(tmp_path, servers=1) as stack:
+        (url,) = stack.urls
+        client = MemoryClient(stack.api_key, stack.secret, base_url=url, timeout=120)
+        _alice, bob = (
+            client.request(
+                "POST",
+                "/graph/entities",
+                {"name": name, "entity_type": "organization", "agent_id": agent_id},
+            )
+            for agent_id, name in [("alice", "Binance"), ("bob", "binance")]
+        )
+        renamed, linked = queued_in_order(
+            stack,
+            ("graph.models", "Entity", bob["id"]),
+            lambda: client.request("PUT", f"/graph/entities/{bob['id']}", {"name": "Kraken"}),
+            lambda: stack_python(stack, LINK),
+        )
+        assert (renamed["name"], linked) == ("Kraken", 0)
+        assert stack_python(stack, MEMBERS) == [
+            ["alice", "Binance", None],
+            ["bob", "Kraken", None],
+        ]
+        # Nothing else changed: with the same names, the linker links them as before.
+        client.request("PUT", f"/graph/entities/{bob['id']}", {"name": "Binance"})
+        assert stack_python(stack, LINK) == 2
+        assert stack_python(stack, MEMBERS) == [
+            ["alice", "Binance", "Binance"],
+            ["bob", "Binance", "Binance"],
+        ]
