@@ -66,7 +66,7 @@ from memories.services import Actor
 from memories.working import get_working_store
 from memories.working.events import working_memory_written
 from tenants.authentication import McpPrincipal
-from tenants.services import agent_register
+from tenants.services import agent_registered
 from tenants.usage import KIND_WRITE, usage_record
 
 HISTORY_LIMIT = 100
@@ -276,21 +276,21 @@ def _working_store_add(
         )
         for c in contents
     ]
-    agent_register(team=principal.team, agent_id=agent)
     store = get_working_store()
-    for data in data_list:
-        items.append(
-            working_item_body(
-                store.add(
-                    team_id=principal.team.id,
-                    agent_id=agent,
-                    content=data["content"],
-                    ttl_seconds=data["ttl"],
-                    run_id=data["run_id"],
+    with agent_registered(team=principal.team, agent_id=agent):
+        for data in data_list:
+            items.append(
+                working_item_body(
+                    store.add(
+                        team_id=principal.team.id,
+                        agent_id=agent,
+                        content=data["content"],
+                        ttl_seconds=data["ttl"],
+                        run_id=data["run_id"],
+                    )
                 )
             )
-        )
-        usage_record(team=principal.team, agent_id=agent, kind=KIND_WRITE)
+            usage_record(team=principal.team, agent_id=agent, kind=KIND_WRITE)
     working_memory_written.send(
         sender=McpPrincipal, team=principal.team, agent_id=agent, run_id=run_id
     )

@@ -30,7 +30,7 @@ from core.validators import AGENT_ID, AGENT_ID_MESSAGE
 from tenants.apis import principal_of
 from tenants.idempotency import IdempotencyKey, Replayed, idempotency_key, idempotent
 from tenants.models import Team
-from tenants.services import agent_register
+from tenants.services import agent_registered
 from tenants.usage import KIND_WRITE, usage_record
 
 from . import presenters, purge, selectors, services, tiers
@@ -1068,14 +1068,14 @@ class WorkingCreateApi(APIView):
             acting_agent=principal.agent_id,
             agent_id=data["agent_id"],
         )
-        agent_register(team=principal.team, agent_id=data["agent_id"])
-        item = get_working_store().add(
-            team_id=principal.team.id,
-            agent_id=data["agent_id"],
-            content=data["content"],
-            ttl_seconds=data["ttl"],
-            run_id=data["run_id"],
-        )
+        with agent_registered(team=principal.team, agent_id=data["agent_id"]):
+            item = get_working_store().add(
+                team_id=principal.team.id,
+                agent_id=data["agent_id"],
+                content=data["content"],
+                ttl_seconds=data["ttl"],
+                run_id=data["run_id"],
+            )
         usage_record(team=principal.team, agent_id=data["agent_id"], kind=KIND_WRITE)
         from .working.events import working_memory_written
 

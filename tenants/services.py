@@ -6,7 +6,8 @@ import hashlib
 import logging
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -187,21 +188,39 @@ def _leave_deletion_notice(team_id: str, agent_id: str) -> None:
         )
 
 
-def agent_register(*, team: Team, agent_id: str) -> None:
+def agent_register(*, team: Team, agent_id: str) -> str | None:
     """agent_ensure through this process's cache of known agents, for the working-memory write
     path only, where the query was a tenth of the request: skipped while the deletion notice the
     cached entry was made under is still the latest (a cache read instead of a query). A cache
-    that cannot be read is no proof, so the agent is registered then."""
+    that cannot be read is no proof, so the agent is registered then. Returns the notice read
+    (None: unreadable), for `agent_registered`."""
     key = (team.id, agent_id)
     seen = _known_agents.get(key)
     notice = _deletion_notice(team.id, agent_id)
     if seen is not None and seen == notice:
-        return
+        return notice
     # The notice is read before the agent is: a deletion committed in between leaves a newer
     # notice, so the entry made here is not trusted by the next write.
     agent_ensure(team=team, agent_id=agent_id)
     if notice is not None:
         _known_agents.set(key, notice)
+    return notice
+
+
+@contextmanager
+def agent_registered(*, team: Team, agent_id: str) -> Iterator[None]:
+    """agent_register around a working-memory write (the body), and the deletion notice read
+    again after it. A deletion that committed after the agent was registered (or found in the
+    cache) and whose purge ran before the write landed would leave the item in the working
+    memory of an agent that no longer exists: not listed, and its deletion a 404. A notice that
+    changed meanwhile (or cannot be read) registers the agent again, so what was written stays
+    listed and erasable. One cache read per write."""
+    notice = agent_register(team=team, agent_id=agent_id)
+    yield
+    after = _deletion_notice(team.id, agent_id)
+    if after is None or after != notice:
+        _known_agents.pop((team.id, agent_id))
+        agent_ensure(team=team, agent_id=agent_id)
 
 
 @transaction.atomic

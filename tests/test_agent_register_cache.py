@@ -16,6 +16,7 @@ from django.core.cache import caches
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from memories.working import get_working_store
 from tenants import services as tenant_services
 from tenants.models import Agent
 
@@ -95,3 +96,27 @@ def test_a_cache_that_cannot_be_read_is_no_proof(team, settings):
         assert Agent.objects.filter(team=team, agent_id=AGENT).exists()
     finally:
         caches._settings = None  # type: ignore[attr-defined]
+
+
+def test_a_deletion_committed_during_the_write_registers_the_agent_again(api, team):
+    """The window between trusting the entry and the item landing: another request deleted the
+    agent, left its notice and purged its working memory, then the write's item landed. The item
+    stayed in the working memory of an agent that no longer existed (not listed, its deletion a
+    404, so nothing could erase it). The notice is read again after the write."""
+    _write(api, "Drafting the release notes for 2.4.")
+    store = get_working_store()
+    with tenant_services.agent_registered(team=team, agent_id=AGENT):  # the entry is trusted
+        assert api.delete(f"/agents/{team.id}/{AGENT}").status_code in (200, 204)
+        assert not store.list(team_id=team.id, agent_id=AGENT)  # purged
+        store.add(
+            team_id=team.id,
+            agent_id=AGENT,
+            content="The release is due on Friday.",
+            ttl_seconds=3600,
+        )
+    assert AGENT in [a["id"] for a in ok_data(api.get(f"/agents/{team.id}"))]
+    assert [i["content"] for i in ok_data(api.get(f"/memories/working/{AGENT}"))] == [
+        "The release is due on Friday."
+    ]
+    assert api.delete(f"/agents/{team.id}/{AGENT}").status_code in (200, 204)
+    assert not ok_data(api.get(f"/memories/working/{AGENT}"))
