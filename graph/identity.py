@@ -148,7 +148,9 @@ class TeamLinker:
                 str(e.pk): e
                 for e in Entity.objects.select_for_update()
                 .filter(team=self.team, pk__in=[known.id, match.id])
-                .only("id", "team_id", "identity_id", "name", "entity_type")
+                .only(
+                    "id", "team_id", "identity_id", "name", "entity_type", "agent_id", "created_at"
+                )
             }
             if len(rows) < 2:
                 return None  # one of them was deleted meanwhile
@@ -176,8 +178,11 @@ class TeamLinker:
                     return None  # another team's (never written here): prune_identities undoes it
                 identity = found
             else:
-                # Labelled by the team-wide member when there is one, else by the older entity.
-                label = known if known.agent_id == "" else match
+                # Labelled by the team-wide member when there is one, else by the older entity,
+                # as identities_relabel labels it again: whichever of the two was met first.
+                label = min(
+                    rows.values(), key=lambda e: (e.agent_id != "", e.created_at, str(e.pk))
+                )
                 identity = EntityIdentity.objects.create(
                     team=self.team, name=label.name, entity_type=match.entity_type
                 )

@@ -57,6 +57,21 @@ class TestWhatLinks:
         assert (identity.name, identity.entity_type) == ("Binance Inc.", "organization")
         assert Entity.objects.filter(team=team).count() == 3
 
+    @pytest.mark.parametrize("how", ["command", "extraction"])
+    def test_two_agents_identity_is_labelled_by_the_older_member(self, team, how):
+        """As it is labelled again when a member goes (the team-wide member's name, else the
+        oldest's): whichever of the two the linker meets first. The command went through the
+        oldest first and labelled the identity with the name it matched, the newer one."""
+        alice = entity(team, "Binance", "organization", "alice")
+        Entity.objects.filter(pk=alice.pk).update(created_at=timezone.now() - timedelta(hours=1))
+        bob = entity(team, "binance", "organization", "bob")
+        if how == "command":
+            link_team(team=team)
+        else:  # an extraction of bob's links what it just wrote
+            TeamLinker(team).link(Entity.objects.get(pk=bob.pk))
+        assert identity_of(alice) == identity_of(bob) is not None
+        assert EntityIdentity.objects.get(team=team).name == "Binance"
+
     def test_a_concept_meets_a_typed_entity_of_the_same_name_and_gives_it_its_type(self, team):
         guess = entity(team, "Databricks", "concept", "alice")
         typed = entity(team, "Databricks", "organization", "bob")
