@@ -7,9 +7,10 @@ Usage (from the project root):
 
 Every erasure (a purge, the trash's erase and expiry, an agent's deletion) rewrites the kept
 answers that showed an erased memory (memories.services.answers_forget), so that a retry gets
-`{"id", "erased": true}` instead of the text. It reads every answer the team has kept
-(IDEMPOTENCY_TTL_HOURS, 24 h by default) and decodes it: the cost grows with the number of keyed
-writes the team made in that window, whatever is erased.
+`{"id", "erased": true}` instead of the text. It reads the answers the team has kept
+(IDEMPOTENCY_TTL_HOURS, 24 h by default) whose text holds an erased id's digits (every answer
+for more than 32 ids), and decodes those that show one: the cost grows with the number of keyed
+writes the team made in that window.
 
 What it does, per size N:
 
@@ -19,7 +20,8 @@ What it does, per size N:
    like an ingest's (five facts, each with its memory);
 2. timed in this process, `--repeat` times each (median and p95, ms):
    * **purge, shown nowhere** — one memory id no answer shows (the usual case: a memory written
-     without a key, or longer ago than the window): a full scan that changes nothing;
+     without a key, or longer ago than the window), above every id the answers show: a scan that
+     changes nothing;
    * **purge, shown once** — one id a kept answer shows: the scan plus one row rewritten under
      its lock (each repeat erases another answer's memory);
    * **agent deletion, 1,000 ids** — a thousand ids, 1 % of them shown.
@@ -110,7 +112,10 @@ def measure(team_id: str, n: int, repeat: int) -> dict[str, Any]:
     row: dict[str, Any] = {"answers": n, "seed_seconds": round(time.perf_counter() - t0, 1)}
     step = max(1, top // (repeat + 1))
     for label, fn in (
-        ("purge, shown nowhere", lambda i: answers_forget(team_id=team_id, memory_ids=[-1 - i])),
+        (
+            "purge, shown nowhere",
+            lambda i: answers_forget(team_id=team_id, memory_ids=[top + 1 + i]),
+        ),
         (
             "purge, shown once",
             lambda i: answers_forget(team_id=team_id, memory_ids=[1 + i * step]),

@@ -657,6 +657,8 @@ def answers_forget(*, team_id: str, memory_ids: Collection[int]) -> int:
         endpoint_prefixes=ANSWER_ENDPOINTS,
         rewrite=lambda body: _erased_in(body, ids),
         may_change=lambda stored: _shows_any(stored, ids),
+        # An answer showing a memory holds its id's digits (`"id": 123`, however spaced).
+        holds_any=[str(pk) for pk in ids],
     )
 
 

@@ -156,6 +156,7 @@ def test_the_text_test_never_skips_an_answer_that_shows_an_erased_memory(body, s
     stored = json.dumps(body, **spacing)
     if _erased_in(json.loads(stored), _IDS) is not None:
         assert _shows_any(stored, _IDS)
+        assert any(str(pk) in stored for pk in _IDS)  # what the database filters on first
 
 
 def test_the_stored_text_is_read_back_from_this_database_and_the_answer_rewritten(team):
@@ -163,15 +164,21 @@ def test_the_stored_text_is_read_back_from_this_database_and_the_answer_rewritte
     text, MariaDB's), not the decoded value: an id it shows is found, ids it does not show
     change nothing."""
     shown = {"results": [{"memory": {"id": 4711, "content": SECRET}}, {"id": 5, "content": KEPT}]}
-    IdempotentRequest.objects.create(
-        team=team,
-        endpoint="memories/personal/batch",
-        key="odd",
-        request_hash="0" * 64,
-        status_code=200,
-        body=shown,
-    )
-    assert answers_forget(team_id=team.id, memory_ids=[4712, 47]) == 0
-    assert answers_forget(team_id=team.id, memory_ids=[4711]) == 1
-    body = IdempotentRequest.objects.get(key="odd").body
-    assert body["results"] == [{"memory": {"id": 4711, "erased": True}}, shown["results"][1]]
+    for key in ("odd", "many"):
+        IdempotentRequest.objects.create(
+            team=team,
+            endpoint="memories/personal/batch",
+            key=key,
+            request_hash="0" * 64,
+            status_code=200,
+            body=shown,
+        )
+    # 471 and 47 are in the text (the database lets the answer through), but no id of it.
+    assert answers_forget(team_id=team.id, memory_ids=[4712, 471, 47]) == 0
+    assert answers_forget(team_id=team.id, memory_ids=[4711]) == 2
+    # More ids than the database is asked to look for: every answer read, the same outcome.
+    IdempotentRequest.objects.filter(key="many").update(body=shown)
+    assert answers_forget(team_id=team.id, memory_ids=[4711, *range(10**6, 10**6 + 40)]) == 1
+    for key in ("odd", "many"):
+        body = IdempotentRequest.objects.get(key=key).body
+        assert body["results"] == [{"memory": {"id": 4711, "erased": True}}, shown["results"][1]]
