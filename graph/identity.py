@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
 from tenants.models import Team
 
@@ -200,6 +200,14 @@ class TeamLinker:
         return str(identity.pk)
 
 
+def _lonely(team: Team) -> QuerySet[EntityIdentity]:
+    return (
+        EntityIdentity.objects.filter(team=team)
+        .annotate(scopes=Count("members__agent_id", distinct=True))
+        .filter(scopes__lt=2)
+    )
+
+
 def prune_identities(*, team: Team) -> int:
     """Removes the team's identities that no longer join two scopes (a member deleted, renamed
     or its agent gone); their remaining member is unlinked. Returns how many were removed."""
@@ -208,15 +216,31 @@ def prune_identities(*, team: Team) -> int:
     Entity.objects.filter(team=team, identity__isnull=False).exclude(identity__team=team).update(
         identity=None
     )
-    lonely = (
-        EntityIdentity.objects.filter(team=team)
-        .annotate(scopes=Count("members__agent_id", distinct=True))
-        .filter(scopes__lt=2)
-    )
-    ids = list(lonely.values_list("id", flat=True))
-    if ids:
-        EntityIdentity.objects.filter(team=team, pk__in=ids).delete()
+    candidates = list(_lonely(team).values_list("id", flat=True))
+    if not candidates:
+        return 0
+    with transaction.atomic():
+        # Their members locked first, in id order, as a linker locks the entities it joins
+        # before their identity (TeamLinker._join); then counted again. A linker that joined a
+        # member of another scope since the first count keeps its identity: removing it would
+        # unlink the pair it just linked (or fail on the new member's reference).
+        list(
+            Entity.objects.select_for_update()
+            .filter(team=team, identity__in=candidates)
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
+        ids = list(_lonely(team).filter(pk__in=candidates).values_list("id", flat=True))
+        if ids:
+            EntityIdentity.objects.filter(team=team, pk__in=ids).delete()
     return len(ids)
+
+
+def prune_all_identities() -> int:
+    """prune_identities for every team that has identities (beat, `graph.prune_identities`):
+    a member's deletion leaves an identity of a single scope, which nothing else removes."""
+    teams = Team.objects.filter(pk__in=EntityIdentity.objects.values("team_id").distinct())
+    return sum(prune_identities(team=team) for team in teams)
 
 
 def link_team(*, team: Team) -> LinkResult:

@@ -56,6 +56,8 @@ app.conf.beat_schedule = {
     "prune-exports": {"task": "lifecycle.prune_exports", "schedule": crontab(minute=29)},
     # Archive rows (L0) past ARCHIVE_RETENTION_DAYS; nothing while it is 0 (keep forever).
     "prune-archive": {"task": "lifecycle.prune_archive", "schedule": crontab(minute=53)},
+    # Team identities a member's deletion left with a single scope (graph.identity).
+    "prune-identities": {"task": "graph.prune_identities", "schedule": crontab(minute=23)},
 }
 
 

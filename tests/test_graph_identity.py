@@ -17,7 +17,9 @@ from django.utils import timezone
 
 from graph.identity import TeamLinker, link_team
 from graph.models import Entity, EntityIdentity
-from graph.services import entity_update, identities_relabel
+from graph.services import entity_delete, entity_update, identities_relabel
+from graph.tasks import prune_identities_task
+from memoryplatform.celery import app
 from tenants.models import Agent
 from tenants.services import agent_delete, api_key_issue
 
@@ -425,3 +427,22 @@ class TestALabelGoesWithItsName:
         theirs.refresh_from_db()
         assert theirs.name == "Binance Inc."
         assert theirs.members.count() == 2
+
+
+class TestPruning:
+    """An identity a member's deletion left with a single scope is removed by beat's hourly
+    task (graph.prune_identities) in every team, as by the command; the others stay."""
+
+    def test_beat_prunes_single_scope_identities_of_every_team(self, team, other_team):
+        pairs = [EntityIdentityFactory(team=t, name="Binance") for t in (team, other_team)]
+        kept = EntityIdentityFactory(team=team, name="Kraken")
+        for identity in pairs:  # bob's entity deleted: alice's alone is left
+            entity_delete(entity=identity.members.get(agent_id="bob"))
+        assert prune_identities_task() == 2
+        assert list(EntityIdentity.objects.all()) == [kept]
+        alices = Entity.objects.filter(agent_id="alice", name="Binance")
+        assert alices.count() == 2 and not alices.exclude(identity=None).exists()
+        assert prune_identities_task() == 0  # idempotent
+        entry = app.conf.beat_schedule["prune-identities"]
+        assert (entry["task"], prune_identities_task.name) == ("graph.prune_identities",) * 2
+        assert "graph.prune_identities" in app.tasks  # found by the worker's autodiscovery

@@ -174,6 +174,7 @@ CELERY_TASK_ROUTES = {
     "lifecycle.schedule_cleanups": {"queue": "maintenance"},
     "lifecycle.reclaim_jobs": {"queue": "maintenance"},
     "lifecycle.schedule_idle_compresses": {"queue": "maintenance"},
+    "graph.prune_identities": {"queue": "maintenance"},
 }
 # Redis broker: an unacknowledged job (its worker died) is delivered again after this many seconds.
 # A redelivered job that is still running elsewhere with a live lease does nothing, so this may be
