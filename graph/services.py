@@ -385,7 +385,7 @@ def identities_relabel(*, team: Team, identity_ids: Iterable[Any]) -> None:
     joins and then the identity (graph.identity.TeamLinker._join), and touching members' rows
     here, while the caller holds the deleted entities' rows, could wait for a linker that waits
     for those. So an identity left with the members of a single scope stays, labelled from them,
-    until `link_team_entities` prunes it (graph.identity.prune_identities)."""
+    until it is pruned (graph.identity.prune_identities: hourly by beat, and `link_team_entities`)."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("identities are relabelled inside the deleting transaction")
     ids = sorted({str(pk) for pk in identity_ids if pk is not None})
