@@ -98,25 +98,49 @@ def test_a_cache_that_cannot_be_read_is_no_proof(team, settings):
         caches._settings = None  # type: ignore[attr-defined]
 
 
-def test_a_deletion_committed_during_the_write_registers_the_agent_again(api, team):
+@pytest.mark.parametrize("entry", ["rest", "mcp"])
+def test_a_deletion_committed_during_the_write_registers_the_agent_again(
+    api, team, entry, request, monkeypatch
+):
     """The window between trusting the entry and the item landing: another request deleted the
     agent, left its notice and purged its working memory, then the write's item landed. The item
     stayed in the working memory of an agent that no longer existed (not listed, its deletion a
-    404, so nothing could erase it). The notice is read again after the write."""
+    404, so nothing could erase it). The notice is read again after the write, by POST
+    /memories/working and by the MCP tool alike.
+
+    The other request is sent from inside the store's `add`, just before the real one runs: the
+    only point of the window a single process can reach."""
     _write(api, "Drafting the release notes for 2.4.")
-    store = get_working_store()
-    with tenant_services.agent_registered(team=team, agent_id=AGENT):  # the entry is trusted
-        assert api.delete(f"/agents/{team.id}/{AGENT}").status_code in (200, 204)
-        assert not store.list(team_id=team.id, agent_id=AGENT)  # purged
-        store.add(
-            team_id=team.id,
-            agent_id=AGENT,
-            content="The release is due on Friday.",
-            ttl_seconds=3600,
-        )
+    store_class = type(get_working_store())
+    add = store_class.add
+    deleted: list[int] = []
+
+    def deleted_first(self, **kwargs):
+        if not deleted:  # once: the delete's purge goes through the store too, not `add`
+            deleted.append(api.delete(f"/agents/{team.id}/{AGENT}").status_code)
+            assert not get_working_store().list(team_id=team.id, agent_id=AGENT)  # purged
+        return add(self, **kwargs)
+
+    monkeypatch.setattr(store_class, "add", deleted_first)
+    content = "The release is due on Friday."
+    if entry == "rest":
+        _write(api, content)
+    else:
+        from .factories import McpTokenFactory
+        from .test_mcp import ok, run, session
+
+        url = f"{request.getfixturevalue('live_server').url}/mcp"
+        # A team-wide token: an agent-scoped one goes with its agent's deletion.
+        token = McpTokenFactory(team=team).token
+
+        async def go():
+            async with session(url, token) as c:
+                return ok(await c.call_tool("working_add", {"content": content, "agent_id": AGENT}))
+
+        run(go())
+    monkeypatch.undo()
+    assert deleted and deleted[0] in (200, 204)
     assert AGENT in [a["id"] for a in ok_data(api.get(f"/agents/{team.id}"))]
-    assert [i["content"] for i in ok_data(api.get(f"/memories/working/{AGENT}"))] == [
-        "The release is due on Friday."
-    ]
+    assert [i["content"] for i in ok_data(api.get(f"/memories/working/{AGENT}"))] == [content]
     assert api.delete(f"/agents/{team.id}/{AGENT}").status_code in (200, 204)
     assert not ok_data(api.get(f"/memories/working/{AGENT}"))

@@ -355,13 +355,45 @@ print(json.dumps({
 """
 
 
+# Two identities linking alice's and bob's entities (the link command, as after an upgrade),
+# then bob's Binance deleted.
+_ONE_SCOPE_LEFT = """
+import json
+from django.core.management import call_command
+from graph.models import Entity, EntityIdentity
+from graph.services import entity_create_or_merge, entity_delete
+from tenants.models import Team
+team = Team.objects.get(pk="xproc")
+for name in ("Binance", "Kraken"):
+    for agent in ("alice", "bob"):
+        entity_create_or_merge(team=team, name=name, entity_type="organization", agent_id=agent)
+call_command("link_team_entities", team=["xproc"])
+identities = EntityIdentity.objects.filter(team=team).count()
+entity_delete(entity=Entity.objects.get(team=team, agent_id="bob", name="Binance"))
+left = Entity.objects.filter(team=team, name="Binance").exclude(identity=None).count()
+print(json.dumps({"identities": identities, "left": left}))
+"""
+
+_IDENTITIES = """
+import json
+from graph.models import Entity, EntityIdentity
+print(json.dumps({
+    "names": sorted(EntityIdentity.objects.values_list("name", flat=True)),
+    "unlinked": sorted(
+        Entity.objects.filter(name="Binance", identity=None).values_list("agent_id", flat=True)
+    ),
+}))
+"""
+
+
 def test_follow_up_triggers_and_archive_retention_on_a_real_worker(tmp_path, redis_required):
     """The triggers that follow a fact extraction, through gunicorn, a Celery worker and Redis
     (offline engine): an async ingest on the worker stops at `max_memories_per_run`, then the
     worker runs the follow-ups it queued — `consolidate_min_fragments`, scenes (at most once per
     `scenario_min_interval_seconds`, time moved by backdating the job) and `persona_every_n` —
     none for an excluded agent; and beat's archive retention, sent to the worker, deletes the
-    rows archived before ARCHIVE_RETENTION_DAYS."""
+    rows archived before ARCHIVE_RETENTION_DAYS; its hourly identity pruning removes the team
+    identity a member's deletion left with a single scope."""
     from celery import Celery
 
     from .livestack import stack_python
@@ -446,3 +478,15 @@ def test_follow_up_triggers_and_archive_retention_on_a_real_worker(tmp_path, red
             assert time.monotonic() < deadline, "the worker did not prune the archive"
             time.sleep(0.5)
         assert runs == ["j1", "s2", "s3"]
+
+        # Identity pruning: bob's Binance deleted leaves alice's alone on the team's identity,
+        # which beat's hourly graph.prune_identities removes on the worker.
+        assert stack_python(stack, _ONE_SCOPE_LEFT) == {"identities": 2, "left": 1}
+        Celery(broker=ws.broker, set_as_current=False).send_task(
+            "graph.prune_identities", queue="maintenance"
+        )
+        deadline = time.monotonic() + 60
+        while (left := stack_python(stack, _IDENTITIES))["names"] != ["Kraken"]:
+            assert time.monotonic() < deadline, "the worker did not prune the identity"
+            time.sleep(0.5)
+        assert left["unlinked"] == ["alice"]
