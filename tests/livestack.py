@@ -206,6 +206,9 @@ def live_stack(
         # own DATA_DIR (~8 s) for tests that mostly never search across scripts
         # (tests/test_warm_up.py starts a worker with it).
         "WARM_UP_AT_START": "0",
+        # No periodic task at a moment no test chose (an idle compress, a reclaim): the tests of
+        # memoryplatform.embedded_beat start it themselves.
+        "EMBEDDED_BEAT": "0",
         **(extra_env or {}),
     }
     template = _template(env)
