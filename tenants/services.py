@@ -13,7 +13,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
+from django.core.cache.backends.dummy import DummyCache
+from django.core.cache.backends.locmem import LocMemCache
 from django.db import transaction
 from django.utils import timezone
 
@@ -150,9 +152,18 @@ _known_agents: TTLCache[tuple[str, str], str] = TTLCache(ttl_seconds=settings.AG
 # the deletion registers the agent again at once, and the agent is listed and erasable with
 # what was written. Without a shared cache (the embedded default's per-process cache) only the
 # deleting process sees the notice; another process trusts its entry for up to
-# AGENT_CACHE_SECONDS, and the compress those writes queue registers the agent at once
-# (lifecycle.services.pipeline.on_working_memory_written).
+# AGENT_CACHE_SECONDS before the write, so the write reads the agent's row after it instead
+# (agent_registered).
 _NO_NOTICE = ""
+
+
+def _notices_reach_every_process() -> bool:
+    """Whether an agent's deletion notice is seen by every process: one is left only while
+    processes cache agents, and another process reads it only through a shared cache (not the
+    per-process one of the embedded default)."""
+    return settings.AGENT_CACHE_SECONDS > 0 and not isinstance(
+        caches["default"], (LocMemCache, DummyCache)
+    )
 
 
 def _deletion_notice_key(team_id: str, agent_id: str) -> str:
@@ -214,13 +225,21 @@ def agent_registered(*, team: Team, agent_id: str) -> Iterator[None]:
     cache) and whose purge ran before the write landed would leave the item in the working
     memory of an agent that no longer exists: not listed, and its deletion a 404. A notice that
     changed meanwhile (or cannot be read) registers the agent again, so what was written stays
-    listed and erasable. One cache read per write."""
+    listed and erasable. One cache read per write.
+
+    Where no notice reaches this process from another (no shared cache, or AGENT_CACHE_SECONDS
+    0, when none is left), the agent's row is read instead: one indexed query per write. A
+    deletion that commits after that read purges the item, which has landed by then."""
     notice = agent_register(team=team, agent_id=agent_id)
     yield
-    after = _deletion_notice(team.id, agent_id)
-    if after is None or after != notice:
-        _known_agents.pop((team.id, agent_id))
-        agent_ensure(team=team, agent_id=agent_id)
+    if _notices_reach_every_process():
+        after = _deletion_notice(team.id, agent_id)
+        if after is not None and after == notice:
+            return
+    elif Agent.objects.filter(team=team, agent_id=agent_id).exists():
+        return
+    _known_agents.pop((team.id, agent_id))
+    agent_ensure(team=team, agent_id=agent_id)
 
 
 @transaction.atomic

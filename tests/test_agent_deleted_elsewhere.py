@@ -6,8 +6,9 @@ a deletion made by another process does not clear. A long-term write (memory, pr
 share) registers its agent without that cache, so the agent exists again at once: listed, and
 erasable with what was written. Working-memory writes keep the cache and trust an entry only
 while the deletion notice in the shared cache (Redis) is the one it was made under; processes
-that share no cache miss the notice, and the compress their writes queue registers the agent
-when it is queued, so the job runs instead of failing 404.
+that share no cache miss the notice, so there the write reads the agent's row once its item is
+stored. The compress those writes queue also registers the agent when it is queued, so the job
+runs instead of failing 404.
 
 The cache is set to outlive the test (AGENT_CACHE_SECONDS), so the entry the first process
 holds cannot expire before the write that must not trust it."""
@@ -124,13 +125,16 @@ def test_a_write_through_another_process_than_the_agents_deletion_registers_it_a
         assert stack_python(stack, LEFT) == NOTHING
 
 
-def test_a_working_memory_write_through_another_process_registers_the_agent_again_with_redis(
-    tmp_path, redis_required
+@pytest.mark.parametrize("shared", ["redis", "none"])
+def test_a_working_memory_write_through_another_process_registers_the_agent_again(
+    tmp_path, shared, request
 ):
     """With a shared cache (Redis: production requires one), the deletion's notice reaches the
-    process that cached the agent, so a working-memory write registers it again at once, without
-    the compress (the pipeline is off here). Without one, see the compress case above."""
-    env = {"AGENT_CACHE_SECONDS": "600", "REDIS_URL": redis_required}
+    process that cached the agent; without one (the embedded default: each process its own
+    cache), the write reads the agent's row once its item is stored. Either way a working-memory
+    write registers the agent again at once, without the compress (the pipeline is off here)."""
+    redis = request.getfixturevalue("redis_required") if shared == "redis" else ""
+    env = {"AGENT_CACHE_SECONDS": "600", "REDIS_URL": redis}
     with live_stack(tmp_path, servers=2, extra_env=env) as stack:
         a, b = _clients(stack)
         team = stack.team_id

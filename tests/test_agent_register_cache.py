@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.conf import settings
 from django.core.cache import caches
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -57,19 +58,24 @@ def test_an_entry_made_before_the_agents_deletion_is_not_trusted(api, team):
 
 def test_an_entry_made_under_the_latest_notice_spares_the_query(api, team):
     """What the cache is for: after the deletion and the write that registered the agent again,
-    the next writes read the notice, not the agents table."""
+    the next writes read the notice, not the agents table. Where the notice reaches no other
+    process (LocMem: the SQLite run), a write reads the agent's row once, after its item is
+    stored, and nothing before it."""
+    shared = tenant_services._notices_reach_every_process()
+    assert shared == ("RedisCache" in settings.CACHES["default"]["BACKEND"])
+    per_write = 0 if shared else 1
     _write(api, "Drafting the release notes for 2.4.")
     with CaptureQueriesContext(connection) as before_deletion:
         _write(api, "The changelog is in docs/changes.md.")
-    assert _agent_queries(before_deletion) == []
+    assert len(_agent_queries(before_deletion)) == per_write
 
     assert api.delete(f"/agents/{team.id}/{AGENT}").status_code in (200, 204)
     with CaptureQueriesContext(connection) as first:
         _write(api, "The release is due on Friday.")
     with CaptureQueriesContext(connection) as second:
         _write(api, "QA signs off on Thursday.")
-    assert _agent_queries(first)
-    assert _agent_queries(second) == []
+    assert len(_agent_queries(first)) > per_write
+    assert len(_agent_queries(second)) == per_write
 
 
 def test_a_cache_that_cannot_be_read_is_no_proof(team, settings):
