@@ -4,10 +4,17 @@ Without a broker there is no beat process, so the periodic tasks (cleanup, idle 
 trash's retention, tiers, the prunes; `memoryplatform.celery`) never ran unless an operator put
 a command for each in cron. A gunicorn worker of the embedded mode (`make run`) now starts this
 thread (gunicorn.conf.py `post_worker_init`): it runs each entry of the same schedule when it is
-due, eagerly, one at a time, through the same task code beat sends to a worker. Every task is
-idempotent, so a second process running it (several gunicorn workers, or cron as before) costs
-time, not correctness. `EMBEDDED_BEAT=0` turns it off; with a broker it never starts (beat does
-the job there, and two would send every task twice).
+due, eagerly, one at a time, through the same task code beat sends to a worker.
+`EMBEDDED_BEAT=0` turns it off; with a broker it never starts (beat does the job there, and two
+would send every task twice).
+
+One thread per data directory runs the schedule: every worker starts one, and the thread that
+holds an exclusive lock on `DATA_DIR/embedded-beat.lock` (flock) runs the tasks while the
+others look at the lock every LOCK_POLL_SECONDS. The kernel lets go of the lock when its process
+ends, however it ends (killed, recycled by max_requests), so another worker takes over within
+that poll. Without it each of N workers ran every task (idempotent, so only time was lost, but
+N cleanups of the same team at once). Several machines that share a database without a broker
+each run one (every task is idempotent); a broker and beat are the deployment for many machines.
 
 Celery's own schedule objects (`schedule`, `crontab`) say when an entry is due, so an entry
 means what it means to beat. As beat with an empty schedule file, an entry's first run is one
@@ -16,12 +23,16 @@ period after the start (the next matching minute for a crontab), not at the star
 
 from __future__ import annotations
 
+import fcntl
+import io
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from celery.schedules import BaseSchedule, maybe_schedule
 from django.conf import settings
@@ -34,6 +45,10 @@ logger = logging.getLogger(__name__)
 # The longest wait between two looks at the schedule: a clock moved forward is seen this late
 # at most.
 MAX_WAIT_SECONDS = 60.0
+
+# How often a worker whose thread does not hold the lock looks again: how late a dead holder's
+# schedule is taken over at most. One non-blocking flock per look.
+LOCK_POLL_SECONDS = 2.0
 
 
 class EmbeddedBeat:
@@ -54,6 +69,12 @@ class EmbeddedBeat:
         }
         self.runs: dict[str, int] = dict.fromkeys(self._entries, 0)
         self.failures: dict[str, int] = dict.fromkeys(self._entries, 0)
+
+    def restart(self) -> None:
+        """Every entry's period counted from now, as beat's on a new schedule file: a worker that
+        takes the schedule over runs nothing at once (its holder may have just run it)."""
+        for name, (_, sched) in self._entries.items():
+            self._last[name] = sched.now()
 
     def run_due(self) -> float:
         """Runs every due entry (a failure is logged, the others still run); returns the seconds
@@ -80,28 +101,63 @@ class EmbeddedBeat:
             connections.close_all()
 
 
+def _try_lock(path: Path) -> IO[bytes] | None:
+    """The open lock file if this call took its exclusive lock, None if another holds it. flock
+    locks an open file description: a second open in the same process is refused too."""
+    try:
+        handle = path.open("ab")
+    except OSError:
+        # A data directory it cannot write: the schedule runs without the lock (as many times
+        # as there are workers, each task being idempotent) rather than not at all.
+        logger.warning("embedded beat: cannot open %s; runs without the lock", path, exc_info=True)
+        return io.BytesIO()
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
 @dataclass(frozen=True)
 class Started:
-    """A running embedded beat: `stop.set()` ends its thread after the task it is running."""
+    """A running embedded beat: `stop.set()` ends its thread after the task it is running (and
+    lets go of the lock); `holding` is set while it holds the lock and runs the schedule."""
 
     beat: EmbeddedBeat
     thread: threading.Thread
     stop: threading.Event
+    holding: threading.Event
 
 
 def start_embedded_beat(schedule: Mapping[str, Mapping[str, Any]] | None = None) -> Started | None:
     """Starts the thread (a daemon: it ends with its process) on beat's schedule, unless a
-    broker is configured or EMBEDDED_BEAT is off."""
+    broker is configured or EMBEDDED_BEAT is off. It runs the schedule once it holds the data
+    directory's lock."""
     if settings.CELERY_BROKER_URL or not settings.EMBEDDED_BEAT:
         return None
     beat = EmbeddedBeat(app.conf.beat_schedule if schedule is None else schedule)
+    lock_path = Path(settings.DATA_DIR) / "embedded-beat.lock"
     stop = threading.Event()
+    holding = threading.Event()
 
     def loop() -> None:
-        while not stop.wait(beat.run_due()):
-            pass
+        lock = _try_lock(lock_path)
+        while lock is None:
+            if stop.wait(LOCK_POLL_SECONDS):
+                return
+            lock = _try_lock(lock_path)
+        try:
+            beat.restart()
+            holding.set()
+            logger.info("embedded beat: process %d runs the schedule (%s)", os.getpid(), lock_path)
+            while not stop.wait(beat.run_due()):
+                pass
+        finally:
+            holding.clear()
+            lock.close()  # lets go of the lock
 
     thread = threading.Thread(target=loop, name="embedded-beat", daemon=True)
     thread.start()
     logger.info("embedded beat started: %d periodic tasks", len(beat.runs))
-    return Started(beat, thread, stop)
+    return Started(beat, thread, stop, holding)

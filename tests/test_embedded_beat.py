@@ -1,8 +1,14 @@
 """The embedded mode's beat (memoryplatform.embedded_beat): a thread of the server process runs
-beat's periodic tasks when they are due, through the same task code a worker runs."""
+beat's periodic tasks when they are due, through the same task code a worker runs; one thread
+per data directory, the one holding its lock."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -11,10 +17,12 @@ from django.utils import timezone
 
 from graph.models import EntityIdentity
 from graph.services import entity_delete
+from memoryplatform import embedded_beat
 from memoryplatform.celery import app
 from memoryplatform.embedded_beat import EmbeddedBeat, start_embedded_beat
 
 from .factories import EntityIdentityFactory
+from .livestack import ROOT, free_port, wait_until_up
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the thread has its own connection
 
@@ -30,6 +38,19 @@ def _lonely_identity(team) -> EntityIdentity:
 def _far_minute() -> crontab:
     # Half an hour away: not reached while the test runs.
     return crontab(minute=(timezone.now().minute + 30) % 60)
+
+
+@pytest.fixture(autouse=True)
+def _own_data_dir(settings, tmp_path):
+    """The lock file of each test's threads is its own (DATA_DIR/embedded-beat.lock)."""
+    settings.DATA_DIR = tmp_path
+
+
+def _wait(condition, what: str, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
 def test_the_thread_runs_the_due_tasks_and_not_the_others(team):
@@ -90,3 +111,90 @@ def test_not_started_with_a_broker_or_when_turned_off(settings):
     settings.CELERY_BROKER_URL = ""
     settings.EMBEDDED_BEAT = False
     assert start_embedded_beat() is None
+
+
+def test_one_thread_per_data_directory_runs_the_schedule(team, monkeypatch):
+    """Two threads on one data directory: the one holding the lock runs the tasks, the other
+    none; once the holder stops, the other takes the lock and runs them."""
+    monkeypatch.setattr(embedded_beat, "LOCK_POLL_SECONDS", 0.1)
+    schedule = {"prune-identities": {"task": "graph.prune_identities", "schedule": 0.2}}
+    first = start_embedded_beat(schedule)
+    assert first is not None
+    second = None
+    try:
+        _wait(first.holding.is_set, "the first thread did not take the lock")
+        second = start_embedded_beat(schedule)
+        assert second is not None and second.thread.is_alive()
+        _wait(lambda: first.beat.runs["prune-identities"] >= 3, "the holder runs nothing")
+        time.sleep(0.5)  # five polls of the second thread: it still waits
+        assert not second.holding.is_set()
+        assert second.beat.runs == {"prune-identities": 0}
+        assert second.beat.failures == {"prune-identities": 0}
+
+        first.stop.set()
+        first.thread.join(timeout=30)
+        assert not first.thread.is_alive() and not first.holding.is_set()
+        _wait(second.holding.is_set, "the second thread did not take the lock over")
+        _wait(lambda: second.beat.runs["prune-identities"] >= 2, "the new holder runs nothing")
+    finally:
+        for started in (first, second):
+            if started is not None:
+                started.stop.set()
+                started.thread.join(timeout=30)
+
+
+_HOLDER = re.compile(rb"embedded beat: process (\d+) runs the schedule")
+
+
+def test_one_gunicorn_worker_runs_the_schedule_and_another_takes_it_over(tmp_path):
+    """Real gunicorn, two workers on one data directory: both start the thread, one runs the
+    schedule. Killed (SIGKILL: nothing of it runs after), its lock goes with it, and a worker
+    takes the schedule over within the lock's poll."""
+    log = tmp_path / "gunicorn.log"
+    port = free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
+        "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+        "DATA_DIR": str(tmp_path),
+        "WARM_UP_AT_START": "0",
+        "EMBEDDED_BEAT": "1",
+    }
+    for name in ("REDIS_URL", "CELERY_BROKER_URL"):
+        env.pop(name, None)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "gunicorn", "memoryplatform.wsgi", "-w", "2"),
+                *("-b", f"127.0.0.1:{port}", "--timeout", "120"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until_up([f"http://127.0.0.1:{port}"], healthy=False)
+            _wait(
+                lambda: (
+                    log.read_bytes().count(b"embedded beat started") == 2
+                    and len(_HOLDER.findall(log.read_bytes())) == 1
+                ),
+                "two workers, one holder",
+                seconds=60,
+            )
+            time.sleep(3 * embedded_beat.LOCK_POLL_SECONDS)  # the other still waits
+            holders = _HOLDER.findall(log.read_bytes())
+            assert len(holders) == 1, log.read_text()
+            os.kill(int(holders[0]), signal.SIGKILL)
+            _wait(
+                lambda: len(_HOLDER.findall(log.read_bytes())) == 2,
+                "no worker took the schedule over",
+                seconds=60,
+            )
+            time.sleep(3 * embedded_beat.LOCK_POLL_SECONDS)  # and only one did
+            holders = _HOLDER.findall(log.read_bytes())
+            assert len(holders) == 2 and holders[1] != holders[0], log.read_text()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
