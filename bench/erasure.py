@@ -8,9 +8,9 @@ Usage (from the project root):
 Every erasure (a purge, the trash's erase and expiry, an agent's deletion) rewrites the kept
 answers that showed an erased memory (memories.services.answers_forget), so that a retry gets
 `{"id", "erased": true}` instead of the text. It reads the answers the team has kept
-(IDEMPOTENCY_TTL_HOURS, 24 h by default) whose text holds an erased id's digits (every answer
-for more than 32 ids), and decodes those that show one: the cost grows with the number of keyed
-writes the team made in that window.
+(IDEMPOTENCY_TTL_HOURS, 24 h by default) whose text holds an erased id's digits (for more than
+32 ids: the deleted agent's id for an agent's deletion, every answer otherwise), and decodes those
+that show one: the cost grows with the number of keyed writes the team made in that window.
 
 What it does, per size N:
 
@@ -24,7 +24,9 @@ What it does, per size N:
      changes nothing;
    * **purge, shown once** — one id a kept answer shows: the scan plus one row rewritten under
      its lock (each repeat erases another answer's memory);
-   * **agent deletion, 1,000 ids** — a thousand ids, 1 % of them shown.
+   * **1,000 ids** — a thousand ids, 1 % of them shown, of several agents (a purge of many);
+   * **agent deletion, 1,000 ids** — the same, all of one agent's (`answers_forget(agent_id=)`):
+     the answers are the writes of ten agents, one in ten that agent's.
 
 Numbers and the command that produced them: docs/benchmarks.md ("Erasure and kept answers").
 """
@@ -44,14 +46,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import BenchServer, log, machine_info, machine_load, mysql, summarise
 
+AGENTS = 10
+GONE = "agent-3"  # the deleted agent
 
-def _memory(pk: int) -> dict[str, Any]:
+
+def _memory(pk: int, agent_id: str) -> dict[str, Any]:
     """A memory as a write's answer shows it (the fields that matter to the scan's cost: the
     number of keys and strings it walks)."""
     return {
         "id": pk,
         "content": f"The user prefers short answers; note {pk} about the deployment window.",
-        "agent_id": "coder",
+        "agent_id": agent_id,
         "scope": "personal",
         "category": "preference",
         "importance": 0.5,
@@ -64,22 +69,27 @@ def _memory(pk: int) -> dict[str, Any]:
     }
 
 
-def seed(team_id: str, n: int) -> int:
-    """N kept answers of the team; returns the highest memory id they show."""
+def seed(team_id: str, n: int) -> tuple[int, list[int]]:
+    """N kept answers of the team, answer i written by agent i % AGENTS; returns the highest
+    memory id they show and the ids of GONE's memories they show."""
     from tenants.models import IdempotentRequest
 
     rows = []
     pk = 0
+    gone: list[int] = []
     for i in range(n):
+        agent_id = f"agent-{i % AGENTS}"
         if i % 10 == 9:
             facts = []
             for _ in range(5):
                 pk += 1
-                facts.append({"decision": "ADD", "memory": _memory(pk)})
+                facts.append({"decision": "ADD", "memory": _memory(pk, agent_id)})
             endpoint, body = "ingest", {"archived": 5, "facts": facts}
         else:
             pk += 1
-            endpoint, body = "memories/personal", _memory(pk)
+            endpoint, body = "memories/personal", _memory(pk, agent_id)
+        if agent_id == GONE:
+            gone.append(pk)
         rows.append(
             IdempotentRequest(
                 team_id=team_id,
@@ -91,7 +101,7 @@ def seed(team_id: str, n: int) -> int:
             )
         )
     IdempotentRequest.objects.bulk_create(rows, batch_size=2000)
-    return pk
+    return pk, gone
 
 
 def timed(fn: Any, times: int) -> tuple[list[float], list[Any]]:
@@ -108,7 +118,7 @@ def measure(team_id: str, n: int, repeat: int) -> dict[str, Any]:
     from memories.services import answers_forget
 
     t0 = time.perf_counter()
-    top = seed(team_id, n)
+    top, gone = seed(team_id, n)
     row: dict[str, Any] = {"answers": n, "seed_seconds": round(time.perf_counter() - t0, 1)}
     step = max(1, top // (repeat + 1))
     for label, fn in (
@@ -121,11 +131,20 @@ def measure(team_id: str, n: int, repeat: int) -> dict[str, Any]:
             lambda i: answers_forget(team_id=team_id, memory_ids=[1 + i * step]),
         ),
         (
-            "agent deletion, 1,000 ids",
+            "1,000 ids",
             lambda i: answers_forget(
                 team_id=team_id,
                 memory_ids=[-(10**6) * (i + 1) - k for k in range(990)]
                 + [2 + i * step + k for k in range(10)],
+            ),
+        ),
+        (
+            "agent deletion, 1,000 ids",
+            lambda i: answers_forget(
+                team_id=team_id,
+                memory_ids=[top + 10**6 * (i + 1) + k for k in range(990)]
+                + gone[i * 10 : i * 10 + 10],
+                agent_id=GONE,
             ),
         ),
     ):

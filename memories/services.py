@@ -19,7 +19,7 @@ from django.utils import timezone
 from core.errors import DomainError, ErrorCode, NotFound, ValidationFailed
 from core.metrics import SEARCH_LATENCY, WRITE_LATENCY, timed
 from core.rows import assign_given, rows_restamp
-from tenants.idempotency import idempotency_rewrite
+from tenants.idempotency import HOLDS_ANY_MAX, idempotency_rewrite
 from tenants.models import ApiKey, Team
 from tenants.services import agent_ensure
 from tenants.usage import KIND_SEARCH, usage_record
@@ -643,22 +643,33 @@ def _shows_any(stored: str, ids: set[int]) -> bool:
     return any(int(found) in ids for found in _ID_MEMBER.findall(stored))
 
 
-def answers_forget(*, team_id: str, memory_ids: Collection[int]) -> int:
+def answers_forget(
+    *, team_id: str, memory_ids: Collection[int], agent_id: str | None = None
+) -> int:
     """An erasure reaches the answers kept for retries (`Idempotency-Key`, kept
     IDEMPOTENCY_TTL_HOURS): where one showed an erased memory, its retry now gets `{"id",
     "erased": true}` instead of its text. Called by every erasure — a purge, the trash's erase
     and expiry, an agent's deletion; not by a move to the trash, which can be undone. Returns
-    the answers rewritten."""
+    the answers rewritten.
+
+    `agent_id`: every id is a personal memory of this agent (its deletion). Past HOLDS_ANY_MAX
+    ids, the database then looks for that one string instead of reading every kept answer."""
     ids = set(memory_ids)
     if not ids:
         return 0
+    # An answer showing a memory holds its id's digits (`"id": 123`, however spaced).
+    holds = [str(pk) for pk in ids]
+    if agent_id and len(holds) > HOLDS_ANY_MAX:
+        # And, for a personal memory, its agent's id: every keyed answer shows a memory as
+        # presenters.memory_body does, `"agent_id"` included; a memory's agent never changes; and
+        # an agent id's characters ([A-Za-z0-9_.:@-]) are written as they are in JSON text.
+        holds = [agent_id]
     return idempotency_rewrite(
         team_id=team_id,
         endpoint_prefixes=ANSWER_ENDPOINTS,
         rewrite=lambda body: _erased_in(body, ids),
         may_change=lambda stored: _shows_any(stored, ids),
-        # An answer showing a memory holds its id's digits (`"id": 123`, however spaced).
-        holds_any=[str(pk) for pk in ids],
+        holds_any=holds,
     )
 
 
@@ -799,7 +810,7 @@ def purge_agent(*, team: Team, agent_id: str) -> int:
     ProfileRevision.objects.filter(team=team, agent_id=agent_id).delete()
     Procedure.objects.filter(team=team, agent_id=agent_id).delete()
     ProcedureRevision.objects.filter(team=team, agent_id=agent_id).delete()
-    answers_forget(team_id=team.id, memory_ids=[*ids, *trashed])
+    answers_forget(team_id=team.id, memory_ids=[*ids, *trashed], agent_id=agent_id)
     return memories_delete(team=team, memory_ids=ids)
 
 

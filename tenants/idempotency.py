@@ -158,7 +158,7 @@ def idempotency_prune() -> int:
 
 
 # The most `holds_any` strings idempotency_rewrite asks the database to look for.
-_HOLDS_ANY_MAX = 32
+HOLDS_ANY_MAX = 32
 
 
 def idempotency_rewrite(
@@ -179,7 +179,7 @@ def idempotency_rewrite(
     was most of an erasure's cost). `holds_any`, strings one of which the stored text of every
     answer `rewrite` changes holds, lets the database leave the others out before they are read
     (reading every kept answer's text over the connection was most of what was left on MariaDB);
-    more than _HOLDS_ANY_MAX of them are ignored (a long OR of patterns costs more than it saves).
+    more than HOLDS_ANY_MAX of them are ignored (a long OR of patterns costs more than it saves).
 
     Read without locks first (most answers show nothing erased), then each one to change again
     under its row lock, so two erasures of one batch's memories at once both hold."""
@@ -200,7 +200,7 @@ def idempotency_rewrite(
     # The stored text, not the decoded value: decoded only when `may_change` lets it through.
     text = Cast("body", TextField())
     held = Q()
-    if 0 < len(holds_any) <= _HOLDS_ANY_MAX:
+    if 0 < len(holds_any) <= HOLDS_ANY_MAX:
         for part in holds_any:
             held |= Q(stored__contains=part)
     found = [

@@ -9,6 +9,8 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -120,6 +122,42 @@ def test_an_agents_deletion_forgets_its_memories_and_profile_in_ingest_answers(t
     assert [f["decision"] for f in replayed["facts"]] == [f["decision"] for f in first["facts"]]
     assert ok_data(_write(api, SECRET, "w-3")) == {"id": trashed, "erased": True}
     assert not Memory.objects.filter(team=team).exists()
+
+
+def test_an_agents_deletion_of_many_memories_asks_for_its_id_and_spares_other_agents(
+    team, agent, api
+):
+    """More memories than the database is asked to look for by id: it looks for the agent's id
+    (every answer showing one of its memories holds it), and each such answer is still
+    rewritten, another agent's left as it was."""
+    AgentFactory(team=team, agent_id="analyst")
+    items = [
+        {"agent_id": "researcher", "content": f"{SECRET} Copy {i}.", "enable_dedup": False}
+        for i in range(40)
+    ]
+    many = ok_data(
+        api.post("/memories/personal/batch", {"items": items}, headers={"Idempotency-Key": "m"})
+    )
+    one = ok_data(_write(api, SECRET, "w-4"))
+    theirs = {"agent_id": "analyst", "content": KEPT, "enable_dedup": False}
+    kept = api.post("/memories/personal", theirs, headers={"Idempotency-Key": "a-1"})
+    assert kept.status_code == 201
+    with CaptureQueriesContext(connection) as queries:
+        assert api.delete(f"/agents/{team.id}/researcher").status_code == 200
+    # Read now: the next request clears the connection's query log.
+    asked = [q["sql"] for q in queries.captured_queries]
+    assert "Copy" not in _stored_text(team.id) and SECRET not in _stored_text(team.id)
+    replayed = ok_data(
+        api.post("/memories/personal/batch", {"items": items}, headers={"Idempotency-Key": "m"})
+    )
+    assert [r["memory"] for r in replayed["results"]] == [
+        {"id": r["memory"]["id"], "erased": True} for r in many["results"]
+    ]
+    assert ok_data(_write(api, SECRET, "w-4")) == {"id": one["id"], "erased": True}
+    again = api.post("/memories/personal", theirs, headers={"Idempotency-Key": "a-1"})
+    assert again.json()["data"] == kept.json()["data"]
+    # What the database was asked to look for (the ids would be 41 patterns).
+    assert any("%researcher%" in sql for sql in asked)
 
 
 # --- the test on the stored text that spares decoding most answers ----------------------------
