@@ -36,9 +36,9 @@ def post_worker_init(worker: object) -> None:
     embedding model and the search's dictionaries (memories.retrieval.warm): its first write or
     search no longer waits ~1.5 s for them. `WARM_UP_AT_START=0` turns it off. In the embedded
     mode (no broker) it also starts the thread that runs beat's periodic tasks
-    (memoryplatform.embedded_beat; `EMBEDDED_BEAT=0` turns it off)."""
+    (lifecycle.embedded_beat; `EMBEDDED_BEAT=0` turns it off)."""
+    from lifecycle.embedded_beat import start_embedded_beat
     from memories.retrieval.warm import warm_up_at_start
-    from memoryplatform.embedded_beat import start_embedded_beat
 
     warm_up_at_start()
     start_embedded_beat()

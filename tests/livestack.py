@@ -207,7 +207,7 @@ def live_stack(
         # (tests/test_warm_up.py starts a worker with it).
         "WARM_UP_AT_START": "0",
         # No periodic task at a moment no test chose (an idle compress, a reclaim): the tests of
-        # memoryplatform.embedded_beat start it themselves.
+        # lifecycle.embedded_beat start it themselves.
         "EMBEDDED_BEAT": "0",
         **(extra_env or {}),
     }

@@ -1,9 +1,11 @@
-"""The embedded mode's beat (memoryplatform.embedded_beat): a thread of the server process runs
+"""The embedded mode's beat (lifecycle.embedded_beat): a thread of the server process runs
 beat's periodic tasks when they are due, through the same task code a worker runs; one thread
 per data directory, the one holding its lock."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import re
 import signal
@@ -17,9 +19,9 @@ from django.utils import timezone
 
 from graph.models import EntityIdentity
 from graph.services import entity_delete
-from memoryplatform import embedded_beat
+from lifecycle import embedded_beat
+from lifecycle.embedded_beat import EmbeddedBeat, start_embedded_beat
 from memoryplatform.celery import app
-from memoryplatform.embedded_beat import EmbeddedBeat, start_embedded_beat
 
 from .factories import EntityIdentityFactory
 from .livestack import ROOT, free_port, wait_until_up
@@ -143,15 +145,8 @@ def test_one_thread_per_data_directory_runs_the_schedule(team, monkeypatch):
                 started.thread.join(timeout=30)
 
 
-_HOLDER = re.compile(rb"embedded beat: process (\d+) runs the schedule")
-
-
-def test_one_gunicorn_worker_runs_the_schedule_and_another_takes_it_over(tmp_path):
-    """Real gunicorn, two workers on one data directory: both start the thread, one runs the
-    schedule. Killed (SIGKILL: nothing of it runs after), its lock goes with it, and a worker
-    takes the schedule over within the lock's poll."""
-    log = tmp_path / "gunicorn.log"
-    port = free_port()
+def _embedded_env(tmp_path) -> dict[str, str]:
+    """A process of the embedded mode on its own SQLite file and DATA_DIR."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "memoryplatform.settings.base",
@@ -162,6 +157,19 @@ def test_one_gunicorn_worker_runs_the_schedule_and_another_takes_it_over(tmp_pat
     }
     for name in ("REDIS_URL", "CELERY_BROKER_URL"):
         env.pop(name, None)
+    return env
+
+
+_HOLDER = re.compile(rb"embedded beat: process (\d+) runs the schedule")
+
+
+def test_one_gunicorn_worker_runs_the_schedule_and_another_takes_it_over(tmp_path):
+    """Real gunicorn, two workers on one data directory: both start the thread, one runs the
+    schedule. Killed (SIGKILL: nothing of it runs after), its lock goes with it, and a worker
+    takes the schedule over within the lock's poll."""
+    log = tmp_path / "gunicorn.log"
+    port = free_port()
+    env = _embedded_env(tmp_path)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
@@ -197,4 +205,48 @@ def test_one_gunicorn_worker_runs_the_schedule_and_another_takes_it_over(tmp_pat
             assert len(holders) == 2 and holders[1] != holders[0], log.read_text()
         finally:
             proc.terminate()
+            proc.wait(timeout=30)
+
+
+def test_mcp_stdio_runs_the_schedule_once_no_other_process_holds_it(tmp_path):
+    """A local agent may run `mcp_stdio` and no server: it starts the thread too. While another
+    process holds the data directory's lock (here this test, as a server would) it runs nothing;
+    once that lock is let go, it takes the schedule."""
+    env = _embedded_env(tmp_path)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    issued = subprocess.run(
+        [sys.executable, "manage.py", "create_mcp_token", "--json", "--team", "local"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    token = json.loads(issued.strip().splitlines()[-1])["token"]
+    held = (tmp_path / "embedded-beat.lock").open("ab")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    log = tmp_path / "stdio.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "mcp_stdio"],
+            cwd=ROOT,
+            env={**env, "MEMORY_MCP_TOKEN": token},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        try:
+            _wait(lambda: b"embedded beat started" in log.read_bytes(), "no thread", seconds=60)
+            time.sleep(3 * embedded_beat.LOCK_POLL_SECONDS)
+            assert not _HOLDER.findall(log.read_bytes()), log.read_text()
+            held.close()  # lets go of the lock
+            _wait(
+                lambda: [int(pid) for pid in _HOLDER.findall(log.read_bytes())] == [proc.pid],
+                "mcp_stdio did not take the schedule",
+                seconds=30,
+            )
+        finally:
+            held.close()
+            assert proc.stdin is not None
+            proc.stdin.close()  # its client is gone: it ends
             proc.wait(timeout=30)

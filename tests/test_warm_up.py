@@ -60,7 +60,7 @@ def test_a_worker_warms_up_before_its_first_request(tmp_path):
     text = _first_answer_log(tmp_path, "1")
     assert "warmed up in" in text and "'embedding'" in text, text
     assert "building the CC-CEDICT gloss cache" in text  # a new DATA_DIR: built at start
-    # No broker: the worker runs beat's periodic tasks itself (memoryplatform.embedded_beat).
+    # No broker: the worker runs beat's periodic tasks itself (lifecycle.embedded_beat).
     assert "embedded beat started" in text
     assert "warmed up in" not in _first_answer_log(tmp_path, "0")
 

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agentmcp.server import StdioToken, credential, mcp
 from core.errors import DomainError
+from lifecycle.embedded_beat import start_embedded_beat
 from memories.retrieval.warm import warm_up_at_start
 from tenants.authentication import mcp_token_authenticate
 
@@ -43,5 +44,9 @@ class Command(BaseCommand):
         # locks, as it would have loaded them itself. Its log goes to stderr (the logging
         # handler's stream): stdout is the protocol's.
         threading.Thread(target=warm_up_at_start, name="warm-up", daemon=True).start()
+        # The periodic tasks (idle compresses, cleanup, the trash's retention, …) in the embedded
+        # mode, where a local agent may run no server: unless another process on this DATA_DIR
+        # runs them (a server, another client's mcp_stdio), which holds the schedule's lock.
+        start_embedded_beat()
         with credential(StdioToken(raw)):
             anyio.run(mcp.run_stdio_async)

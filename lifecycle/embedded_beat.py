@@ -1,20 +1,20 @@
-"""Celery beat's schedule, run by a thread of the server process in the embedded mode.
+"""Celery beat's schedule, run by a thread of a long-lived process in the embedded mode.
 
 Without a broker there is no beat process, so the periodic tasks (cleanup, idle compresses, the
 trash's retention, tiers, the prunes; `memoryplatform.celery`) never ran unless an operator put
-a command for each in cron. A gunicorn worker of the embedded mode (`make run`) now starts this
-thread (gunicorn.conf.py `post_worker_init`): it runs each entry of the same schedule when it is
-due, eagerly, one at a time, through the same task code beat sends to a worker.
-`EMBEDDED_BEAT=0` turns it off; with a broker it never starts (beat does the job there, and two
-would send every task twice).
+a command for each in cron. In the embedded mode each gunicorn worker (gunicorn.conf.py
+`post_worker_init`) and `manage.py mcp_stdio` (a local agent may run no server at all) start this
+thread: it runs each entry of the same schedule when it is due, eagerly, one at a time, through
+the same task code beat sends to a worker. `EMBEDDED_BEAT=0` turns it off; with a broker it never
+starts (beat does the job there, and two would send every task twice).
 
-One thread per data directory runs the schedule: every worker starts one, and the thread that
-holds an exclusive lock on `DATA_DIR/embedded-beat.lock` (flock) runs the tasks while the
-others look at the lock every LOCK_POLL_SECONDS. The kernel lets go of the lock when its process
-ends, however it ends (killed, recycled by max_requests), so another worker takes over within
-that poll. Without it each of N workers ran every task (idempotent, so only time was lost, but
-N cleanups of the same team at once). Several machines that share a database without a broker
-each run one (every task is idempotent); a broker and beat are the deployment for many machines.
+One thread per data directory runs the schedule: the one that holds an exclusive lock on
+`DATA_DIR/embedded-beat.lock` (flock), while the others look at the lock every
+LOCK_POLL_SECONDS. The kernel lets go of the lock when its process ends, however it ends
+(killed, recycled by max_requests, its MCP client gone), so another process takes over within
+that poll. Without it each of N workers ran every task (idempotent, so only time was lost, but N
+cleanups of the same team at once). Several machines that share a database without a broker each
+run one (every task is idempotent); a broker and beat are the deployment for many machines.
 
 Celery's own schedule objects (`schedule`, `crontab`) say when an entry is due, so an entry
 means what it means to beat. As beat with an empty schedule file, an entry's first run is one
@@ -34,11 +34,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+# The project's app (memoryplatform.celery), Celery's current app in every Django process (the
+# project package makes it so); this app may not import the project package (the layers).
+from celery import current_app as app
 from celery.schedules import BaseSchedule, maybe_schedule
 from django.conf import settings
 from django.db import connections
-
-from memoryplatform.celery import app
 
 logger = logging.getLogger(__name__)
 
