@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import requests
 from django.conf import settings
@@ -109,15 +109,7 @@ def _template(env: dict[str, str]) -> _Template:
         url = f"sqlite:///{location}"
     tenv = {**env, "DATABASE_URL": url, "DATA_DIR": folder}
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=tenv, check=True)
-    out = subprocess.run(
-        [sys.executable, "manage.py", "create_api_key", "--team", "xproc", "--json"],
-        cwd=ROOT,
-        env=tenv,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    template = _Template(location, json.loads(out.strip().splitlines()[-1]))
+    template = _Template(location, manage_json(tenv, "create_api_key", "--team", "xproc"))
     if _is_mysql():
         conn = mysql_connection(location)
         cur = conn.cursor()
@@ -161,18 +153,36 @@ def _drop_mysql(name: str) -> None:
     conn.close()
 
 
-def start_server(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    """One gunicorn process (one worker) on a free port -> the process and its base URL."""
+def start_server(
+    env: dict[str, str], *, workers: int = 1, out: IO[bytes] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """One gunicorn process (one worker unless told) on a free port -> the process and its base
+    URL; its output (gunicorn's warnings, the application's log) to `out` when given."""
     port = free_port()
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "gunicorn", "memoryplatform.wsgi", "-w", "1"),
+            *(sys.executable, "-m", "gunicorn", "memoryplatform.wsgi", "-w", str(workers)),
             *("-b", f"127.0.0.1:{port}", "--timeout", "120", "--log-level", "warning"),
         ],
         cwd=ROOT,
         env=env,
+        stdout=out,
+        stderr=None if out is None else subprocess.STDOUT,
     )
     return proc, f"http://127.0.0.1:{port}"
+
+
+def manage_json(env: dict[str, str], *args: str) -> dict[str, Any]:
+    """`manage.py <args> --json` in a process of its own -> the JSON it printed last."""
+    out = subprocess.run(
+        [sys.executable, "manage.py", *args, "--json"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def wait_until_up(urls: list[str], *, healthy: bool = True) -> None:

@@ -16,6 +16,7 @@ from django.test import Client
 from tenants.models import Agent, ApiKey, Team, TeamMembership
 
 from .helpers import SignedClient, error_code
+from .livestack import manage_json
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,15 +179,7 @@ def test_commands_run_as_real_processes(tmp_path):
     }
     env.pop("REDIS_URL", None)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    out = subprocess.run(
-        [sys.executable, "manage.py", "create_api_key", "--team", "cli_team", "--json"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    data = json.loads(out.strip().splitlines()[-1])
+    data = manage_json(env, "create_api_key", "--team", "cli_team")
     assert data["team_id"] == "cli_team"
     listing = subprocess.run(
         [sys.executable, "manage.py", "list_api_keys"],

@@ -5,7 +5,6 @@ per data directory, the one holding its lock."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import signal
@@ -24,7 +23,7 @@ from lifecycle.embedded_beat import EmbeddedBeat, start_embedded_beat
 from memoryplatform.celery import app
 
 from .factories import EntityIdentityFactory
-from .livestack import ROOT, free_port, wait_until_up
+from .livestack import ROOT, manage_json, start_server, wait_until_up
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the thread has its own connection
 
@@ -168,21 +167,10 @@ def test_one_gunicorn_worker_runs_the_schedule_and_another_takes_it_over(tmp_pat
     schedule. Killed (SIGKILL: nothing of it runs after), its lock goes with it, and a worker
     takes the schedule over within the lock's poll."""
     log = tmp_path / "gunicorn.log"
-    port = free_port()
-    env = _embedded_env(tmp_path)
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "gunicorn", "memoryplatform.wsgi", "-w", "2"),
-                *("-b", f"127.0.0.1:{port}", "--timeout", "120"),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        proc, url = start_server(_embedded_env(tmp_path), workers=2, out=out)
         try:
-            wait_until_up([f"http://127.0.0.1:{port}"], healthy=False)
+            wait_until_up([url], healthy=False)
             _wait(
                 lambda: (
                     log.read_bytes().count(b"embedded beat started") == 2
@@ -214,15 +202,7 @@ def test_mcp_stdio_runs_the_schedule_once_no_other_process_holds_it(tmp_path):
     once that lock is let go, it takes the schedule."""
     env = _embedded_env(tmp_path)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    issued = subprocess.run(
-        [sys.executable, "manage.py", "create_mcp_token", "--json", "--team", "local"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    token = json.loads(issued.strip().splitlines()[-1])["token"]
+    token = manage_json(env, "create_mcp_token", "--team", "local")["token"]
     held = (tmp_path / "embedded-beat.lock").open("ab")
     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     log = tmp_path / "stdio.log"

@@ -28,6 +28,7 @@ from tenants.services import mcp_token_revoke
 
 from .factories import AgentFactory, EntityFactory, McpTokenFactory, RelationFactory, TeamFactory
 from .helpers import inside_one_rate_window
+from .livestack import manage_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parent.parent
@@ -437,18 +438,7 @@ def test_stdio(tmp_path):
     env.pop("REDIS_URL", None)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
 
-    def issue(*args: str) -> dict[str, Any]:
-        out = subprocess.run(
-            [sys.executable, "manage.py", "create_mcp_token", "--json", *args],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        return json.loads(out.strip().splitlines()[-1])
-
-    token = issue("--team", "stdio_team", "--agent", "s1")
+    token = manage_json(env, "create_mcp_token", "--team", "stdio_team", "--agent", "s1")
 
     async def go():
         params = StdioServerParameters(

@@ -4,7 +4,6 @@ server while its client connects, unless WARM_UP_AT_START is off."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 from memories.retrieval.warm import warm_up, warm_up_at_start
 
 from .fake_openai import FakeOpenAI
-from .livestack import ROOT, free_port, wait_until_up
+from .livestack import ROOT, manage_json, start_server, wait_until_up
 
 
 def _env(tmp_path: Path, warm: str) -> dict[str, str]:
@@ -34,22 +33,11 @@ def _env(tmp_path: Path, warm: str) -> dict[str, str]:
 def _first_answer_log(tmp_path: Path, warm: str) -> str:
     """What one gunicorn worker logged by the time it answered its first request."""
     log = tmp_path / f"gunicorn-{warm}.log"
-    port = free_port()
-    env = _env(tmp_path, warm)
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "gunicorn", "memoryplatform.wsgi", "-w", "1"),
-                *("-b", f"127.0.0.1:{port}", "--timeout", "120"),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        proc, url = start_server(_env(tmp_path, warm), out=out)
         try:
             # Any answer will do (the database is not migrated): the worker is taking requests.
-            wait_until_up([f"http://127.0.0.1:{port}"], healthy=False)
+            wait_until_up([url], healthy=False)
             return log.read_text()
         finally:
             proc.terminate()
@@ -111,15 +99,7 @@ def test_the_mcp_stdio_server_warms_up_while_its_client_connects(tmp_path):
     env = _env(tmp_path, "1")
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    issued = subprocess.run(
-        [*manage, "create_mcp_token", "--json", "--team", "warm", "--agent", "a1"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    token = json.loads(issued.strip().splitlines()[-1])["token"]
+    token = manage_json(env, "create_mcp_token", "--team", "warm", "--agent", "a1")["token"]
     log = tmp_path / "mcp.log"
     with log.open("wb") as err:
         # stdin left open and silent: the server waits for its client, and warms up meanwhile.
