@@ -393,8 +393,8 @@ EMBEDDING_TIMEOUT_SECONDS = env.float("EMBEDDING_TIMEOUT_SECONDS", default=30.0)
 # Each gunicorn worker (and mcp_stdio) loads the embedding model, tokenizers and glossary before
 # its first request (memories.retrieval.warm), not during its first write or search.
 WARM_UP_AT_START = env.bool("WARM_UP_AT_START", default=True)
-# Embedded mode (no broker): a thread of each gunicorn worker runs beat's periodic tasks
-# (lifecycle.embedded_beat). Ignored with a broker, where beat sends them.
+# Embedded mode (no broker): a thread of one gunicorn worker or mcp_stdio per DATA_DIR runs beat's
+# periodic tasks (lifecycle.embedded_beat). Ignored with a broker, where beat sends them.
 EMBEDDED_BEAT = env.bool("EMBEDDED_BEAT", default=True)
 # Prefixes for sentence-transformers / openai models that want them (e5: "query: "/"passage: ";
 # bge-zh: "为这个句子生成表示以用于检索相关文章：" for queries).
