@@ -172,17 +172,21 @@ def start_server(
     return proc, f"http://127.0.0.1:{port}"
 
 
-def manage_json(env: dict[str, str], *args: str) -> dict[str, Any]:
-    """`manage.py <args> --json` in a process of its own -> the JSON it printed last."""
-    out = subprocess.run(
-        [sys.executable, "manage.py", *args, "--json"],
+def manage(env: dict[str, str], *args: str) -> str:
+    """`manage.py <args>` in a process of its own -> what it printed."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
         cwd=ROOT,
         env=env,
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+
+
+def manage_json(env: dict[str, str], *args: str) -> dict[str, Any]:
+    """`manage.py <args> --json` in a process of its own -> the JSON it printed last."""
+    return json.loads(manage(env, *args, "--json").strip().splitlines()[-1])
 
 
 def wait_until_up(urls: list[str], *, healthy: bool = True) -> None:

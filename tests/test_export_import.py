@@ -6,10 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import subprocess
-import sys
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,8 +68,7 @@ from .factories import (
     WorkingArchiveFactory,
 )
 from .helpers import SignedClient, error_code, ok_data
-
-ROOT = Path(__file__).resolve().parent.parent
+from .livestack import manage
 
 pytestmark = pytest.mark.django_db
 
@@ -1825,24 +1821,14 @@ def test_a_bundle_moves_to_a_fresh_database_and_exports_the_same(team, tmp_path)
     }
     env.pop("REDIS_URL", None)
 
-    def manage(*args: str) -> str:
-        return subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-
-    manage("migrate", "-v0")
-    manage("create_api_key", "--team", "moved", "--json")
+    manage(env, "migrate", "-v0")
+    manage(env, "create_api_key", "--team", "moved", "--json")
     answer = json.loads(
-        manage("import_team", str(path), "--team", "moved").strip().splitlines()[-1]
+        manage(env, "import_team", str(path), "--team", "moved").strip().splitlines()[-1]
     )
     header, _ = read_bundle(path.read_bytes())
     assert answer["imported"] == header["counts"] and answer["reembedded"] == 0
-    manage("export_team", "--team", "moved", "--output", str(tmp_path / "moved.gz"))
+    manage(env, "export_team", "--team", "moved", "--output", str(tmp_path / "moved.gz"))
     moved = (tmp_path / "moved.gz").read_bytes()
     assert read_bundle(moved)[0]["team_id"] == "moved"
     assert normalise(moved) == normalise(path.read_bytes())
