@@ -3,9 +3,10 @@
 Without a broker there is no beat process, so the periodic tasks (cleanup, idle compresses, the
 trash's retention, tiers, the prunes; `memoryplatform.celery`) never ran unless an operator put
 a command for each in cron. In the embedded mode each gunicorn worker (gunicorn.conf.py
-`post_worker_init`) and `manage.py mcp_stdio` (a local agent may run no server at all) start this
-thread: it runs each entry of the same schedule when it is due, eagerly, one at a time, through
-the same task code beat sends to a worker. `EMBEDDED_BEAT=0` turns it off; with a broker it never
+`post_worker_init`), `manage.py mcp_stdio` (a local agent may run no server at all) and the
+`runserver` of `make dev` (memoryplatform/management) start this thread: it runs each entry of
+the same schedule when it is due, eagerly, one at a time, through the same task code beat sends
+to a worker. `EMBEDDED_BEAT=0` turns it off; with a broker it never
 starts (beat does the job there, and two would send every task twice).
 
 One thread per data directory runs the schedule: the one that holds an exclusive lock on

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from celery.schedules import crontab
@@ -23,7 +24,7 @@ from lifecycle.embedded_beat import EmbeddedBeat, start_embedded_beat
 from memoryplatform.celery import app
 
 from .factories import EntityIdentityFactory
-from .livestack import ROOT, manage_json, start_server, wait_until_up
+from .livestack import ROOT, free_port, manage, manage_json, start_server, wait_until_up
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the thread has its own connection
 
@@ -229,4 +230,36 @@ def test_mcp_stdio_runs_the_schedule_once_no_other_process_holds_it(tmp_path):
             held.close()
             assert proc.stdin is not None
             proc.stdin.close()  # its client is gone: it ends
+            proc.wait(timeout=30)
+
+
+def test_the_development_server_runs_the_schedule_in_the_process_that_serves(tmp_path):
+    """`make dev` is Django's runserver with its autoreloader: the process that serves (the
+    reloader's child) starts the thread and holds the data directory's lock; the parent, which
+    only watches the files, starts none."""
+    env = _embedded_env(tmp_path)
+    manage(env, "migrate", "-v0")
+    port = free_port()
+    log = tmp_path / "runserver.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # the reloader's child goes with the group
+        )
+        try:
+            wait_until_up([f"http://127.0.0.1:{port}"], healthy=False)
+            _wait(lambda: _HOLDER.findall(log.read_bytes()), "no thread ran it", seconds=60)
+            holder = int(_HOLDER.findall(log.read_bytes())[0])
+            stat = (Path("/proc") / str(holder) / "stat").read_text()
+            assert holder != proc.pid and int(stat.rsplit(")", 1)[1].split()[1]) == proc.pid
+            assert log.read_bytes().count(b"embedded beat started") == 1, log.read_text()
+            lock = (tmp_path / "embedded-beat.lock").open("ab")
+            with lock, pytest.raises(BlockingIOError):  # held for real, by that process
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)

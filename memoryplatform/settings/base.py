@@ -36,6 +36,9 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # The project: its `runserver` (the embedded mode's periodic tasks under `make dev` too) must
+    # come before staticfiles', which is found first otherwise.
+    "memoryplatform",
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
