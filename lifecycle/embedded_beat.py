@@ -9,13 +9,15 @@ the same schedule when it is due, eagerly, one at a time, through the same task 
 to a worker. `EMBEDDED_BEAT=0` turns it off; with a broker it never
 starts (beat does the job there, and two would send every task twice).
 
-One thread per data directory runs the schedule: the one that holds an exclusive lock on
-`DATA_DIR/embedded-beat.lock` (flock), while the others look at the lock every
-LOCK_POLL_SECONDS. The kernel lets go of the lock when its process ends, however it ends
-(killed, recycled by max_requests, its MCP client gone), so another process takes over within
-that poll. Without it each of N workers ran every task (idempotent, so only time was lost, but N
-cleanups of the same team at once). Several machines that share a database without a broker each
-run one (every task is idempotent); a broker and beat are the deployment for many machines.
+One thread runs the schedule: the one holding the lock, while the others look at it every
+LOCK_POLL_SECONDS. On SQLite (one machine) the lock is an exclusive flock on
+`DATA_DIR/embedded-beat.lock`; the kernel lets go of it when its process ends, however it ends
+(killed, recycled by max_requests, its MCP client gone). On MariaDB/MySQL, which several
+machines may share without a broker, it is the server's named lock (GET_LOCK) for the database,
+held by a connection of its own; the server lets go of it when that connection ends, so a
+killed process, or a machine gone, is seen at once. Either way another process takes over
+within the poll. Without it each of N workers ran every task (idempotent, so only time was lost,
+but N cleanups of the same team at once).
 
 Celery's own schedule objects (`schedule`, `crontab`) say when an entry is due, so an entry
 means what it means to beat. As beat with an empty schedule file, an entry's first run is one
@@ -24,7 +26,9 @@ period after the start (the next matching minute for a crontab), not at the star
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import io
 import logging
 import os
@@ -33,14 +37,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 # The project's app (memoryplatform.celery), Celery's current app in every Django process (the
 # project package makes it so); this app may not import the project package (the layers).
 from celery import current_app as app
 from celery.schedules import BaseSchedule, maybe_schedule
 from django.conf import settings
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +108,27 @@ class EmbeddedBeat:
             connections.close_all()
 
 
-def _try_lock(path: Path) -> IO[bytes] | None:
-    """The open lock file if this call took its exclusive lock, None if another holds it. flock
+class _Lock(Protocol):
+    def held(self) -> bool:
+        """Still held: a database lock goes with its connection (a restart, a KILL)."""
+
+    def close(self) -> None:
+        """Lets go of it."""
+
+
+class _FileLock:
+    def __init__(self, handle: IO[bytes]) -> None:
+        self._handle = handle
+
+    def held(self) -> bool:
+        return True  # the kernel takes it from no living process
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def _try_file_lock(path: Path) -> _Lock | None:
+    """The lock file's exclusive flock if this call took it, None if another holds it. flock
     locks an open file description: a second open in the same process is refused too."""
     try:
         handle = path.open("ab")
@@ -112,13 +136,60 @@ def _try_lock(path: Path) -> IO[bytes] | None:
         # A data directory it cannot write: the schedule runs without the lock (as many times
         # as there are workers, each task being idempotent) rather than not at all.
         logger.warning("embedded beat: cannot open %s; runs without the lock", path, exc_info=True)
-        return io.BytesIO()
+        return _FileLock(io.BytesIO())
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
         return None
-    return handle
+    return _FileLock(handle)
+
+
+class _DatabaseLock:
+    def __init__(self, conn: BaseDatabaseWrapper, name: str) -> None:
+        self._conn = conn
+        self._name = name
+
+    def held(self) -> bool:
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", [self._name])
+                row = cur.fetchone()
+        except DatabaseError:
+            return False
+        return bool(row and row[0])
+
+    def close(self) -> None:
+        with contextlib.suppress(DatabaseError):
+            self._conn.close()  # the server lets go of the lock with the connection
+
+
+def database_lock_name() -> str:
+    """The named lock of the default database: named locks are the whole server's, and two
+    installations may share one server. At most 64 characters (MySQL's limit)."""
+    name = f"embedded-beat:{connections[DEFAULT_DB_ALIAS].settings_dict['NAME']}"
+    if len(name) > 64:
+        name = "embedded-beat:" + hashlib.sha256(name.encode()).hexdigest()[:40]
+    return name
+
+
+def _try_database_lock(name: str) -> _Lock | None:
+    """The server's named lock, on a connection of this thread's own, if this call took it; None
+    if another connection holds it or the database does not answer (tried again at the next
+    poll: every periodic task needs the database anyway)."""
+    conn = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, 0)", [name])
+            row = cur.fetchone()
+    except DatabaseError:
+        logger.debug("embedded beat: no answer from the database for its lock", exc_info=True)
+        row = None
+    if row and row[0] == 1:
+        return _DatabaseLock(conn, name)
+    with contextlib.suppress(DatabaseError):
+        conn.close()
+    return None
 
 
 @dataclass(frozen=True)
@@ -139,25 +210,41 @@ def start_embedded_beat(schedule: Mapping[str, Mapping[str, Any]] | None = None)
     if settings.CELERY_BROKER_URL or not settings.EMBEDDED_BEAT:
         return None
     beat = EmbeddedBeat(app.conf.beat_schedule if schedule is None else schedule)
-    lock_path = Path(settings.DATA_DIR) / "embedded-beat.lock"
+    if connections[DEFAULT_DB_ALIAS].vendor == "mysql":
+        where = f"the database's lock {database_lock_name()}"
+
+        def try_lock() -> _Lock | None:
+            return _try_database_lock(database_lock_name())
+    else:
+        lock_path = Path(settings.DATA_DIR) / "embedded-beat.lock"
+        where = str(lock_path)
+
+        def try_lock() -> _Lock | None:
+            return _try_file_lock(lock_path)
+
     stop = threading.Event()
     holding = threading.Event()
 
     def loop() -> None:
-        lock = _try_lock(lock_path)
-        while lock is None:
-            if stop.wait(LOCK_POLL_SECONDS):
-                return
-            lock = _try_lock(lock_path)
-        try:
-            beat.restart()
-            holding.set()
-            logger.info("embedded beat: process %d runs the schedule (%s)", os.getpid(), lock_path)
-            while not stop.wait(beat.run_due()):
-                pass
-        finally:
-            holding.clear()
-            lock.close()  # lets go of the lock
+        while not stop.is_set():
+            lock = try_lock()
+            if lock is None:
+                stop.wait(LOCK_POLL_SECONDS)
+                continue
+            try:
+                beat.restart()
+                holding.set()
+                logger.info("embedded beat: process %d runs the schedule (%s)", os.getpid(), where)
+                # Held is asked before each round: a lock lost with its connection (the server
+                # restarted, the connection killed) stops this thread's runs, and it waits for
+                # the lock again like the others.
+                while lock.held() and not stop.wait(beat.run_due()):
+                    pass
+                if not stop.is_set():
+                    logger.warning("embedded beat: process %d lost %s", os.getpid(), where)
+            finally:
+                holding.clear()
+                lock.close()  # lets go of the lock
 
     thread = threading.Thread(target=loop, name="embedded-beat", daemon=True)
     thread.start()

@@ -15,16 +15,26 @@ from pathlib import Path
 
 import pytest
 from celery.schedules import crontab
+from django.db import connection
 from django.utils import timezone
 
 from graph.models import EntityIdentity
 from graph.services import entity_delete
 from lifecycle import embedded_beat
-from lifecycle.embedded_beat import EmbeddedBeat, start_embedded_beat
+from lifecycle.embedded_beat import EmbeddedBeat, database_lock_name, start_embedded_beat
 from memoryplatform.celery import app
 
 from .factories import EntityIdentityFactory
-from .livestack import ROOT, free_port, manage, manage_json, start_server, wait_until_up
+from .livestack import (
+    ROOT,
+    free_port,
+    live_stack,
+    manage,
+    manage_json,
+    mysql_connection,
+    start_server,
+    wait_until_up,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the thread has its own connection
 
@@ -263,3 +273,100 @@ def test_the_development_server_runs_the_schedule_in_the_process_that_serves(tmp
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)
+
+
+_MARIADB = pytest.mark.skipif(
+    connection.vendor != "mysql", reason="the database's named lock: MariaDB"
+)
+
+
+def _lock_owner() -> int | None:
+    """The id of the MariaDB connection holding the embedded beat's lock, None if none does."""
+    conn = mysql_connection()
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT IS_USED_LOCK(%s)", [database_lock_name()])
+        return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+@_MARIADB
+def test_on_mariadb_one_thread_of_all_data_directories_runs_the_schedule(
+    team, settings, tmp_path, monkeypatch, caplog
+):
+    """Machines sharing a MariaDB without a broker each have their own data directory: the lock
+    is the database's, so one thread of them all runs the schedule. A holder whose connection
+    ends (here killed, as a server restart ends it) stops running it and says so, and a thread
+    takes the lock again."""
+    monkeypatch.setattr(embedded_beat, "LOCK_POLL_SECONDS", 0.1)
+    schedule = {"prune-identities": {"task": "graph.prune_identities", "schedule": 0.2}}
+    started = []
+    try:
+        for folder in ("one", "two"):
+            settings.DATA_DIR = tmp_path / folder
+            settings.DATA_DIR.mkdir()
+            beat = start_embedded_beat(schedule)
+            assert beat is not None
+            started.append(beat)
+            _wait(started[0].holding.is_set, "the first thread did not take the lock")
+        first, second = started
+        _wait(lambda: first.beat.runs["prune-identities"] >= 3, "the holder runs nothing")
+        time.sleep(0.5)  # five polls of the second thread: it still waits
+        assert not second.holding.is_set() and second.beat.runs == {"prune-identities": 0}
+
+        owner = _lock_owner()
+        assert owner is not None
+        conn = mysql_connection()
+        conn.cursor().execute(f"KILL {int(owner)}")
+        conn.close()
+        _wait(lambda: "lost the database's lock" in caplog.text, "the holder did not see it")
+        _wait(lambda: _lock_owner() not in (None, owner), "no thread took the lock again")
+        _wait(lambda: first.holding.is_set() != second.holding.is_set(), "not one holder")
+        runs = sum(b.beat.runs["prune-identities"] for b in started)
+        _wait(
+            lambda: sum(b.beat.runs["prune-identities"] for b in started) >= runs + 2,
+            "the new holder runs nothing",
+        )
+        assert first.holding.is_set() != second.holding.is_set()
+    finally:
+        for beat in started:
+            beat.stop.set()
+            beat.thread.join(timeout=30)
+    assert _lock_owner() is None  # let go with the threads' connections
+
+
+@_MARIADB
+def test_on_mariadb_servers_with_their_own_data_directories_run_the_schedule_once(tmp_path):
+    """Two gunicorn servers on one MariaDB database, each with its own data directory (two
+    machines): one runs the schedule; killed (SIGKILL), its connection ends with it and the
+    other server takes the schedule over."""
+    with live_stack(tmp_path, servers=0, extra_env={"EMBEDDED_BEAT": "1"}) as stack:
+        logs, procs = [], []
+        try:
+            for folder in ("one", "two"):
+                (tmp_path / folder).mkdir()
+                log = tmp_path / f"{folder}.log"
+                with log.open("wb") as out:
+                    env = {**stack.env, "DATA_DIR": str(tmp_path / folder)}
+                    proc, url = start_server(env, out=out)
+                logs.append(log)
+                procs.append(proc)
+                wait_until_up([url])
+
+            def holders() -> list[int]:
+                return [int(pid) for log in logs for pid in _HOLDER.findall(log.read_bytes())]
+
+            _wait(lambda: len(holders()) == 1, "no server runs the schedule", seconds=60)
+            time.sleep(3 * embedded_beat.LOCK_POLL_SECONDS)  # the other still waits
+            assert len(holders()) == 1, [log.read_text() for log in logs]
+            assert all(b"embedded beat started" in log.read_bytes() for log in logs)
+            os.kill(holders()[0], signal.SIGKILL)
+            _wait(lambda: len(holders()) == 2, "the other server did not take it", seconds=60)
+            time.sleep(3 * embedded_beat.LOCK_POLL_SECONDS)
+            first, second = holders()
+            assert second != first and second in {p.pid for p in procs} | set(holders())
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait(timeout=30)
