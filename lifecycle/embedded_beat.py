@@ -109,59 +109,89 @@ class EmbeddedBeat:
 
 
 class _Lock(Protocol):
+    def try_take(self) -> bool:
+        """Whether this call took the lock (no wait)."""
+
     def held(self) -> bool:
         """Still held: a database lock goes with its connection (a restart, a KILL)."""
 
     def close(self) -> None:
-        """Lets go of it."""
+        """Lets go of it, and of what waiting for it kept open."""
 
 
 class _FileLock:
-    def __init__(self, handle: IO[bytes]) -> None:
+    """An exclusive flock on the lock file. flock locks an open file description: a second
+    open in the same process is refused too."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._handle: IO[bytes] | None = None
+
+    def try_take(self) -> bool:
+        try:
+            handle: IO[bytes] = self._path.open("ab")
+        except OSError:
+            # A data directory it cannot write: the schedule runs without the lock (as many
+            # times as there are workers, each task being idempotent) rather than not at all.
+            logger.warning(
+                "embedded beat: cannot open %s; runs without the lock", self._path, exc_info=True
+            )
+            handle = io.BytesIO()
+        else:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                return False
         self._handle = handle
+        return True
 
     def held(self) -> bool:
         return True  # the kernel takes it from no living process
 
     def close(self) -> None:
-        self._handle.close()
-
-
-def _try_file_lock(path: Path) -> _Lock | None:
-    """The lock file's exclusive flock if this call took it, None if another holds it. flock
-    locks an open file description: a second open in the same process is refused too."""
-    try:
-        handle = path.open("ab")
-    except OSError:
-        # A data directory it cannot write: the schedule runs without the lock (as many times
-        # as there are workers, each task being idempotent) rather than not at all.
-        logger.warning("embedded beat: cannot open %s; runs without the lock", path, exc_info=True)
-        return _FileLock(io.BytesIO())
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        return None
-    return _FileLock(handle)
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 class _DatabaseLock:
-    def __init__(self, conn: BaseDatabaseWrapper, name: str) -> None:
-        self._conn = conn
+    """The server's named lock, on a connection of the thread's own, kept while the thread waits
+    for the lock (one GET_LOCK per poll, not a connection per poll)."""
+
+    def __init__(self, name: str) -> None:
         self._name = name
+        self._conn: BaseDatabaseWrapper | None = None
+
+    def _query(self, sql: str) -> Any:
+        if self._conn is None:
+            self._conn = connections.create_connection(DEFAULT_DB_ALIAS)
+        with self._conn.cursor() as cur:
+            cur.execute(sql, [self._name])
+            row = cur.fetchone()
+        return row[0] if row else None
+
+    def try_take(self) -> bool:
+        """False too when the database does not answer: tried again at the next poll, on a new
+        connection (every periodic task needs the database anyway)."""
+        try:
+            return bool(self._query("SELECT GET_LOCK(%s, 0)") == 1)
+        except DatabaseError:
+            logger.debug("embedded beat: no answer from the database for its lock", exc_info=True)
+            self.close()
+            return False
 
     def held(self) -> bool:
         try:
-            with self._conn.cursor() as cur:
-                cur.execute("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", [self._name])
-                row = cur.fetchone()
+            return bool(self._query("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()"))
         except DatabaseError:
             return False
-        return bool(row and row[0])
 
     def close(self) -> None:
-        with contextlib.suppress(DatabaseError):
-            self._conn.close()  # the server lets go of the lock with the connection
+        if self._conn is not None:
+            with contextlib.suppress(DatabaseError):
+                self._conn.close()  # the server lets go of the lock with the connection
+            self._conn = None
 
 
 def database_lock_name() -> str:
@@ -171,25 +201,6 @@ def database_lock_name() -> str:
     if len(name) > 64:
         name = "embedded-beat:" + hashlib.sha256(name.encode()).hexdigest()[:40]
     return name
-
-
-def _try_database_lock(name: str) -> _Lock | None:
-    """The server's named lock, on a connection of this thread's own, if this call took it; None
-    if another connection holds it or the database does not answer (tried again at the next
-    poll: every periodic task needs the database anyway)."""
-    conn = connections.create_connection(DEFAULT_DB_ALIAS)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT GET_LOCK(%s, 0)", [name])
-            row = cur.fetchone()
-    except DatabaseError:
-        logger.debug("embedded beat: no answer from the database for its lock", exc_info=True)
-        row = None
-    if row and row[0] == 1:
-        return _DatabaseLock(conn, name)
-    with contextlib.suppress(DatabaseError):
-        conn.close()
-    return None
 
 
 @dataclass(frozen=True)
@@ -210,28 +221,23 @@ def start_embedded_beat(schedule: Mapping[str, Mapping[str, Any]] | None = None)
     if settings.CELERY_BROKER_URL or not settings.EMBEDDED_BEAT:
         return None
     beat = EmbeddedBeat(app.conf.beat_schedule if schedule is None else schedule)
+    lock: _Lock
     if connections[DEFAULT_DB_ALIAS].vendor == "mysql":
         where = f"the database's lock {database_lock_name()}"
-
-        def try_lock() -> _Lock | None:
-            return _try_database_lock(database_lock_name())
+        lock = _DatabaseLock(database_lock_name())
     else:
         lock_path = Path(settings.DATA_DIR) / "embedded-beat.lock"
         where = str(lock_path)
-
-        def try_lock() -> _Lock | None:
-            return _try_file_lock(lock_path)
-
+        lock = _FileLock(lock_path)
     stop = threading.Event()
     holding = threading.Event()
 
     def loop() -> None:
-        while not stop.is_set():
-            lock = try_lock()
-            if lock is None:
-                stop.wait(LOCK_POLL_SECONDS)
-                continue
-            try:
+        try:
+            while not stop.is_set():
+                if not lock.try_take():
+                    stop.wait(LOCK_POLL_SECONDS)
+                    continue
                 beat.restart()
                 holding.set()
                 logger.info("embedded beat: process %d runs the schedule (%s)", os.getpid(), where)
@@ -240,11 +246,13 @@ def start_embedded_beat(schedule: Mapping[str, Mapping[str, Any]] | None = None)
                 # the lock again like the others.
                 while lock.held() and not stop.wait(beat.run_due()):
                     pass
-                if not stop.is_set():
-                    logger.warning("embedded beat: process %d lost %s", os.getpid(), where)
-            finally:
                 holding.clear()
                 lock.close()  # lets go of the lock
+                if not stop.is_set():
+                    logger.warning("embedded beat: process %d lost %s", os.getpid(), where)
+        finally:
+            holding.clear()
+            lock.close()
 
     thread = threading.Thread(target=loop, name="embedded-beat", daemon=True)
     thread.start()
