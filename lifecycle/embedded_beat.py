@@ -6,8 +6,8 @@ a command for each in cron. In the embedded mode each gunicorn worker (gunicorn.
 `post_worker_init`), `manage.py mcp_stdio` (a local agent may run no server at all) and the
 `runserver` of `make dev` (memoryplatform/management) start this thread: it runs each entry of
 the same schedule when it is due, eagerly, one at a time, through the same task code beat sends
-to a worker. `EMBEDDED_BEAT=0` turns it off; with a broker it never
-starts (beat does the job there, and two would send every task twice).
+to a worker. `EMBEDDED_BEAT=0` turns it off; with a broker it never starts (beat does the job
+there, and two would send every task twice).
 
 One thread runs the schedule: the one holding the lock, while the others look at it every
 LOCK_POLL_SECONDS. On SQLite (one machine) the lock is an exclusive flock on

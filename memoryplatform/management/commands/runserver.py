@@ -23,6 +23,7 @@ class Command(StaticRunserver):
     def inner_run(self, *args: Any, **options: Any) -> None:
         # inner_run runs in the process that serves: the autoreloader's child (a new one after
         # every code change, whose thread goes with it), not the parent that only watches files.
-        # As under gunicorn, the data directory's lock lets one thread run the schedule.
+        # As under gunicorn, the lock (the data directory's, or the database's on MariaDB)
+        # lets one thread run the schedule.
         start_embedded_beat()
         super().inner_run(*args, **options)
