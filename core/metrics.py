@@ -90,6 +90,21 @@ JOB_LATENCY = Histogram(
     ["kind"],
     buckets=_LATENCY_BUCKETS,
 )
+# The embedded mode's beat thread (lifecycle.embedded_beat): whether cleanup, the trash's retention
+# and the other periodic tasks run at all, with no beat process to watch. `entry` is a name of
+# beat's schedule (memoryplatform.celery), a closed set.
+PERIODIC_RUNS = Counter(
+    "memoryplatform_periodic_tasks_total",
+    "Periodic tasks run by the embedded mode's beat thread, by schedule entry and outcome",
+    ["entry", "outcome"],
+)
+PERIODIC_LAST_SUCCESS = Gauge(
+    "memoryplatform_periodic_task_last_success_timestamp_seconds",
+    "When a schedule entry last ran without error in the embedded mode (Unix time)",
+    ["entry"],
+    # The latest over every process, the ended ones too: the holder may have changed since.
+    multiprocess_mode="max",
+)
 LLM_TOKENS = Counter(
     "memoryplatform_llm_tokens_total",
     "Tokens used by LLM calls, by direction (prompt, completion)",

@@ -47,6 +47,8 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from core.metrics import PERIODIC_LAST_SUCCESS, PERIODIC_RUNS
+
 logger = logging.getLogger(__name__)
 
 # The longest wait between two looks at the schedule: a clock moved forward is seen this late
@@ -99,8 +101,11 @@ class EmbeddedBeat:
         try:
             app.tasks[task].apply(throw=True)
             self.runs[name] += 1
+            PERIODIC_RUNS.labels(entry=name, outcome="ok").inc()
+            PERIODIC_LAST_SUCCESS.labels(entry=name).set_to_current_time()
         except Exception:
             self.failures[name] += 1
+            PERIODIC_RUNS.labels(entry=name, outcome="error").inc()
             logger.exception("embedded beat: %s (%s) failed", name, task)
         finally:
             # This thread's connection: not held between runs (SQLite's write lock, MySQL's

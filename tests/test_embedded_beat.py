@@ -17,6 +17,7 @@ import pytest
 from celery.schedules import crontab
 from django.db import connection
 from django.utils import timezone
+from prometheus_client import REGISTRY
 
 from graph.models import EntityIdentity
 from graph.services import entity_delete
@@ -102,10 +103,41 @@ def test_an_entry_is_not_run_at_the_start_and_a_failure_stops_no_other(team):
     assert beat.run_due() <= 0.05 and beat.runs == {"broken": 0, "prune-identities": 0}
     assert EntityIdentity.objects.filter(pk=identity.pk).exists()
     time.sleep(0.1)
+    before = {key: _sample(*key) for key in _SAMPLES}
+    start = time.time()
     beat.run_due()
     assert beat.runs == {"broken": 0, "prune-identities": 1}
     assert beat.failures == {"broken": 1, "prune-identities": 0}  # logged, with its traceback
     assert not EntityIdentity.objects.filter(pk=identity.pk).exists()
+    # and counted for an operator's scraper (GET /metrics)
+    runs = {key: _sample(*key) - before[key] for key in _SAMPLES[:4]}
+    assert runs == {
+        ("prune-identities", "ok"): 1,
+        ("prune-identities", "error"): 0,
+        ("broken", "ok"): 0,
+        ("broken", "error"): 1,
+    }
+    assert _sample("prune-identities", None) >= start
+    assert _sample("broken", None) == before[("broken", None)]  # never succeeded
+
+
+_SAMPLES: list[tuple[str, str | None]] = [
+    ("prune-identities", "ok"),
+    ("prune-identities", "error"),
+    ("broken", "ok"),
+    ("broken", "error"),
+    ("prune-identities", None),
+    ("broken", None),
+]
+
+
+def _sample(entry: str, outcome: str | None) -> float:
+    """The entry's run count by outcome, or (outcome None) its last success's Unix time."""
+    if outcome is None:
+        name, labels = "memoryplatform_periodic_task_last_success_timestamp_seconds", {}
+    else:
+        name, labels = "memoryplatform_periodic_tasks_total", {"outcome": outcome}
+    return REGISTRY.get_sample_value(name, {"entry": entry, **labels}) or 0.0
 
 
 def test_the_whole_schedule_is_known_to_it():
