@@ -228,8 +228,9 @@ def start_embedded_beat(schedule: Mapping[str, Mapping[str, Any]] | None = None)
     beat = EmbeddedBeat(app.conf.beat_schedule if schedule is None else schedule)
     lock: _Lock
     if connections[DEFAULT_DB_ALIAS].vendor == "mysql":
-        where = f"the database's lock {database_lock_name()}"
-        lock = _DatabaseLock(database_lock_name())
+        name = database_lock_name()
+        where = f"the database's lock {name}"
+        lock = _DatabaseLock(name)
     else:
         lock_path = Path(settings.DATA_DIR) / "embedded-beat.lock"
         where = str(lock_path)
