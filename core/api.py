@@ -29,7 +29,6 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
-from rest_framework.views import set_rollback
 
 from . import jsonlimits
 from .errors import DomainError, ErrorCode
@@ -258,6 +257,11 @@ def internal_error_payload() -> dict[str, Any]:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """DRF exception handler: every exception becomes an envelope, never a trace."""
+    # Imported here: rest_framework.views reads DRF's settings when imported, which name this
+    # module's renderer, so importing it at the top made this module unimportable as the first
+    # of the two in a process (a Celery worker's metrics page, memoryplatform.worker_metrics).
+    from rest_framework.views import set_rollback
+
     set_rollback()
     err = error_for_exception(exc)
     if err is None:
