@@ -90,19 +90,20 @@ JOB_LATENCY = Histogram(
     ["kind"],
     buckets=_LATENCY_BUCKETS,
 )
-# The embedded mode's beat thread (lifecycle.embedded_beat): whether cleanup, the trash's retention
-# and the other periodic tasks run at all, with no beat process to watch. `entry` is a name of
-# beat's schedule (memoryplatform.celery), a closed set.
+# Whether cleanup, the trash's retention and the other periodic tasks run at all: counted where
+# they run, by the embedded mode's beat thread (lifecycle.embedded_beat) or by a Celery worker
+# from beat's message (memoryplatform.celery). `entry` is a name of beat's schedule, a closed set.
 PERIODIC_RUNS = Counter(
     "memoryplatform_periodic_tasks_total",
-    "Periodic tasks run by the embedded mode's beat thread, by schedule entry and outcome",
+    "Periodic tasks of beat's schedule run, by schedule entry and outcome",
     ["entry", "outcome"],
 )
 PERIODIC_LAST_SUCCESS = Gauge(
     "memoryplatform_periodic_task_last_success_timestamp_seconds",
-    "When a schedule entry last ran without error in the embedded mode (Unix time)",
+    "When a schedule entry last ran without error (Unix time)",
     ["entry"],
-    # The latest over every process, the ended ones too: the holder may have changed since.
+    # The latest over every process, the ended ones too: the one running the schedule (the
+    # embedded beat's lock holder, the pool child a message went to) changes.
     multiprocess_mode="max",
 )
 LLM_TOKENS = Counter(
@@ -125,6 +126,14 @@ def timed(histogram: Histogram, **labels: str) -> Iterator[None]:
         yield
     finally:
         (histogram.labels(**labels) if labels else histogram).observe(time.perf_counter() - start)
+
+
+def record_periodic_run(entry: str, *, ok: bool) -> None:
+    """One run of a periodic task, `entry` being its name in beat's schedule: by the embedded
+    mode's beat thread, or by a Celery worker from a message beat sent."""
+    PERIODIC_RUNS.labels(entry=entry, outcome="ok" if ok else "error").inc()
+    if ok:
+        PERIODIC_LAST_SUCCESS.labels(entry=entry).set_to_current_time()
 
 
 def exposition() -> tuple[bytes, str]:

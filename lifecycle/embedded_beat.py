@@ -47,7 +47,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from core.metrics import PERIODIC_LAST_SUCCESS, PERIODIC_RUNS
+from core.metrics import record_periodic_run
 
 logger = logging.getLogger(__name__)
 
@@ -101,11 +101,10 @@ class EmbeddedBeat:
         try:
             app.tasks[task].apply(throw=True)
             self.runs[name] += 1
-            PERIODIC_RUNS.labels(entry=name, outcome="ok").inc()
-            PERIODIC_LAST_SUCCESS.labels(entry=name).set_to_current_time()
+            record_periodic_run(name, ok=True)
         except Exception:
             self.failures[name] += 1
-            PERIODIC_RUNS.labels(entry=name, outcome="error").inc()
+            record_periodic_run(name, ok=False)
             logger.exception("embedded beat: %s (%s) failed", name, task)
         finally:
             # This thread's connection: not held between runs (SQLite's write lock, MySQL's

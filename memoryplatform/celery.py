@@ -8,7 +8,9 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab
 from celery.signals import task_postrun, task_prerun
+from celery.states import FAILURE, SUCCESS
 
+from core.metrics import record_periodic_run
 from core.middleware import request_id_var
 
 # A fallback for `celery -A memoryplatform` when nothing chose the settings. This module runs on
@@ -82,3 +84,23 @@ def _unbind_request_id(task_id: str, **kwargs: Any) -> None:
     token = _request_tokens.pop(task_id, None)
     if token is not None:
         request_id_var.reset(token)
+
+
+# Each task of the schedule is in one entry (tests check it), so a task names its entry.
+_ENTRY_OF_TASK = {entry["task"]: name for name, entry in app.conf.beat_schedule.items()}
+
+
+@task_postrun.connect
+def _count_periodic_run(task: Any, state: str, **kwargs: Any) -> None:
+    """A run of the schedule's task from beat's message counted as the embedded beat counts its
+    own (core.metrics.PERIODIC_RUNS), so that an operator alerts on one series whichever runs
+    the schedule. Only beat's messages (Celery's `celery_beat_task` header): the same task sent
+    by other code (each write queues a `ship_search_changes`) is not a periodic run. A retry is
+    counted when it ends."""
+    entry = _ENTRY_OF_TASK.get(task.name)
+    request = task.request
+    from_beat = getattr(request, "celery_beat_task", None) or (request.headers or {}).get(
+        "celery_beat_task"
+    )
+    if entry is not None and from_beat and state in (SUCCESS, FAILURE):
+        record_periodic_run(entry, ok=state == SUCCESS)
