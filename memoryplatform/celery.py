@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_init, worker_process_shutdown
 from celery.states import FAILURE, SUCCESS
 
 from core.metrics import record_periodic_run
@@ -104,3 +104,22 @@ def _count_periodic_run(task: Any, state: str, **kwargs: Any) -> None:
     )
     if entry is not None and from_beat and state in (SUCCESS, FAILURE):
         record_periodic_run(entry, ok=state == SUCCESS)
+
+
+@worker_init.connect
+def _serve_worker_metrics(sender: Any, **kwargs: Any) -> None:
+    """WORKER_METRICS_BIND: the worker's main process answers `GET /metrics` (docs/metrics.md),
+    for a worker on a machine or in a container with no web process to ask."""
+    from memoryplatform.worker_metrics import serve_from_settings
+
+    serve_from_settings(str(getattr(sender, "pool_cls", "")))
+
+
+@worker_process_shutdown.connect
+def _mark_pool_process_dead(pid: int, **kwargs: Any) -> None:
+    """A pool process that ends (recycled, the worker stopping) stops counting in the "live"
+    gauges of the next scrape, as gunicorn.conf.py does for a web worker."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

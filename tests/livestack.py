@@ -258,10 +258,16 @@ def live_stack(
 
 
 def start_worker(
-    stack: Stack, *, log: Path | None = None, loglevel: str = "warning", **env: str
+    stack: Stack,
+    *,
+    log: Path | None = None,
+    loglevel: str = "warning",
+    pool: str = "solo",
+    **env: str,
 ) -> subprocess.Popen[bytes]:
-    """A Celery worker (solo pool: the job runs in this very process, so killing it kills the
-    job) on the stack's broker; its output goes to `log` when given."""
+    """A Celery worker on the stack's broker; its output goes to `log` when given. The solo
+    pool by default: the job runs in this very process, so killing it kills the job (`pool`
+    "prefork": two child processes run the jobs, as in production)."""
     out = log.open("wb") if log is not None else None
     return subprocess.Popen(
         [
@@ -273,8 +279,8 @@ def start_worker(
             "worker",
             "-Q",
             "celery,llm,maintenance",
-            "--pool=solo",
-            "--concurrency=1",
+            f"--pool={pool}",
+            f"--concurrency={1 if pool == 'solo' else 2}",
             f"--loglevel={loglevel}",
             "--without-heartbeat",
             "--without-gossip",

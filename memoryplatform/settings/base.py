@@ -260,6 +260,9 @@ REST_FRAMEWORK = {
 # `Authorization: Bearer <METRICS_TOKEN>`; anyone else gets a 404.
 METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# `host:port` on which a Celery worker serves the same page, same rules (memoryplatform/
+# worker_metrics.py); empty: it does not.
+WORKER_METRICS_BIND = env.str("WORKER_METRICS_BIND", default="")
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Memory platform API",
