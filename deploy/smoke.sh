@@ -120,7 +120,11 @@ for port in "$port_a" "$port_b"; do
     --graceful-timeout 20 >"$work/gunicorn-$port.log" 2>&1 &
   pids+=("$!")
 done
-"$PYTHON" -m celery -A memoryplatform worker -Q celery,llm,maintenance -c 1 -l info \
+port_w=$(free_port)
+# Its own /metrics too (a host with workers only); its pool process counts through the shared
+# directory, so the web's page and its own both show its jobs.
+WORKER_METRICS_BIND="127.0.0.1:$port_w" \
+  "$PYTHON" -m celery -A memoryplatform worker -Q celery,llm,maintenance -c 1 -l info \
   >"$work/worker.log" 2>&1 &
 pids+=("$!")
 
@@ -138,7 +142,8 @@ for port in "$port_a" "$port_b"; do
   done
 done
 
-"$PYTHON" deploy/smoke_client.py "http://127.0.0.1:$port_a" "http://127.0.0.1:$port_b"
+"$PYTHON" deploy/smoke_client.py "http://127.0.0.1:$port_a" "http://127.0.0.1:$port_b" \
+  "http://127.0.0.1:$port_w"
 
 for pid in "${pids[@]:0:2}"; do
   for child in $(pgrep -P "$pid"); do

@@ -1,7 +1,9 @@
 """The API half of deploy/smoke.sh: drives a production deployment through two gunicorn
 processes the way an agent behind the TLS proxy would (docs/deploy.md, "Smoke test").
 
-    python deploy/smoke_client.py URL_A URL_B   # API key and secret in SMOKE_API_KEY / SMOKE_SECRET
+    python deploy/smoke_client.py URL_A URL_B URL_W   # key and secret in SMOKE_API_KEY / SMOKE_SECRET
+
+URL_W: the Celery worker's own metrics page (WORKER_METRICS_BIND).
 
 Every request carries `X-Forwarded-Proto: https`, the header nginx sets: production settings
 redirect plain HTTP to HTTPS. Exits non-zero with a message naming the failed step.
@@ -51,7 +53,17 @@ def _step(name: str) -> None:
     print(f"smoke: {name}", flush=True)
 
 
-def run(url_a: str, url_b: str) -> None:
+def _sample(text: str, name: str, **labels: str) -> float:
+    """The sum of a metric's samples whose labels include `labels`, in a scraped page."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )
+
+
+def run(url_a: str, url_b: str, url_w: str) -> None:
     a, b = _client(url_a), _client(url_b)
 
     _step("write a long-term memory through process A")
@@ -106,25 +118,32 @@ def run(url_a: str, url_b: str) -> None:
     if metrics.status_code != 200 or "memoryplatform_http_requests_total" not in metrics.text:
         raise SmokeFailure(f"/metrics: {metrics.status_code} {metrics.text[:200]!r}")
     # Only B searched: A's answer counts it when PROMETHEUS_MULTIPROC_DIR is shared.
-    searches = sum(
-        sample.value
-        for family in text_string_to_metric_families(metrics.text)
-        for sample in family.samples
-        if sample.name == "memoryplatform_http_requests_total"
-        and sample.labels.get("route") == "memories/personal/search"
+    searches = _sample(
+        metrics.text, "memoryplatform_http_requests_total", route="memories/personal/search"
     )
     if searches < 1:
         raise SmokeFailure(
             "/metrics on A does not count B's search: is PROMETHEUS_MULTIPROC_DIR set?"
         )
 
+    _step("the worker's compress counted on the web's page and on the worker's own")
+    compress = {"kind": "compress", "status": "succeeded"}
+    if _sample(metrics.text, "memoryplatform_jobs_total", **compress) < 1:
+        raise SmokeFailure("/metrics on A does not count the worker's compress job")
+    own = requests.get(url_w + "/metrics", timeout=10)
+    if own.status_code != 200 or _sample(own.text, "memoryplatform_jobs_total", **compress) < 1:
+        raise SmokeFailure(f"the worker's /metrics: {own.status_code} {own.text[:200]!r}")
+    other = requests.get(url_w + "/health", timeout=10)
+    if other.status_code != 404:
+        raise SmokeFailure(f"the worker's page answered /health: {other.status_code}")
+
 
 def main() -> int:
-    if len(sys.argv) != 3:
+    if len(sys.argv) != 4:
         print(__doc__, file=sys.stderr)
         return 2
     try:
-        run(sys.argv[1], sys.argv[2])
+        run(sys.argv[1], sys.argv[2], sys.argv[3])
     except (SmokeFailure, MemoryAPIError, requests.RequestException) as exc:
         print(f"smoke: FAILED: {exc}", file=sys.stderr)
         return 1
