@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import Iterable
 from socketserver import ThreadingMixIn
@@ -71,6 +72,14 @@ class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
+def _server_class(host: str, port: int) -> tuple[type[_Server], str]:
+    """A server class of the address's family (WSGIServer's is IPv4 only) and the address to
+    bind, as prometheus-client's `start_http_server` does (after Python's http.server)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, sockaddr = infos[0]
+    return type("_FamilyServer", (_Server,), {"address_family": family}), str(sockaddr[0])
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """No access line per scrape on the worker's log."""
@@ -80,7 +89,8 @@ def serve(host: str, port: int) -> WSGIServer | None:
     """Serves `/metrics` on (host, port) from a daemon thread; None (logged) when the address is
     taken, e.g. by another worker of this host, which then serves the same shared directory."""
     try:
-        server = make_server(host, port, metrics_app, _Server, handler_class=_QuietHandler)
+        server_class, address = _server_class(host, port)
+        server = make_server(address, port, metrics_app, server_class, handler_class=_QuietHandler)
     except OSError as exc:
         logger.warning(
             "worker metrics: cannot listen on %s:%s (%s); this worker's counts are still in "

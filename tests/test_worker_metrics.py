@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -67,6 +68,23 @@ def test_the_workers_page_has_the_webs_access_rules(settings, caplog):
         with caplog.at_level(logging.WARNING, logger="memoryplatform.worker_metrics"):
             assert serve("127.0.0.1", port) is None
         assert "cannot listen on 127.0.0.1" in caplog.text
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_page_listens_on_an_ipv6_address():
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    port = free_port()
+    server = serve(*parse_bind(f"[::1]:{port}"))
+    assert server is not None
+    try:
+        page = requests.get(f"http://[::1]:{port}/metrics", timeout=10)  # ::1 is allowed
+        assert page.status_code == 200 and "memoryplatform_jobs_total" in page.text
     finally:
         server.shutdown()
         server.server_close()
