@@ -1064,8 +1064,9 @@ class ImportApi(APIView):
                 "from",
                 str,
                 enum=list(convert.SOURCES),
-                description="what the body is: a bundle (default), or mem0's get_all JSON, each "
-                "memory a personal memory of the agent its user_id (or agent_id) names",
+                description="what the body is: a bundle (default), mem0's get_all JSON (each "
+                "memory a personal memory of the agent its user_id, or agent_id, names), or a "
+                "Letta agent file (.af)",
             ),
             OpenApiParameter(
                 "agent_from",
@@ -1078,8 +1079,14 @@ class ImportApi(APIView):
                 str,
                 description="from=mem0: the agent of a memory without that key",
             ),
+            OpenApiParameter(
+                "agent_id",
+                str,
+                description="from=letta: the id here of the file's one agent (default: its name)",
+            ),
         ],
-        summary="Import a bundle, or a mem0 listing, into the key's team (all or nothing)",
+        summary="Import a bundle, a mem0 listing or a Letta agent file into the key's team (all "
+        "or nothing)",
     )
     def post(self, request: Request) -> Response:
         on_conflict = _choice(request, "on_conflict", bundle.ON_CONFLICT, "skip")
@@ -1092,6 +1099,7 @@ class ImportApi(APIView):
             source=source,
             agent_from=agent_from,
             default_agent=request.query_params.get("default_agent", ""),
+            agent_id=request.query_params.get("agent_id", ""),
         )
         result = bundle.bundle_import(
             team=principal.team,

@@ -1420,6 +1420,23 @@ class _Endpoints:
             "POST", "/import", params=params, raw=data, binary=True, content_type="application/json"
         )
 
+    @_endpoint
+    def import_letta(
+        self,
+        agent_file: bytes | dict[str, Any],
+        agent_id: str | None = None,
+        on_conflict: str = "skip",
+    ) -> _Call[ImportResult]:
+        """Imports a Letta agent file (`.af`: its bytes, or the parsed JSON) into the key's team:
+        each line of the agents' core-memory blocks a pinned memory (team memories for a block
+        agents share), their conversations the agents' archive; `agent_id` renames a file's
+        only agent (its Letta name otherwise). `{"imported", "skipped", "reembedded"}`."""
+        data = agent_file if isinstance(agent_file, bytes) else json.dumps(agent_file).encode()
+        params = {"from": "letta", "agent_id": agent_id, "on_conflict": on_conflict}
+        return _Call(
+            "POST", "/import", params=params, raw=data, binary=True, content_type="application/json"
+        )
+
 
 class MemoryClient(_Endpoints):
     """The blocking client (requests, one keep-alive session)."""

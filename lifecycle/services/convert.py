@@ -37,9 +37,10 @@ from graph.models import EntityType, RelationType
 from graph.services import name_key
 
 from .bundle import bundle_header, bundle_lines_write
+from .convert_letta import letta_bundle
 
 # What an import reads: this server's bundle, or another service's listing converted into one.
-SOURCES = ("bundle", "mem0")
+SOURCES = ("bundle", "mem0", "letta")
 # The mem0 keys a memory may be given to an agent by.
 AGENT_KEYS = ("user_id", "agent_id")
 # The keys of a mem0 item read into columns; the rest of the item goes to metadata.
@@ -62,13 +63,21 @@ def _invalid(where: str, message: str) -> DomainError:
 
 
 def as_bundle(
-    data: bytes, *, source: str = "bundle", agent_from: str = "user_id", default_agent: str = ""
+    data: bytes,
+    *,
+    source: str = "bundle",
+    agent_from: str = "user_id",
+    default_agent: str = "",
+    agent_id: str = "",
 ) -> bytes:
-    """What an import of `data` reads: a bundle as it is, another service's listing converted."""
+    """What an import of `data` reads: a bundle as it is, another service's listing converted
+    (`agent_from`, `default_agent`: mem0's; `agent_id`: a Letta file's agent here)."""
     if source not in SOURCES:
         raise _invalid("from", f"must be one of {', '.join(SOURCES)}")
     if source == "bundle":
         return data
+    if source == "letta":
+        return letta_bundle(data, agent_id=agent_id)
     items, relations = mem0_listing(data)
     return mem0_bundle(
         items, agent_from=agent_from, default_agent=default_agent, relations=relations

@@ -22,8 +22,8 @@ from tenants.models import Team
 
 class Command(BaseCommand):
     help = (
-        "Import a gzipped JSON Lines bundle, or another service's listing (--from mem0), into a "
-        "team (all or nothing)."
+        "Import a gzipped JSON Lines bundle, or another service's export (--from mem0, --from "
+        "letta), into a team (all or nothing)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -35,7 +35,8 @@ class Command(BaseCommand):
             dest="source",
             choices=SOURCES,
             default="bundle",
-            help="what the file is: this server's bundle, or a mem0 listing (get_all's JSON)",
+            help="what the file is: this server's bundle, a mem0 listing (get_all's JSON) or a "
+            "Letta agent file (.af)",
         )
         parser.add_argument(
             "--agent-from",
@@ -45,6 +46,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--default-agent", default="", help="mem0: the agent of a memory without that key"
+        )
+        parser.add_argument(
+            "--agent-id", default="", help="letta: the id here of the file's one agent"
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -65,6 +69,7 @@ class Command(BaseCommand):
                 source=opts["source"],
                 agent_from=opts["agent_from"],
                 default_agent=opts["default_agent"],
+                agent_id=opts["agent_id"],
             )
             header = bundle_read_header(data)
             total = sum(int(n) for n in header["counts"].values())
