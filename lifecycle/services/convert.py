@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -37,7 +38,6 @@ from graph.models import EntityType, RelationType
 from graph.services import name_key
 
 from .bundle import bundle_header, bundle_lines_write
-from .convert_letta import letta_bundle
 
 # What an import reads: this server's bundle, or another service's listing converted into one.
 SOURCES = ("bundle", "mem0", "letta")
@@ -58,7 +58,8 @@ _ACTOR_MAX = 200
 _NAME_MAX = 255  # an entity's name
 
 
-def _invalid(where: str, message: str) -> DomainError:
+def invalid(where: str, message: str) -> DomainError:
+    """The 400 of a listing or file another service wrote, naming where in it."""
     return DomainError(ErrorCode.VALIDATION_ERROR, f"{where}: {message}")
 
 
@@ -73,10 +74,13 @@ def as_bundle(
     """What an import of `data` reads: a bundle as it is, another service's listing converted
     (`agent_from`, `default_agent`: mem0's; `agent_id`: a Letta file's agent here)."""
     if source not in SOURCES:
-        raise _invalid("from", f"must be one of {', '.join(SOURCES)}")
+        raise invalid("from", f"must be one of {', '.join(SOURCES)}")
     if source == "bundle":
         return data
     if source == "letta":
+        # Imported here: that module reuses this one's checks.
+        from .convert_letta import letta_bundle
+
         return letta_bundle(data, agent_id=agent_id)
     items, relations = mem0_listing(data)
     return mem0_bundle(
@@ -91,28 +95,28 @@ def mem0_listing(data: bytes) -> tuple[list[dict[str, Any]], list[dict[str, Any]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _invalid("body", "not UTF-8 text") from exc
+        raise invalid("body", "not UTF-8 text") from exc
     try:
         parsed: Any = json.loads(text)
     except json.JSONDecodeError:
         try:
             parsed = [json.loads(line) for line in text.splitlines() if line.strip()]
         except json.JSONDecodeError as exc:
-            raise _invalid("body", "neither JSON nor JSON Lines") from exc
+            raise invalid("body", "neither JSON nor JSON Lines") from exc
     relations: Any = []
     if isinstance(parsed, dict):
         relations = parsed.get("relations") or []
         parsed = parsed.get("results", parsed.get("memories"))
     if not isinstance(parsed, list):
-        raise _invalid("body", 'expected a list of memories, or an object with "results"')
+        raise invalid("body", 'expected a list of memories, or an object with "results"')
     for n, item in enumerate(parsed):
         if not isinstance(item, dict):
-            raise _invalid(f"memory {n}", "not an object")
+            raise invalid(f"memory {n}", "not an object")
     if not isinstance(relations, list):
-        raise _invalid("relations", "expected a list of relations")
+        raise invalid("relations", "expected a list of relations")
     for n, relation in enumerate(relations):
         if not isinstance(relation, dict):
-            raise _invalid(f"relation {n}", "not an object")
+            raise invalid(f"relation {n}", "not an object")
     return parsed, relations
 
 
@@ -127,9 +131,9 @@ def mem0_bundle(
     key names (`default_agent` when it has none), and of the graph's `relations`. A 400 naming
     the item for one without text or whose agent id this server cannot take."""
     if agent_from not in AGENT_KEYS:
-        raise _invalid("agent_from", f"must be one of {', '.join(AGENT_KEYS)}")
+        raise invalid("agent_from", f"must be one of {', '.join(AGENT_KEYS)}")
     if default_agent and not re.fullmatch(AGENT_ID_RE, default_agent):
-        raise _invalid("default_agent", "not a valid agent id")
+        raise invalid("default_agent", "not a valid agent id")
     records = [_memory(n, item, agent_from, default_agent) for n, item in enumerate(items)]
     revisions: list[dict[str, Any]] = []
     for n, item in enumerate(items):
@@ -159,15 +163,15 @@ def _memory(n: int, item: dict[str, Any], agent_from: str, default_agent: str) -
     where = f"memory {n}"
     content = item.get("memory")
     if not isinstance(content, str) or not content.strip():
-        raise _invalid(where, '"memory" (its text) is required')
+        raise invalid(where, '"memory" (its text) is required')
     # The import checks these too, but names the bundle's line: here they name the memory.
     if len(content) > settings.MEMORY_MAX_CONTENT_CHARS:
-        raise _invalid(where, f"its text is over {settings.MEMORY_MAX_CONTENT_CHARS} characters")
+        raise invalid(where, f"its text is over {settings.MEMORY_MAX_CONTENT_CHARS} characters")
     agent_id = item.get(agent_from) or default_agent
     if not agent_id:
-        raise _invalid(where, f"no {agent_from}, and no default agent given")
+        raise invalid(where, f"no {agent_from}, and no default agent given")
     if not isinstance(agent_id, str) or not re.fullmatch(AGENT_ID_RE, agent_id):
-        raise _invalid(where, f"{agent_from} {agent_id!r} is not a valid agent id here")
+        raise invalid(where, f"{agent_from} {agent_id!r} is not a valid agent id here")
     given = item.get("metadata")
     metadata: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
     # The scoping ids other than the agent's, and anything else the item carries.
@@ -202,14 +206,20 @@ def _memory(n: int, item: dict[str, Any], agent_from: str, default_agent: str) -
     return record
 
 
-def _stamp(where: str, name: str, value: Any) -> str:
-    """`value` as given, once checked to be an ISO 8601 date-time (a 400 naming it otherwise)."""
+def checked_datetime(where: str, name: str, value: Any) -> datetime:
+    """`value` read as an ISO 8601 date-time (a 400 naming it otherwise)."""
     try:
         parsed = parse_datetime(value) if isinstance(value, str) else None
     except ValueError:
         parsed = None
     if parsed is None:
-        raise _invalid(where, f"{name} {value!r} is not an ISO 8601 date-time")
+        raise invalid(where, f"{name} {value!r} is not an ISO 8601 date-time")
+    return parsed
+
+
+def _stamp(where: str, name: str, value: Any) -> str:
+    """`value` as given, once checked to be an ISO 8601 date-time."""
+    checked_datetime(where, name, value)
     return str(value)
 
 
@@ -222,21 +232,21 @@ def _history(n: int, item: dict[str, Any], *, first_id: int) -> list[dict[str, A
         return []
     where = f"memory {n}"
     if not isinstance(given, list):
-        raise _invalid(where, '"history" must be a list (what mem0\'s history(id) returned)')
+        raise invalid(where, '"history" must be a list (what mem0\'s history(id) returned)')
     out: list[dict[str, Any]] = []
     for k, entry in enumerate(given):
         at = f"{where}, history entry {k}"
         if not isinstance(entry, dict):
-            raise _invalid(at, "not an object")
+            raise invalid(at, "not an object")
         event = entry.get("event")
         if not isinstance(event, str) or event.upper() not in _HISTORY_EVENTS:
-            raise _invalid(at, f"event {event!r} is not one of {', '.join(_HISTORY_EVENTS)}")
+            raise invalid(at, f"event {event!r} is not one of {', '.join(_HISTORY_EVENTS)}")
         if event.upper() != "UPDATE":
             continue
         before = entry.get("old_memory", entry.get("prev_value"))
         after = entry.get("new_memory", entry.get("new_value"))
         if not isinstance(before, str) or not isinstance(after, str):
-            raise _invalid(at, "an UPDATE needs its old_memory and new_memory texts")
+            raise invalid(at, "an UPDATE needs its old_memory and new_memory texts")
         who = [str(entry[key]) for key in ("actor_id", "role") if entry.get(key)]
         record: dict[str, Any] = {
             "kind": "revision",
@@ -278,7 +288,7 @@ def _graph(
         agent_id = given.get(agent_from)
         if agent_id is None:
             if len(agents) > 1:
-                raise _invalid(
+                raise invalid(
                     where,
                     f"no {agent_from}, and the listing's memories are of several agents "
                     "(import one user's listing at a time, or give each relation its "
@@ -286,21 +296,19 @@ def _graph(
                 )
             agent_id = next(iter(agents), None) or default_agent
         if not agent_id:
-            raise _invalid(
-                where, f"no {agent_from}, and no memory or default agent to take it from"
-            )
+            raise invalid(where, f"no {agent_from}, and no memory or default agent to take it from")
         if not isinstance(agent_id, str) or not re.fullmatch(AGENT_ID_RE, agent_id):
-            raise _invalid(where, f"{agent_from} {agent_id!r} is not a valid agent id here")
+            raise invalid(where, f"{agent_from} {agent_id!r} is not a valid agent id here")
         relationship = given.get("relationship")
         if not isinstance(relationship, str) or not relationship.strip():
-            raise _invalid(where, '"relationship" is required')
+            raise invalid(where, '"relationship" is required')
         ends = []
         for key in ("source", "target"):
             name = given.get(key, given.get("destination") if key == "target" else None)
             if not isinstance(name, str) or not name.strip():
-                raise _invalid(where, f'"{key}" (a node\'s name) is required')
+                raise invalid(where, f'"{key}" (a node\'s name) is required')
             if len(name) > _NAME_MAX:
-                raise _invalid(where, f"{key} is over {_NAME_MAX} characters")
+                raise invalid(where, f"{key} is over {_NAME_MAX} characters")
             # Names that differ only in case or width are one entity here (graph.services.
             # same_name, which the import meets entities by): one node, its first name, the
             # others kept in properties, so edges ending on either variant merge as they will.

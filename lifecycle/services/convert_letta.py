@@ -35,21 +35,16 @@ from datetime import UTC
 from typing import Any
 
 from django.conf import settings
-from django.utils.dateparse import parse_datetime
 
-from core.errors import DomainError, ErrorCode
 from core.validators import AGENT_ID_RE
 
 from .bundle import bundle_header, bundle_lines_write
+from .convert import checked_datetime, invalid
 
 _CATEGORY_MAX = 64
 _NAME_MAX = 64  # an archive item's speaker name
 # MemGPT's envelopes of a user turn that are not the user speaking.
 _NOT_SAID = {"heartbeat", "login", "system_alert", "system_message"}
-
-
-def _invalid(where: str, message: str) -> DomainError:
-    return DomainError(ErrorCode.VALIDATION_ERROR, f"{where}: {message}")
 
 
 def letta_bundle(data: bytes, *, agent_id: str = "") -> bytes:
@@ -59,9 +54,9 @@ def letta_bundle(data: bytes, *, agent_id: str = "") -> bytes:
     agents = _agents(document)
     if agent_id:
         if not re.fullmatch(AGENT_ID_RE, agent_id):
-            raise _invalid("agent_id", "not a valid agent id")
+            raise invalid("agent_id", "not a valid agent id")
         if len(agents) != 1:
-            raise _invalid("agent_id", f"the file holds {len(agents)} agents, not one")
+            raise invalid("agent_id", f"the file holds {len(agents)} agents, not one")
     ids = [agent_id or _agent_id(n, agent) for n, (agent, _) in enumerate(agents)]
 
     # Blocks by id, and the agents naming each: one named by several is theirs together.
@@ -96,17 +91,17 @@ def _document(data: bytes) -> dict[str, Any]:
     try:
         parsed = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise _invalid("body", "not UTF-8 text") from exc
+        raise invalid("body", "not UTF-8 text") from exc
     except json.JSONDecodeError as exc:
-        raise _invalid("body", "not JSON (a Letta agent file is one JSON document)") from exc
+        raise invalid("body", "not JSON (a Letta agent file is one JSON document)") from exc
     if isinstance(parsed, str):
         # Some tools hand the file over JSON-encoded once more.
         try:
             parsed = json.loads(parsed)
         except json.JSONDecodeError as exc:
-            raise _invalid("body", "not a Letta agent file") from exc
+            raise invalid("body", "not a Letta agent file") from exc
     if not isinstance(parsed, dict):
-        raise _invalid("body", "not a Letta agent file (expected a JSON object)")
+        raise invalid("body", "not a Letta agent file (expected a JSON object)")
     return parsed
 
 
@@ -114,7 +109,7 @@ def _list(where: str, value: Any) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _invalid(where, "expected a list")
+        raise invalid(where, "expected a list")
     return value
 
 
@@ -124,26 +119,26 @@ def _agents(document: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[st
         by_id: dict[str, dict[str, Any]] = {}
         for n, block in enumerate(_list("blocks", document.get("blocks"))):
             if not isinstance(block, dict):
-                raise _invalid(f"block {n}", "not an object")
+                raise invalid(f"block {n}", "not an object")
             if isinstance(block.get("id"), str):
                 by_id[block["id"]] = block
         out = []
         for n, agent in enumerate(_list("agents", document["agents"])):
             if not isinstance(agent, dict):
-                raise _invalid(f"agent {n}", "not an object")
+                raise invalid(f"agent {n}", "not an object")
             own = []
             for block_id in _list(f"agent {n}: block_ids", agent.get("block_ids")):
                 if block_id not in by_id:
-                    raise _invalid(f"agent {n}", f"block {block_id!r} is not in the file")
+                    raise invalid(f"agent {n}", f"block {block_id!r} is not in the file")
                 own.append(by_id[block_id])
             own.extend(_blocks(f"agent {n}: memory_blocks", agent.get("memory_blocks")))
             out.append((agent, own))
         if not out:
-            raise _invalid("agents", "the file holds no agent")
+            raise invalid("agents", "the file holds no agent")
         return out
     if "core_memory" in document or "messages" in document:
         return [(document, _blocks("core_memory", document.get("core_memory")))]
-    raise _invalid(
+    raise invalid(
         "body",
         'not a Letta agent file: no "agents" (the current format) nor "core_memory" (the '
         "earlier one)",
@@ -154,14 +149,14 @@ def _blocks(where: str, value: Any) -> list[dict[str, Any]]:
     blocks = _list(where, value)
     for n, block in enumerate(blocks):
         if not isinstance(block, dict):
-            raise _invalid(f"{where} {n}", "not an object")
+            raise invalid(f"{where} {n}", "not an object")
     return blocks
 
 
 def _agent_id(n: int, agent: dict[str, Any]) -> str:
     name = agent.get("name")
     if not isinstance(name, str) or not re.fullmatch(AGENT_ID_RE, name):
-        raise _invalid(
+        raise invalid(
             f"agent {n}",
             f"its name {name!r} is not a valid agent id here: give the id it should have "
             "(agent_id, for a file of one agent)",
@@ -178,9 +173,9 @@ def _block_memories(
     where = f"block {label!r}"
     value = block.get("value")
     if not isinstance(label, str) or not label.strip():
-        raise _invalid("block", f"{block.get('id', '?')!r} has no label")
+        raise invalid("block", f"{block.get('id', '?')!r} has no label")
     if not isinstance(value, str):
-        raise _invalid(where, '"value" (its text) must be a string')
+        raise invalid(where, '"value" (its text) must be a string')
     team = len(agents) > 1
     # The earlier format dates its blocks: when the block was made and last changed.
     stamps = {
@@ -193,7 +188,7 @@ def _block_memories(
         if not content:
             continue
         if len(content) > settings.MEMORY_MAX_CONTENT_CHARS:
-            raise _invalid(
+            raise invalid(
                 where, f"line {line} is over {settings.MEMORY_MAX_CONTENT_CHARS} characters"
             )
         metadata: dict[str, Any] = {"source": "letta", "letta_block": label, "letta_line": line}
@@ -220,7 +215,7 @@ def _archive(agent: dict[str, Any], agent_id: str, *, first: int) -> list[dict[s
     out: list[dict[str, Any]] = []
     for n, message in enumerate(_list(f"agent {agent_id}: messages", agent.get("messages"))):
         if not isinstance(message, dict):
-            raise _invalid(f"agent {agent_id}, message {n}", "not an object")
+            raise invalid(f"agent {agent_id}, message {n}", "not an object")
         role = message.get("role")
         if role not in ("user", "assistant"):
             continue
@@ -253,12 +248,7 @@ def _archive(agent: dict[str, Any], agent_id: str, *, first: int) -> list[dict[s
 
 def _time(where: str, name: str, value: Any) -> str:
     """An ISO 8601 date-time of the file, with its offset (a 400 naming it otherwise)."""
-    try:
-        parsed = parse_datetime(value) if isinstance(value, str) else None
-    except ValueError:
-        parsed = None
-    if parsed is None:
-        raise _invalid(where, f"{name} {value!r} is not an ISO 8601 date-time")
+    parsed = checked_datetime(where, name, value)
     if parsed.tzinfo is None:
         # Letta keeps its times in UTC; its earlier exports wrote them without the offset.
         parsed = parsed.replace(tzinfo=UTC)
