@@ -140,6 +140,13 @@ def mem0_bundle(
         revisions.extend(_history(n, item, first_id=len(revisions) + 1))
     agents = {r["agent_id"] for r in records}
     entities, edges = _graph(relations or [], agent_from, agents, default_agent)
+    return converted_bundle(
+        {"memory": records, "revision": revisions, "entity": entities, "relation": edges}
+    )
+
+
+def converted_bundle(records: dict[str, list[dict[str, Any]]]) -> bytes:
+    """The bundle of another service's records, by kind, in the order the import reads them."""
     # No vectors (an empty model): the import embeds every text with its own model.
     header = bundle_header(
         team_id=None,
@@ -147,15 +154,10 @@ def mem0_bundle(
         exported_at=None,
         model="",
         dim=0,
-        counts={
-            "memory": len(records),
-            "revision": len(revisions),
-            "entity": len(entities),
-            "relation": len(edges),
-        },
+        counts={kind: len(rows) for kind, rows in records.items()},
     )
     out = io.BytesIO()
-    bundle_lines_write(out, [header, *records, *revisions, *entities, *edges])
+    bundle_lines_write(out, [header, *(row for rows in records.values() for row in rows)])
     return out.getvalue()
 
 

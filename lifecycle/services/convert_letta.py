@@ -28,7 +28,6 @@ nothing. The file holds no archival memory (Letta does not export passages).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 from datetime import UTC
@@ -38,8 +37,7 @@ from django.conf import settings
 
 from core.validators import AGENT_ID_RE
 
-from .bundle import bundle_header, bundle_lines_write
-from .convert import checked_datetime, invalid
+from .convert import checked_datetime, converted_bundle, invalid
 
 _CATEGORY_MAX = 64
 _NAME_MAX = 64  # an archive item's speaker name
@@ -72,19 +70,7 @@ def letta_bundle(data: bytes, *, agent_id: str = "") -> bytes:
     archive: list[dict[str, Any]] = []
     for (agent, _), here in zip(agents, ids, strict=True):
         archive.extend(_archive(agent, here, first=len(archive) + 1))
-
-    # No vectors (an empty model): the import embeds every text with its own model.
-    header = bundle_header(
-        team_id=None,
-        agent_id=None,
-        exported_at=None,
-        model="",
-        dim=0,
-        counts={"memory": len(records), "archive": len(archive)},
-    )
-    out = io.BytesIO()
-    bundle_lines_write(out, [header, *records, *archive])
-    return out.getvalue()
+    return converted_bundle({"memory": records, "archive": archive})
 
 
 def _document(data: bytes) -> dict[str, Any]:
