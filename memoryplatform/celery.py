@@ -95,8 +95,8 @@ def _count_periodic_run(task: Any, state: str, **kwargs: Any) -> None:
     """A run of the schedule's task from beat's message counted as the embedded beat counts its
     own (core.metrics.PERIODIC_RUNS), so that an operator alerts on one series whichever runs
     the schedule. Only beat's messages (Celery's `celery_beat_task` header): the same task sent
-    by other code (each write queues a `ship_search_changes`) is not a periodic run. A retry is
-    counted when it ends."""
+    by other code (each write queues a `ship_search_changes`) is not a periodic run. A run that
+    asked to be retried (RETRY) has no outcome yet."""
     entry = _ENTRY_OF_TASK.get(task.name)
     request = task.request
     from_beat = getattr(request, "celery_beat_task", None) or (request.headers or {}).get(
