@@ -23,7 +23,9 @@ app = Celery("memoryplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-app.conf.beat_schedule = {
+# Read through app.conf only where Celery runs: reading app.conf loads Django's settings, which
+# must not happen on import (memoryplatform.wsgi chooses them after importing this module).
+BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     # Cleanup for every enabled team, per its pipeline config (docs/lifecycle.md).
     "lifecycle-cleanups": {"task": "lifecycle.schedule_cleanups", "schedule": crontab(minute=5)},
     # Agents whose working memory has items and no write for idle_extract_seconds: compressed.
@@ -61,6 +63,7 @@ app.conf.beat_schedule = {
     # Team identities a member's deletion left with a single scope (graph.identity).
     "prune-identities": {"task": "graph.prune_identities", "schedule": crontab(minute=23)},
 }
+app.conf.beat_schedule = BEAT_SCHEDULE
 
 
 # The request id of the API call that queued a job is on every log line the job writes (sent as a
@@ -87,7 +90,7 @@ def _unbind_request_id(task_id: str, **kwargs: Any) -> None:
 
 
 # Each task of the schedule is in one entry (tests check it), so a task names its entry.
-_ENTRY_OF_TASK = {entry["task"]: name for name, entry in app.conf.beat_schedule.items()}
+_ENTRY_OF_TASK = {entry["task"]: name for name, entry in BEAT_SCHEDULE.items()}
 
 
 @task_postrun.connect

@@ -83,6 +83,19 @@ def test_gunicorn_with_the_default_production_settings_refuses_too(tmp_path):
     assert REFUSAL in r.stderr
 
 
+def test_importing_the_package_chooses_no_settings(tmp_path):
+    """memoryplatform.wsgi imports the package (its Celery app) before it picks the production
+    settings: nothing on that import may load Django's settings, or the server would run on the
+    Celery fallback's (DEBUG on) instead."""
+    env = production_env(tmp_path)
+    env.pop("DJANGO_SETTINGS_MODULE")
+    code = "import memoryplatform; from django.conf import settings; print(settings.configured)"
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert (r.returncode, r.stdout.strip()) == (0, "False"), r.stderr
+
+
 def test_production_with_redis_passes_the_deployment_checks(tmp_path):
     # The settings only read REDIS_URL here; check --deploy does not connect to it.
     r = manage(production_env(tmp_path, REDIS_URL="redis://127.0.0.1:6379/0"), "check", "--deploy")
