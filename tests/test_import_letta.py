@@ -342,6 +342,39 @@ def test_a_bad_file_is_a_400_naming_what_and_writes_nothing(team, api, body, par
     assert not WorkingArchive.objects.filter(team=team).exists()
 
 
+def _odd(change):
+    doc = copy.deepcopy(AGENT_FILE)
+    change(doc)
+    return doc
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _odd(lambda d: d["agents"][0].update(block_ids=[["block-0"]])),
+        _odd(lambda d: d["agents"][0].update(messages={"role": "user"})),
+        _odd(lambda d: d["agents"][0]["messages"].append(["not", "a", "message"])),
+        _odd(lambda d: d["agents"][0]["messages"][1].update(content=5)),
+        _odd(lambda d: d["agents"][0]["messages"][1].update(content={"text": "hi"})),
+        _odd(lambda d: d["agents"][0]["messages"][2].update(tool_calls=7)),
+        _odd(lambda d: d["agents"][0]["messages"][2].update(tool_calls=[{"function": "x"}])),
+        _odd(lambda d: d["agents"][0]["messages"][1].update(role=["user"])),
+        _odd(lambda d: d["blocks"][0].update(label="Notes (2025) / ünïcode ✓")),
+        _odd(lambda d: d["blocks"][0].update(label=None)),
+        _odd(lambda d: d["blocks"].append("block")),
+        _odd(lambda d: d["agents"][0].update(name=None)),
+        _odd(lambda d: d["agents"][0].update(memory_blocks=[{"label": "x", "value": 3}])),
+        {"core_memory": "human: Chad"},
+        {"agents": [{"name": "a", "block_ids": "block-0"}]},
+    ],
+)
+def test_an_odd_file_is_imported_or_refused_never_a_server_error(team, api, body):
+    answer = _import(api, body)
+    assert answer.status_code in (200, 400), answer.content
+    if answer.status_code == 400:
+        assert error_code(answer) == "VALIDATION_ERROR"
+
+
 def test_an_agent_key_imports_its_own_agent_only_and_only_into_its_team(
     team, agent, agent_api, other_team, other_api
 ):

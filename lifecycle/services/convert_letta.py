@@ -114,7 +114,7 @@ def _agents(document: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[st
                 raise invalid(f"agent {n}", "not an object")
             own = []
             for block_id in _list(f"agent {n}: block_ids", agent.get("block_ids")):
-                if block_id not in by_id:
+                if not isinstance(block_id, str) or block_id not in by_id:
                     raise invalid(f"agent {n}", f"block {block_id!r} is not in the file")
                 own.append(by_id[block_id])
             own.extend(_blocks(f"agent {n}: memory_blocks", agent.get("memory_blocks")))
@@ -246,9 +246,11 @@ def _text(message: dict[str, Any]) -> str:
     content = message.get("content", message.get("text"))
     if isinstance(content, str):
         return content.strip()
+    if not isinstance(content, list):
+        return ""
     parts = [
         part["text"]
-        for part in content or []
+        for part in content
         if isinstance(part, dict)
         and part.get("type") == "text"
         and isinstance(part.get("text"), str)
@@ -277,7 +279,8 @@ def _assistant_said(message: dict[str, Any]) -> str:
     """What an agent speaking through the `send_message` tool said (its content is then its
     inner thoughts); "" for an agent that answers in its content."""
     said = []
-    for call in message.get("tool_calls") or []:
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else []:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or function.get("name") != "send_message":
             continue
