@@ -159,6 +159,8 @@ def test_compose_has_the_whole_stack_and_one_beat():
         service = services[name]
         assert service["build"]["dockerfile"] == "deploy/Dockerfile"
         assert [v for v in service["environment"] if not _known(v)] == []
+        # prometheus-client fails on a missing directory, and a restart must start it empty.
+        assert service["environment"]["PROMETHEUS_MULTIPROC_DIR"] in service["tmpfs"]
     # The one-shot service before every other app service migrates and builds the caches in
     # the DATA_DIR volume they all mount.
     assert services["migrate"]["command"] == [
