@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
@@ -54,6 +55,26 @@ class StrictBooleanField(serializers.BooleanField):
         if not isinstance(data, bool):
             self.fail("invalid")
         return data
+
+
+class FutureDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 date-time string still ahead (one without an offset is UTC)."""
+
+    default_error_messages = {
+        "invalid": "Must be an ISO 8601 date-time, e.g. 2027-01-31T18:00:00Z.",
+        "past": "Must be in the future.",
+    }
+
+    def to_internal_value(self, value: Any) -> Any:
+        if not isinstance(value, str):
+            self.fail("invalid")
+        try:
+            when = super().to_internal_value(value)
+        except OverflowError:  # an offset that moves 9999-12-31 past the last year in UTC
+            self.fail("invalid")
+        if when <= timezone.now():
+            self.fail("past")
+        return when
 
 
 class JSONObjectField(serializers.DictField):

@@ -19,6 +19,7 @@ from core.api import EnvelopeResponse, validated_body
 from core.errors import DomainError, NotFound, ValidationFailed
 from core.openapi import api_operation
 from core.serializers import (
+    FutureDateTimeField,
     JSONObjectField,
     QueryInt,
     StrictBooleanField,
@@ -99,6 +100,9 @@ class MemoryOutputSerializer(MemoryFieldsSerializer):
     run_id = serializers.CharField(
         required=False, help_text="only on a memory written with a run (session) id"
     )
+    expires_at = serializers.DateTimeField(
+        required=False, help_text="only on a memory given an expiry: when it stops being true"
+    )
     score = serializers.FloatField(
         required=False, help_text="search only: 0..1, see docs/search.md"
     )
@@ -125,6 +129,12 @@ class _CreateBase(serializers.Serializer):
         allow_blank=True,
         validators=[AGENT_ID],
         help_text="the agent's session; search and list can filter on it",
+    )
+    expires_at = FutureDateTimeField(
+        required=False,
+        default=None,
+        help_text="when the memory stops being true (ISO 8601, in the future; without an "
+        "offset, UTC): out of search and listings from then on, then to the trash",
     )
 
 
@@ -190,11 +200,14 @@ class UpdateInputSerializer(serializers.Serializer):
     metadata = JSONObjectField(required=False)
     category = StrictCharField(required=False, max_length=64)
     pinned = StrictBooleanField(required=False)
+    expires_at = FutureDateTimeField(
+        required=False, allow_null=True, help_text="a new expiry; null: never expires"
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs:
             raise serializers.ValidationError(
-                "Give at least one of content, importance, metadata, category, pinned."
+                "Give at least one of content, importance, metadata, category, pinned, expires_at."
             )
         return attrs
 
@@ -291,6 +304,7 @@ CREATE_FIELDS = (
     "dedup_threshold",
     "pinned",
     "run_id",
+    "expires_at",
 )
 
 

@@ -6,6 +6,8 @@ truth and every in-process index is rebuilt from it.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.db import models
 
@@ -63,6 +65,7 @@ class RemovedBy(models.TextChoices):
     COMMAND = "command", "command"  # a management command
     CONSOLE = "console", "console"  # the review console's bulk delete
     PURGE = "purge", "purge"  # the console's dry-run purge
+    EXPIRY = "expiry", "expiry"  # its own `expires_at` passed (purge.memories_expire)
 
 
 class Memory(models.Model):
@@ -97,6 +100,10 @@ class Memory(models.Model):
     # an agent asks for it. `tier_changed_at` dates the move (cleanup's cold grace period).
     tier = models.CharField(max_length=8, choices=MemoryTier.choices, default=MemoryTier.HOT)
     tier_changed_at = models.DateTimeField(null=True, blank=True)
+    # When the writer said the memory stops being true ("on leave until Friday"): out of search
+    # and listings from then on, and moved to the trash by the hourly pass (purge.memories_expire).
+    # None = kept until something removes it.
+    expires_at = models.DateTimeField(null=True, blank=True)
     # Why a cold memory is cold (ColdReason); "" when it is not cold, or went cold before this
     # was recorded.
     cold_reason = models.CharField(
@@ -147,10 +154,17 @@ class Memory(models.Model):
             models.Index(fields=["team", "run_id"], name="mem_run"),
             # cold memories of a scope (include_cold search) and per-tier counts
             models.Index(fields=["team", "scope", "agent_id", "tier"], name="mem_tier"),
+            # the hourly expiry pass, every team: only the few memories given an expiry
+            models.Index(fields=["expires_at"], name="mem_expiry"),
         ]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.team_id}/{self.scope}/{self.agent_id}: {self.content[:40]}"
+
+    def expired(self, now: datetime) -> bool:
+        """Past its own `expires_at` and not pinned: out of search and listings
+        (selectors.unexpired_q says the same in SQL)."""
+        return self.expires_at is not None and self.expires_at <= now and not self.pinned
 
 
 class MemoryRevision(models.Model):

@@ -53,6 +53,8 @@ def memory_body(
         data["superseded_by"] = m.superseded_by_id
     if m.run_id:
         data["run_id"] = m.run_id
+    if m.expires_at is not None:
+        data["expires_at"] = iso(m.expires_at)
     if score is not None:
         data["score"] = round(float(score), 4)
     return data

@@ -44,6 +44,7 @@ from .models import (
     MemoryShare,
     PurgeRun,
     PurgeStatus,
+    RemovedBy,
     TrashedMemory,
 )
 from .retrieval import index
@@ -76,8 +77,11 @@ SNAPSHOT_FIELDS = (
     "promoted_from_id",
     "created_at",
     "updated_at",
+    "expires_at",
 )
-_DATETIME_FIELDS = ("last_accessed", "created_at", "updated_at")
+_DATETIME_FIELDS = ("last_accessed", "created_at", "updated_at", "expires_at")
+# Memories one expiry transaction moves to the trash (memories_expire).
+EXPIRE_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -533,6 +537,12 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
     if promoted_from and not team_ids.filter(pk=promoted_from).exists():
         result.notes.append(f"#{mid}: the memory it was promoted from (#{promoted_from}) is gone.")
         promoted_from = None
+    expires_at = _dt(snap.get("expires_at"))
+    if expires_at is not None and expires_at <= timezone.now():
+        # Put back by someone who wants it: with its passed expiry it would leave search at once
+        # and the trash again within the hour.
+        result.notes.append(f"#{mid}: its expiry ({snap['expires_at']}) had passed; cleared.")
+        expires_at = None
     Memory.objects.create(
         pk=mid,
         team=team,
@@ -554,6 +564,7 @@ def _restore_one(team: Team, item: TrashedMemory, result: RestoreResult) -> None
         run_id=snap.get("run_id", ""),
         superseded_by_id=superseded_by,
         promoted_from_id=promoted_from,
+        expires_at=expires_at,
     )
     # auto_now/auto_now_add overwrote the timestamps on insert; a queryset update does not.
     Memory.objects.filter(pk=mid).update(
@@ -716,6 +727,46 @@ def trash_empty_expired(*, team: Team | None = None, now: datetime | None = None
         for team_id, ids in by_team.items():
             answers_forget(team_id=team_id, memory_ids=ids)
     return deleted
+
+
+def memories_expire(*, team: Team | None = None, now: datetime | None = None) -> int:
+    """Moves the memories (of every team, or one) whose own `expires_at` has passed to the
+    trash (removed by "expiry", restorable for TRASH_RETENTION_DAYS) -> how many. Pinned ones
+    are protected, as from cleanup. Search and listings leave such a memory out from its expiry
+    on (selectors.unexpired_q); this pass frees its row. Idempotent: two passes at once trash
+    each memory once (memories_trash re-reads the rows under lock, and one pinned, re-dated or
+    removed meanwhile is skipped)."""
+    now = now or timezone.now()
+    due = Memory.objects.filter(expires_at__lte=now, pinned=False)
+    if team is not None:
+        due = due.filter(team=team)
+    moved, after = 0, 0
+    while True:
+        rows = list(
+            due.filter(pk__gt=after)
+            .order_by("id")
+            .values_list("pk", "team_id", "expires_at")[:EXPIRE_BATCH]
+        )
+        if not rows:
+            return moved
+        after = rows[-1][0]
+        by_team: dict[str, list[int]] = defaultdict(list)
+        reasons: dict[int, str] = {}
+        for pk, team_id, expires_at in rows:
+            by_team[team_id].append(pk)
+            reasons[pk] = f"expired at {_iso(expires_at)}"
+        for owner in Team.objects.filter(pk__in=by_team):
+            moved += len(
+                memories_trash(
+                    team=owner,
+                    memories=[Memory(pk=pk, team=owner) for pk in by_team[owner.pk]],
+                    removed_by=RemovedBy.EXPIRY,
+                    reason="expired",
+                    reasons=reasons,
+                    now=now,
+                    still=due,
+                )
+            )
 
 
 def memories_bulk_delete(*, team: Team, memory_ids: list[int], actor: Actor) -> BulkResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import (
@@ -17,6 +18,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.utils import timezone
 
 from core.errors import Forbidden, NotFound
 from tenants.models import Agent, Team
@@ -82,6 +84,12 @@ def memory_filters_q(filters: Mapping[str, Any]) -> Q:
     return filters_q(filters)
 
 
+def unexpired_q(now: datetime) -> Q:
+    """Memories search and listings show: no `expires_at`, one still ahead, or pinned (a pin
+    protects from expiry as from cleanup; Memory.expired is the same test in Python)."""
+    return Q(expires_at__isnull=True) | Q(expires_at__gt=now) | Q(pinned=True)
+
+
 def memory_recent(
     *,
     team: Team,
@@ -93,7 +101,9 @@ def memory_recent(
 ) -> list[Memory]:
     """The scope's newest live memories first (what an empty search query returns); cold ones
     (memories.tiers) only with `include_cold`."""
-    qs = Memory.objects.filter(team=team, scope=scope, superseded_by__isnull=True)
+    qs = Memory.objects.filter(
+        unexpired_q(timezone.now()), team=team, scope=scope, superseded_by__isnull=True
+    )
     if not include_cold:
         qs = qs.exclude(tier=MemoryTier.COLD)
     if scope == MemoryScope.PERSONAL:
@@ -308,6 +318,7 @@ def memory_page(
         qs = qs.filter(scope=MemoryScope.PERSONAL, agent_id=agent_id)
     if not include_superseded:
         qs = qs.filter(superseded_by__isnull=True)
+    qs = qs.filter(unexpired_q(timezone.now()))
     if filters:
         qs = qs.filter(memory_filters_q(filters))
     if before_id is not None:

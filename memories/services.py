@@ -8,6 +8,8 @@ import time
 from collections.abc import Collection, Mapping
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
+from datetime import datetime
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,9 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
+from core.dates import iso
 from core.errors import DomainError, ErrorCode, NotFound, ValidationFailed
 from core.metrics import SEARCH_LATENCY, WRITE_LATENCY, timed
 from core.rows import assign_given, rows_restamp
@@ -54,7 +58,15 @@ logger = logging.getLogger(__name__)
 
 # Every change to these writes a MemoryRevision. The pin state is one of them: pinning decides
 # what cleanup and purges may remove, so who (un)pinned a memory belongs in its history.
-REVISED_FIELDS = ("content", "importance", "category", "metadata", "pinned")
+REVISED_FIELDS = ("content", "importance", "category", "metadata", "pinned", "expires_at")
+
+
+class _Keep(Enum):
+    KEEP = "keep"
+
+
+# memory_update's "leave the expiry as it is": None there means "never expires".
+KEEP = _Keep.KEEP
 
 
 @dataclass(frozen=True)
@@ -191,13 +203,15 @@ def memory_create(
     dedup_threshold: float = 0.85,
     pinned: bool = False,
     run_id: str = "",
+    expires_at: datetime | None = None,
     vector: np.ndarray | None = None,
 ) -> tuple[Memory, DedupHit | None]:
     """Writes a memory unless an existing one says the same thing (then returns that one).
 
     `agent_id` is the owner of a personal memory, the optional author of a team memory; an
     unknown agent is registered on first write. `vector` is the content's embedding when the
-    caller already has it (a batch embeds all its contents in one call).
+    caller already has it (a batch embeds all its contents in one call). `expires_at`: when the
+    memory stops being true (None: never).
     """
     start = time.perf_counter()
     chash = content_hash(content)
@@ -223,6 +237,12 @@ def memory_create(
                 threshold=dedup_threshold,
                 related=related,
             )
+            if hit is not None and _outlives(expires_at, hit.memory.expires_at):
+                # The stored memory says the same but stops being true sooner (or already
+                # did): skipping would lose the rest of what this write says. Stored and linked.
+                logger.info("memory %s expires sooner: written as a new memory", hit.memory.pk)
+                related.append(hit.memory.pk)
+                hit = None
             if hit is not None:
                 if hit.memory.tier == MemoryTier.COLD:
                     # Said again (the exact text of a cold memory, which near-duplicate search
@@ -253,10 +273,17 @@ def memory_create(
             search_tokens=tokens_for_storage(content),
             pinned=pinned,
             run_id=run_id,
+            expires_at=expires_at,
         )
         _index_changed(memory, deleted=False)
     WRITE_LATENCY.labels(outcome="created").observe(time.perf_counter() - start)
     return memory, None
+
+
+def _outlives(new: datetime | None, stored: datetime | None) -> bool:
+    """Whether a write expiring at `new` stays true longer than a stored memory expiring at
+    `stored` (None: never expires)."""
+    return stored is not None and (new is None or new > stored)
 
 
 @dataclass(frozen=True)
@@ -272,6 +299,7 @@ class BatchItem:
     dedup_threshold: float
     pinned: bool
     run_id: str = ""
+    expires_at: datetime | None = None
 
 
 def batch_write_prepare(*, team: Team, scope: str, items: list[BatchItem]) -> np.ndarray:
@@ -385,7 +413,10 @@ def memories_link(*, team: Team, links: list[tuple[int, str, int | None]]) -> No
 
 
 def _snapshot(memory: Memory) -> dict[str, Any]:
-    return {f: getattr(memory, f) for f in REVISED_FIELDS}
+    """The revised fields as a revision stores them (JSON: the expiry as ISO 8601)."""
+    data = {f: getattr(memory, f) for f in REVISED_FIELDS}
+    data["expires_at"] = iso(memory.expires_at)
+    return data
 
 
 def _revision(
@@ -444,9 +475,12 @@ def memory_update(
     category: str | None = None,
     metadata: dict[str, Any] | None = None,
     pinned: bool | None = None,
+    expires_at: datetime | _Keep | None = KEEP,
     action: RevisionAction = RevisionAction.UPDATE,
 ) -> Memory:
-    """Changes a memory, re-embedding new content and recording a revision of what changed."""
+    """Changes a memory, re-embedding new content and recording a revision of what changed.
+    None leaves a field as it is, except `expires_at`, where None means "never" and KEEP
+    leaves it."""
     vector = None
     if content is not None and content != memory.content:
         vector = embed_passages([content])[0]
@@ -467,7 +501,12 @@ def memory_update(
             memory.embedding = to_bytes(vector)
             memory.embedding_model = get_embedder().model_name
         left_cold = _set_attributes(
-            memory, importance=importance, category=category, metadata=metadata, pinned=pinned
+            memory,
+            importance=importance,
+            category=category,
+            metadata=metadata,
+            pinned=pinned,
+            expires_at=expires_at,
         )
         memory.save()
         after = _snapshot(memory)
@@ -487,12 +526,14 @@ def memory_update(
 
 @dataclass(frozen=True)
 class MemoryAttributes:
-    """What `memories_update` sets on one memory: None leaves a value as it is."""
+    """What `memories_update` sets on one memory: None leaves a value as it is (so an expiry
+    can be set here, not cleared)."""
 
     importance: float | None = None
     category: str | None = None
     metadata: dict[str, Any] | None = None
     pinned: bool | None = None
+    expires_at: datetime | None = None
 
 
 def memories_update(
@@ -526,7 +567,11 @@ def memories_update(
             if memory is None:
                 continue  # deleted since the caller read it: as if deleted after
             before, tier = _snapshot(memory), memory.tier
-            leaves_cold = _set_attributes(memory, **asdict(attributes))
+            given = asdict(attributes)
+            expiry = given.pop("expires_at")
+            leaves_cold = _set_attributes(
+                memory, **given, expires_at=KEEP if expiry is None else expiry
+            )
             after = _snapshot(memory)
             changed = [f for f in REVISED_FIELDS if before[f] != after[f]]
             if leaves_cold:
@@ -550,7 +595,7 @@ def memories_update(
         rows_restamp(
             list(written.values()),
             fields=(
-                *("importance", "category", "metadata", "pinned"),
+                *("importance", "category", "metadata", "pinned", "expires_at"),
                 *("tier", "tier_changed_at", "cold_reason", "updated_at"),
             ),
         )
@@ -566,9 +611,10 @@ def _set_attributes(
     category: str | None,
     metadata: dict[str, Any] | None,
     pinned: bool | None,
+    expires_at: datetime | _Keep | None = KEEP,
 ) -> bool:
-    """Sets the given attributes (None: left as it is), then the tier rule; True when the
-    memory leaves cold (the index must add it back)."""
+    """Sets the given attributes (None: left as it is; for `expires_at`, KEEP), then the tier
+    rule; True when the memory leaves cold (the index must add it back)."""
     if importance is not None:
         memory.importance = importance
     if category is not None:
@@ -577,6 +623,8 @@ def _set_attributes(
         memory.metadata = metadata
     if pinned is not None:
         memory.pinned = pinned
+    if expires_at is not KEEP:
+        memory.expires_at = expires_at
     return _hot_if_kept(memory)
 
 
@@ -907,7 +955,9 @@ def memory_revert(*, memory: Memory, revision: MemoryRevision, actor: Actor) -> 
     if revision.memory_id != memory.pk or revision.team_id != memory.team_id:
         raise ValidationFailed({"revision": ["this revision belongs to another memory"]})
     before = revision.before or {}
-    fields = {f: before[f] for f in REVISED_FIELDS if f in before}
+    fields: dict[str, Any] = {f: before[f] for f in REVISED_FIELDS if f in before}
+    if "expires_at" in fields:  # stored as ISO 8601; None = never expired
+        fields["expires_at"] = parse_datetime(fields["expires_at"] or "")
     if "superseded_by" in before and before["superseded_by"] is None:
         return memory_unsupersede(memory=memory, actor=actor)
     if not revision_revertable(revision=revision):
@@ -954,6 +1004,7 @@ def memory_promote(*, memory: Memory, actor: Actor) -> tuple[Memory, DedupHit | 
             importance=memory.importance,
             category=memory.category,
             metadata={**(memory.metadata or {}), "promoted_from": memory.pk},
+            expires_at=memory.expires_at,  # the copy says the same, until the same time
         )
         if hit is not None:
             return team_memory, hit

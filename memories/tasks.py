@@ -26,8 +26,11 @@ def purge_expired_working_items() -> int:
 
 @shared_task(name="memories.empty_expired_trash", ignore_result=True)
 def empty_expired_trash() -> int:
-    from .purge import trash_empty_expired
+    """The trash's hourly upkeep: memories past their own `expires_at` go into it, then what is
+    past its retention leaves it. Idempotent."""
+    from .purge import memories_expire, trash_empty_expired
 
+    memories_expire()
     return trash_empty_expired()
 
 

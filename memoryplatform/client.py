@@ -217,6 +217,8 @@ class Memory(TypedDict):
     superseded_by: NotRequired[int | None]
     # The session (run) that wrote it, on memories written with a run_id.
     run_id: NotRequired[str]
+    # When it stops being true, on memories written or updated with an `expires_at`.
+    expires_at: NotRequired[str]
     # A write that matched a stored memory answers that memory with these two.
     dedup_skipped: NotRequired[bool]
     dedup_score: NotRequired[float]

@@ -22,7 +22,16 @@ from django.db import connection
 
 from memoryplatform.client import MemoryAPIError, MemoryClient
 
-from .livestack import ROOT, Stack, live_stack, row_held, stack_python, wait_for_lock_waits
+from .livestack import (
+    ROOT,
+    Stack,
+    live_stack,
+    queued_in_order,
+    row_held,
+    stack_process,
+    stack_python,
+    wait_for_lock_waits,
+)
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -334,8 +343,6 @@ def test_two_erasures_of_one_batchs_memories_at_once_both_leave_its_answer(tmp_p
     """Each erasure (two purges, which lock only their own memory) rewrites the batch's answer
     kept for retries. Both read it before either wrote: written back from that read, the second
     would put the first's memory back into it."""
-    from .livestack import queued_in_order
-
     with live_stack(tmp_path, servers=2) as stack:
         a, b = (
             MemoryClient(stack.api_key, stack.secret, base_url=u, timeout=120) for u in stack.urls
@@ -363,3 +370,73 @@ def test_two_erasures_of_one_batchs_memories_at_once_both_leave_its_answer(tmp_p
             {"id": first, "erased": True},
             {"id": second, "erased": True},
         ]
+
+
+# A memory's own expiry: moved to the past as time passing would; the hourly pass run alone.
+EXPIRED = """
+import json
+from datetime import timedelta
+from django.utils import timezone
+from memories.models import Memory
+Memory.objects.filter(pk__in={ids}).update(expires_at=timezone.now() - timedelta(minutes=1))
+print(json.dumps(True))
+"""
+
+EXPIRE_PASS = """
+import json
+from memories.purge import memories_expire
+print(json.dumps(memories_expire()))
+"""
+
+TRASHED = """
+import json
+from memories.models import Memory, TrashedMemory
+print(json.dumps({{
+    "live": sorted(Memory.objects.filter(pk__in={ids}).values_list("pk", flat=True)),
+    "trashed": sorted(TrashedMemory.objects.values_list("memory_id", flat=True)),
+}}))
+"""
+
+
+def expired_memories(stack: Stack, texts: tuple[str, ...]) -> tuple[MemoryClient, list[int]]:
+    client = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0], timeout=120)
+    ahead = "2031-01-01T00:00:00Z"
+    ids = [client.write_memory("coder", t, expires_at=ahead)["id"] for t in texts]
+    assert stack_python(stack, EXPIRED.format(ids=ids))
+    return client, ids
+
+
+def test_two_expiry_passes_at_once_trash_each_memory_once(tmp_path):
+    """Two workers' hourly passes (beat on two nodes, or a late one) read the same expired
+    memories; queued on one of their rows, the second finds them gone, never trashed twice."""
+    with live_stack(tmp_path, servers=1) as stack:
+        client, ids = expired_memories(
+            stack, ("The office is closed for renovation.", "The user is in Lisbon.")
+        )
+        with row_held(stack, "memories.models", "Memory", ids[-1]):
+            passes = [stack_process(stack, EXPIRE_PASS) for _ in range(2)]
+            wait_for_lock_waits(stack, 2)
+        counts = []
+        for proc in passes:
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 0
+            counts.append(json.loads(out.strip().splitlines()[-1]))
+        assert sorted(counts) == [0, 2]
+        assert stack_python(stack, TRASHED.format(ids=ids)) == {"live": [], "trashed": ids}
+        assert sorted(t["id"] for t in client.list_trash()["items"]) == ids
+
+
+def test_an_expiry_cleared_while_the_pass_waits_keeps_the_memory(tmp_path):
+    """The pass chose the memory as expired; the agent's update clearing its expiry commits
+    first: the pass, reading the row again under lock, leaves it."""
+    with live_stack(tmp_path, servers=1) as stack:
+        client, (mid,) = expired_memories(stack, ("The user is on call this week.",))
+        cleared, moved = queued_in_order(
+            stack,
+            ("memories.models", "Memory", mid),
+            lambda: client.update_memory(mid, expires_at=None),
+            lambda: stack_python(stack, EXPIRE_PASS),
+        )
+        assert "expires_at" not in cleared and moved == 0
+        assert stack_python(stack, TRASHED.format(ids=[mid])) == {"live": [mid], "trashed": []}
+        assert [m["id"] for m in client.search("coder", "on call this week")] == [mid]

@@ -473,6 +473,9 @@ def memory_search(query: SearchQuery) -> SearchResults:
         for sc, ag in scopes:
             backend.stale(team_id=team.id, scope=sc, agent_id=ag)
     now = timezone.now()
+    # Past its own expires_at: out of search at once, though still indexed until the hourly
+    # pass trashes it (not a stale index, so not counted above).
+    rows = {mid: m for mid, m in rows.items() if not m.expired(now)}
     ordered: list[tuple[Memory, float | None]] = [
         (memory, c.score)
         for memory, c in sorted(

@@ -1,0 +1,288 @@
+"""A memory's own expiry (`expires_at`): what an agent knows stops being true at a date ("on
+leave until Friday"). From then on search and listings leave it out; the hourly trash pass moves
+it to the trash, restorable like every removal; a pin protects it; dedup never lets an expiring
+memory swallow a write that outlives it; an update sets or clears it with a revision; a bundle
+carries it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from core.dates import iso
+from memories import tasks
+from memories.models import Memory, MemoryRevision, TrashedMemory
+from memories.purge import memories_expire
+from memories.services import Actor, memory_promote, memory_revert
+
+from .helpers import error_code, ok_data
+from .test_export_import import export_bundle, import_bundle, make_bundle, read_bundle
+
+pytestmark = pytest.mark.django_db
+
+LEAVE = "The user is on parental leave and answers no work messages."
+
+
+def ahead(days: float = 3) -> str:
+    return (timezone.now() + timedelta(days=days)).isoformat()
+
+
+def write(api, content=LEAVE, agent="alice", **extra):
+    r = api.post("/memories/personal", {"agent_id": agent, "content": content, **extra})
+    assert r.status_code == 201, r.content
+    return ok_data(r)
+
+
+def expire(*ids, ago=timedelta(minutes=1)):
+    """Moves the memories' expiry into the past, as time passing would."""
+    Memory.objects.filter(pk__in=ids).update(expires_at=timezone.now() - ago)
+
+
+def search_ids(api, query="parental leave work messages", agent="alice"):
+    body = {"agent_id": agent, "query": query, "min_score": 0.0}
+    return [m["id"] for m in ok_data(api.post("/memories/personal/search", body))]
+
+
+def listed_ids(api, agent="alice"):
+    return [m["id"] for m in ok_data(api.get(f"/memories?agent_id={agent}"))["items"]]
+
+
+def recent_ids(api, agent="alice"):
+    return [m["id"] for m in ok_data(api.get(f"/memories/personal/recent/{agent}"))]
+
+
+class TestWrite:
+    def test_the_expiry_is_stored_and_answered_in_utc(self, api):
+        when = datetime(2031, 5, 1, 18, 0, tzinfo=UTC)
+        body = write(api, expires_at="2031-05-01T20:00:00+02:00")
+        assert body["expires_at"] == "2031-05-01T18:00:00Z"
+        assert Memory.objects.get(pk=body["id"]).expires_at == when
+        assert ok_data(api.get(f"/memories/{body['id']}"))["expires_at"] == ("2031-05-01T18:00:00Z")
+
+    def test_without_an_offset_it_is_utc_and_without_one_at_all_no_key(self, api):
+        assert write(api, expires_at="2031-05-01T18:00:00")["expires_at"] == "2031-05-01T18:00:00Z"
+        assert "expires_at" not in write(api, "The user drinks green tea.")
+
+    @pytest.mark.parametrize(
+        "value, message",
+        [
+            ("next friday", "ISO 8601"),
+            (1893456000, "ISO 8601"),
+            (True, "ISO 8601"),
+            ({"at": "2031-01-01"}, "ISO 8601"),
+            ("2031-02-30T00:00:00Z", "ISO 8601"),
+            ("2020-01-01T00:00:00Z", "in the future"),
+            ("9999-12-31T23:59:59-05:00", "out of range"),  # past the last year once in UTC
+        ],
+    )
+    def test_a_bad_expiry_is_a_400_naming_it_and_writes_nothing(self, api, value, message):
+        r = api.post(
+            "/memories/personal", {"agent_id": "alice", "content": LEAVE, "expires_at": value}
+        )
+        assert r.status_code == 400, r.content
+        assert error_code(r) == "VALIDATION_ERROR"
+        assert message in r.json()["details"]["expires_at"][0]
+        assert not Memory.objects.exists()
+
+    def test_a_batch_item_carries_its_expiry_and_a_bad_one_is_refused_alone(self, api):
+        r = api.post(
+            "/memories/personal/batch",
+            {
+                "items": [
+                    {"agent_id": "alice", "content": LEAVE, "expires_at": ahead()},
+                    {"agent_id": "alice", "content": "The user likes tea.", "expires_at": "no"},
+                ]
+            },
+        )
+        results = ok_data(r)["results"]
+        assert results[0]["status"] == 201 and "expires_at" in results[0]["memory"]
+        assert results[1]["status"] == 400 and "expires_at" in results[1]["details"]
+        assert Memory.objects.get().expires_at is not None
+
+
+class TestOnceExpired:
+    def test_out_of_search_listing_and_recent_at_once_but_still_readable(self, api):
+        gone = write(api, expires_at=ahead())["id"]
+        kept = write(api, "The user is on leave from the chess club.", expires_at=ahead())["id"]
+        assert set(search_ids(api)) == {gone, kept}
+        expire(gone)
+        assert search_ids(api) == [kept]
+        assert listed_ids(api) == [kept]
+        assert recent_ids(api) == [kept]
+        # Asked for by id, it is still there until the trash pass, and says it has expired.
+        assert ok_data(api.get(f"/memories/{gone}"))["id"] == gone
+
+    def test_a_pinned_memory_does_not_expire(self, api):
+        mid = write(api, expires_at=ahead(), pinned=True)["id"]
+        expire(mid)
+        assert search_ids(api) == [mid] and listed_ids(api) == [mid]
+        assert memories_expire() == 0
+        assert Memory.objects.filter(pk=mid).exists()
+
+    def test_team_memories_expire_too(self, api):
+        body = {"content": "The release freeze lasts until the audit ends.", "expires_at": ahead()}
+        mid = ok_data(api.post("/memories/team", body))["id"]
+        expire(mid)
+        found = ok_data(api.post("/memories/team/search", {"query": "release freeze audit"}))
+        assert found == []
+        assert memories_expire() == 1
+        assert TrashedMemory.objects.get(memory_id=mid).scope == "team"
+
+
+class TestTrashPass:
+    def test_the_hourly_pass_moves_expired_memories_to_the_trash_with_why(self, api):
+        gone = write(api, expires_at=ahead())["id"]
+        later = write(api, "The user is travelling to Oslo.", expires_at=ahead(30))["id"]
+        forever = write(api, "The user drinks green tea.")["id"]
+        expire(gone)
+        tasks.empty_expired_trash()
+        assert set(Memory.objects.values_list("pk", flat=True)) == {later, forever}
+        item = TrashedMemory.objects.get(memory_id=gone)
+        assert item.removed_by == "expiry"
+        assert item.reason.startswith("expired at ")
+        trash = ok_data(api.get("/memories/trash"))["items"]
+        assert [(t["id"], t["removed_by"]) for t in trash] == [(gone, "expiry")]
+        assert tasks.empty_expired_trash() == 0 and memories_expire() == 0  # idempotent
+
+    def test_a_restore_clears_a_passed_expiry_and_keeps_one_ahead(self, api):
+        gone = write(api, expires_at=ahead())["id"]
+        expire(gone)
+        memories_expire()
+        restored = ok_data(api.post(f"/memories/trash/{gone}/restore"))
+        assert restored["id"] == gone and "expires_at" not in restored
+        assert Memory.objects.get(pk=gone).expires_at is None
+        assert search_ids(api) == [gone]
+
+        deleted = write(api, "The user is travelling to Oslo.", expires_at=ahead(30))["id"]
+        was = Memory.objects.get(pk=deleted).expires_at
+        assert api.delete(f"/memories/personal/{deleted}").status_code == 200
+        ok_data(api.post(f"/memories/trash/{deleted}/restore"))
+        assert Memory.objects.get(pk=deleted).expires_at == was
+
+    def test_each_team_finds_its_own_expired_memory_in_its_own_trash(self, api, other_api):
+        mine = write(api, expires_at=ahead())["id"]
+        theirs = write(other_api, expires_at=ahead())["id"]
+        expire(mine, theirs)
+        assert memories_expire() == 2
+        assert TrashedMemory.objects.get(memory_id=mine).team_id != (
+            TrashedMemory.objects.get(memory_id=theirs).team_id
+        )
+        assert [t["id"] for t in ok_data(api.get("/memories/trash"))["items"]] == [mine]
+        assert other_api.post(f"/memories/trash/{mine}/restore").status_code == 404
+
+    def test_the_command_moves_one_teams_expired_memories(self, api, other_api, team):
+        mine = write(api, expires_at=ahead())["id"]
+        theirs = write(other_api, expires_at=ahead())["id"]
+        expire(mine, theirs)
+        out = StringIO()
+        call_command("empty_trash", "--team", team.pk, stdout=out)
+        assert "moved 1 expired memory(ies) to the trash" in out.getvalue()
+        assert list(TrashedMemory.objects.values_list("memory_id", flat=True)) == [mine]
+        assert Memory.objects.filter(pk=theirs).exists()
+
+
+class TestUpdate:
+    def test_set_then_clear_with_a_revision_each_and_a_revert(self, api):
+        mid = write(api)["id"]
+        when = ahead(10)
+        body = ok_data(api.put(f"/memories/personal/{mid}", {"expires_at": when}))
+        assert body["expires_at"].startswith(when[:16])
+        cleared = ok_data(api.put(f"/memories/personal/{mid}", {"expires_at": None}))
+        assert "expires_at" not in cleared
+        first, second = MemoryRevision.objects.filter(memory_id=mid).order_by("id")
+        assert first.before == {"expires_at": None}
+        assert first.after["expires_at"] == second.before["expires_at"] is not None
+        assert second.after == {"expires_at": None}
+        # Reverting the clearing (the console's revert) puts the expiry back, and reverting the
+        # setting takes it away.
+        memory = Memory.objects.get(pk=mid)
+        memory = memory_revert(memory=memory, revision=second, actor=Actor(label="lead"))
+        assert iso(memory.expires_at) == first.after["expires_at"]
+        memory = memory_revert(memory=memory, revision=first, actor=Actor(label="lead"))
+        assert memory.expires_at is None
+
+    def test_clearing_an_expired_memory_brings_it_back_and_the_pass_leaves_it(self, api):
+        mid = write(api, expires_at=ahead())["id"]
+        expire(mid)
+        assert search_ids(api) == []
+        ok_data(api.put(f"/memories/personal/{mid}", {"expires_at": None}))
+        assert search_ids(api) == [mid]
+        assert memories_expire() == 0
+
+    def test_a_past_expiry_is_refused_and_another_team_cannot_set_one(self, api, other_api):
+        mid = write(api)["id"]
+        r = api.put(f"/memories/personal/{mid}", {"expires_at": "2001-01-01T00:00:00Z"})
+        assert r.status_code == 400 and "expires_at" in r.json()["details"]
+        r = other_api.put(f"/memories/personal/{mid}", {"expires_at": ahead()})
+        assert r.status_code == 404
+        assert error_code(r) == error_code(
+            other_api.put("/memories/personal/999999", {"pinned": True})
+        )
+        assert Memory.objects.get(pk=mid).expires_at is None
+
+
+class TestDedup:
+    def test_a_write_that_outlives_the_stored_memory_is_stored_and_linked(self, api):
+        stored = write(api, expires_at=ahead(1))["id"]
+        again = write(api)  # the same words, never expiring
+        assert again["id"] != stored and "dedup_skipped" not in again
+        assert again["metadata"]["related_to"] == [stored]
+        later = write(api, expires_at=ahead(5))
+        assert later["id"] not in (stored, again["id"])
+
+    def test_a_write_the_stored_memory_outlives_is_skipped(self, api):
+        stored = write(api)["id"]
+        r = api.post(
+            "/memories/personal", {"agent_id": "alice", "content": LEAVE, "expires_at": ahead()}
+        )
+        assert r.status_code == 200 and ok_data(r)["dedup_skipped"] is True
+        assert ok_data(r)["id"] == stored
+
+    def test_an_expired_copy_never_swallows_the_same_words(self, api):
+        stored = write(api, expires_at=ahead(1))["id"]
+        expire(stored)
+        r = api.post(
+            "/memories/personal", {"agent_id": "alice", "content": LEAVE, "expires_at": ahead(2)}
+        )
+        assert r.status_code == 201, r.content
+        assert search_ids(api) == [ok_data(r)["id"]]
+
+
+def test_a_promoted_copy_expires_with_its_original(api):
+    original = Memory.objects.get(pk=write(api, expires_at="2031-05-01T18:00:00Z")["id"])
+    copy, hit = memory_promote(memory=original, actor=Actor(label="lead"))
+    assert hit is None and copy.scope == "team"
+    assert copy.expires_at == original.expires_at
+
+
+class TestBundle:
+    def test_an_export_and_import_keep_the_expiry(
+        self, api, other_api, django_capture_on_commit_callbacks
+    ):
+        mid = write(api, expires_at="2031-05-01T18:00:00Z")["id"]
+        data = export_bundle(api, django_capture_on_commit_callbacks)
+        header, records = read_bundle(data)
+        (rec,) = [r for r in records if r["kind"] == "memory" and r["id"] == mid]
+        assert rec["expires_at"] == "2031-05-01T18:00:00Z"
+        header["team_id"] = "other"
+        assert import_bundle(other_api, make_bundle(header, records)).status_code == 200
+        (copy,) = Memory.objects.exclude(pk=mid)
+        assert copy.expires_at == datetime(2031, 5, 1, 18, 0, tzinfo=UTC)
+
+    def test_a_bundle_with_a_bad_expiry_is_refused_whole(
+        self, api, django_capture_on_commit_callbacks
+    ):
+        write(api, expires_at="2031-05-01T18:00:00Z")
+        header, records = read_bundle(export_bundle(api, django_capture_on_commit_callbacks))
+        Memory.objects.all().delete()
+        for rec in records:
+            if rec["kind"] == "memory":
+                rec["expires_at"] = "soon"
+        r = import_bundle(api, make_bundle(header, records))
+        assert r.status_code == 400, r.content
+        assert "expires_at" in r.json()["error"]
+        assert not Memory.objects.exists()
