@@ -171,6 +171,13 @@ Category = Annotated[str | None, Field(description='A label, default "general".'
 Metadata = Annotated[
     dict[str, Any] | None, Field(description="Any JSON object kept with the memory.")
 ]
+ExpiresAt = Annotated[
+    str | None,
+    Field(
+        description="When the memory stops being true (ISO 8601, e.g. 2027-01-31T18:00:00Z; "
+        "without an offset, UTC): from then on it is not found, and it goes to the trash."
+    ),
+]
 
 
 @mcp.tool(name="memory_add", annotations=WRITES)
@@ -184,6 +191,7 @@ async def memory_add(
     category: Category = None,
     metadata: Metadata = None,
     agent_id: AgentId = None,
+    expires_at: ExpiresAt = None,
 ) -> dict[str, Any]:
     """Store a long-term memory. A memory saying the same as an existing one is not stored
     twice: the existing one comes back with dedup_skipped=true."""
@@ -195,6 +203,7 @@ async def memory_add(
         category=category,
         metadata=metadata,
         agent_id=agent_id,
+        expires_at=expires_at,
     )
 
 
@@ -260,6 +269,7 @@ async def memory_update(
     pinned: Annotated[
         bool | None, Field(description="Pinned memories are never cleaned up.")
     ] = None,
+    expires_at: ExpiresAt = None,
 ) -> dict[str, Any]:
     """Correct a memory; give at least one field. The change is kept in its history."""
     return await _run(
@@ -270,6 +280,7 @@ async def memory_update(
         category=category,
         metadata=metadata,
         pinned=pinned,
+        expires_at=expires_at,
     )
 
 

@@ -129,11 +129,18 @@ def memory_add(
     category: str | None = None,
     metadata: dict[str, Any] | None = None,
     agent_id: str | None = None,
+    expires_at: str | None = None,
 ) -> dict[str, Any]:
     """POST /memories/personal or /memories/team."""
     personal = scope == MemoryScope.PERSONAL
     agent = acting_agent_for(principal, agent_id, required=personal)
-    fields = _given(content=content, importance=importance, category=category, metadata=metadata)
+    fields = _given(
+        content=content,
+        importance=importance,
+        category=category,
+        metadata=metadata,
+        expires_at=expires_at,
+    )
     serializer = PersonalCreateInputSerializer if personal else TeamCreateInputSerializer
     data = _valid(serializer(data={**fields, "agent_id": agent}))
     memory, hit = write_validated(team=principal.team, scope=scope, agent_id=agent, data=data)
@@ -202,8 +209,10 @@ def memory_update(
     category: str | None = None,
     metadata: dict[str, Any] | None = None,
     pinned: bool | None = None,
+    expires_at: str | None = None,
 ) -> dict[str, Any]:
-    """PUT /memories/{scope}/{id}: a revision records what changed and by which token."""
+    """PUT /memories/{scope}/{id}: a revision records what changed and by which token. An
+    expiry is set here, not cleared (None is "not given"; REST's PUT clears it with null)."""
     data = _valid(
         UpdateInputSerializer(
             data=_given(
@@ -212,6 +221,7 @@ def memory_update(
                 category=category,
                 metadata=metadata,
                 pinned=pinned,
+                expires_at=expires_at,
             )
         )
     )

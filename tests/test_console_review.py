@@ -190,6 +190,16 @@ def test_a_correction_is_re_embedded_and_recorded_as_a_revision_by_the_user(lead
     assert "by user lead_a" in page
 
 
+def test_the_detail_shows_a_memorys_own_expiry(lead, corpus):
+    memory = corpus["tea"]
+    page = lead.get(_url(memory.team, f"{memory.pk}/")).content.decode()
+    assert "<dt>expires</dt>" not in page
+    memory.expires_at = timezone.now().replace(year=2031, month=5, day=1, hour=18, minute=0)
+    memory.save()
+    page = lead.get(_url(memory.team, f"{memory.pk}/")).content.decode()
+    assert "<dt>expires</dt><dd>2031-05-01 18:00" in page
+
+
 def test_pinning_alone_is_recorded_as_a_revision(lead, corpus):
     memory = corpus["tea"]
     r = lead.post(_url(memory.team, f"{memory.pk}/quick/"), {"pinned": "1"})

@@ -17,6 +17,7 @@ from typing import Any
 import httpx2
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -150,6 +151,34 @@ def test_chinese_round_trip(mcp_url, agent_token):
     assert found["memories"][0]["content"] == "我最喜欢的编程语言是 Rust，周末常去香山爬山"
     assert got["content"] == added["content"]
     assert Memory.objects.filter(team_id="mcp_a").count() == 1
+
+
+def test_an_expiry_through_mcp_is_set_refused_when_past_and_ends_the_search(mcp_url, agent_token):
+    async def write():
+        async with session(mcp_url, agent_token) as c:
+            content = "The user is away until the audit ends"
+            added = ok(
+                await c.call_tool("memory_add", {"content": content, "expires_at": "2031-01-01"})
+            )
+            mid = added["id"]
+            past = await c.call_tool(
+                "memory_update", {"memory_id": mid, "expires_at": "2001-01-01T00:00:00Z"}
+            )
+            later = "2031-06-01T12:00:00+02:00"
+            moved = ok(await c.call_tool("memory_update", {"memory_id": mid, "expires_at": later}))
+            return added, error_code(past), moved
+
+    async def search():
+        async with session(mcp_url, agent_token) as c:
+            return ok(await c.call_tool("memory_search", {"query": "away audit", "min_score": 0}))
+
+    added, past, moved = run(write())
+    assert added["expires_at"] == "2031-01-01T00:00:00Z"
+    assert past == "VALIDATION_ERROR"
+    assert moved["expires_at"] == "2031-06-01T10:00:00Z"
+    assert [m["id"] for m in run(search())["memories"]] == [added["id"]]
+    Memory.objects.filter(pk=added["id"]).update(expires_at=timezone.now())  # time passes
+    assert run(search())["memories"] == []
 
 
 def test_concurrent_requests_each_get_their_own_answer(mcp_url, team_a, agent_token):
