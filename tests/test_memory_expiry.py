@@ -273,15 +273,24 @@ class TestBundle:
         (copy,) = Memory.objects.exclude(pk=mid)
         assert copy.expires_at == datetime(2031, 5, 1, 18, 0, tzinfo=UTC)
 
+    @pytest.mark.parametrize(
+        "value",
+        [
+            "soon",
+            "2031-05-01T18:00:00",  # a bundle's times carry their offset
+            "9999-12-31T23:59:59-05:00",  # past the last year once in UTC
+            "0999-12-31T23:59:59Z",  # before the databases' first
+        ],
+    )
     def test_a_bundle_with_a_bad_expiry_is_refused_whole(
-        self, api, django_capture_on_commit_callbacks
+        self, api, django_capture_on_commit_callbacks, value
     ):
         write(api, expires_at="2031-05-01T18:00:00Z")
         header, records = read_bundle(export_bundle(api, django_capture_on_commit_callbacks))
         Memory.objects.all().delete()
         for rec in records:
             if rec["kind"] == "memory":
-                rec["expires_at"] = "soon"
+                rec["expires_at"] = value
         r = import_bundle(api, make_bundle(header, records))
         assert r.status_code == 400, r.content
         assert "expires_at" in r.json()["error"]

@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import date, time, timedelta
+from datetime import UTC, date, time, timedelta
 from itertools import chain
 from typing import IO, Any, cast
 
@@ -553,6 +553,14 @@ def _decode(f: models.Field[Any, Any], value: Any) -> Any:
         parsed = parse_datetime(value) if isinstance(value, str) else None
         if parsed is None or timezone.is_naive(parsed):
             raise ValueError(f"{f.name} must be an ISO 8601 date-time with its offset")
+        # Stored in UTC, within what MariaDB's DATETIME holds (years 1000-9999): one outside,
+        # such as 9999-12-31 at an offset west of UTC, was a 500 when the row was written.
+        try:
+            utc = parsed.astimezone(UTC)
+        except OverflowError:
+            utc = None
+        if utc is None or utc.year < 1000:
+            raise ValueError(f"{f.name} is out of range (years 1000 to 9999 in UTC)")
         return parsed
     if isinstance(f, models.BooleanField):
         if not isinstance(value, bool):
