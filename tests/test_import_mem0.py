@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 
 from graph.models import Entity, Relation
 from memories.models import Memory, MemoryRevision
+from memories.purge import memories_expire
 from memoryplatform.client import MemoryAPIError, MemoryClient
 from tenants.services import api_key_issue, team_upsert
 
@@ -199,6 +200,40 @@ def test_a_run_id_this_server_cannot_take_is_kept_in_metadata(team, api):
     assert rows["Booked the 9 am train"].metadata["run_id"] == "r" * 65
     seat = rows["Wants a window seat"]
     assert seat.run_id == "" and "run_id" not in seat.metadata
+
+
+def test_a_mem0_expiration_date_becomes_the_memorys_expiry(team, api):
+    """mem0's expiration_date is a plain date, UTC, inclusive: the memory is found all that day.
+    One it cannot read it treats as "not expired"; so does the import, and keeps the value."""
+    listing = [
+        {"memory": "On the Pro trial", "user_id": "alice", "expiration_date": "2031-01-31"},
+        {"memory": "Trial code T-7", "user_id": "alice", "expiration_date": "2031-01-31T09:00"},
+        {"memory": "The old plan was Basic", "user_id": "alice", "expiration_date": "2020-05-01"},
+        {"memory": "Prefers email", "user_id": "alice", "expiration_date": None},
+        {"memory": "Uses a VPN", "user_id": "alice", "expiration_date": "next year"},
+        {"memory": "Renews in Q3", "user_id": "alice", "expiration_date": "9999-12-31"},
+    ]
+    ok_data(_import(api, listing))
+    rows = {m.content: m for m in Memory.objects.filter(team=team)}
+    assert rows["On the Pro trial"].expires_at == datetime(2031, 2, 1, tzinfo=UTC)
+    assert rows["Trial code T-7"].expires_at == datetime(2031, 1, 31, 9, tzinfo=UTC)
+    assert "expiration_date" not in rows["On the Pro trial"].metadata
+    assert rows["Prefers email"].expires_at is None
+    assert "expiration_date" not in rows["Prefers email"].metadata
+    for unread, given in (("Uses a VPN", "next year"), ("Renews in Q3", "9999-12-31")):
+        assert rows[unread].expires_at is None
+        assert rows[unread].metadata["expiration_date"] == given
+    # Expired in mem0 (hidden there, not deleted): imported, out of search here, and the
+    # trash pass moves it where it can still be restored.
+    found = ok_data(
+        api.post(
+            "/memories/personal/search",
+            {"agent_id": "alice", "query": "which plan", "min_score": 0.0},
+        )
+    )
+    assert rows["The old plan was Basic"].pk not in [m["id"] for m in found]
+    assert memories_expire() == 1
+    assert not Memory.objects.filter(content="The old plan was Basic").exists()
 
 
 def test_json_lines_are_read_too(team, api):

@@ -26,11 +26,11 @@ from __future__ import annotations
 import io
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.utils.dateparse import parse_datetime
+from django.utils.dateparse import parse_date, parse_datetime
 
 from core.errors import DomainError, ErrorCode
 from core.validators import AGENT_ID_RE
@@ -177,7 +177,9 @@ def _memory(n: int, item: dict[str, Any], agent_from: str, default_agent: str) -
     given = item.get("metadata")
     metadata: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
     # The scoping ids other than the agent's, and anything else the item carries.
-    metadata.update({k: v for k, v in item.items() if k not in _READ and k != agent_from})
+    readable, expires_at = _expiry(item.get("expiration_date"))
+    read = {*_READ, agent_from, *(("expiration_date",) if readable else ())}
+    metadata.update({k: v for k, v in item.items() if k not in read})
     metadata.update({"source": "mem0", "mem0_id": item.get("id")})
     categories = item.get("categories")
     category = "general"
@@ -205,7 +207,34 @@ def _memory(n: int, item: dict[str, Any], agent_from: str, default_agent: str) -
             record[stamp] = _stamp(where, stamp, value)
     if "updated_at" not in record and "created_at" in record:
         record["updated_at"] = record["created_at"]
+    if expires_at is not None:
+        record["expires_at"] = expires_at
     return record
+
+
+def _expiry(value: Any) -> tuple[bool, str | None]:
+    """Whether mem0's `expiration_date` could be read, and the memory's `expires_at` it gives
+    (None: never). mem0's is a plain date, in UTC and inclusive (a memory expiring 2030-01-31 is
+    found all that day), so it ends at the next midnight UTC; a full date-time is taken as it
+    is, UTC without an offset. mem0 reads a date it cannot parse as "not expired": so does the
+    import, and the value stays in `metadata.expiration_date`, where it was before expiry
+    existed here."""
+    if value is None:
+        return True, None
+    if not isinstance(value, str):
+        return False, None
+    try:
+        day = parse_date(value)
+        if day is not None:
+            moment = datetime.combine(day + timedelta(days=1), time(0), tzinfo=UTC)
+        else:
+            parsed = parse_datetime(value)
+            if parsed is None:
+                return False, None
+            moment = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):  # 2030-02-30; the day after 9999-12-31
+        return False, None
+    return True, moment.isoformat()
 
 
 def checked_datetime(where: str, name: str, value: Any) -> datetime:
