@@ -78,10 +78,11 @@ class FutureDateTimeField(serializers.DateTimeField):
 
 
 class JSONObjectField(serializers.DictField):
-    """A JSON object with any values."""
+    """A JSON object; `null_values`: null is one of the values it may hold (a memory's metadata
+    is any JSON object; a search filter's null is "no value")."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("child", serializers.JSONField())
+    def __init__(self, *, null_values: bool = False, **kwargs: Any) -> None:
+        kwargs.setdefault("child", serializers.JSONField(allow_null=null_values))
         super().__init__(**kwargs)
 
 

@@ -118,7 +118,7 @@ class MemoryOutputSerializer(MemoryFieldsSerializer):
 class _CreateBase(serializers.Serializer):
     content = _content_field(validators=[_validate_content])
     importance = StrictFloatField(required=False, default=0.5, min_value=0.0, max_value=1.0)
-    metadata = JSONObjectField(required=False, default=dict)
+    metadata = JSONObjectField(required=False, default=dict, null_values=True)
     enable_dedup = StrictBooleanField(required=False, default=True)
     dedup_threshold = StrictFloatField(required=False, default=0.85, min_value=0.0, max_value=1.0)
     category = StrictCharField(required=False, default="general", max_length=64)
@@ -157,7 +157,7 @@ class _SearchBase(serializers.Serializer):
     mode = serializers.ChoiceField(
         choices=["hybrid", "vector", "keyword"], required=False, default="hybrid"
     )
-    filters = JSONObjectField(required=False, default=dict)
+    filters = JSONObjectField(required=False, default=dict, null_values=True)
     run_id = StrictCharField(
         required=False,
         default="",
@@ -197,7 +197,7 @@ class TeamSearchInputSerializer(_SearchBase):
 class UpdateInputSerializer(serializers.Serializer):
     content = _content_field(required=False, validators=[_validate_content])
     importance = StrictFloatField(required=False, min_value=0.0, max_value=1.0)
-    metadata = JSONObjectField(required=False)
+    metadata = JSONObjectField(required=False, null_values=True)
     category = StrictCharField(required=False, max_length=64)
     pinned = StrictBooleanField(required=False)
     expires_at = FutureDateTimeField(

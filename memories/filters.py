@@ -5,7 +5,8 @@
     {"$or": [{"category": {"$in": ["rule", "preference"]}}, {"metadata.source": "demo"}]}
     {"created_at": {"$lt": "2026-01-01T00:00:00Z"}, "metadata.priority": {"$gt": 2}}
 
-Fields: `importance`, `created_at`, `category`, `run_id`, `tier` and `metadata.<key>`. Operators: `$eq`, `$ne`,
+Fields: `importance`, `created_at`, `expires_at`, `category`, `run_id`, `tier` and
+`metadata.<key>` (`expires_at`: null is "never expires"). Operators: `$eq`, `$ne`,
 `$in`, `$nin`, `$gt`, `$gte`, `$lt`, `$lte`; a bare value means `$eq`. `parse_filters` checks a
 filter completely (an unknown operator or field is a `FilterError` naming it, which the API
 answers with 400); `filters_q` turns a checked filter into a Q that the caller ANDs with the
@@ -16,14 +17,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 
 LEGACY_KEYS = {"category", "metadata", "created_after", "created_before"}
-FIELDS = {"importance", "created_at", "category", "run_id", "tier"}
+FIELDS = {"importance", "created_at", "expires_at", "category", "run_id", "tier"}
 OPERATORS = {"$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte"}
 _ORDERING = {"$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
 # A metadata key is a name, never a lookup path ("a__contains" would be one for the ORM).
@@ -104,8 +105,9 @@ def _parse_node(node: Mapping[str, Any], *, depth: int) -> dict[str, Any]:
             out[key] = _parse_condition(key, value)
         else:
             raise FilterError(
-                f"Unknown filter {key} (fields: importance, created_at, category, run_id, tier, "
-                "metadata.<key>; also category, metadata, created_after, created_before)."
+                f"Unknown filter {key} (fields: importance, created_at, expires_at, category, "
+                "run_id, tier, metadata.<key>; also category, metadata, created_after, "
+                "created_before)."
             )
     return out
 
@@ -138,6 +140,11 @@ def _operand(field: str, op: str, value: Any) -> Any:
         return float(value)
     if field == "created_at":
         return _datetime(field, value)
+    if field == "expires_at":
+        # null: a memory without an expiry (only with $eq / $ne: nothing orders against "never").
+        if value is None and op in ("$eq", "$ne"):
+            return None
+        return _datetime(field, value)
     if field in ("category", "run_id", "tier") and not isinstance(value, str):
         raise FilterError(f"{field}: {op} takes a string.")
     if op in _ORDERING and (isinstance(value, bool) or value is None):
@@ -148,10 +155,14 @@ def _operand(field: str, op: str, value: Any) -> Any:
 def _datetime(field: str, value: Any) -> datetime:
     if isinstance(value, datetime):
         return value
-    parsed = parse_datetime(value) if isinstance(value, str) else None
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:  # well formed, but no such date ("2031-02-30")
+        parsed = None
     if parsed is None:
         raise FilterError(f"{field} must be an ISO 8601 datetime.")
-    return parsed
+    # Without an offset it is UTC, as the database's times are (and as a write's expires_at is).
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _check_meta_key(key: str) -> None:

@@ -91,6 +91,20 @@ class TestCreate:
     def test_content_of_32000_characters_is_accepted(self, api):
         assert write(api, "长" * 32000).status_code == 201
 
+    def test_metadata_may_hold_nulls_and_a_filter_finds_them(self, api):
+        """Metadata is any JSON object: a null value (mem0 and many clients write them) was a
+        400 once; it is kept, updated, and matched by a null in a filter."""
+        meta = {"ticket": None, "owner": {"team": None}, "tags": [None, "x"]}
+        r = write(api, "the deploy key rotates monthly", metadata=meta)
+        assert r.status_code == 201, r.content
+        mid = ok_data(r)["id"]
+        assert Memory.objects.get(pk=mid).metadata == meta
+        write(api, "the deploy key lives in the vault", metadata={"ticket": "OPS-1"})
+        found = search(api, "deploy key", filters={"metadata.ticket": None}, min_score=0.0)
+        assert [m["id"] for m in found] == [mid]
+        updated = api.put(f"/memories/personal/{mid}", {"metadata": {"ticket": None, "n": 1}})
+        assert ok_data(updated)["metadata"] == {"ticket": None, "n": 1}
+
     def test_team_memory_with_category_and_optional_author(self, api):
         r = api.post("/memories/team", {"content": JAVA, "importance": 0.8, "category": "规范"})
         assert r.status_code == 201

@@ -6,8 +6,10 @@ carries it."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from io import StringIO
+from urllib.parse import urlencode
 
 import pytest
 from django.core.management import call_command
@@ -131,6 +133,51 @@ class TestOnceExpired:
         assert found == []
         assert memories_expire() == 1
         assert TrashedMemory.objects.get(memory_id=mid).scope == "team"
+
+
+class TestFilters:
+    def test_search_and_listing_filter_on_the_expiry(self, api):
+        soon = write(api, expires_at="2031-01-01T00:00:00Z")["id"]
+        later = write(api, "The user is on leave from the chess club.", expires_at=ahead(4000))[
+            "id"
+        ]
+        never = write(api, "The user is on leave from the choir for good.")["id"]
+
+        def found(filters):
+            body = {"agent_id": "alice", "query": "on leave", "min_score": 0.0, "filters": filters}
+            searched = {m["id"] for m in ok_data(api.post("/memories/personal/search", body))}
+            query = urlencode({"agent_id": "alice", "filters": json.dumps(filters)})
+            listed = ok_data(api.get(f"/memories?{query}"))
+            assert searched == {m["id"] for m in listed["items"]}
+            return searched
+
+        assert found({"expires_at": None}) == {never}
+        assert found({"expires_at": {"$ne": None}}) == {soon, later}
+        assert found({"expires_at": {"$lte": "2031-06-01T00:00:00Z"}}) == {soon}
+        assert found({"$or": [{"expires_at": None}, {"expires_at": {"$gt": "2031-06-01"}}]}) == {
+            later,
+            never,
+        }
+
+    @pytest.mark.parametrize(
+        "filters, field",
+        [
+            ({"expires_at": "soon"}, "expires_at"),
+            ({"expires_at": {"$lt": None}}, "expires_at"),
+            ({"expires_at": [1]}, "expires_at"),
+            ({"expires_at": {"$gt": "2031-02-30T00:00:00Z"}}, "expires_at"),
+            # A well-formed date with no such day was a 500 (the parser's ValueError).
+            ({"created_at": {"$lt": "2031-02-30T00:00:00"}}, "created_at"),
+            ({"created_after": "2031-02-30T00:00:00"}, "created_after"),
+        ],
+    )
+    def test_a_bad_date_filter_is_a_400_naming_it(self, api, filters, field):
+        body = {"agent_id": "alice", "query": "x", "filters": filters}
+        r = api.post("/memories/personal/search", body)
+        assert r.status_code == 400 and field in json.dumps(r.json()["details"])
+        query = urlencode({"agent_id": "alice", "filters": json.dumps(filters)})
+        r = api.get(f"/memories?{query}")
+        assert r.status_code == 400 and field in r.json()["error"]
 
 
 class TestTrashPass:
@@ -280,6 +327,7 @@ class TestBundle:
             "2031-05-01T18:00:00",  # a bundle's times carry their offset
             "9999-12-31T23:59:59-05:00",  # past the last year once in UTC
             "0999-12-31T23:59:59Z",  # before the databases' first
+            "2031-02-30T00:00:00Z",  # no such day
         ],
     )
     def test_a_bundle_with_a_bad_expiry_is_refused_whole(

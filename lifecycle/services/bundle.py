@@ -550,7 +550,10 @@ def _decode(f: models.Field[Any, Any], value: Any) -> Any:
         except (binascii.Error, ValueError):
             raise ValueError(f"{f.name} is not valid base64") from None
     if isinstance(f, models.DateTimeField):
-        parsed = parse_datetime(value) if isinstance(value, str) else None
+        try:
+            parsed = parse_datetime(value) if isinstance(value, str) else None
+        except ValueError:  # well formed, but no such day ("2031-02-30")
+            parsed = None
         if parsed is None or timezone.is_naive(parsed):
             raise ValueError(f"{f.name} must be an ISO 8601 date-time with its offset")
         # Stored in UTC, within what MariaDB's DATETIME holds (years 1000-9999): one outside,
