@@ -1,8 +1,8 @@
-"""Date-times as the API writes them."""
+"""Date-times as the API writes them, and as it reads them in."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import overload
 
 
@@ -22,3 +22,13 @@ def iso(dt: datetime | None) -> str | None:
         return None
     value = dt.isoformat()
     return value[:-6] + "Z" if value.endswith("+00:00") else value
+
+
+def in_utc(dt: datetime) -> datetime | None:
+    """An aware `dt` in UTC, as the database stores it; None when it has no UTC time
+    (9999-12-31 at an offset west of UTC, 0001-01-01 east of it): Django's own conversion
+    raises OverflowError at the query, a 500, where the caller should answer a 400."""
+    try:
+        return dt.astimezone(UTC)
+    except OverflowError:
+        return None

@@ -23,6 +23,8 @@ from typing import Any
 from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 
+from core.dates import in_utc
+
 LEGACY_KEYS = {"category", "metadata", "created_after", "created_before"}
 FIELDS = {"importance", "created_at", "expires_at", "category", "run_id", "tier"}
 OPERATORS = {"$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte"}
@@ -162,7 +164,10 @@ def _datetime(field: str, value: Any) -> datetime:
     if parsed is None:
         raise FilterError(f"{field} must be an ISO 8601 datetime.")
     # Without an offset it is UTC, as the database's times are (and as a write's expires_at is).
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    utc = in_utc(parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC))
+    if utc is None:
+        raise FilterError(f"{field} is out of range once in UTC.")
+    return utc
 
 
 def _check_meta_key(key: str) -> None:

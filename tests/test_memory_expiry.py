@@ -169,6 +169,9 @@ class TestFilters:
             # A well-formed date with no such day was a 500 (the parser's ValueError).
             ({"created_at": {"$lt": "2031-02-30T00:00:00"}}, "created_at"),
             ({"created_after": "2031-02-30T00:00:00"}, "created_after"),
+            # No time in UTC: a 500 at the query once.
+            ({"created_at": {"$gt": "9999-12-31T23:59:59-05:00"}}, "created_at"),
+            ({"expires_at": {"$lt": "0001-01-01T00:00:00+01:00"}}, "expires_at"),
         ],
     )
     def test_a_bad_date_filter_is_a_400_naming_it(self, api, filters, field):

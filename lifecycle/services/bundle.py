@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, date, time, timedelta
+from datetime import date, time, timedelta
 from itertools import chain
 from typing import IO, Any, cast
 
@@ -40,7 +40,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from core import jsonlimits
-from core.dates import iso
+from core.dates import in_utc, iso
 from core.errors import DomainError, ErrorCode, Forbidden
 from core.rows import rows_restamp
 from graph.models import Entity, EntityMention, Relation
@@ -558,10 +558,7 @@ def _decode(f: models.Field[Any, Any], value: Any) -> Any:
             raise ValueError(f"{f.name} must be an ISO 8601 date-time with its offset")
         # Stored in UTC, within what MariaDB's DATETIME holds (years 1000-9999): one outside,
         # such as 9999-12-31 at an offset west of UTC, was a 500 when the row was written.
-        try:
-            utc = parsed.astimezone(UTC)
-        except OverflowError:
-            utc = None
+        utc = in_utc(parsed)
         if utc is None or utc.year < 1000:
             raise ValueError(f"{f.name} is out of range (years 1000 to 9999 in UTC)")
         return parsed
