@@ -140,6 +140,9 @@ def _operand(field: str, op: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise FilterError(f"importance: {op} takes a number.")
         return float(value)
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        # SQLite binds integers as 64-bit: a larger one was a 500 there.
+        raise FilterError(f"{field}: {op} takes integers within 64 bits.")
     if field == "created_at":
         return _datetime(field, value)
     if field == "expires_at":
