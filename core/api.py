@@ -106,6 +106,7 @@ class LenientJSONParser(JSONParser):
             # Nested beyond what the decoder can recurse into (~900 levels): far over any limit.
             raise jsonlimits.too_deep(limit) from None
         jsonlimits.check_depth(raw, data, limit)
+        jsonlimits.check_text(raw, data)
         if not isinstance(data, dict):
             raise DomainError(ErrorCode.INVALID_JSON, "body must be a JSON object")
         return data

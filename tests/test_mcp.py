@@ -181,6 +181,26 @@ def test_an_expiry_through_mcp_is_set_refused_when_past_and_ends_the_search(mcp_
     assert run(search())["memories"] == []
 
 
+def test_half_a_surrogate_pair_in_a_tools_arguments_is_a_parse_error_not_a_500(
+    mcp_url, agent_token
+):
+    """The REST parser refuses one itself (tests/security/test_body_text.py); over MCP the SDK's
+    JSON parser does, before any tool runs (the SDK's client cannot even encode one)."""
+    headers = {
+        "Authorization": f"Bearer {agent_token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    raw = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "memory_add", '
+        '"arguments": {"content": "x", "metadata": {"k\\ud800": 1}}}}'
+    )
+    answer = httpx2.post(mcp_url, content=raw.encode(), headers=headers)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == -32700  # JSON-RPC's parse error
+    assert not Memory.objects.exists()
+
+
 def test_concurrent_requests_each_get_their_own_answer(mcp_url, team_a, agent_token):
     """Requests served at once (threads of the live server, each with its own event loop) do
     not mix principals. (Reads only: the test database is an in-memory SQLite shared between
