@@ -133,6 +133,7 @@ class _CreateBase(serializers.Serializer):
     expires_at = FutureDateTimeField(
         required=False,
         default=None,
+        allow_null=True,
         help_text="when the memory stops being true (ISO 8601, in the future; without an "
         "offset, UTC): out of search and listings from then on, then to the trash",
     )

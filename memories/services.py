@@ -8,7 +8,7 @@ import time
 from collections.abc import Collection, Mapping
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -415,7 +415,9 @@ def memories_link(*, team: Team, links: list[tuple[int, str, int | None]]) -> No
 def _snapshot(memory: Memory) -> dict[str, Any]:
     """The revised fields as a revision stores them (JSON: the expiry as ISO 8601)."""
     data = {f: getattr(memory, f) for f in REVISED_FIELDS}
-    data["expires_at"] = iso(memory.expires_at)
+    # In UTC, so the same instant given at another offset (an import's) is no change.
+    expiry = memory.expires_at
+    data["expires_at"] = iso(expiry.astimezone(UTC)) if expiry is not None else None
     return data
 
 
@@ -956,7 +958,7 @@ def memory_revert(*, memory: Memory, revision: MemoryRevision, actor: Actor) -> 
         raise ValidationFailed({"revision": ["this revision belongs to another memory"]})
     before = revision.before or {}
     fields: dict[str, Any] = {f: before[f] for f in REVISED_FIELDS if f in before}
-    if "expires_at" in fields:  # stored as ISO 8601; None = never expired
+    if "expires_at" in fields:  # stored as ISO 8601; None: it had no expiry
         fields["expires_at"] = parse_datetime(fields["expires_at"] or "")
     if "superseded_by" in before and before["superseded_by"] is None:
         return memory_unsupersede(memory=memory, actor=actor)

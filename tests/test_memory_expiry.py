@@ -68,6 +68,7 @@ class TestWrite:
     def test_without_an_offset_it_is_utc_and_without_one_at_all_no_key(self, api):
         assert write(api, expires_at="2031-05-01T18:00:00")["expires_at"] == "2031-05-01T18:00:00Z"
         assert "expires_at" not in write(api, "The user drinks green tea.")
+        assert "expires_at" not in write(api, "The user drinks black tea.", expires_at=None)
 
     @pytest.mark.parametrize(
         "value, message",
