@@ -20,6 +20,8 @@ from memories import tasks
 from memories.models import Memory, MemoryRevision, TrashedMemory
 from memories.purge import memories_expire
 from memories.services import Actor, memory_promote, memory_revert
+from memoryplatform.client import MemoryAPIError, MemoryClient
+from tenants.services import api_key_issue, team_upsert
 
 from .helpers import error_code, ok_data
 from .test_export_import import export_bundle, import_bundle, make_bundle, read_bundle
@@ -347,3 +349,18 @@ class TestBundle:
         assert r.status_code == 400, r.content
         assert "expires_at" in r.json()["error"]
         assert not Memory.objects.exists()
+
+
+def test_the_client_sets_and_clears_an_expiry(live_server):
+    team, _ = team_upsert(team_id="expiring", name="e")
+    key = api_key_issue(team=team)
+    client = MemoryClient(key.key_id, key.secret, base_url=live_server.url)
+    try:
+        written = client.write_memory("alice", LEAVE, expires_at="2031-05-01T18:00:00Z")
+        assert written["expires_at"] == "2031-05-01T18:00:00Z"
+        assert "expires_at" not in client.update_memory(written["id"], expires_at=None)
+        with pytest.raises(MemoryAPIError) as past:
+            client.write_memory("alice", "x", expires_at="2001-01-01")
+        assert past.value.code == "VALIDATION_ERROR" and "expires_at" in past.value.details
+    finally:
+        client.session.close()
