@@ -326,6 +326,18 @@ class TestBundle:
         (copy,) = Memory.objects.exclude(pk=mid)
         assert copy.expires_at == datetime(2031, 5, 1, 18, 0, tzinfo=UTC)
 
+    def test_an_overwrite_import_sets_the_bundles_expiry_on_the_memory_met(
+        self, api, django_capture_on_commit_callbacks
+    ):
+        mid = write(api, expires_at="2031-05-01T18:00:00Z")["id"]
+        data = export_bundle(api, django_capture_on_commit_callbacks)
+        ok_data(api.put(f"/memories/personal/{mid}", {"expires_at": None}))
+        assert ok_data(import_bundle(api, data, on_conflict="overwrite"))["imported"]["memory"] == 1
+        memory = Memory.objects.get()
+        assert memory.pk == mid and memory.expires_at == datetime(2031, 5, 1, 18, tzinfo=UTC)
+        last = MemoryRevision.objects.filter(memory_id=mid).order_by("id").last()
+        assert last.after == {"expires_at": "2031-05-01T18:00:00Z"}
+
     @pytest.mark.parametrize(
         "value",
         [

@@ -1126,6 +1126,8 @@ class _Import:
                     category=columns.get("category"),
                     metadata=self.remap_memory_json(metadata) if metadata is not None else None,
                     pinned=columns.get("pinned"),
+                    # Set when the bundle has one; an overwrite never clears one (None: "leave").
+                    expires_at=columns.get("expires_at"),
                 )
                 given = {k: v for k, v in asdict(attributes).items() if v is not None}
                 if all(getattr(row, k) == v for k, v in given.items()):
