@@ -269,7 +269,13 @@ async def memory_update(
     pinned: Annotated[
         bool | None, Field(description="Pinned memories are never cleaned up.")
     ] = None,
-    expires_at: ExpiresAt = None,
+    expires_at: Annotated[
+        str | None,
+        Field(
+            description='A new expiry (ISO 8601, e.g. 2027-01-31T18:00:00Z), or "never" to '
+            "remove the one it has."
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Correct a memory; give at least one field. The change is kept in its history."""
     return await _run(

@@ -81,6 +81,10 @@ def _valid(serializer: serializers.Serializer) -> dict[str, Any]:
     return dict(serializer.validated_data)
 
 
+# What memory_update's `expires_at` takes to remove an expiry.
+NEVER = "never"
+
+
 def _given(**values: Any) -> dict[str, Any]:
     """The arguments the caller gave: an omitted optional one is left to the serializer."""
     return {k: v for k, v in values.items() if v is not None}
@@ -211,20 +215,19 @@ def memory_update(
     pinned: bool | None = None,
     expires_at: str | None = None,
 ) -> dict[str, Any]:
-    """PUT /memories/{scope}/{id}: a revision records what changed and by which token. An
-    expiry is set here, not cleared (None is "not given"; REST's PUT clears it with null)."""
-    data = _valid(
-        UpdateInputSerializer(
-            data=_given(
-                content=content,
-                importance=importance,
-                category=category,
-                metadata=metadata,
-                pinned=pinned,
-                expires_at=expires_at,
-            )
-        )
+    """PUT /memories/{scope}/{id}: a revision records what changed and by which token.
+    `expires_at` "never" removes an expiry (REST's null: here None is "not given")."""
+    given = _given(
+        content=content,
+        importance=importance,
+        category=category,
+        metadata=metadata,
+        pinned=pinned,
+        expires_at=expires_at,
     )
+    if expires_at == NEVER:
+        given["expires_at"] = None
+    data = _valid(UpdateInputSerializer(data=given))
     memory = _memory(principal, memory_id, WRITE)
     memory = memory_services.memory_update(
         memory=memory, actor=Actor(label=principal.label), **data

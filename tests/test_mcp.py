@@ -166,16 +166,21 @@ def test_an_expiry_through_mcp_is_set_refused_when_past_and_ends_the_search(mcp_
             )
             later = "2031-06-01T12:00:00+02:00"
             moved = ok(await c.call_tool("memory_update", {"memory_id": mid, "expires_at": later}))
-            return added, error_code(past), moved
+            never = ok(
+                await c.call_tool("memory_update", {"memory_id": mid, "expires_at": "never"})
+            )
+            again = ok(await c.call_tool("memory_update", {"memory_id": mid, "expires_at": later}))
+            return added, error_code(past), moved, never, again
 
     async def search():
         async with session(mcp_url, agent_token) as c:
             return ok(await c.call_tool("memory_search", {"query": "away audit", "min_score": 0}))
 
-    added, past, moved = run(write())
+    added, past, moved, never, again = run(write())
     assert added["expires_at"] == "2031-01-01T00:00:00Z"
     assert past == "VALIDATION_ERROR"
     assert moved["expires_at"] == "2031-06-01T10:00:00Z"
+    assert "expires_at" not in never and again["expires_at"] == "2031-06-01T10:00:00Z"
     assert [m["id"] for m in run(search())["memories"]] == [added["id"]]
     Memory.objects.filter(pk=added["id"]).update(expires_at=timezone.now())  # time passes
     assert run(search())["memories"] == []
