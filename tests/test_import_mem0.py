@@ -212,6 +212,8 @@ def test_a_mem0_expiration_date_becomes_the_memorys_expiry(team, api):
         {"memory": "Prefers email", "user_id": "alice", "expiration_date": None},
         {"memory": "Uses a VPN", "user_id": "alice", "expiration_date": "next year"},
         {"memory": "Renews in Q3", "user_id": "alice", "expiration_date": "9999-12-31"},
+        {"memory": "Left in Q4", "user_id": "alice", "expiration_date": "9999-12-31T23:00-05:00"},
+        {"memory": "Joined in 999", "user_id": "alice", "expiration_date": "0999-01-01"},
     ]
     ok_data(_import(api, listing))
     rows = {m.content: m for m in Memory.objects.filter(team=team)}
@@ -220,7 +222,12 @@ def test_a_mem0_expiration_date_becomes_the_memorys_expiry(team, api):
     assert "expiration_date" not in rows["On the Pro trial"].metadata
     assert rows["Prefers email"].expires_at is None
     assert "expiration_date" not in rows["Prefers email"].metadata
-    for unread, given in (("Uses a VPN", "next year"), ("Renews in Q3", "9999-12-31")):
+    for unread, given in (
+        ("Uses a VPN", "next year"),
+        ("Renews in Q3", "9999-12-31"),
+        ("Left in Q4", "9999-12-31T23:00-05:00"),  # no time in UTC
+        ("Joined in 999", "0999-01-01"),  # before what the databases store
+    ):
         assert rows[unread].expires_at is None
         assert rows[unread].metadata["expiration_date"] == given
     # Expired in mem0 (hidden there, not deleted): imported, out of search here, and the

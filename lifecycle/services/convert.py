@@ -32,6 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.dateparse import parse_date, parse_datetime
 
+from core.dates import in_utc
 from core.errors import DomainError, ErrorCode
 from core.validators import AGENT_ID_RE
 from graph.models import EntityType, RelationType
@@ -233,6 +234,10 @@ def _expiry(value: Any) -> tuple[bool, str | None]:
                 return False, None
             moment = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
     except (ValueError, OverflowError):  # 2030-02-30; the day after 9999-12-31
+        return False, None
+    utc = in_utc(moment)
+    if utc is None or utc.year < 1000:
+        # No time a database here stores (the bundle import would refuse the whole listing).
         return False, None
     return True, moment.isoformat()
 
