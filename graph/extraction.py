@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from django.utils import timezone
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -45,6 +46,7 @@ from llm import ChatClient, Usage, chat_messages, cut, data_block, get_client, s
 from memories import locks
 from memories.models import Memory, MemoryScope
 from memories.retrieval.embeddings import embed_passages
+from memories.selectors import unexpired_q
 from tenants.models import Team
 
 from . import services
@@ -369,7 +371,7 @@ def _resolver(team: Team, agent_id: str) -> Resolver:
 
 
 def _memories(team: Team, agent_id: str, max_memories: int) -> list[Memory]:
-    qs = Memory.objects.filter(team=team, superseded_by__isnull=True)
+    qs = Memory.objects.filter(unexpired_q(timezone.now()), team=team, superseded_by__isnull=True)
     if agent_id:
         qs = qs.filter(scope=MemoryScope.PERSONAL, agent_id=agent_id)
     else:

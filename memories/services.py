@@ -237,7 +237,7 @@ def memory_create(
                 threshold=dedup_threshold,
                 related=related,
             )
-            if hit is not None and _outlives(expires_at, hit.memory.expires_at):
+            if hit is not None and memory_outlives(expires_at, hit.memory.expires_at):
                 # The stored memory says the same but stops being true sooner (or already
                 # did): skipping would lose the rest of what this write says. Stored and linked.
                 logger.info("memory %s expires sooner: written as a new memory", hit.memory.pk)
@@ -280,7 +280,7 @@ def memory_create(
     return memory, None
 
 
-def _outlives(new: datetime | None, stored: datetime | None) -> bool:
+def memory_outlives(new: datetime | None, stored: datetime | None) -> bool:
     """Whether a write expiring at `new` stays true longer than a stored memory expiring at
     `stored` (None: never expires)."""
     return stored is not None and (new is None or new > stored)

@@ -16,6 +16,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from core.dates import iso
+from graph.models import Entity
 from memories import tasks
 from memories.models import Memory, MemoryRevision, TrashedMemory
 from memories.purge import memories_expire
@@ -303,6 +304,86 @@ class TestDedup:
         )
         assert r.status_code == 201, r.content
         assert search_ids(api) == [ok_data(r)["id"]]
+
+
+FRAGMENTS = [
+    "The user wants short answers without long explanations.",
+    "The user asked again for shorter answers, no long explanations.",
+    "The user prefers short answers and dislikes long explanations.",
+]
+
+
+def fragments(api, days=(1, 3, 2), agent="alice"):
+    """The three fragments consolidation groups, each expiring in `days` (None: never)."""
+    ids = []
+    for text, d in zip(FRAGMENTS, days, strict=True):
+        extra = {} if d is None else {"expires_at": ahead(d)}
+        ids.append(
+            write(api, text, agent=agent, category="preference", enable_dedup=False, **extra)["id"]
+        )
+    return ids
+
+
+class TestLifecycle:
+    """What the lifecycle reads and derives: an expired memory feeds nothing, and nothing the
+    lifecycle writes lets an expiring memory stand in for a fact that does not expire."""
+
+    @pytest.mark.parametrize("passed", [False, True], ids=["expiring", "expired"])
+    def test_an_ingested_fact_an_expiring_memory_says_is_added_and_linked(self, api, passed):
+        said = {
+            "agent_id": "alice",
+            "messages": [{"role": "user", "content": "My leverage limit is 3x."}],
+        }
+        first = ok_data(api.post("/memories/ingest", said))
+        old = first["facts"][0]["memory"]["id"]
+        assert api.put(f"/memories/personal/{old}", {"expires_at": ahead(1)}).status_code == 200
+        if passed:
+            expire(old)
+        (fact,) = ok_data(api.post("/memories/ingest", said))["facts"]
+        # Not a NOOP: the fact would leave with the memory that "already says it".
+        assert fact["decision"] == "ADD" and fact["memory"]["id"] != old
+        assert fact["memory"]["metadata"]["related_to"] == [old]
+        assert "expires_at" not in fact["memory"]
+        expire(old)
+        assert search_ids(api, "leverage limit") == [fact["memory"]["id"]]
+
+    def test_a_consolidated_fact_expires_with_its_last_fragment(self, api):
+        ids = fragments(api)
+        (done,) = ok_data(api.post("/lifecycle/consolidate", {"agent_id": "alice"}))["consolidated"]
+        assert sorted(done["fragments"]) == sorted(ids)
+        fact = Memory.objects.get(pk=done["memory"]["id"])
+        assert fact.expires_at == Memory.objects.get(pk=ids[1]).expires_at
+        assert done["memory"]["expires_at"] == iso(fact.expires_at.astimezone(UTC))
+
+    def test_a_fragment_that_never_expires_gives_a_fact_that_never_does(self, api):
+        fragments(api, days=(1, None, 2))
+        (done,) = ok_data(api.post("/lifecycle/consolidate", {"agent_id": "alice"}))["consolidated"]
+        assert Memory.objects.get(pk=done["memory"]["id"]).expires_at is None
+
+    def test_an_expired_fragment_is_not_consolidated(self, api):
+        ids = fragments(api, days=(None, None, None))
+        expire(ids[0])
+        data = ok_data(api.post("/lifecycle/consolidate", {"agent_id": "alice"}))
+        assert (data["count"], data["examined"]) == (0, 2)
+
+    def test_an_expired_memory_feeds_no_rule_scenario_persona_or_graph(self, api):
+        ids = fragments(api, days=(None, None, None))
+        gone = write(api, "Alice works at Google.", enable_dedup=False)["id"]
+        write(api, "Bob works at Stripe.", enable_dedup=False)
+        expire(ids[0], gone)
+        data = ok_data(api.post("/lifecycle/propose-procedures", {"agent_id": "alice"}))
+        assert (data["count"], data["examined"]) == (0, 2)  # two repeats are not a rule
+        scenes = ok_data(api.post("/lifecycle/aggregate-scenes", {"agent_id": "alice"}))
+        grouped = {i for s in scenes["scenarios"] for i in s["memory_ids"]}
+        assert {ids[1], ids[2]} <= grouped and not {ids[0], gone} & grouped
+        ok_data(api.post("/lifecycle/generate-persona", {"agent_id": "alice"}))
+        persona = ok_data(api.get("/lifecycle/persona/alice"))
+        used = set(persona["memory_ids"])
+        assert {ids[1], ids[2]} <= used and not {ids[0], gone} & used
+        graph = ok_data(api.post("/lifecycle/extract-graph", {"agent_id": "alice"}))
+        assert graph["memories"] == 3
+        names = set(Entity.objects.values_list("name", flat=True))
+        assert "Stripe" in names and "Google" not in names
 
 
 def test_a_promoted_copy_expires_with_its_original(api):

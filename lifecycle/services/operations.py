@@ -48,12 +48,13 @@ from memories.profile import profile_fields_in
 from memories.purge import memories_trash
 from memories.retrieval.dedup import conflict_reason, preference_terms
 from memories.retrieval.embeddings import embed_passages
-from memories.selectors import procedure_list, profile_fields
+from memories.selectors import procedure_list, profile_fields, unexpired_q
 from memories.services import (
     Actor,
     DedupHit,
     memory_create,
     memory_find_similar,
+    memory_outlives,
     memory_supersede,
     memory_update,
     procedure_create,
@@ -356,6 +357,10 @@ def _store_fact(
     for old, _score in similar:
         reason = conflict_reason(fact.content, old.content)
         if reason is None:
+            if memory_outlives(None, old.expires_at):
+                # It says the same but stops being true at a date (or already did), and a fact
+                # never expires: the write's own dedup stores it, linked to this one.
+                continue
             return StoredFact("duplicate", old)
         updates = reason in (
             "numbers differ",
@@ -448,6 +453,7 @@ def aggregate_scenes(
     memories = list(
         Memory.objects.filter(
             Q(scope=MemoryScope.PERSONAL, agent_id=agent_id) | Q(scope=MemoryScope.TEAM),
+            unexpired_q(timezone.now()),
             team=team,
             superseded_by__isnull=True,
         ).order_by("-created_at", "-id")[:max_memories]
@@ -481,7 +487,11 @@ def generate_persona(
 ) -> tuple[Persona, Usage, str]:
     memories = list(
         Memory.objects.filter(
-            team=team, scope=MemoryScope.PERSONAL, agent_id=agent_id, superseded_by__isnull=True
+            unexpired_q(timezone.now()),
+            team=team,
+            scope=MemoryScope.PERSONAL,
+            agent_id=agent_id,
+            superseded_by__isnull=True,
         ).order_by("-importance", "-created_at")[:max_items]
     )
     scenarios = list(
@@ -684,6 +694,7 @@ def propose_procedures(
     repeated most often first."""
     memories = list(
         Memory.objects.filter(
+            unexpired_q(timezone.now()),
             team=team,
             scope=MemoryScope.PERSONAL,
             agent_id=agent_id,
@@ -739,6 +750,7 @@ def consolidate(
     `min_fragments` or more; pinned memories and episodes are left as they are."""
     memories = list(
         Memory.objects.filter(
+            unexpired_q(timezone.now()),
             team=team,
             scope=MemoryScope.PERSONAL,
             agent_id=agent_id,
@@ -779,10 +791,14 @@ def consolidate(
                 or now.pinned
                 or now.superseded_by_id is not None
                 or now.tier == MemoryTier.COLD
+                or now.expired(timezone.now())
                 for m in fragments
             ):
                 continue
             fragments = [fresh[m.pk] for m in fragments]
+            # The fact says what every fragment says: it stays true while one of them does.
+            expiries = [m.expires_at for m in fragments]
+            expires_at = None if None in expiries else max(e for e in expiries if e is not None)
             fact, _ = memory_create(
                 team=team,
                 scope=MemoryScope.PERSONAL,
@@ -796,6 +812,7 @@ def consolidate(
                     "job_id": job_id,
                 },
                 enable_dedup=False,
+                expires_at=expires_at,
             )
             for fragment in fragments:
                 memory_update(
