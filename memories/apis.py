@@ -621,6 +621,101 @@ class TeamBatchApi(_MemoryBatchApi):
     input_serializer = TeamCreateInputSerializer
 
 
+class BatchDeleteInputSerializer(serializers.Serializer):
+    ids = serializers.ListField(
+        child=StrictIntegerField(min_value=1, max_value=2**63 - 1),
+        min_length=1,
+        max_length=MAX_BATCH,
+        help_text="the memories to delete, each listed once (at most 100)",
+    )
+    purge = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="true: erase them at once instead of moving them to the trash",
+    )
+
+    def validate_ids(self, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise serializers.ValidationError("An id is listed more than once.")
+        return value
+
+
+class BatchDeleteResultSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.IntegerField(
+        help_text="200 removed, 403 not the key's to delete, 404 no such memory in this scope"
+    )
+    error = serializers.CharField(required=False)
+
+
+class BatchDeleteOutputSerializer(serializers.Serializer):
+    results = BatchDeleteResultSerializer(many=True, help_text="in the order of the ids")
+    removed = serializers.IntegerField(help_text="how many were removed (the 200s)")
+
+
+class _MemoryBatchDeleteApi(APIView):
+    # POST of up to 100 ids of `scope` to delete, each as its own DELETE would.
+    scope: ClassVar[MemoryScope]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        operation = api_operation(
+            request=BatchDeleteInputSerializer,
+            response=BatchDeleteOutputSerializer,
+            summary=f"Delete up to {MAX_BATCH} {cls.scope.value} memories in one request",
+            description="Each id is deleted as its own DELETE would be: to the trash, "
+            "restorable, or erased at once with `purge: true`. Results come in the order of the "
+            "ids; an id that is not a memory of this scope of the key's team is a 404 there, "
+            "one an agent-scoped key may not delete a 403, and the others are still removed.",
+        )
+        extend_schema_view(post=operation)(cls)
+
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        data = validated_body(request, BatchDeleteInputSerializer)
+        ids: list[int] = data["ids"]
+        found = selectors.memories_of_scope(team=principal.team, scope=self.scope, memory_ids=ids)
+        refused: dict[int, DomainError] = {}
+        allowed: list[Memory] = []
+        for memory_id in ids:
+            memory = found.get(memory_id)
+            try:
+                if memory is None:
+                    raise NotFound("memory")
+                selectors.check_memory_access(
+                    memory=memory, acting_agent=principal.agent_id, action=DELETE
+                )
+            except DomainError as exc:
+                refused[memory_id] = exc
+                continue
+            allowed.append(memory)
+        removed = set(
+            purge.memories_remove(
+                team=principal.team,
+                memories=allowed,
+                erase=data["purge"],
+                reason=f"deleted through the API by {Actor.for_key(principal.api_key).label}",
+            )
+        )
+        results: list[dict[str, Any]] = []
+        for memory_id in ids:
+            if memory_id in removed:
+                results.append({"id": memory_id, "status": 200})
+                continue
+            # Refused, or removed by another request after it was read: as a moment later.
+            error = refused.get(memory_id) or NotFound("memory")
+            results.append({"id": memory_id, "status": error.status, "error": error.message})
+        return Response({"results": results, "removed": len(removed)})
+
+
+class PersonalBatchDeleteApi(_MemoryBatchDeleteApi):
+    scope = MemoryScope.PERSONAL
+
+
+class TeamBatchDeleteApi(_MemoryBatchDeleteApi):
+    scope = MemoryScope.TEAM
+
+
 class _MemoryDetailApi(APIView):
     # PUT and DELETE of one memory of `scope`, documented like _MemoryCreateApi.
     scope: ClassVar[MemoryScope]

@@ -59,6 +59,8 @@ __all__ = [
     "AsyncMemoryClient",
     "AutoRunAction",
     "AutoRunResult",
+    "BatchDeleteItem",
+    "BatchDeleteResult",
     "BatchItemResult",
     "BatchResult",
     "CleanupCandidate",
@@ -275,6 +277,17 @@ class BatchItemResult(TypedDict):
 
 class BatchResult(TypedDict):
     results: list[BatchItemResult]  # in the order of the items
+
+
+class BatchDeleteItem(TypedDict):
+    id: int
+    status: int  # 200 removed, 403 not the key's to delete, 404 no such memory in this scope
+    error: NotRequired[str]
+
+
+class BatchDeleteResult(TypedDict):
+    results: list[BatchDeleteItem]  # in the order of the ids
+    removed: int
 
 
 class TrashedMemory(TypedDict):
@@ -1021,6 +1034,25 @@ class _Endpoints:
     def delete_team_memory(self, memory_id: int, purge: bool = False) -> _Call[None]:
         return _delete(
             f"/memories/team/{int(memory_id)}", params={"purge": "true"} if purge else None
+        )
+
+    @_endpoint
+    def delete_memories(
+        self, memory_ids: list[int], purge: bool = False
+    ) -> _Call[BatchDeleteResult]:
+        """Up to 100 personal memories in one request, each as delete_memory would: to the
+        trash, or erased at once with purge=True. `{"results": [...], "removed": n}`."""
+        return _post(
+            "/memories/personal/batch/delete",
+            {"ids": [int(i) for i in memory_ids], "purge": purge},
+        )
+
+    @_endpoint
+    def delete_team_memories(
+        self, memory_ids: list[int], purge: bool = False
+    ) -> _Call[BatchDeleteResult]:
+        return _post(
+            "/memories/team/batch/delete", {"ids": [int(i) for i in memory_ids], "purge": purge}
         )
 
     # --- trash: removed memories, restorable for TRASH_RETENTION_DAYS ----------------------------

@@ -440,3 +440,45 @@ def test_an_expiry_cleared_while_the_pass_waits_keeps_the_memory(tmp_path):
         assert "expires_at" not in cleared and moved == 0
         assert stack_python(stack, TRASHED.format(ids=[mid])) == {"live": [mid], "trashed": []}
         assert [m["id"] for m in client.search("coder", "on call this week")] == [mid]
+
+
+def batch_of_two(stack: Stack) -> tuple[MemoryClient, MemoryClient, list[int]]:
+    """Two memories, and a client on each of the stack's two servers."""
+    first, second = (
+        MemoryClient(stack.api_key, stack.secret, base_url=url, timeout=120) for url in stack.urls
+    )
+    texts = ("The user's locker code is 4412.", "The user parks on level 3.")
+    ids = [first.write_memory("coder", t, enable_dedup=False)["id"] for t in texts]
+    return first, second, ids
+
+
+def test_two_batch_deletes_at_once_trash_each_memory_once(tmp_path):
+    """Two batch deletes of the same memories on two servers, queued on the first one's row:
+    the first trashes both, the second finds them gone (404 each), nothing trashed twice."""
+    with live_stack(tmp_path, servers=2) as stack:
+        first, second, ids = batch_of_two(stack)
+        one, two = queued_in_order(
+            stack,
+            ("memories.models", "Memory", ids[0]),
+            lambda: first.delete_memories(ids),
+            lambda: second.delete_memories(ids[::-1]),
+        )
+        assert one == {"results": [{"id": i, "status": 200} for i in ids], "removed": 2}
+        assert two["removed"] == 0 and [r["status"] for r in two["results"]] == [404, 404]
+        assert stack_python(stack, TRASHED.format(ids=ids)) == {"live": [], "trashed": ids}
+
+
+def test_a_batch_erasure_queued_behind_a_batch_delete_still_erases(tmp_path):
+    """An erasure (`purge: true`) that waits while another request moves the memories to the
+    trash erases them there: gone everywhere, as the caller was told."""
+    with live_stack(tmp_path, servers=2) as stack:
+        first, second, ids = batch_of_two(stack)
+        one, two = queued_in_order(
+            stack,
+            ("memories.models", "Memory", ids[0]),
+            lambda: first.delete_memories(ids),
+            lambda: second.delete_memories(ids, purge=True),
+        )
+        assert one["removed"] == 2 and two["removed"] == 2
+        assert stack_python(stack, TRASHED.format(ids=ids)) == {"live": [], "trashed": []}
+        assert first.list_trash()["items"] == []

@@ -289,6 +289,47 @@ class Isolation(RuleBasedStateMachine):
 
     @rule(
         actor=st.sampled_from(ACTORS),
+        scope=st.sampled_from(["personal", "team"]),
+        purge=st.booleans(),
+        data=st.data(),
+    )
+    def batch_delete_memories(
+        self, actor: str, scope: str, purge: bool, data: st.DataObject
+    ) -> None:
+        """A batch delete removes only what a DELETE of each id would; another team's ids, mixed
+        in with the caller's, answer exactly as an id that does not exist."""
+        own = [m for m in self.memories if m.team == team_of(actor) and not m.deleted]
+        foreign = [m for m in self.memories if m.team != team_of(actor)]
+        if not own:
+            return
+        # Mostly the caller's live memories (what it would delete), and another team's mixed in.
+        picked = data.draw(
+            st.lists(st.sampled_from(own), min_size=1, max_size=3, unique_by=lambda m: m.id)
+        )
+        if foreign:
+            picked.insert(
+                data.draw(st.integers(0, len(picked))), data.draw(st.sampled_from(foreign))
+            )
+        scope = data.draw(st.sampled_from([picked[0].scope, scope]))
+        ids = [m.id for m in picked] + [MISSING_MEMORY_ID]
+        r = self.api(actor).post(f"/memories/{scope}/batch/delete", {"ids": ids, "purge": purge})
+        assert r.status_code == 200, r.content
+        results = r.json()["data"]["results"]
+        assert [x["id"] for x in results] == ids
+        missing = results[-1]
+        assert missing["status"] == 404
+        agent = agent_of(actor)
+        for m, got in zip(picked, results, strict=False):
+            if m.team != team_of(actor) or m.deleted or m.scope != scope:
+                assert got == {**missing, "id": m.id}, (actor, m, got)
+            elif agent is not None and m.scope == "personal" and m.agent != agent:
+                assert got["status"] == 403, (actor, m, got)
+            else:
+                assert got == {"id": m.id, "status": 200}, (actor, m, got)
+                m.deleted, m.trashed = True, not purge
+
+    @rule(
+        actor=st.sampled_from(ACTORS),
         action=st.sampled_from(["restore", "erase"]),
         data=st.data(),
     )
