@@ -708,6 +708,135 @@ class _MemoryBatchDeleteApi(APIView):
         return Response({"results": results, "removed": len(removed)})
 
 
+class BatchUpdateItemSerializer(UpdateInputSerializer):
+    id = StrictIntegerField(min_value=1, max_value=2**63 - 1)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        super().validate({k: v for k, v in attrs.items() if k != "id"})
+        return attrs
+
+
+class BatchUpdateInputSerializer(serializers.Serializer):
+    items = serializers.ListField(
+        child=serializers.JSONField(),
+        min_length=1,
+        max_length=MAX_BATCH,
+        help_text='updates, each `{"id", …}` with the fields of one PUT (at most 100)',
+    )
+
+
+class BatchUpdateResultSerializer(serializers.Serializer):
+    id = serializers.IntegerField(allow_null=True, help_text="null when the item had no valid id")
+    status = serializers.IntegerField(
+        help_text="200 updated, 400 refused item, 403 not the key's to change, 404 no such memory"
+    )
+    memory = MemoryOutputSerializer(required=False)
+    error = serializers.CharField(required=False)
+    details = serializers.DictField(required=False)
+
+
+class BatchUpdateOutputSerializer(serializers.Serializer):
+    results = BatchUpdateResultSerializer(many=True, help_text="in the order of the items")
+    updated = serializers.IntegerField(help_text="how many were updated (the 200s)")
+
+
+def _refusal(memory_id: int | None, exc: DomainError) -> dict[str, Any]:
+    return {
+        "id": memory_id,
+        "status": exc.status,
+        "error": exc.message,
+        **({"details": exc.details} if exc.details else {}),
+    }
+
+
+class _MemoryBatchUpdateApi(APIView):
+    # POST of up to 100 updates of `scope`, each as its own PUT would.
+    scope: ClassVar[MemoryScope]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        operation = api_operation(
+            request=BatchUpdateInputSerializer,
+            response=BatchUpdateOutputSerializer,
+            summary=f"Update up to {MAX_BATCH} {cls.scope.value} memories in one request",
+            description="Each item is applied as its own PUT would be (a revision each, new text "
+            "re-embedded, the new texts in one embedding call). Results come in the order of "
+            "the items; a refused item (400, 403, 404) is reported and the others are applied.",
+        )
+        extend_schema_view(post=operation)(cls)
+
+    def post(self, request: Request) -> Response:
+        principal = principal_of(request)
+        data = validated_body(request, BatchUpdateInputSerializer)
+        parsed: list[dict[str, Any] | DomainError] = []
+        given: list[int | None] = []  # each item's id, when it is one
+        for raw in data["items"]:
+            raw_id = raw.get("id") if isinstance(raw, dict) else None
+            given.append(raw_id if type(raw_id) is int else None)
+            if not isinstance(raw, dict):
+                parsed.append(ValidationFailed({"item": ["must be an object"]}, "item: an object"))
+                continue
+            checked = BatchUpdateItemSerializer(data=raw)
+            parsed.append(
+                dict(checked.validated_data)
+                if checked.is_valid()
+                else ValidationFailed(checked.errors, "invalid item")
+            )
+        seen: dict[int, int] = {}
+        for index, item in enumerate(parsed):
+            if isinstance(item, dict) and seen.setdefault(item["id"], index) != index:
+                raise ValidationFailed(
+                    {f"items[{index}].id": ["This id is listed more than once."]},
+                    "an id is listed more than once",
+                )
+        found = selectors.memories_of_scope(
+            team=principal.team, scope=self.scope, memory_ids=list(seen)
+        )
+        results: list[dict[str, Any] | None] = []
+        updates: list[tuple[Memory, dict[str, Any]]] = []
+        for memory_id, item in zip(given, parsed, strict=True):
+            try:
+                if isinstance(item, DomainError):
+                    raise item
+                memory = found.get(item["id"])
+                if memory is None:
+                    raise NotFound("memory")
+                selectors.check_memory_access(
+                    memory=memory, acting_agent=principal.agent_id, action=WRITE
+                )
+            except DomainError as exc:
+                results.append(_refusal(memory_id, exc))
+                continue
+            fields = {k: v for k, v in item.items() if k != "id"}
+            updates.append((memory, fields))
+            results.append(None)  # filled in once applied
+        applied = iter(
+            services.memories_update_each(updates=updates, actor=Actor.for_key(principal.api_key))
+        )
+        for index, slot in enumerate(results):
+            if slot is None:
+                outcome = next(applied)
+                results[index] = (
+                    _refusal(given[index], outcome)
+                    if isinstance(outcome, DomainError)
+                    else {
+                        "id": outcome.pk,
+                        "status": 200,
+                        "memory": presenters.memory_body(outcome),
+                    }
+                )
+        updated = sum(1 for r in results if r is not None and r["status"] == 200)
+        return Response({"results": results, "updated": updated})
+
+
+class PersonalBatchUpdateApi(_MemoryBatchUpdateApi):
+    scope = MemoryScope.PERSONAL
+
+
+class TeamBatchUpdateApi(_MemoryBatchUpdateApi):
+    scope = MemoryScope.TEAM
+
+
 class PersonalBatchDeleteApi(_MemoryBatchDeleteApi):
     scope = MemoryScope.PERSONAL
 

@@ -723,6 +723,25 @@ def answers_forget(
     )
 
 
+def memories_update_each(
+    *, updates: list[tuple[Memory, dict[str, Any]]], actor: Actor
+) -> list[Memory | DomainError]:
+    """Applies each `(memory, fields)` as memory_update would (the API's batch update), in
+    order, each in its own transaction -> the memory as changed, or the error that one met (a
+    memory another request removed meanwhile: NotFound), the others applied all the same. The
+    new texts are embedded in one call first: each update then finds its vector in the cache."""
+    texts = [f["content"] for m, f in updates if f.get("content") not in (None, m.content)]
+    if texts:
+        embed_passages(texts)
+    done: list[Memory | DomainError] = []
+    for memory, fields in updates:
+        try:
+            done.append(memory_update(memory=memory, actor=actor, **fields))
+        except DomainError as exc:
+            done.append(exc)
+    return done
+
+
 def memory_delete(*, memory: Memory) -> None:
     """Erases a memory at once (`?purge=true`, an erasure request): its shares, revisions and
     links go with it, and the answers kept for retries stop showing it (answers_forget). One

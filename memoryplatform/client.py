@@ -63,6 +63,8 @@ __all__ = [
     "BatchDeleteResult",
     "BatchItemResult",
     "BatchResult",
+    "BatchUpdateItem",
+    "BatchUpdateResult",
     "CleanupCandidate",
     "CleanupResult",
     "CompressResult",
@@ -288,6 +290,19 @@ class BatchDeleteItem(TypedDict):
 class BatchDeleteResult(TypedDict):
     results: list[BatchDeleteItem]  # in the order of the ids
     removed: int
+
+
+class BatchUpdateItem(TypedDict):
+    id: int | None  # None when the item had no valid id
+    status: int  # 200 updated, 400 refused, 403 not the key's to change, 404 no such memory
+    memory: NotRequired[Memory]  # updated
+    error: NotRequired[str]
+    details: NotRequired[dict[str, Any]]
+
+
+class BatchUpdateResult(TypedDict):
+    results: list[BatchUpdateItem]  # in the order of the items
+    updated: int
 
 
 class TrashedMemory(TypedDict):
@@ -1035,6 +1050,16 @@ class _Endpoints:
         return _delete(
             f"/memories/team/{int(memory_id)}", params={"purge": "true"} if purge else None
         )
+
+    @_endpoint
+    def update_memories(self, items: list[dict[str, Any]]) -> _Call[BatchUpdateResult]:
+        """Up to 100 personal memories changed in one request, each item `{"id", …}` with the
+        fields of update_memory: `{"results": [...], "updated": n}`."""
+        return _post("/memories/personal/batch/update", {"items": items})
+
+    @_endpoint
+    def update_team_memories(self, items: list[dict[str, Any]]) -> _Call[BatchUpdateResult]:
+        return _post("/memories/team/batch/update", {"items": items})
 
     @_endpoint
     def delete_memories(

@@ -482,3 +482,30 @@ def test_a_batch_erasure_queued_behind_a_batch_delete_still_erases(tmp_path):
         assert one["removed"] == 2 and two["removed"] == 2
         assert stack_python(stack, TRASHED.format(ids=ids)) == {"live": [], "trashed": []}
         assert first.list_trash()["items"] == []
+
+
+def test_a_batch_update_queued_behind_a_delete_reports_that_memory_gone(tmp_path):
+    """A batch update that found both memories, then waited for one's row while a DELETE on the
+    other server moved it to the trash: that item is a 404 as a PUT would be, the other is
+    applied, and the trash keeps the memory as the DELETE saw it."""
+    with live_stack(tmp_path, servers=2) as stack:
+        first, second, ids = batch_of_two(stack)
+        changes = [{"id": i, "content": f"Changed text number {n}."} for n, i in enumerate(ids)]
+        deleted, updated = queued_in_order(
+            stack,
+            ("memories.models", "Memory", ids[0]),
+            lambda: first.delete_memory(ids[0]),
+            lambda: second.update_memories(changes),
+        )
+        assert deleted is None
+        assert [(r["id"], r["status"]) for r in updated["results"]] == [
+            (ids[0], 404),
+            (ids[1], 200),
+        ]
+        assert updated["updated"] == 1
+        assert stack_python(stack, TRASHED.format(ids=ids)) == {
+            "live": [ids[1]],
+            "trashed": [ids[0]],
+        }
+        (item,) = first.list_trash()["items"]
+        assert item["content"] == "The user's locker code is 4412."

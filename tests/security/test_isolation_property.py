@@ -288,6 +288,47 @@ class Isolation(RuleBasedStateMachine):
         m.deleted = m.trashed = True
 
     @rule(
+        actor=st.sampled_from(ACTORS), scope=st.sampled_from(["personal", "team"]), data=st.data()
+    )
+    def batch_update_memories(self, actor: str, scope: str, data: st.DataObject) -> None:
+        """A batch update changes only what a PUT of each would; another team's ids, mixed in
+        with the caller's, answer exactly as an id that does not exist."""
+        own = [m for m in self.memories if m.team == team_of(actor) and not m.deleted]
+        foreign = [m for m in self.memories if m.team != team_of(actor)]
+        if not own:
+            return
+        picked = data.draw(
+            st.lists(st.sampled_from(own), min_size=1, max_size=3, unique_by=lambda m: m.id)
+        )
+        if foreign:
+            at = data.draw(st.integers(0, len(picked)))
+            picked.insert(at, data.draw(st.sampled_from(foreign)))
+        scope = data.draw(st.sampled_from([picked[0].scope, scope]))
+        tokens = [self._token(data) for _ in picked]
+        items = [{"id": m.id, "content": f"note {t}"} for m, t in zip(picked, tokens, strict=True)]
+        items.append({"id": MISSING_MEMORY_ID, "content": "note missing"})
+        r = self.api(actor).post(f"/memories/{scope}/batch/update", {"items": items})
+        assert r.status_code == 200, r.content
+        results = r.json()["data"]["results"]
+        missing = results[-1]
+        assert missing["status"] == 404
+        agent = agent_of(actor)
+        for m, token, got in zip(picked, tokens, results, strict=False):
+            if m.team != team_of(actor) or m.deleted or m.scope != scope:
+                assert got == {**missing, "id": m.id}, (actor, m, got)
+            elif (
+                agent is not None
+                and m.scope == "personal"
+                and m.agent != agent
+                and m.shares.get(agent) != "write"
+            ):
+                assert got["status"] == 403, (actor, m, got)
+            else:
+                assert got["status"] == 200, (actor, m, got)
+                assert got["memory"]["team_id"] == self.team_ids[team_of(actor)]
+                m.token = token
+
+    @rule(
         actor=st.sampled_from(ACTORS),
         scope=st.sampled_from(["personal", "team"]),
         purge=st.booleans(),

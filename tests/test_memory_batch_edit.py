@@ -1,7 +1,9 @@
-"""POST /memories/personal/batch/delete and /memories/team/batch/delete: up to 100 memories in
-one request, each removed as its own DELETE would be (to the trash, or erased with `purge`),
-with a result per id in input order. Refused ids (another scope, another team, not the agent
-key's) are reported and change nothing; the others are still removed."""
+"""Batch update and batch delete (`POST /memories/{personal,team}/batch/update` and
+`…/batch/delete`): up to 100 memories in one request, each changed as its own PUT would be
+(a revision each, new text re-embedded) or removed as its own DELETE would be (to the trash, or
+erased with `purge`), with a result per item in input order. Refused items (a bad field, another
+scope, another team, not the agent key's) are reported and change nothing; the others are still
+applied."""
 
 from __future__ import annotations
 
@@ -160,3 +162,110 @@ def test_the_client_deletes_many(live_server):
         assert refused.value.code == "VALIDATION_ERROR" and "ids" in refused.value.details
     finally:
         client.session.close()
+
+
+def update(api, items, scope="personal"):
+    return api.post(f"/memories/{scope}/batch/update", {"items": items})
+
+
+class TestUpdate:
+    def test_each_item_is_applied_or_reported_in_input_order(self, api):
+        a, b, kept = (write(api, f"Fact number {n} about the release.") for n in (1, 2, 3))
+        team_memory = write(api, "The team deploys on Fridays.", scope="team")
+        r = update(
+            api,
+            [
+                {"id": b, "content": "The release moved to the 15th of January."},
+                {"id": 999_999, "importance": 0.9},
+                {"id": a, "importance": 0.9, "pinned": True},
+                {"id": kept, "importance": 2},  # out of range: refused alone
+                {"id": team_memory, "importance": 0.9},  # not a personal memory
+                {"importance": 0.1},  # no id
+            ],
+        )
+        assert r.status_code == 200, r.content
+        data = ok_data(r)
+        assert [(x["id"], x["status"]) for x in data["results"]] == [
+            (b, 200),
+            (999_999, 404),
+            (a, 200),
+            (kept, 400),
+            (team_memory, 404),
+            (None, 400),
+        ]
+        assert data["updated"] == 2
+        assert (
+            data["results"][0]["memory"]["content"] == "The release moved to the 15th of January."
+        )
+        assert data["results"][1]["error"] == NOT_FOUND
+        assert "importance" in data["results"][3]["details"]
+        assert "id" in data["results"][5]["details"]
+        a_now, kept_now = Memory.objects.get(pk=a), Memory.objects.get(pk=kept)
+        assert (a_now.importance, a_now.pinned) == (0.9, True)
+        assert kept_now.importance == 0.5 and Memory.objects.get(pk=team_memory).importance == 0.5
+        # As a PUT: a revision each, and the new text re-embedded (search finds it by it).
+        assert MemoryRevision.objects.filter(memory_id__in=[a, b]).count() == 2
+        body = {"agent_id": "researcher", "query": "release moved to January", "min_score": 0.0}
+        assert ok_data(api.post("/memories/personal/search", body))[0]["id"] == b
+
+    def test_team_memories_have_their_own_batch(self, api):
+        mid = write(api, "Team rule: review before merge.", scope="team")
+        data = ok_data(update(api, [{"id": mid, "category": "rule"}], scope="team"))
+        assert data["results"][0]["memory"]["category"] == "rule"
+
+    def test_an_agent_key_changes_its_own_and_what_is_shared_for_writing(self, api, agent_api):
+        own = write(agent_api, "I prefer tabs over spaces.")
+        shared = write(api, "Bob's runbook for deploys.", agent="bob")
+        private = write(api, "Bob's private note.", agent="bob")
+        body = {"agent_ids": ["researcher"], "permission": "write"}
+        assert api.post(f"/memories/personal/{shared}/share", body).status_code == 200
+        items = [{"id": i, "importance": 0.8} for i in (own, shared, private)]
+        data = ok_data(update(agent_api, items))
+        assert [x["status"] for x in data["results"]] == [200, 200, 403]
+        assert Memory.objects.get(pk=private).importance == 0.5
+
+    def test_another_team_cannot_change_or_detect_the_memories(self, api, other_api):
+        mine = write(api, "Secret plan.")
+        missing = mine + 1000
+        items = [{"id": i, "content": "overwritten"} for i in (mine, missing)]
+        data = ok_data(update(other_api, items))
+        assert data == {
+            "results": [{"id": i, "status": 404, "error": NOT_FOUND} for i in (mine, missing)],
+            "updated": 0,
+        }
+        assert Memory.objects.get(pk=mine).content == "Secret plan."
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            {},
+            {"items": []},
+            {"items": [{"id": 1, "importance": 0.1}] * 101},
+            {"items": "x"},
+        ],
+    )
+    def test_a_bad_body_is_a_400_and_changes_nothing(self, api, body):
+        mid = write(api, "Kept whatever the request says.")
+        r = api.post("/memories/personal/batch/update", body)
+        assert r.status_code == 400, r.content
+        assert error_code(r) == "VALIDATION_ERROR" and "items" in r.json()["details"]
+        assert Memory.objects.get(pk=mid).importance == 0.5
+
+    def test_an_id_listed_twice_is_a_400_and_changes_nothing(self, api):
+        mid = write(api, "Kept whatever the request says.")
+        items = [{"id": mid, "importance": 0.1}, {"id": mid, "importance": 0.9}]
+        r = update(api, items)
+        assert r.status_code == 400 and "items[1].id" in r.json()["details"]
+        assert Memory.objects.get(pk=mid).importance == 0.5
+
+    def test_the_client_updates_many(self, live_server):
+        team, _ = team_upsert(team_id="batchupd", name="b")
+        key = api_key_issue(team=team)
+        client = MemoryClient(key.key_id, key.secret, base_url=live_server.url)
+        try:
+            mid = client.write_memory("alice", "Note on the schedule.")["id"]
+            done = client.update_memories([{"id": mid, "importance": 0.7}])
+            assert done["updated"] == 1 and done["results"][0]["memory"]["importance"] == 0.7
+            assert client.update_team_memories([{"id": mid, "importance": 0.1}])["updated"] == 0
+        finally:
+            client.session.close()
