@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time, timedelta
 from typing import overload
+
+from django.utils.dateparse import parse_date, parse_datetime
 
 
 @overload
@@ -32,3 +34,26 @@ def in_utc(dt: datetime) -> datetime | None:
         return dt.astimezone(UTC)
     except OverflowError:
         return None
+
+
+def until_moment(value: str) -> datetime | None:
+    """The moment something "true until `value`" stops being true: a date alone is inclusive
+    (true all that day, in UTC), so it ends at the next midnight UTC; a date-time is taken as it
+    is, UTC without an offset. None when `value` is not an ISO 8601 date or date-time, names no
+    such day (2030-02-30), or has no time the databases store (year 999; the day after
+    9999-12-31)."""
+    try:
+        day = parse_date(value)
+        if day is not None:
+            moment = datetime.combine(day + timedelta(days=1), time(0), tzinfo=UTC)
+        else:
+            parsed = parse_datetime(value)
+            if parsed is None:
+                return None
+            moment = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        return None
+    utc = in_utc(moment)
+    if utc is None or utc.year < 1000:
+        return None
+    return moment

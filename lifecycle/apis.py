@@ -86,6 +86,9 @@ class FactSerializer(serializers.Serializer):
     content = serializers.CharField()
     importance = serializers.FloatField()
     category = serializers.CharField()
+    expires_at = serializers.DateTimeField(
+        required=False, help_text="only when the fact states when it stops being true"
+    )
 
 
 class ExtractFactsOutputSerializer(serializers.Serializer):

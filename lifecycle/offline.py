@@ -79,10 +79,12 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
 
 import numpy as np
 from django.conf import settings
 
+from core.dates import until_moment
 from core.errors import DomainError
 from core.text import CJK, UNSPACED, jieba_module
 from graph.offline import third_party_subject
@@ -270,6 +272,35 @@ def _is_noise(segment: str) -> bool:
 def split_sentences(text: str) -> list[str]:
     """Sentences of `text` (cleaned of bullets and end punctuation), noise included."""
     return [s for s in (_clean(seg) for seg in _segments(text)) if s]
+
+
+# A fact that says when it stops being true, on a date it writes out: "until 2031-01-31",
+# "till 2031-01-31T18:00Z", "直到2031年1月31日", "到2031-01-31为止", "有效期至2031年1月31日". Only
+# these: a deadline ("by", "截止") is not the end of the fact, and a relative date ("until
+# Friday") would need the day it was said.
+_DATE = r"(\d{4})\s*[-/年]\s*(\d{1,2})\s*[-/月]\s*(\d{1,2})\s*日?"
+_UNTIL = (
+    re.compile(
+        r"\b(?:until|till|through)\s+(\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?"
+        r"(?:Z|[+-]\d{2}:?\d{2})?)?)(?![\d:-])",
+        re.IGNORECASE,
+    ),
+    re.compile(rf"(?:直到|有效期?(?:至|到)){_DATE}"),
+    re.compile(rf"(?:到|至){_DATE}\s*(?:为止|止)"),
+)
+
+
+def stated_expiry(sentence: str) -> datetime | None:
+    """When `sentence` says it stops being true (see _UNTIL), None when it does not say."""
+    for pattern in _UNTIL:
+        found = pattern.search(sentence)
+        if found is None:
+            continue
+        if len(found.groups()) == 1:
+            return until_moment(found.group(1).replace(" ", "T"))
+        year, month, day = (int(g) for g in found.groups())
+        return until_moment(f"{year:04d}-{month:02d}-{day:02d}")
+    return None
 
 
 def _content_sentences(text: str) -> list[str]:
@@ -868,6 +899,7 @@ class OfflineEngine:
                     importance=IMPORTANCE[category],
                     category=category,
                     source_indexes=[index],
+                    expires_at=stated_expiry(sentence),
                 )
                 by_key[key] = fact
                 facts.append(fact)

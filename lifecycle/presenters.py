@@ -148,12 +148,16 @@ def compress_body(r: CompressResult) -> dict[str, Any]:
     return body
 
 
+def _fact_body(m: Memory) -> dict[str, Any]:
+    body = {"id": m.pk, "content": m.content, "importance": m.importance, "category": m.category}
+    if m.expires_at is not None:  # as on the memory object: only when set
+        body["expires_at"] = iso(m.expires_at)
+    return body
+
+
 def extract_facts_body(r: ExtractFactsResult) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "facts": [
-            {"id": m.pk, "content": m.content, "importance": m.importance, "category": m.category}
-            for m in r.facts
-        ],
+        "facts": [_fact_body(m) for m in r.facts],
         "count": len(r.facts),
         "duplicates": r.duplicates,
         "superseded": r.superseded,

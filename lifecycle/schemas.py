@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from datetime import datetime
 from typing import Annotated, Any, Protocol
 
 from pydantic import (
@@ -27,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from core.dates import until_moment
 from llm import Usage
 
 CATEGORIES = ("preference", "habit", "expertise", "decision", "plan", "metric", "event", "fact")
@@ -175,11 +177,21 @@ class Fact(BaseModel):
     importance: _Importance = Field(default=0.5, ge=0.0, le=1.0)
     category: str = "fact"
     source_indexes: _SourceIndexes = Field(default_factory=list)
+    # When the fact says it stops being true ("on leave until 2031-01-31"): that moment (a date
+    # alone: the end of that day, UTC). A value that is not a date is dropped, never the fact.
+    expires_at: datetime | None = None
 
     @field_validator("category", mode="before")
     @classmethod
     def _category(cls, v: Any) -> str:
         return normalise_category(v)
+
+    @field_validator("expires_at", mode="before")
+    @classmethod
+    def _expires_at(cls, v: Any) -> datetime | None:
+        if isinstance(v, datetime):
+            return v
+        return until_moment(v.strip()) if isinstance(v, str) else None
 
 
 class Summary(BaseModel):

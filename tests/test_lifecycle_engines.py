@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import unicodedata
+from datetime import UTC, datetime
 
 import pytest
 
@@ -413,8 +414,13 @@ def test_schemas_normalise_what_they_can_and_reject_the_rest():
         "importance": 0.2,
         "category": "habit",
         "source_indexes": [],
+        "expires_at": None,
     }
     assert Fact(content="x", category=None).category == "fact"  # type: ignore[arg-type]
+    # An end date the model gives: a date alone ends with its day (UTC); anything else is
+    # dropped, never the fact.
+    ends = {v: Fact(content="x", expires_at=v).expires_at for v in ("2031-01-31", "soon", 5)}
+    assert ends == {"2031-01-31": datetime(2031, 2, 1, tzinfo=UTC), "soon": None, 5: None}
     assert ScenarioDraft(name="n" * 150, memory_ids=[1]).name == "n" * 100
     with pytest.raises(ValueError):
         Fact(content="")

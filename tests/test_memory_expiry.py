@@ -347,6 +347,65 @@ class TestLifecycle:
         expire(old)
         assert search_ids(api, "leverage limit") == [fact["memory"]["id"]]
 
+    def test_a_fact_that_writes_out_its_end_date_expires_then(self, api):
+        said = [
+            "I am on parental leave until 2031-01-31.",
+            "我休假直到2031年3月1日。",
+            "The code freeze lasts till 2031-02-10T18:00Z.",
+            "I was on leave until 2020-01-31.",  # past: a statement about the past
+            "The report is due by 2031-01-31.",  # a deadline, not the end of the fact
+            "I am on call until Friday.",  # no date written out: never guessed
+        ]
+        body = {"agent_id": "alice", "messages": [{"role": "user", "content": t} for t in said]}
+        facts = ok_data(api.post("/memories/ingest", body))["facts"]
+        ends = {f["memory"]["content"]: f["memory"].get("expires_at") for f in facts}
+        assert ends == {
+            said[0].rstrip("."): "2031-02-01T00:00:00Z",  # the whole day, in UTC
+            said[1].rstrip("。"): "2031-03-02T00:00:00Z",
+            said[2].rstrip("."): "2031-02-10T18:00:00Z",
+            said[3].rstrip("."): None,
+            said[4].rstrip("."): None,
+            said[5].rstrip("."): None,
+        }
+        # extract-facts reads the same way, and its answer shows the end.
+        api.post("/memories/working", {"agent_id": "bob", "content": said[0]})
+        (fact,) = ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "bob"}))["facts"]
+        assert fact["expires_at"] == "2031-02-01T00:00:00Z"
+
+    def test_the_llm_gives_the_end_date_and_a_bad_one_drops_only_the_date(self, api, fake_llm):
+        facts = [
+            {"content": "The user is in Lisbon until 2031-04-30.", "expires_at": "2031-04-30"},
+            {"content": "The user is on call this week.", "expires_at": "next Friday"},
+            {"content": "The user likes green tea.", "expires_at": None},
+        ]
+        fake_llm.chat_replies.append(json.dumps({"facts": facts}))
+        said = [{"role": "user", "content": "Lisbon until the end of April; on call; tea."}]
+        answer = ok_data(api.post("/memories/ingest", {"agent_id": "alice", "messages": said}))
+        ends = {f["memory"]["content"]: f["memory"].get("expires_at") for f in answer["facts"]}
+        assert ends == {
+            "The user is in Lisbon until 2031-04-30.": "2031-05-01T00:00:00Z",
+            "The user is on call this week.": None,
+            "The user likes green tea.": None,
+        }
+        chats = [r for r in fake_llm.requests if r["path"].endswith("/chat/completions")]
+        prompt = " ".join(m["content"] for m in chats[-1]["body"]["messages"])
+        assert "expires_at" in prompt and "never guess" in prompt
+
+    def test_a_fact_that_ends_later_than_the_same_memory_is_added_and_linked(self, api):
+        said = {"agent_id": "alice", "messages": [{"role": "user", "content": LEAVE}]}
+        old = ok_data(api.post("/memories/ingest", said))["facts"][0]["memory"]["id"]
+        assert api.put(f"/memories/personal/{old}", {"expires_at": ahead(1)}).status_code == 200
+        # The same words, now said with a later end: it outlives the stored one.
+        later = LEAVE.rstrip(".") + " until 2031-01-31."
+        assert api.put(f"/memories/personal/{old}", {"content": later}).status_code == 200
+        said["messages"][0]["content"] = later
+        (fact,) = ok_data(api.post("/memories/ingest", said))["facts"]
+        assert fact["decision"] == "ADD" and fact["memory"]["metadata"]["related_to"] == [old]
+        assert fact["memory"]["expires_at"] == "2031-02-01T00:00:00Z"
+        # Said again with that end: the stored fact already says it, until then.
+        (again,) = ok_data(api.post("/memories/ingest", said))["facts"]
+        assert again["decision"] == "NOOP" and again["memory"]["id"] == fact["memory"]["id"]
+
     def test_a_consolidated_fact_expires_with_its_last_fragment(self, api):
         ids = fragments(api)
         (done,) = ok_data(api.post("/lifecycle/consolidate", {"agent_id": "alice"}))["consolidated"]

@@ -26,13 +26,13 @@ from __future__ import annotations
 import io
 import json
 import re
-from datetime import UTC, datetime, time, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.utils.dateparse import parse_date, parse_datetime
+from django.utils.dateparse import parse_datetime
 
-from core.dates import in_utc
+from core.dates import until_moment
 from core.errors import DomainError, ErrorCode
 from core.validators import AGENT_ID_RE
 from graph.models import EntityType, RelationType
@@ -216,28 +216,14 @@ def _memory(n: int, item: dict[str, Any], agent_from: str, default_agent: str) -
 def _expiry(value: Any) -> tuple[bool, str | None]:
     """Whether mem0's `expiration_date` could be read, and the memory's `expires_at` it gives
     (None: never). mem0's is a plain date, in UTC and inclusive (a memory expiring 2030-01-31 is
-    found all that day), so it ends at the next midnight UTC; a full date-time is taken as it
-    is, UTC without an offset. mem0 reads a date it cannot parse as "not expired": so does the
-    import, and the value stays in `metadata.expiration_date`, where it was before expiry
-    existed here."""
+    found all that day), so it ends at the next midnight UTC (core.dates.until_moment); a full
+    date-time is taken as it is, UTC without an offset. mem0 reads a date it cannot parse as
+    "not expired": so does the import, and the value stays in `metadata.expiration_date`, where
+    it was before expiry existed here."""
     if value is None:
         return True, None
-    if not isinstance(value, str):
-        return False, None
-    try:
-        day = parse_date(value)
-        if day is not None:
-            moment = datetime.combine(day + timedelta(days=1), time(0), tzinfo=UTC)
-        else:
-            parsed = parse_datetime(value)
-            if parsed is None:
-                return False, None
-            moment = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-    except (ValueError, OverflowError):  # 2030-02-30; the day after 9999-12-31
-        return False, None
-    utc = in_utc(moment)
-    if utc is None or utc.year < 1000:
-        # No time a database here stores (the bundle import would refuse the whole listing).
+    moment = until_moment(value) if isinstance(value, str) else None
+    if moment is None:
         return False, None
     return True, moment.isoformat()
 

@@ -339,6 +339,11 @@ def _store_fact(
         and fresh[m.pk].superseded_by_id is None
     ]
     metadata = {"source": source, "source_items": source_items, "job_id": job_id}
+    # The end the fact states ("until 2031-01-31"); one already past makes it a statement about
+    # the past, stored without one rather than hidden at once.
+    expires_at = fact.expires_at
+    if expires_at is not None and expires_at <= timezone.now():
+        expires_at = None
 
     def write(meta: dict[str, Any], *, enable_dedup: bool) -> tuple[Memory, DedupHit | None]:
         return memory_create(
@@ -352,14 +357,15 @@ def _store_fact(
             enable_dedup=enable_dedup,
             run_id=run_id,
             vector=vector,
+            expires_at=expires_at,
         )
 
     for old, _score in similar:
         reason = conflict_reason(fact.content, old.content)
         if reason is None:
-            if memory_outlives(None, old.expires_at):
-                # It says the same but stops being true at a date (or already did), and a fact
-                # never expires: the write's own dedup stores it, linked to this one.
+            if memory_outlives(expires_at, old.expires_at):
+                # It says the same but stops being true sooner (or already did): the write's
+                # own dedup stores the fact, linked to this one.
                 continue
             return StoredFact("duplicate", old)
         updates = reason in (
