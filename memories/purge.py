@@ -50,7 +50,7 @@ from .models import (
 from .retrieval import index
 from .retrieval.text import content_hash
 from .selectors import memory_same_content_id
-from .services import Actor, BulkResult, answers_forget, memories_delete, memory_delete
+from .services import Actor, BulkResult, answers_forget, memories_delete, memories_erase
 
 # One confirm moves at most this many memories: the preview lists every item and the token carries
 # every id, so a bigger set must be narrowed first (by agent, scope or thresholds).
@@ -771,23 +771,15 @@ def memories_expire(*, team: Team | None = None, now: datetime | None = None) ->
 
 def memories_remove(*, team: Team, memories: list[Memory], erase: bool, reason: str) -> list[int]:
     """Removes the team's `memories` as a DELETE of each would (the API's batch delete) -> the
-    ids removed. To the trash (`removed_by` api, one transaction), or with `erase` erased at
-    once, each in its own transaction as `?purge=true` erases one. A memory another request
-    removed first is left out (the caller answers it 404), except that an erasure still erases
-    it from the trash it was moved to (memory_delete)."""
+    ids removed: to the trash (`removed_by` api), or with `erase` erased at once
+    (memories_erase). Each way in one transaction. A memory another request removed first is
+    left out (the caller answers it 404), except that an erasure still erases it from the
+    trash it was moved to."""
     if not erase:
         return memories_trash(team=team, memories=memories, removed_by=RemovedBy.API, reason=reason)
-    erased: list[int] = []
-    for memory in memories:
-        if memory.team_id != team.id:
-            continue
-        pk = memory.pk  # before the delete clears it
-        try:
-            memory_delete(memory=memory)
-        except NotFound:
-            continue
-        erased.append(pk)
-    return erased
+    return memories_erase(
+        team_id=team.id, memory_ids=[m.pk for m in memories if m.team_id == team.id]
+    )
 
 
 def memories_bulk_delete(*, team: Team, memory_ids: list[int], actor: Actor) -> BulkResult:

@@ -743,24 +743,51 @@ def memories_update_each(
 
 
 def memory_delete(*, memory: Memory) -> None:
-    """Erases a memory at once (`?purge=true`, an erasure request): its shares, revisions and
-    links go with it, and the answers kept for retries stop showing it (answers_forget). One
-    moved to the trash by a request that held it first is erased there."""
+    """Erases a memory at once (`?purge=true`, an erasure request): memories_erase of one.
+    NotFound when there was nothing left to erase."""
+    if not memories_erase(team_id=memory.team_id, memory_ids=[memory.pk]):
+        raise NotFound("memory")
+
+
+def memories_erase(*, team_id: str, memory_ids: list[int]) -> list[int]:
+    """Erases the team's memories among `memory_ids` at once, in one transaction (an erasure
+    request: `?purge=true`, the batch delete's `purge`) -> the ids erased. Their shares,
+    revisions and links go with them, and the answers kept for retries stop showing them
+    (answers_forget). One another request moved to the trash after the caller read it is erased
+    there ("gone at once, everywhere"); one that is in neither (erased, restored meanwhile) is
+    left out, and the caller answers it 404.
+
+    The kept answers are read once for all of them: erasing a hundred memories one by one would
+    read them a hundred times, each read a scan of the team's kept answers (docs/benchmarks.md,
+    "Erasure and kept answers")."""
+    wanted = sorted(set(memory_ids))
+    if not wanted:
+        return []
     with transaction.atomic():
-        try:
-            memory = _locked(memory)
-        except NotFound:
-            # The erasure still holds: "gone at once, everywhere".
-            trash = TrashedMemory.objects.filter(team_id=memory.team_id, memory_id=memory.pk)
-            erased, _ = trash.delete()
-            if not erased:
-                raise
-            answers_forget(team_id=memory.team_id, memory_ids=[memory.pk])
-            return
-        _index_changed(memory, deleted=True)
-        erased = memory.pk  # Django clears it on delete
-        memory.delete()
-        answers_forget(team_id=memory.team_id, memory_ids=[erased])
+        live = list(
+            Memory.objects.select_for_update()
+            .filter(team_id=team_id, pk__in=wanted)
+            .order_by("id")
+            .only("id", "team_id", "scope", "agent_id")
+        )
+        found = {m.pk for m in live}
+        trashed = list(
+            TrashedMemory.objects.select_for_update()
+            .filter(team_id=team_id, memory_id__in=[pk for pk in wanted if pk not in found])
+            .values_list("memory_id", flat=True)
+        )
+        by_scope: dict[tuple[str, str], list[int]] = {}
+        for m in live:
+            by_scope.setdefault((m.scope, m.agent_id), []).append(m.pk)
+        for (scope, agent_id), ids in by_scope.items():
+            index.log_changes(
+                team_id=team_id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=True
+            )
+        Memory.objects.filter(team_id=team_id, pk__in=found).delete()
+        TrashedMemory.objects.filter(team_id=team_id, memory_id__in=trashed).delete()
+        erased = sorted(found | set(trashed))
+        answers_forget(team_id=team_id, memory_ids=erased)
+    return erased
 
 
 def memories_delete(*, team: Team, memory_ids: list[int]) -> int:

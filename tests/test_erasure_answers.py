@@ -220,3 +220,30 @@ def test_the_stored_text_is_read_back_from_this_database_and_the_answer_rewritte
     for key in ("odd", "many"):
         body = IdempotentRequest.objects.get(key=key).body
         assert body["results"] == [{"memory": {"id": 4711, "erased": True}}, shown["results"][1]]
+
+
+def test_a_batch_erasure_forgets_every_memory_and_reads_the_answers_once(team, agent, api):
+    """A batch delete with `purge` of 40 memories: every kept answer stops showing any of them,
+    and the kept answers are read once, not once per memory."""
+    items = [
+        {"agent_id": "researcher", "content": f"{SECRET} Copy {i}.", "enable_dedup": False}
+        for i in range(40)
+    ]
+    many = ok_data(
+        api.post("/memories/personal/batch", {"items": items}, headers={"Idempotency-Key": "m"})
+    )
+    ids = [r["memory"]["id"] for r in many["results"]]
+    kept = ok_data(_write(api, KEPT, "w-kept"))
+    with CaptureQueriesContext(connection) as queries:
+        r = api.post("/memories/personal/batch/delete", {"ids": ids, "purge": True})
+    assert ok_data(r)["removed"] == 40
+    reads = [q["sql"] for q in queries.captured_queries if "idempotent" in q["sql"].lower()]
+    # One read of the kept answers, then one of each that shows an erased memory (here one).
+    assert len([sql for sql in reads if sql.lstrip().upper().startswith("SELECT")]) <= 2
+    assert "Copy" not in _stored_text(team.id) and KEPT in _stored_text(team.id)
+    replayed = ok_data(
+        api.post("/memories/personal/batch", {"items": items}, headers={"Idempotency-Key": "m"})
+    )
+    assert [r["memory"] for r in replayed["results"]] == [{"id": i, "erased": True} for i in ids]
+    assert ok_data(_write(api, KEPT, "w-kept")) == kept
+    assert not TrashedMemory.objects.filter(team=team).exists()
