@@ -452,36 +452,24 @@ def batch_of_two(stack: Stack) -> tuple[MemoryClient, MemoryClient, list[int]]:
     return first, second, ids
 
 
-def test_two_batch_deletes_at_once_trash_each_memory_once(tmp_path):
-    """Two batch deletes of the same memories on two servers, queued on the first one's row:
-    the first trashes both, the second finds them gone (404 each), nothing trashed twice."""
+@pytest.mark.parametrize("purge", [False, True], ids=["delete", "erase"])
+def test_a_batch_delete_queued_behind_another(tmp_path, purge):
+    """Two batch deletes of the same memories on two servers, queued on the first one's row.
+    The first moves both to the trash. The second, a delete, finds them gone (404 each): nothing
+    is trashed twice. The second, an erasure (`purge: true`), erases them in the trash: gone
+    everywhere, as its caller is told."""
     with live_stack(tmp_path, servers=2) as stack:
         first, second, ids = batch_of_two(stack)
         one, two = queued_in_order(
             stack,
             ("memories.models", "Memory", ids[0]),
             lambda: first.delete_memories(ids),
-            lambda: second.delete_memories(ids[::-1]),
+            lambda: second.delete_memories(ids[::-1], purge=purge),
         )
         assert one == {"results": [{"id": i, "status": 200} for i in ids], "removed": 2}
-        assert two["removed"] == 0 and [r["status"] for r in two["results"]] == [404, 404]
-        assert stack_python(stack, TRASHED.format(ids=ids)) == {"live": [], "trashed": ids}
-
-
-def test_a_batch_erasure_queued_behind_a_batch_delete_still_erases(tmp_path):
-    """An erasure (`purge: true`) that waits while another request moves the memories to the
-    trash erases them there: gone everywhere, as the caller was told."""
-    with live_stack(tmp_path, servers=2) as stack:
-        first, second, ids = batch_of_two(stack)
-        one, two = queued_in_order(
-            stack,
-            ("memories.models", "Memory", ids[0]),
-            lambda: first.delete_memories(ids),
-            lambda: second.delete_memories(ids, purge=True),
-        )
-        assert one["removed"] == 2 and two["removed"] == 2
-        assert stack_python(stack, TRASHED.format(ids=ids)) == {"live": [], "trashed": []}
-        assert first.list_trash()["items"] == []
+        assert [r["status"] for r in two["results"]] == ([200, 200] if purge else [404, 404])
+        state = stack_python(stack, TRASHED.format(ids=ids))
+        assert state == {"live": [], "trashed": [] if purge else ids}
 
 
 def test_a_batch_update_queued_behind_a_delete_reports_that_memory_gone(tmp_path):

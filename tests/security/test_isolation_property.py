@@ -163,6 +163,21 @@ class Isolation(RuleBasedStateMachine):
             return None
         return data.draw(st.sampled_from(self.entities))
 
+    def _pick_batch(self, actor: str, data: st.DataObject) -> list[MemoryRecord]:
+        """What a batch names: mostly the caller's live memories (what it would change), with
+        one of another team's mixed in when there is one; none when the caller has none."""
+        own = [m for m in self.memories if m.team == team_of(actor) and not m.deleted]
+        foreign = [m for m in self.memories if m.team != team_of(actor)]
+        if not own:
+            return []
+        picked = data.draw(
+            st.lists(st.sampled_from(own), min_size=1, max_size=3, unique_by=lambda m: m.id)
+        )
+        if foreign:
+            at = data.draw(st.integers(0, len(picked)))
+            picked.insert(at, data.draw(st.sampled_from(foreign)))
+        return picked
+
     def _by_id(self, memory_id: int) -> MemoryRecord:
         return next(m for m in self.memories if m.id == memory_id)
 
@@ -293,16 +308,9 @@ class Isolation(RuleBasedStateMachine):
     def batch_update_memories(self, actor: str, scope: str, data: st.DataObject) -> None:
         """A batch update changes only what a PUT of each would; another team's ids, mixed in
         with the caller's, answer exactly as an id that does not exist."""
-        own = [m for m in self.memories if m.team == team_of(actor) and not m.deleted]
-        foreign = [m for m in self.memories if m.team != team_of(actor)]
-        if not own:
+        picked = self._pick_batch(actor, data)
+        if not picked:
             return
-        picked = data.draw(
-            st.lists(st.sampled_from(own), min_size=1, max_size=3, unique_by=lambda m: m.id)
-        )
-        if foreign:
-            at = data.draw(st.integers(0, len(picked)))
-            picked.insert(at, data.draw(st.sampled_from(foreign)))
         scope = data.draw(st.sampled_from([picked[0].scope, scope]))
         tokens = [self._token(data) for _ in picked]
         items = [{"id": m.id, "content": f"note {t}"} for m, t in zip(picked, tokens, strict=True)]
@@ -339,18 +347,9 @@ class Isolation(RuleBasedStateMachine):
     ) -> None:
         """A batch delete removes only what a DELETE of each id would; another team's ids, mixed
         in with the caller's, answer exactly as an id that does not exist."""
-        own = [m for m in self.memories if m.team == team_of(actor) and not m.deleted]
-        foreign = [m for m in self.memories if m.team != team_of(actor)]
-        if not own:
+        picked = self._pick_batch(actor, data)
+        if not picked:
             return
-        # Mostly the caller's live memories (what it would delete), and another team's mixed in.
-        picked = data.draw(
-            st.lists(st.sampled_from(own), min_size=1, max_size=3, unique_by=lambda m: m.id)
-        )
-        if foreign:
-            picked.insert(
-                data.draw(st.integers(0, len(picked))), data.draw(st.sampled_from(foreign))
-            )
         scope = data.draw(st.sampled_from([picked[0].scope, scope]))
         ids = [m.id for m in picked] + [MISSING_MEMORY_ID]
         r = self.api(actor).post(f"/memories/{scope}/batch/delete", {"ids": ids, "purge": purge})
