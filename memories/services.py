@@ -764,12 +764,11 @@ def memories_erase(*, team_id: str, memory_ids: list[int]) -> list[int]:
     if not wanted:
         return []
     with transaction.atomic():
-        live = list(
-            Memory.objects.select_for_update()
-            .filter(team_id=team_id, pk__in=wanted)
-            .order_by("id")
-            .only("id", "team_id", "scope", "agent_id")
-        )
+        # Locked by primary key alone, in id order, as every other path locks memories: a lock
+        # read through another index takes that index's records first, in its own order, and
+        # deadlocks with a request that holds one of these rows and deletes it.
+        locked = Memory.objects.select_for_update().filter(pk__in=wanted).order_by("id")
+        live = [m for m in locked if m.team_id == team_id]
         found = {m.pk for m in live}
         trashed = list(
             TrashedMemory.objects.select_for_update()
