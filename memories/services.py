@@ -782,7 +782,7 @@ def memories_erase(*, team_id: str, memory_ids: list[int]) -> list[int]:
             index.log_changes(
                 team_id=team_id, scope=scope, agent_id=agent_id, memory_ids=ids, deleted=True
             )
-        Memory.objects.filter(team_id=team_id, pk__in=found).delete()
+        Memory.objects.filter(pk__in=found).delete()  # the team's: checked above
         TrashedMemory.objects.filter(team_id=team_id, memory_id__in=trashed).delete()
         erased = sorted(found | set(trashed))
         answers_forget(team_id=team_id, memory_ids=erased)
