@@ -25,7 +25,7 @@ from django.db import close_old_connections
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import ErrorCode
 from tenants.authentication import McpPrincipal, mcp_token_authenticate
@@ -298,6 +298,61 @@ async def memory_forget(memory_id: MemoryId) -> dict[str, Any]:
     """Forget a memory: it moves to the trash (restorable by an operator for the retention
     period), no longer found by search."""
     return await _run(tools.memory_forget, memory_id=memory_id)
+
+
+class MemoryChange(BaseModel):
+    """One item of memory_update_many: the memory's id and the fields to change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_id: MemoryId
+    content: Annotated[str | None, Field(description="New text (re-embedded).")] = None
+    importance: Importance = None
+    category: Category = None
+    metadata: Annotated[
+        dict[str, Any] | None, Field(description="Replaces the memory's metadata.")
+    ] = None
+    pinned: Annotated[bool | None, Field(description="Pinned memories are never cleaned up.")] = (
+        None
+    )
+    expires_at: Annotated[
+        str | None,
+        Field(description="A new expiry (ISO 8601), or null to remove the one it has."),
+    ] = None
+
+
+@mcp.tool(name="memory_update_many", annotations=WRITES)
+async def memory_update_many(
+    items: Annotated[
+        list[MemoryChange],
+        Field(description="Up to 100 corrections, one per memory.", min_length=1, max_length=100),
+    ],
+) -> dict[str, Any]:
+    """Correct several memories in one call, each as memory_update would (a revision each).
+    Results come in the order given, each with a status: 200 (with the memory), 400 refused
+    item, 403 not this token's to change, 404 no such memory; the others are still applied."""
+    # Only the fields the caller gave: an explicit null expires_at removes an expiry.
+    changes = [
+        {
+            ("id" if k == "memory_id" else k): v
+            for k, v in item.model_dump(exclude_unset=True).items()
+        }
+        for item in items
+    ]
+    return await _run(tools.memory_update_many, items=changes)
+
+
+@mcp.tool(name="memory_forget_many", annotations=DESTRUCTIVE)
+async def memory_forget_many(
+    memory_ids: Annotated[
+        list[MemoryId],
+        Field(description="Up to 100 memory ids, each listed once.", min_length=1, max_length=100),
+    ],
+) -> dict[str, Any]:
+    """Forget several memories in one call, each as memory_forget would (to the trash).
+    Results come in the order given, each with a status: 200 forgotten, 403 not this token's
+    to forget, 404 no such memory; the others are still forgotten."""
+    return await _run(tools.memory_forget_many, memory_ids=memory_ids)
 
 
 @mcp.tool(name="memory_history", annotations=READ_ONLY)

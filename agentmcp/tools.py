@@ -35,6 +35,8 @@ from memories import purge
 from memories import selectors as memory_selectors
 from memories import services as memory_services
 from memories.apis import (
+    BatchDeleteInputSerializer,
+    BatchUpdateInputSerializer,
     EpisodeInputSerializer,
     EpisodeSearchInputSerializer,
     PersonalCreateInputSerializer,
@@ -45,6 +47,8 @@ from memories.apis import (
     TeamSearchInputSerializer,
     UpdateInputSerializer,
     WorkingCreateInputSerializer,
+    batch_delete_validated,
+    batch_update_validated,
     check_agent_id,
     episode_search_query,
     procedure_source,
@@ -247,6 +251,33 @@ def memory_forget(principal: McpPrincipal, *, memory_id: int) -> dict[str, Any]:
     if not trashed:  # removed by another request after it was read
         raise NotFound("memory")
     return {"forgotten": memory_id, "trash": True}
+
+
+def memory_update_many(principal: McpPrincipal, *, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """POST /memories/{scope}/batch/update, either scope: each item as its own memory_update
+    (REST's fields: `expires_at` null removes an expiry). A refused item is reported in its
+    result and the others are applied."""
+    data = _valid(BatchUpdateInputSerializer(data={"items": items}))
+    return batch_update_validated(
+        team=principal.team,
+        scope=None,
+        acting_agent=principal.agent_id,
+        items=data["items"],
+        actor=Actor(label=principal.label),
+    )
+
+
+def memory_forget_many(principal: McpPrincipal, *, memory_ids: list[int]) -> dict[str, Any]:
+    """POST /memories/{scope}/batch/delete without purge, either scope: each memory as its own
+    memory_forget (to the trash); a refused id is reported and the others are forgotten."""
+    data = _valid(BatchDeleteInputSerializer(data={"ids": memory_ids}))
+    return batch_delete_validated(
+        team=principal.team,
+        scope=None,
+        acting_agent=principal.agent_id,
+        data=data,
+        reason=f"forgotten through MCP by {principal.label}",
+    )
 
 
 def _revision(r: MemoryRevision) -> dict[str, Any]:

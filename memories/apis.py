@@ -673,39 +673,54 @@ class _MemoryBatchDeleteApi(APIView):
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
         data = validated_body(request, BatchDeleteInputSerializer)
-        ids: list[int] = data["ids"]
-        found = selectors.memories_of_scope(team=principal.team, scope=self.scope, memory_ids=ids)
-        refused: dict[int, DomainError] = {}
-        allowed: list[Memory] = []
-        for memory_id in ids:
-            memory = found.get(memory_id)
-            try:
-                if memory is None:
-                    raise NotFound("memory")
-                selectors.check_memory_access(
-                    memory=memory, acting_agent=principal.agent_id, action=DELETE
-                )
-            except DomainError as exc:
-                refused[memory_id] = exc
-                continue
-            allowed.append(memory)
-        removed = set(
-            purge.memories_remove(
+        return Response(
+            batch_delete_validated(
                 team=principal.team,
-                memories=allowed,
-                erase=data["purge"],
+                scope=self.scope,
+                acting_agent=principal.agent_id,
+                data=data,
                 reason=f"deleted through the API by {Actor.for_key(principal.api_key).label}",
             )
         )
-        results: list[dict[str, Any]] = []
-        for memory_id in ids:
-            if memory_id in removed:
-                results.append({"id": memory_id, "status": 200})
-                continue
-            # Refused, or removed by another request after it was read: as a moment later.
-            error = refused.get(memory_id) or NotFound("memory")
-            results.append({"id": memory_id, "status": error.status, "error": error.message})
-        return Response({"results": results, "removed": len(removed)})
+
+
+def batch_delete_validated(
+    *,
+    team: Team,
+    scope: MemoryScope | None,
+    acting_agent: str | None,
+    data: dict[str, Any],
+    reason: str,
+) -> dict[str, Any]:
+    """A validated batch delete (BatchDeleteInputSerializer) of the team's `scope` (None: either,
+    as MCP's memory_forget_many) -> `{"results": [...], "removed": n}`. Each id is removed as its
+    own DELETE would be; the refused ones (404, 403) are reported and the others removed."""
+    ids: list[int] = data["ids"]
+    found = selectors.memories_of_scope(team=team, scope=scope, memory_ids=ids)
+    refused: dict[int, DomainError] = {}
+    allowed: list[Memory] = []
+    for memory_id in ids:
+        memory = found.get(memory_id)
+        try:
+            if memory is None:
+                raise NotFound("memory")
+            selectors.check_memory_access(memory=memory, acting_agent=acting_agent, action=DELETE)
+        except DomainError as exc:
+            refused[memory_id] = exc
+            continue
+        allowed.append(memory)
+    removed = set(
+        purge.memories_remove(team=team, memories=allowed, erase=data["purge"], reason=reason)
+    )
+    results: list[dict[str, Any]] = []
+    for memory_id in ids:
+        if memory_id in removed:
+            results.append({"id": memory_id, "status": 200})
+            continue
+        # Refused, or removed by another request after it was read: as a moment later.
+        error = refused.get(memory_id) or NotFound("memory")
+        results.append({"id": memory_id, "status": error.status, "error": error.message})
+    return {"results": results, "removed": len(removed)}
 
 
 class BatchUpdateItemSerializer(UpdateInputSerializer):
@@ -768,65 +783,82 @@ class _MemoryBatchUpdateApi(APIView):
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
         data = validated_body(request, BatchUpdateInputSerializer)
-        parsed: list[dict[str, Any] | DomainError] = []
-        given: list[int | None] = []  # each item's id, when it is one
-        for raw in data["items"]:
-            raw_id = raw.get("id") if isinstance(raw, dict) else None
-            given.append(raw_id if type(raw_id) is int else None)
-            if not isinstance(raw, dict):
-                parsed.append(ValidationFailed({"item": ["must be an object"]}, "item: an object"))
-                continue
-            checked = BatchUpdateItemSerializer(data=raw)
-            parsed.append(
-                dict(checked.validated_data)
-                if checked.is_valid()
-                else ValidationFailed(checked.errors, "invalid item")
+        return Response(
+            batch_update_validated(
+                team=principal.team,
+                scope=self.scope,
+                acting_agent=principal.agent_id,
+                items=data["items"],
+                actor=Actor.for_key(principal.api_key),
             )
-        seen: dict[int, int] = {}
-        for index, item in enumerate(parsed):
-            if isinstance(item, dict) and seen.setdefault(item["id"], index) != index:
-                raise ValidationFailed(
-                    {f"items[{index}].id": ["This id is listed more than once."]},
-                    "an id is listed more than once",
-                )
-        found = selectors.memories_of_scope(
-            team=principal.team, scope=self.scope, memory_ids=list(seen)
         )
-        results: list[dict[str, Any] | None] = []
-        updates: list[tuple[Memory, dict[str, Any]]] = []
-        for memory_id, item in zip(given, parsed, strict=True):
-            try:
-                if isinstance(item, DomainError):
-                    raise item
-                memory = found.get(item["id"])
-                if memory is None:
-                    raise NotFound("memory")
-                selectors.check_memory_access(
-                    memory=memory, acting_agent=principal.agent_id, action=WRITE
-                )
-            except DomainError as exc:
-                results.append(_refusal(memory_id, exc))
-                continue
-            fields = {k: v for k, v in item.items() if k != "id"}
-            updates.append((memory, fields))
-            results.append(None)  # filled in once applied
-        applied = iter(
-            services.memories_update_each(updates=updates, actor=Actor.for_key(principal.api_key))
+
+
+def batch_update_validated(
+    *,
+    team: Team,
+    scope: MemoryScope | None,
+    acting_agent: str | None,
+    items: list[Any],
+    actor: Actor,
+) -> dict[str, Any]:
+    """A batch update's items (each still raw JSON) of the team's `scope` (None: either, as
+    MCP's memory_update_many) -> `{"results": [...], "updated": n}`. Each item is checked with
+    BatchUpdateItemSerializer and applied as its own PUT would be; a refused one (400, 403, 404)
+    is reported and the others applied. An id listed twice refuses them all (ValidationFailed)."""
+    parsed: list[dict[str, Any] | DomainError] = []
+    given: list[int | None] = []  # each item's id, when it is one
+    for raw in items:
+        raw_id = raw.get("id") if isinstance(raw, dict) else None
+        given.append(raw_id if type(raw_id) is int else None)
+        if not isinstance(raw, dict):
+            parsed.append(ValidationFailed({"item": ["must be an object"]}, "item: an object"))
+            continue
+        checked = BatchUpdateItemSerializer(data=raw)
+        parsed.append(
+            dict(checked.validated_data)
+            if checked.is_valid()
+            else ValidationFailed(checked.errors, "invalid item")
         )
-        for index, slot in enumerate(results):
-            if slot is None:
-                outcome = next(applied)
-                results[index] = (
-                    _refusal(given[index], outcome)
-                    if isinstance(outcome, DomainError)
-                    else {
-                        "id": outcome.pk,
-                        "status": 200,
-                        "memory": presenters.memory_body(outcome),
-                    }
-                )
-        updated = sum(1 for r in results if r is not None and r["status"] == 200)
-        return Response({"results": results, "updated": updated})
+    seen: dict[int, int] = {}
+    for index, item in enumerate(parsed):
+        if isinstance(item, dict) and seen.setdefault(item["id"], index) != index:
+            raise ValidationFailed(
+                {f"items[{index}].id": ["This id is listed more than once."]},
+                "an id is listed more than once",
+            )
+    found = selectors.memories_of_scope(team=team, scope=scope, memory_ids=list(seen))
+    results: list[dict[str, Any] | None] = []
+    updates: list[tuple[Memory, dict[str, Any]]] = []
+    for memory_id, item in zip(given, parsed, strict=True):
+        try:
+            if isinstance(item, DomainError):
+                raise item
+            memory = found.get(item["id"])
+            if memory is None:
+                raise NotFound("memory")
+            selectors.check_memory_access(memory=memory, acting_agent=acting_agent, action=WRITE)
+        except DomainError as exc:
+            results.append(_refusal(memory_id, exc))
+            continue
+        fields = {k: v for k, v in item.items() if k != "id"}
+        updates.append((memory, fields))
+        results.append(None)  # filled in once applied
+    applied = iter(services.memories_update_each(updates=updates, actor=actor))
+    for index, slot in enumerate(results):
+        if slot is None:
+            outcome = next(applied)
+            results[index] = (
+                _refusal(given[index], outcome)
+                if isinstance(outcome, DomainError)
+                else {
+                    "id": outcome.pk,
+                    "status": 200,
+                    "memory": presenters.memory_body(outcome),
+                }
+            )
+    updated = sum(1 for r in results if r is not None and r["status"] == 200)
+    return {"results": results, "updated": updated}
 
 
 class PersonalBatchUpdateApi(_MemoryBatchUpdateApi):

@@ -56,12 +56,15 @@ def memory_get(*, team: Team, memory_id: int, scope: str | None = None) -> Memor
     return memory
 
 
-def memories_of_scope(*, team: Team, scope: str, memory_ids: list[int]) -> dict[int, Memory]:
-    """The memories of the team's `scope` among `memory_ids`, by id; the others (missing,
-    another scope, another team) are simply absent, as memory_get's 404 would not tell them
-    apart."""
+def memories_of_scope(*, team: Team, scope: str | None, memory_ids: list[int]) -> dict[int, Memory]:
+    """The memories of the team's `scope` (None: either scope) among `memory_ids`, by id; the
+    others (missing, another scope, another team) are simply absent, as memory_get's 404 would
+    not tell them apart."""
     wanted = [i for i in memory_ids if 0 < i < 2**63]
-    return Memory.objects.filter(team=team, scope=scope).in_bulk(wanted)
+    memories = Memory.objects.filter(team=team)
+    if scope is not None:
+        memories = memories.filter(scope=scope)
+    return memories.in_bulk(wanted)
 
 
 def share_permission(*, memory: Memory, agent_id: str) -> str | None:

@@ -40,6 +40,8 @@ TOOLS = {
     "memory_get": ["memory_id"],
     "memory_update": ["memory_id"],
     "memory_forget": ["memory_id"],
+    "memory_update_many": ["items"],
+    "memory_forget_many": ["memory_ids"],
     "memory_history": ["memory_id"],
     "working_add": ["content"],
     "working_list": [],
@@ -123,6 +125,12 @@ def test_tool_list(mcp_url, agent_token, mode):
     hints = {t.name: t.annotations for t in tools}
     assert hints["memory_search"].read_only_hint is True
     assert hints["memory_forget"].destructive_hint is True
+    assert hints["memory_forget_many"].destructive_hint is True
+    many = next(t for t in tools if t.name == "memory_forget_many").input_schema
+    assert (
+        many["properties"]["memory_ids"]["minItems"],
+        many["properties"]["memory_ids"]["maxItems"],
+    ) == (1, 100)
 
 
 def test_chinese_round_trip(mcp_url, agent_token):
@@ -151,6 +159,115 @@ def test_chinese_round_trip(mcp_url, agent_token):
     assert found["memories"][0]["content"] == "我最喜欢的编程语言是 Rust，周末常去香山爬山"
     assert got["content"] == added["content"]
     assert Memory.objects.filter(team_id="mcp_a").count() == 1
+
+
+def test_many_memories_updated_and_forgotten_in_one_call_each_as_alone(
+    mcp_url, team_a, agent_token
+):
+    """memory_update_many / memory_forget_many: each item as its own memory_update /
+    memory_forget, in order, both scopes in one call; another agent's personal memory is a 403
+    and another team's a 404 exactly like a missing id, and neither is touched."""
+    other_agent = Memory.objects.create(
+        team=team_a, scope="personal", agent_id="a2", content="a2 keeps the spare key"
+    )
+    team_b = TeamFactory(id="mcp_b")
+    other_team = Memory.objects.create(
+        team=team_b, scope="team", content="Team B's vault code is 4711"
+    )
+    missing = other_team.pk + 1000
+
+    async def go():
+        async with session(mcp_url, agent_token) as c:
+            own = [
+                ok(await c.call_tool("memory_add", {"content": text}))["id"]
+                for text in ("a1 likes green tea", "a1 lives in Lyon")
+            ]
+            shared = ok(
+                await c.call_tool("memory_add", {"content": "Standup is at 9:30", "scope": "team"})
+            )["id"]
+            ok(
+                await c.call_tool(
+                    "memory_update", {"memory_id": own[1], "expires_at": "2031-01-01"}
+                )
+            )
+            updated = ok(
+                await c.call_tool(
+                    "memory_update_many",
+                    {
+                        "items": [
+                            {"memory_id": own[0], "content": "a1 likes black tea"},
+                            {"memory_id": other_agent.pk, "importance": 0.9},
+                            {"memory_id": own[1], "expires_at": None, "pinned": True},
+                            {"memory_id": other_team.pk, "content": "x"},
+                            {"memory_id": shared, "expires_at": "2001-01-01T00:00:00Z"},
+                            {"memory_id": missing, "category": "x"},
+                        ]
+                    },
+                )
+            )
+            twice = data(
+                await c.call_tool(
+                    "memory_update_many",
+                    {"items": [{"memory_id": own[0], "pinned": True}] * 2},
+                )
+            )
+            repeated = data(
+                await c.call_tool("memory_forget_many", {"memory_ids": [own[0], own[0]]})
+            )
+            too_many = error_code(
+                await c.call_tool("memory_forget_many", {"memory_ids": list(range(1, 102))})
+            )
+            forgot = ok(
+                await c.call_tool(
+                    "memory_forget_many",
+                    {"memory_ids": [shared, other_agent.pk, own[0], other_team.pk, missing]},
+                )
+            )
+            history = ok(await c.call_tool("memory_history", {"memory_id": own[1]}))
+        return own, shared, updated, twice, repeated, too_many, forgot, history
+
+    own, shared, updated, twice, repeated, too_many, forgot, history = run(go())
+    assert [(r["id"], r["status"]) for r in updated["results"]] == [
+        (own[0], 200),
+        (other_agent.pk, 403),
+        (own[1], 200),
+        (other_team.pk, 404),
+        (shared, 400),
+        (missing, 404),
+    ]
+    assert updated["updated"] == 2
+    assert updated["results"][0]["memory"]["content"] == "a1 likes black tea"
+    # An explicit null removes the expiry; the pin is applied with it.
+    assert "expires_at" not in updated["results"][2]["memory"]
+    assert updated["results"][2]["memory"]["pinned"] is True
+    assert "expires_at" in updated["results"][4]["details"]
+    assert updated["results"][3] == updated["results"][5] | {"id": other_team.pk}
+    assert history["revisions"][0]["actor"].startswith("mcp token mcp_")
+    # A memory listed twice refuses the whole call, and nothing is changed.
+    assert twice["code"] == "VALIDATION_ERROR" and "items[1].id" in twice["details"]
+    assert repeated["code"] == "VALIDATION_ERROR" and "ids" in repeated["details"]
+    assert too_many == "VALIDATION_ERROR"
+    assert [(r["id"], r["status"]) for r in forgot["results"]] == [
+        (shared, 200),
+        (other_agent.pk, 403),
+        (own[0], 200),
+        (other_team.pk, 404),
+        (missing, 404),
+    ]
+    assert forgot["removed"] == 2
+    assert forgot["results"][3] == forgot["results"][4] | {"id": other_team.pk}
+    trashed = TrashedMemory.objects.filter(memory_id__in=[shared, own[0]])
+    assert sorted(t.memory_id for t in trashed) == sorted([shared, own[0]])
+    assert all(t.removed_by == "api" and "through MCP" in t.reason for t in trashed)
+    assert set(Memory.objects.values_list("pk", flat=True)) == {
+        own[1],
+        other_agent.pk,
+        other_team.pk,
+    }
+    other_agent.refresh_from_db()
+    other_team.refresh_from_db()
+    assert other_agent.importance == 0.5 and other_team.content == "Team B's vault code is 4711"
+    assert Memory.objects.get(pk=own[1]).expires_at is None
 
 
 def test_an_expiry_through_mcp_is_set_refused_when_past_and_ends_the_search(mcp_url, agent_token):
