@@ -73,13 +73,14 @@ Limits
 
 from __future__ import annotations
 
+import calendar
 import logging
 import math
 import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, date, datetime, time, timedelta
 
 import numpy as np
 from django.conf import settings
@@ -277,7 +278,7 @@ def split_sentences(text: str) -> list[str]:
 # A fact that says when it stops being true, on a date it writes out: "until 2031-01-31",
 # "till 2031-01-31T18:00Z", "直到2031年1月31日", "到2031-01-31为止", "有效期至2031年1月31日". Only
 # these: a deadline ("by", "截止") is not the end of the fact, and a relative date ("until
-# Friday") would need the day it was said.
+# Friday") needs the day it was said (`said_expiry`).
 _DATE = r"(\d{4})\s*[-/年]\s*(\d{1,2})\s*[-/月]\s*(\d{1,2})\s*日?"
 _UNTIL = (
     re.compile(
@@ -300,6 +301,94 @@ def stated_expiry(sentence: str) -> datetime | None:
             return until_moment(found.group(1).replace(" ", "T"))
         year, month, day = (int(g) for g in found.groups())
         return until_moment(f"{year:04d}-{month:02d}-{day:02d}")
+    return None
+
+
+# A fact that ends on a day named from when it was said: "until Friday", "till tomorrow",
+# "through the end of the month", "直到周五", "到月底为止". Read by `said_expiry` from the day the
+# message was said. A bare "到周五" is not one ("推迟到周五" moves something to Friday).
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_REL_EN = re.compile(
+    r"\b(?:until|till|through|thru)\s+(?:"
+    r"(?P<day>today|tonight|tomorrow|the\s+day\s+after\s+tomorrow)"
+    r"|(?:the\s+)?end\s+of\s+(?:the\s+|this\s+)?(?P<end>week|month|year)"
+    r"|(?:this\s+|the\s+)?(?P<weekend>weekend)"
+    rf"|(?P<which>this\s+|next\s+)?(?P<weekday>{'|'.join(_WEEKDAYS)})"
+    r")\b(?!['’]s)",
+    re.IGNORECASE,
+)
+_REL_ZH_DAY = (
+    r"(?:(?P<day>今天|今晚|明天|明日|后天)"
+    r"|(?:本|这个?|今年)?(?P<end>周末|月底|年底)"
+    r"|(?P<which>本|这|下)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天]))"
+)
+_REL_ZH = (
+    re.compile(rf"(?:直到|一直到|有效期?(?:至|到)){_REL_ZH_DAY}"),
+    re.compile(rf"(?:到|至){_REL_ZH_DAY}\s*(?:为止|止)"),
+)
+# "Monday through Friday", "周一到周五": a span of days, most often a recurring one ("I work
+# Monday through Friday"), never the end of the fact. A sentence holding one names no end.
+_DAY_SPAN = (
+    re.compile(
+        rf"\b(?:{'|'.join(_WEEKDAYS)})s?\s*(?:-|–|to|until|till|through|thru)\s*"
+        rf"(?:{'|'.join(_WEEKDAYS)})",
+        re.IGNORECASE,
+    ),
+    re.compile(r"(?:周|星期|礼拜)[一二三四五六日天]\s*(?:-|–|~|一直到|直到|到|至)"),
+)
+_DAYS_AHEAD = {
+    "today": 0,
+    "tonight": 0,
+    "tomorrow": 1,
+    "今天": 0,
+    "今晚": 0,
+    "明天": 1,
+    "明日": 1,
+    "后天": 2,
+}
+_ENDS = {"周末": "week", "月底": "month", "年底": "year"}
+_ZH_WEEKDAYS = "一二三四五六"
+
+
+def _named_day(found: re.Match[str], today: date) -> date:
+    """The day a _REL_EN / _REL_ZH match names, counted from `today`. Where a phrase could name
+    two days ("until Friday" said on a Friday; "next Friday"), the later one: an end that comes
+    late leaves a stale memory found a little longer, one that comes early hides a true one."""
+    groups = found.groupdict()
+    if groups["day"]:
+        return today + timedelta(days=_DAYS_AHEAD.get(groups["day"].lower(), 2))
+    end = "week" if groups.get("weekend") else _ENDS.get(groups["end"] or "", groups["end"] or "")
+    if end:
+        end = end.lower()
+        if end == "week":
+            return today + timedelta(days=6 - today.weekday())  # Sunday
+        if end == "month":
+            return today.replace(day=calendar.monthrange(today.year, today.month)[1])
+        return today.replace(month=12, day=31)
+    name = groups["weekday"].lower()
+    weekday = _WEEKDAYS.index(name) if name in _WEEKDAYS else _ZH_WEEKDAYS.find(name) % 7
+    which = (groups["which"] or "").strip().lower()
+    ahead = (weekday - today.weekday()) % 7
+    if which == "下":  # the given day of the next calendar week (weeks start on Monday)
+        return today + timedelta(days=7 - today.weekday() + weekday)
+    if which in ("this", "本", "这"):
+        return today + timedelta(days=ahead)
+    return today + timedelta(days=(ahead or 7) + (7 if which == "next" else 0))
+
+
+def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
+    """When `sentence`, said at `said_at`, says it stops being true on a day it names from then
+    ("until Friday", "直到明天"); None when it names none. That day is counted in UTC and the
+    fact holds until the end of the day after it: the speaker's time zone is not known, and
+    wherever it is, the named day has ended by then."""
+    if any(span.search(sentence) for span in _DAY_SPAN):
+        return None
+    today = said_at.astimezone(UTC).date()
+    for pattern in (_REL_EN, *_REL_ZH):
+        found = pattern.search(sentence)
+        if found is not None:
+            day = _named_day(found, today)
+            return datetime.combine(day + timedelta(days=2), time(0), tzinfo=UTC)
     return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import unicodedata
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -16,6 +16,7 @@ from lifecycle.offline import (
     OfflineEngine,
     classify,
     dominant_language,
+    said_expiry,
     split_sentences,
     trim_text,
 )
@@ -396,6 +397,61 @@ def test_extract_json_prefers_objects_and_gives_none_without_json():
     assert extract_json('[{"a": 1}]') == [{"a": 1}]
     assert extract_json("no json {here") is None
     assert extract_json("") is None
+
+
+# Days named from the day a fact was said: the day it ends, the fact expiring when the day after
+# it ends (the speaker's time zone is not known). 2031-01-08 is a Wednesday.
+@pytest.mark.parametrize(
+    ("sentence", "said", "ends_after"),
+    [
+        ("I am on call until Friday", "2031-01-08T10:00", "2031-01-10"),
+        ("on call until Friday", "2031-01-10T10:00", "2031-01-17"),  # said on one: the next
+        ("on call until this Friday", "2031-01-10T10:00", "2031-01-10"),
+        ("on call until next Friday", "2031-01-08T10:00", "2031-01-17"),  # the later reading
+        ("on call till tomorrow", "2031-01-08T10:00", "2031-01-09"),
+        ("at the office until tonight", "2031-01-08T10:00", "2031-01-08"),
+        ("away until the day after tomorrow", "2031-01-08T10:00", "2031-01-10"),
+        ("in Rome through the weekend", "2031-01-08T10:00", "2031-01-12"),
+        ("in Rome until the end of the week", "2031-01-12T10:00", "2031-01-12"),  # a Sunday
+        ("the discount holds until the end of the month", "2031-02-03T10:00", "2031-02-28"),
+        ("the rate is fixed through the end of the year", "2031-06-03T10:00", "2031-12-31"),
+        ("我直到周五都在出差", "2031-01-08T10:00", "2031-01-10"),
+        ("我直到下周一都在出差", "2031-01-08T10:00", "2031-01-13"),
+        ("我直到下周一都在出差", "2031-01-12T10:00", "2031-01-13"),  # said on a Sunday
+        ("有效期至本周日", "2031-01-08T10:00", "2031-01-12"),
+        ("到星期天为止我都在北京", "2031-01-08T10:00", "2031-01-12"),
+        ("一直到明天都不在", "2031-01-08T10:00", "2031-01-09"),
+        ("这个价格到月底为止", "2031-01-08T10:00", "2031-01-31"),
+        ("直到年底都用这个方案", "2031-01-08T10:00", "2031-12-31"),
+        # The day it was said is read in UTC: 23:30 in New York is the next day there.
+        ("away till tomorrow", "2031-01-08T23:30-05:00", "2031-01-10"),
+    ],
+)
+def test_a_day_named_from_when_it_was_said(sentence, said, ends_after):
+    moment = datetime.fromisoformat(said)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    day = datetime.fromisoformat(ends_after).replace(tzinfo=UTC)
+    assert said_expiry(sentence, moment) == day + timedelta(days=2)
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "The standup was moved to Friday",
+        "会议推迟到周五",  # moved to, not ended on
+        "Submit it by Friday",  # a deadline
+        "I am on call until further notice",
+        "until Friday's review the branch is frozen",  # ends with an event, not the day
+        "I work Monday through Friday",  # a span of days, not an end
+        "The gym is open Mondays until Sunday",
+        "我周一到周五都上班",
+        "我们从周一一直到周五都在办公室",
+        "我周一直到周五都很忙",
+    ],
+)
+def test_no_day_named_from_when_it_was_said(sentence):
+    assert said_expiry(sentence, datetime(2031, 1, 8, 10, tzinfo=UTC)) is None
 
 
 # --- schemas --------------------------------------------------------------------------------------

@@ -354,7 +354,7 @@ class TestLifecycle:
             "The code freeze lasts till 2031-02-10T18:00Z.",
             "I was on leave until 2020-01-31.",  # past: a statement about the past
             "The report is due by 2031-01-31.",  # a deadline, not the end of the fact
-            "I am on call until Friday.",  # no date written out: never guessed
+            "I am on call until further notice.",  # no day named
         ]
         body = {"agent_id": "alice", "messages": [{"role": "user", "content": t} for t in said]}
         facts = ok_data(api.post("/memories/ingest", body))["facts"]
@@ -372,20 +372,67 @@ class TestLifecycle:
         (fact,) = ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "bob"}))["facts"]
         assert fact["expires_at"] == "2031-02-01T00:00:00Z"
 
+    def test_a_fact_that_names_its_end_from_the_day_it_was_said_expires_after_that_day(self, api):
+        wednesday = "2031-01-08T10:00:00Z"
+        said = [
+            ("I am on call until Friday.", wednesday),
+            ("我直到下周一都在上海出差。", wednesday),
+            ("The user is away till the end of the month.", "2031-01-08T23:30:00-05:00"),
+            ("The standup was moved to Friday.", wednesday),  # moved, not ended
+            ("会议推迟到周五。", wednesday),  # the same, in Chinese
+            ("I was on leave until Friday.", "2020-01-08T10:00:00Z"),  # long past: kept as is
+        ]
+        body = {
+            "agent_id": "alice",
+            "messages": [{"role": "user", "content": t, "at": at} for t, at in said],
+        }
+        facts = ok_data(api.post("/memories/ingest", body))["facts"]
+        ends = {f["memory"]["content"]: f["memory"].get("expires_at") for f in facts}
+        assert ends == {
+            # Friday the 10th, and the day after it: the speaker's time zone is not known.
+            "I am on call until Friday": "2031-01-12T00:00:00Z",
+            "我直到下周一都在上海出差": "2031-01-15T00:00:00Z",  # Monday the 13th
+            # Said on the 9th in UTC: the 31st, and the day after.
+            "The user is away till the end of the month": "2031-02-02T00:00:00Z",
+            "The standup was moved to Friday": None,
+            "会议推迟到周五": None,
+            "I was on leave until Friday": None,
+        }
+        # Without `at`, from the day it is ingested; extract-facts from the item's own day.
+        before = timezone.now().astimezone(UTC).date()
+        message = {"role": "user", "content": "I am travelling till tomorrow."}
+        (fact,) = ok_data(api.post("/memories/ingest", {"agent_id": "bob", "messages": [message]}))[
+            "facts"
+        ]
+        api.post("/memories/working", {"agent_id": "carol", "content": "我直到明天都在开会。"})
+        (item,) = ok_data(api.post("/lifecycle/extract-facts", {"agent_id": "carol"}))["facts"]
+        after = timezone.now().astimezone(UTC).date()
+        days = {f"{(d + timedelta(days=3)).isoformat()}T00:00:00Z" for d in (before, after)}
+        assert fact["memory"]["expires_at"] in days and item["expires_at"] in days
+
     def test_the_llm_gives_the_end_date_and_a_bad_one_drops_only_the_date(self, api, fake_llm):
         facts = [
             {"content": "The user is in Lisbon until 2031-04-30.", "expires_at": "2031-04-30"},
             {"content": "The user is on call this week.", "expires_at": "next Friday"},
             {"content": "The user likes green tea.", "expires_at": None},
+            {"content": "The user is in Porto until Friday.", "expires_at": None},
         ]
         fake_llm.chat_replies.append(json.dumps({"facts": facts}))
-        said = [{"role": "user", "content": "Lisbon until the end of April; on call; tea."}]
+        said = [
+            {
+                "role": "user",
+                "content": "Lisbon until the end of April, Porto until Friday; on call; tea.",
+                "at": "2031-01-08T10:00:00Z",
+            }
+        ]
         answer = ok_data(api.post("/memories/ingest", {"agent_id": "alice", "messages": said}))
         ends = {f["memory"]["content"]: f["memory"].get("expires_at") for f in answer["facts"]}
         assert ends == {
             "The user is in Lisbon until 2031-04-30.": "2031-05-01T00:00:00Z",
             "The user is on call this week.": None,
             "The user likes green tea.": None,
+            # Counted by the platform from the day it was said, never by the model.
+            "The user is in Porto until Friday.": "2031-01-12T00:00:00Z",
         }
         chats = [r for r in fake_llm.requests if r["path"].endswith("/chat/completions")]
         prompt = " ".join(m["content"] for m in chats[-1]["body"]["messages"])

@@ -36,7 +36,7 @@ from tenants.models import Team
 
 from ..presenters import ingest_body
 from ..results import IngestDecision, IngestResult
-from .operations import store_fact
+from .operations import facts_dated, store_fact
 
 ROLES = ("user", "assistant", "system", "tool")
 DEFAULT_FACT_ROLES = ("user",)
@@ -76,12 +76,13 @@ def ingest(
     facts: list[Fact] = []
     # The messages facts are read from, by their index among all messages.
     readable = [i for i, m in enumerate(messages) if m.role in fact_roles]
+    now = timezone.now()
     if infer and readable:
         facts, usage = engine.extract_facts([messages[i].content for i in readable])
+        facts_dated(facts, [messages[i].at or now for i in readable])
         if facts:
             embed_passages([f.content for f in facts])  # one call; store_fact hits the cache
     item_ids = [uuid.uuid4().hex for _ in messages]
-    now = timezone.now()
     with locks.agent_locked(team_id=team.id, agent_id=agent_id):
         locks.job_agent_check(team_id=team.id, agent_id=agent_id, job_id=job_id)
         WorkingArchive.objects.bulk_create(

@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from lifecycle.llm import get_engine
 from lifecycle.models import ArchiveReason, JobKind, JobRun, Persona, Scenario, WorkingArchive
-from lifecycle.offline import REPEAT_THRESHOLD, repeated_points, similarity_matrix
+from lifecycle.offline import REPEAT_THRESHOLD, repeated_points, said_expiry, similarity_matrix
 from lifecycle.schemas import Fact
 from llm import Usage
 from memories import locks
@@ -265,6 +265,18 @@ class StoredFact:
     profile: dict[str, str] = field(default_factory=dict)
 
 
+def facts_dated(facts: list[Fact], said: list[datetime]) -> None:
+    """Gives each fact that states no end the one it names from the day it was said ("until
+    Friday": offline.said_expiry), counted from the latest of its items' moments (`said`, by
+    the items' index, as `source_indexes`; of all the items for a fact that names none). Read
+    from the fact's own words, whichever engine wrote them: the LLM is never asked to count
+    days."""
+    for fact in facts:
+        moments = [said[j] for j in fact.source_indexes if 0 <= j < len(said)] or said
+        if fact.expires_at is None and moments:
+            fact.expires_at = said_expiry(fact.content, max(moments))
+
+
 def store_fact(
     *,
     team: Team,
@@ -419,6 +431,7 @@ def _extract_facts(
         nothing = ExtractFactsResult(facts=[], duplicates=0, superseded=0, analyzed=None)
         return nothing, Usage(), engine.name
     facts, usage = engine.extract_facts([i.content for i in items])
+    facts_dated(facts, [i.created_at for i in items])
     embed_passages([f.content for f in facts])
     stored: list[Memory] = []
     duplicates = superseded = 0
