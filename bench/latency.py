@@ -32,8 +32,10 @@ What it does, per language and size N:
    wall time per HTTP call: the first search (index load, reported on its own), 10 warm-up
    searches, `--searches` timed searches (half are questions about a seeded memory — "needle"
    hit@10 is reported —, half questions about things never stored), `--writes` timed writes
-   (`enable_dedup` true, content distinct from the corpus), 50 writes without dedup, 50 new
-   questions after the writes, 50 questions asked again (the server caches query vectors, so
+   (`enable_dedup` true, content distinct from the corpus), 50 writes without dedup, 600
+   writes by batches of 1, 10 and 100 (memories per second), then edits of those 600: 100
+   updates with new text, 100 removals to the trash and 100 erasures, each way one per request
+   and 100 per request (memories per second), 50 new questions after the writes, 50 questions asked again (the server caches query vectors, so
    this is a search without the query embedding), and the worker's VmRSS / VmHWM from /proc
    (after the index load, after two writes, at the end).
 6. **Working memory**: a server with `REDIS_URL` (and one without, the database store),
@@ -390,6 +392,7 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         # 4b. batch ingest: the same kind of writes through POST /memories/personal/batch, 1, 10
         # and 100 per request (dedup on), as memories per second over the whole run.
         result["batch_ingest"] = {}
+        written: list[int] = []
         for size in (1, 10, 100):
             items = [
                 {"agent_id": AGENT, "content": it.text, "importance": it.importance}
@@ -397,10 +400,16 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
             ]
             t = time.perf_counter()
             for start in range(0, len(items), size):
-                client.write_memories(items[start : start + size])
+                done = client.write_memories(items[start : start + size])["results"]
+                written += [r["memory"]["id"] for r in done if r["status"] == 201]
             seconds = time.perf_counter() - t
             result["batch_ingest"][str(size)] = round(len(items) / seconds, 1)
         log(f"[{lang} {n}] batch ingest memories/s {result['batch_ingest']}")
+
+        # 4c. batch edits of what 4b wrote: memories per second, one per request (the single
+        # PUT / DELETE) against 100 per request (batch/update, batch/delete).
+        result["batch_edit"] = _batch_edits(client, lang, written, seeded)
+        log(f"[{lang} {n}] batch edits memories/s {result['batch_edit']}")
 
         # 5. new questions after the writes (each search applies the change log first)
         al: list[float] = []
@@ -428,6 +437,46 @@ def run_one(lang: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         if args.mysql:
             _mysql_db(db_name, drop_only=True)
     return result
+
+
+def _batch_edits(client: Any, lang: str, ids: list[int], seeded: set[str]) -> dict[str, float]:
+    """Memories per second over 100 memories each: updates with new text (re-embedded, a
+    revision each), then removals to the trash, then erasures (`purge`), each one per request
+    and 100 per request. Needs 600 of `ids`."""
+    if len(ids) < 600:
+        raise RuntimeError(f"batch edits need 600 written memories, have {len(ids)}")
+    texts = iter(it.text for it in corpus.fresh(lang, 200, "batch-edit", seeded))
+    out: dict[str, float] = {}
+
+    def rate(key: str, count: int, call: Any) -> None:
+        t = time.perf_counter()
+        call()
+        out[key] = round(count / (time.perf_counter() - t), 1)
+
+    def update_one() -> None:
+        for i in ids[0:100]:
+            client.update_memory(i, content=next(texts))
+
+    def update_batch() -> None:
+        items = [{"id": i, "content": next(texts)} for i in ids[100:200]]
+        if client.update_memories(items)["updated"] != 100:
+            raise RuntimeError("batch update refused items")
+
+    def delete_one(purge: bool, part: list[int]) -> None:
+        for i in part:
+            client.delete_memory(i, purge=purge)
+
+    def delete_batch(purge: bool, part: list[int]) -> None:
+        if client.delete_memories(part, purge=purge)["removed"] != len(part):
+            raise RuntimeError("batch delete refused ids")
+
+    rate("update_1", 100, update_one)
+    rate("update_100", 100, update_batch)
+    rate("trash_1", 100, lambda: delete_one(False, ids[200:300]))
+    rate("trash_100", 100, lambda: delete_batch(False, ids[300:400]))
+    rate("purge_1", 100, lambda: delete_one(True, ids[400:500]))
+    rate("purge_100", 100, lambda: delete_batch(True, ids[500:600]))
+    return out
 
 
 def run_working(config: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -525,6 +574,18 @@ def print_report(report: dict[str, Any]) -> None:
         if b:
             print(
                 f"| {r['lang']} | {r['size']:,} | {b.get('1')} / {b.get('10')} / {b.get('100')} |"
+            )
+    edits = [(r, r["batch_edit"]) for r in report["runs"] if r.get("batch_edit")]
+    if edits:
+        print(
+            "\n| lang | N | update, memories/s at 1 / 100 per request | to the trash | erased "
+            "(purge) |"
+        )
+        print("| --- " * 5 + "|")
+        for r, e in edits:
+            print(
+                f"| {r['lang']} | {r['size']:,} | {e['update_1']} / {e['update_100']} | "
+                f"{e['trash_1']} / {e['trash_100']} | {e['purge_1']} / {e['purge_100']} |"
             )
     print(
         "\n| lang | N | top-1 score, stored-memory questions p5 / p50 | top-1 score, never-stored "
