@@ -453,6 +453,29 @@ class TestLifecycle:
         (again,) = ok_data(api.post("/memories/ingest", said))["facts"]
         assert again["decision"] == "NOOP" and again["memory"]["id"] == fact["memory"]["id"]
 
+    def test_a_change_for_a_while_is_linked_and_never_hides_what_it_changes(self, api, fake_llm):
+        def said(text: str, expires_at: str | None = None) -> dict:
+            # The model's fact carries its end apart from its words: as close as can be to
+            # the memory it changes.
+            facts = [{"content": text, "expires_at": expires_at}]
+            fake_llm.chat_replies.append(json.dumps({"facts": facts}))
+            body = {"agent_id": "alice", "messages": [{"role": "user", "content": text}]}
+            (fact,) = ok_data(api.post("/memories/ingest", body))["facts"]
+            return fact
+
+        kept = said("My leverage limit is 3x.")["memory"]["id"]
+        change = said("My leverage limit is 5x.", "2031-01-31")
+        # Not an UPDATE: superseded, the 3x would stay hidden once the 5x expires.
+        assert change["decision"] == "ADD" and "supersedes" not in change
+        assert change["memory"]["metadata"]["related_to"] == [kept]
+        assert Memory.objects.get(pk=kept).superseded_by_id is None
+        assert sorted(search_ids(api, "leverage limit")) == sorted([kept, change["memory"]["id"]])
+        expire(change["memory"]["id"])
+        assert search_ids(api, "leverage limit") == [kept]
+        # A change that lasts still replaces it.
+        lasting = said("My leverage limit is 4x.")
+        assert lasting["decision"] == "UPDATE" and lasting["supersedes"] == kept
+
     def test_a_consolidated_fact_expires_with_its_last_fragment(self, api):
         ids = fragments(api)
         (done,) = ok_data(api.post("/lifecycle/consolidate", {"agent_id": "alice"}))["consolidated"]

@@ -354,7 +354,8 @@ def _store_fact(
     # The end the fact states ("until 2031-01-31"); one already past makes it a statement about
     # the past, stored without one rather than hidden at once.
     expires_at = fact.expires_at
-    if expires_at is not None and expires_at <= timezone.now():
+    now = timezone.now()
+    if expires_at is not None and expires_at <= now:
         expires_at = None
 
     def write(meta: dict[str, Any], *, enable_dedup: bool) -> tuple[Memory, DedupHit | None]:
@@ -372,12 +373,14 @@ def _store_fact(
             expires_at=expires_at,
         )
 
+    links: list[int] = []  # memories the fact is written beside, linked in `related_to`
     for old, _score in similar:
         reason = conflict_reason(fact.content, old.content)
         if reason is None:
             if memory_outlives(expires_at, old.expires_at):
-                # It says the same but stops being true sooner (or already did): the write's
-                # own dedup stores the fact, linked to this one.
+                # It says the same but stops being true sooner (or already did): the fact is
+                # stored, linked to this one.
+                links.append(old.pk)
                 continue
             return StoredFact("duplicate", old)
         updates = reason in (
@@ -387,12 +390,22 @@ def _store_fact(
             "dates differ",
             "adds detail",
         ) or (reason.startswith("replaces") and bool(preference_terms(fact.content)))
+        if updates and old.expires_at is not None and old.expires_at <= now:
+            # Already expired: nothing to replace (the memory it would leave behind, if any,
+            # is another candidate).
+            continue
+        if updates and memory_outlives(old.expires_at, expires_at):
+            # A change for a while ("the limit is 5x until Friday"): superseded, the older
+            # memory would be hidden for good and nothing would say the limit once the change
+            # expires. Stored beside it, linked.
+            links.append(old.pk)
+            continue
         if updates:
             # Written as is: the older memory it updates would otherwise answer as a duplicate.
             new, _ = write({**metadata, "supersedes": old.pk}, enable_dedup=False)
             memory_supersede(old=old, new=new, actor=SYSTEM)
             return StoredFact("superseded", new, supersedes=old.pk)
-    new, hit = write(metadata, enable_dedup=True)
+    new, hit = write({**metadata, "related_to": links} if links else metadata, enable_dedup=True)
     return StoredFact("duplicate" if hit else "created", new)
 
 
