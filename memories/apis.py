@@ -662,6 +662,7 @@ class _MemoryBatchDeleteApi(APIView):
         operation = api_operation(
             request=BatchDeleteInputSerializer,
             response=BatchDeleteOutputSerializer,
+            parameters=[IDEMPOTENCY_PARAMETER],
             summary=f"Delete up to {MAX_BATCH} {cls.scope.value} memories in one request",
             description="Each id is deleted as its own DELETE would be: to the trash, "
             "restorable, or erased at once with `purge: true`. Results come in the order of the "
@@ -673,15 +674,18 @@ class _MemoryBatchDeleteApi(APIView):
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
         data = validated_body(request, BatchDeleteInputSerializer)
-        return Response(
-            batch_delete_validated(
+        try:
+            body = batch_delete_validated(
                 team=principal.team,
                 scope=self.scope,
                 acting_agent=principal.agent_id,
                 data=data,
                 reason=f"deleted through the API by {Actor.for_key(principal.api_key).label}",
+                key=request_idempotency_key(request, f"memories/{self.scope}/batch/delete"),
             )
-        )
+        except Replayed as replayed:
+            return replayed_response(replayed)
+        return Response(body)
 
 
 def batch_delete_validated(
@@ -691,10 +695,27 @@ def batch_delete_validated(
     acting_agent: str | None,
     data: dict[str, Any],
     reason: str,
+    key: IdempotencyKey | None = None,
 ) -> dict[str, Any]:
     """A validated batch delete (BatchDeleteInputSerializer) of the team's `scope` (None: either,
     as MCP's memory_forget_many) -> `{"results": [...], "removed": n}`. Each id is removed as its
-    own DELETE would be; the refused ones (404, 403) are reported and the others removed."""
+    own DELETE would be; the refused ones (404, 403) are reported and the others removed. With
+    `key`, run once: the removals and the answer commit together (tenants.idempotency), and a
+    request sent again raises Replayed with that answer."""
+
+    def answer(_: None) -> tuple[int, dict[str, Any]]:
+        return 200, _batch_delete(team, scope, acting_agent, data, reason)
+
+    return idempotent(team=team, key=key, prepare=lambda: None, answer=answer)[1]
+
+
+def _batch_delete(
+    team: Team,
+    scope: MemoryScope | None,
+    acting_agent: str | None,
+    data: dict[str, Any],
+    reason: str,
+) -> dict[str, Any]:
     ids: list[int] = data["ids"]
     found = selectors.memories_of_scope(team=team, scope=scope, memory_ids=ids)
     refused: dict[int, DomainError] = {}
@@ -773,6 +794,7 @@ class _MemoryBatchUpdateApi(APIView):
         operation = api_operation(
             request=BatchUpdateInputSerializer,
             response=BatchUpdateOutputSerializer,
+            parameters=[IDEMPOTENCY_PARAMETER],
             summary=f"Update up to {MAX_BATCH} {cls.scope.value} memories in one request",
             description="Each item is applied as its own PUT would be (a revision each, new text "
             "re-embedded, the new texts in one embedding call). Results come in the order of "
@@ -783,15 +805,23 @@ class _MemoryBatchUpdateApi(APIView):
     def post(self, request: Request) -> Response:
         principal = principal_of(request)
         data = validated_body(request, BatchUpdateInputSerializer)
-        return Response(
-            batch_update_validated(
+        try:
+            body = batch_update_validated(
                 team=principal.team,
                 scope=self.scope,
                 acting_agent=principal.agent_id,
                 items=data["items"],
                 actor=Actor.for_key(principal.api_key),
+                key=request_idempotency_key(request, f"memories/{self.scope}/batch/update"),
             )
-        )
+        except Replayed as replayed:
+            return replayed_response(replayed)
+        return Response(body)
+
+
+# A batch update checked: a result for each refused item (None for the others), and for each
+# accepted one (its index, the memory, the fields to change).
+_UpdatePlan = tuple[list[dict[str, Any] | None], list[tuple[int, Memory, dict[str, Any]]]]
 
 
 def batch_update_validated(
@@ -801,16 +831,55 @@ def batch_update_validated(
     acting_agent: str | None,
     items: list[Any],
     actor: Actor,
+    key: IdempotencyKey | None = None,
 ) -> dict[str, Any]:
     """A batch update's items (each still raw JSON) of the team's `scope` (None: either, as
     MCP's memory_update_many) -> `{"results": [...], "updated": n}`. Each item is checked with
     BatchUpdateItemSerializer and applied as its own PUT would be; a refused one (400, 403, 404)
-    is reported and the others applied. An id listed twice refuses them all (ValidationFailed)."""
+    is reported and the others applied. An id listed twice refuses them all (ValidationFailed).
+    With `key`, run once: the updates and the answer commit together (tenants.idempotency), and
+    a request sent again raises Replayed with that answer."""
+
+    def prepare() -> _UpdatePlan:
+        results, updates = _batch_update_plan(team, scope, acting_agent, items)
+        services.memories_update_prepare(updates=[(m, f) for _, m, f in updates])
+        return results, updates
+
+    def answer(plan: _UpdatePlan) -> tuple[int, dict[str, Any]]:
+        results, updates = plan
+        # Applied in id order, as every path that locks several memories takes them: under a
+        # key they are all locked until the answer commits.
+        updates = sorted(updates, key=lambda u: u[1].pk)
+        outcomes = services.memories_update_each(
+            updates=[(m, f) for _, m, f in updates], actor=actor
+        )
+        for (index, _, _), outcome in zip(updates, outcomes, strict=True):
+            results[index] = (
+                _refusal(_id_of(items[index]), outcome)
+                if isinstance(outcome, DomainError)
+                else {"id": outcome.pk, "status": 200, "memory": presenters.memory_body(outcome)}
+            )
+        updated = sum(1 for r in results if r is not None and r["status"] == 200)
+        return 200, {"results": results, "updated": updated}
+
+    return idempotent(team=team, key=key, prepare=prepare, answer=answer)[1]
+
+
+def _id_of(raw: Any) -> int | None:
+    """An item's id, when it gave one that is an integer."""
+    raw_id = raw.get("id") if isinstance(raw, dict) else None
+    return raw_id if type(raw_id) is int else None
+
+
+def _batch_update_plan(
+    team: Team, scope: MemoryScope | None, acting_agent: str | None, items: list[Any]
+) -> _UpdatePlan:
+    """The items checked: a result for each refused one (None for the others) and, for each
+    accepted one, `(its index, the memory, the fields to change)`."""
     parsed: list[dict[str, Any] | DomainError] = []
     given: list[int | None] = []  # each item's id, when it is one
     for raw in items:
-        raw_id = raw.get("id") if isinstance(raw, dict) else None
-        given.append(raw_id if type(raw_id) is int else None)
+        given.append(_id_of(raw))
         if not isinstance(raw, dict):
             parsed.append(ValidationFailed({"item": ["must be an object"]}, "item: an object"))
             continue
@@ -829,8 +898,8 @@ def batch_update_validated(
             )
     found = selectors.memories_of_scope(team=team, scope=scope, memory_ids=list(seen))
     results: list[dict[str, Any] | None] = []
-    updates: list[tuple[Memory, dict[str, Any]]] = []
-    for memory_id, item in zip(given, parsed, strict=True):
+    updates: list[tuple[int, Memory, dict[str, Any]]] = []
+    for index, (memory_id, item) in enumerate(zip(given, parsed, strict=True)):
         try:
             if isinstance(item, DomainError):
                 raise item
@@ -842,23 +911,9 @@ def batch_update_validated(
             results.append(_refusal(memory_id, exc))
             continue
         fields = {k: v for k, v in item.items() if k != "id"}
-        updates.append((memory, fields))
+        updates.append((index, memory, fields))
         results.append(None)  # filled in once applied
-    applied = iter(services.memories_update_each(updates=updates, actor=actor))
-    for index, slot in enumerate(results):
-        if slot is None:
-            outcome = next(applied)
-            results[index] = (
-                _refusal(given[index], outcome)
-                if isinstance(outcome, DomainError)
-                else {
-                    "id": outcome.pk,
-                    "status": 200,
-                    "memory": presenters.memory_body(outcome),
-                }
-            )
-    updated = sum(1 for r in results if r is not None and r["status"] == 200)
-    return {"results": results, "updated": updated}
+    return results, updates
 
 
 class PersonalBatchUpdateApi(_MemoryBatchUpdateApi):

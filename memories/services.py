@@ -723,16 +723,23 @@ def answers_forget(
     )
 
 
+def memories_update_prepare(*, updates: list[tuple[Memory, dict[str, Any]]]) -> None:
+    """Embeds the new texts of `updates` in one call (outside any transaction): each update
+    then finds its vector in the cache."""
+    texts = [f["content"] for m, f in updates if f.get("content") not in (None, m.content)]
+    if texts:
+        embed_passages(texts)
+
+
 def memories_update_each(
     *, updates: list[tuple[Memory, dict[str, Any]]], actor: Actor
 ) -> list[Memory | DomainError]:
     """Applies each `(memory, fields)` as memory_update would (the API's batch update), in
-    order, each in its own transaction -> the memory as changed, or the error that one met (a
-    memory another request removed meanwhile: NotFound), the others applied all the same. The
-    new texts are embedded in one call first: each update then finds its vector in the cache."""
-    texts = [f["content"] for m, f in updates if f.get("content") not in (None, m.content)]
-    if texts:
-        embed_passages(texts)
+    order, each in its own transaction (a savepoint inside the caller's) -> the memory as
+    changed, or the error that one met (a memory another request removed meanwhile: NotFound),
+    the others applied all the same. The new texts are embedded in one call first
+    (memories_update_prepare; a caller that did it already finds them in the cache)."""
+    memories_update_prepare(updates=updates)
     done: list[Memory | DomainError] = []
     for memory, fields in updates:
         try:

@@ -1052,32 +1052,41 @@ class _Endpoints:
         )
 
     @_endpoint
-    def update_memories(self, items: list[dict[str, Any]]) -> _Call[BatchUpdateResult]:
+    def update_memories(
+        self, items: list[dict[str, Any]], idempotency_key: str | None = None
+    ) -> _Call[BatchUpdateResult]:
         """Up to 100 personal memories changed in one request, each item `{"id", …}` with the
-        fields of update_memory: `{"results": [...], "updated": n}`."""
-        return _post("/memories/personal/batch/update", {"items": items})
+        fields of update_memory: `{"results": [...], "updated": n}`. Run once per
+        `idempotency_key` (one is made per call when the client may re-send, see `retries`)."""
+        return _keyed_post("/memories/personal/batch/update", {"items": items}, idempotency_key)
 
     @_endpoint
-    def update_team_memories(self, items: list[dict[str, Any]]) -> _Call[BatchUpdateResult]:
-        return _post("/memories/team/batch/update", {"items": items})
+    def update_team_memories(
+        self, items: list[dict[str, Any]], idempotency_key: str | None = None
+    ) -> _Call[BatchUpdateResult]:
+        return _keyed_post("/memories/team/batch/update", {"items": items}, idempotency_key)
 
     @_endpoint
     def delete_memories(
-        self, memory_ids: list[int], purge: bool = False
+        self, memory_ids: list[int], purge: bool = False, idempotency_key: str | None = None
     ) -> _Call[BatchDeleteResult]:
         """Up to 100 personal memories in one request, each as delete_memory would: to the
-        trash, or erased at once with purge=True. `{"results": [...], "removed": n}`."""
-        return _post(
+        trash, or erased at once with purge=True. `{"results": [...], "removed": n}`. Run once
+        per `idempotency_key`, as update_memories."""
+        return _keyed_post(
             "/memories/personal/batch/delete",
             {"ids": [int(i) for i in memory_ids], "purge": purge},
+            idempotency_key,
         )
 
     @_endpoint
     def delete_team_memories(
-        self, memory_ids: list[int], purge: bool = False
+        self, memory_ids: list[int], purge: bool = False, idempotency_key: str | None = None
     ) -> _Call[BatchDeleteResult]:
-        return _post(
-            "/memories/team/batch/delete", {"ids": [int(i) for i in memory_ids], "purge": purge}
+        return _keyed_post(
+            "/memories/team/batch/delete",
+            {"ids": [int(i) for i in memory_ids], "purge": purge},
+            idempotency_key,
         )
 
     # --- trash: removed memories, restorable for TRASH_RETENTION_DAYS ----------------------------

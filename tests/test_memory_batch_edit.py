@@ -11,6 +11,7 @@ import pytest
 
 from memories.models import Memory, MemoryRevision, TrashedMemory
 from memoryplatform.client import MemoryAPIError, MemoryClient
+from tenants.models import IdempotentRequest
 from tenants.services import api_key_issue, team_upsert
 
 from .helpers import error_code, ok_data
@@ -156,6 +157,9 @@ def test_the_client_deletes_many(live_server):
             "removed": 1,
         }
         assert client.delete_memories([ids[1]], purge=True)["removed"] == 1
+        # Each with a key of its own (the client re-sends it when no answer came).
+        kept = IdempotentRequest.objects.filter(endpoint="memories/personal/batch/delete")
+        assert kept.values("key").distinct().count() == 2
         assert client.delete_team_memories([ids[1]])["results"][0]["status"] == 404
         with pytest.raises(MemoryAPIError) as refused:
             client.delete_memories([])
@@ -269,3 +273,56 @@ class TestUpdate:
             assert client.update_team_memories([{"id": mid, "importance": 0.1}])["updated"] == 0
         finally:
             client.session.close()
+
+
+KEY = {"Idempotency-Key": "batch-5e1d"}
+
+
+class TestSentAgain:
+    """A batch sent again with its `Idempotency-Key` (its answer was lost) is run once and
+    answered as the first time, as a batch write is."""
+
+    def test_a_batch_delete_is_run_once(self, api):
+        a, b, c = (write(api, f"Fact number {n} about the release.") for n in (1, 2, 3))
+        body = {"ids": [a, b, 999_999]}
+        first = api.post("/memories/personal/batch/delete", body, headers=KEY)
+        assert first.status_code == 200 and "Idempotent-Replayed" not in first.headers
+        again = api.post("/memories/personal/batch/delete", body, headers=KEY)
+        assert again.headers["Idempotent-Replayed"] == "true"
+        assert again.json() == first.json() and ok_data(again)["removed"] == 2
+        assert trashed([a, b]) == {a: "api", b: "api"}
+        # Without the key, the same body is a new request: a moment later, both are gone.
+        assert ok_data(delete(api, [a, b]))["removed"] == 0
+        # The key with another body: refused, nothing removed.
+        other = api.post("/memories/personal/batch/delete", {"ids": [c]}, headers=KEY)
+        assert other.status_code == 409 and error_code(other) == "CONFLICT"
+        assert Memory.objects.filter(pk=c).exists()
+
+    def test_a_batch_update_is_run_once(self, api):
+        a = write(api, "Fact about the release.")
+        body = {"items": [{"id": a, "content": "Fact about the delayed release."}]}
+        first = api.post("/memories/personal/batch/update", body, headers=KEY)
+        assert ok_data(first)["updated"] == 1
+        assert api.put(f"/memories/personal/{a}", {"importance": 0.2}).status_code == 200
+        again = api.post("/memories/personal/batch/update", body, headers=KEY)
+        assert again.headers["Idempotent-Replayed"] == "true" and again.json() == first.json()
+        assert MemoryRevision.objects.filter(memory_id=a).count() == 2  # the batch's and the PUT's
+        assert Memory.objects.get(pk=a).importance == 0.2
+
+    def test_a_refused_batch_records_nothing_so_a_corrected_one_is_run(self, api):
+        a = write(api, "Fact about the release.")
+        twice = {"items": [{"id": a, "importance": 0.1}, {"id": a, "importance": 0.9}]}
+        refused = api.post("/memories/personal/batch/update", twice, headers=KEY)
+        assert refused.status_code == 400
+        corrected = {"items": [{"id": a, "importance": 0.9}]}
+        done = api.post("/memories/personal/batch/update", corrected, headers=KEY)
+        assert ok_data(done)["updated"] == 1 and "Idempotent-Replayed" not in done.headers
+
+    def test_an_erasure_reaches_the_kept_answer_of_a_batch_update(self, api):
+        a = write(api, "Fact about the release.")
+        body = {"items": [{"id": a, "content": "The launch code is 0451."}]}
+        api.post("/memories/personal/batch/update", body, headers=KEY)
+        assert api.delete(f"/memories/personal/{a}?purge=true").status_code == 200
+        again = api.post("/memories/personal/batch/update", body, headers=KEY)
+        assert ok_data(again)["results"][0]["memory"] == {"id": a, "erased": True}
+        assert b"0451" not in again.content

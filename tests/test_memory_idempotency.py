@@ -154,6 +154,35 @@ def test_concurrent_twins_through_two_processes_leave_one_row(tmp_path):
             reader = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
             found = [m for m in reader.iter_memories(agent_id="ops") if m["content"] == content]
             assert len(found) == 1
+        # A batch update and a batch delete sent at once under one key: run once, every twin
+        # answered alike (each memory one revision, trashed once).
+        ids = sorted(m["id"] for m in reader.iter_memories(agent_id="ops"))
+        assert len(ids) == 3
+        for call in (
+            lambda c: c.update_memories(
+                [{"id": i, "importance": 0.8} for i in ids], idempotency_key="twin-update"
+            ),
+            lambda c: c.delete_memories(ids, idempotency_key="twin-delete"),
+        ):
+            answers = []
+            start = threading.Barrier(len(clients))
+
+            def send_batch(client: MemoryClient, call=call) -> None:
+                start.wait()
+                answers.append(call(client))
+
+            threads = [threading.Thread(target=send_batch, args=(c,)) for c in clients]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(answers) == len(clients)
+            assert all(a == answers[0] for a in answers)
+            assert {r["status"] for r in answers[0]["results"]} == {200}
+            if "updated" in answers[0]:
+                assert [len(reader.memory_history(i)["revisions"]) for i in ids] == [1, 1, 1]
+        trash = reader.list_trash(agent_id="ops", page_size=50)["items"]
+        assert sorted(t["id"] for t in trash) == ids
 
 
 def test_a_write_without_the_header_records_nothing(api):
