@@ -336,6 +336,9 @@ _DAY_SPAN = (
     ),
     re.compile(r"(?:周|星期|礼拜)[一二三四五六日天]\s*(?:-|–|~|一直到|直到|到|至)"),
 )
+# "I was in Rome until Friday": the past, whose Friday is behind, not ahead. An English sentence
+# in the past tense names no end (a Chinese one says it with 上周…, which is not read).
+_PAST = re.compile(r"\b(?:was|were|had|did|used\s+to)\b", re.IGNORECASE)
 _DAYS_AHEAD = {
     "today": 0,
     "tonight": 0,
@@ -366,6 +369,7 @@ def _named_day(found: re.Match[str], today: date) -> date:
             return today.replace(day=calendar.monthrange(today.year, today.month)[1])
         return today.replace(month=12, day=31)
     name = groups["weekday"].lower()
+    # 一…六 are Monday…Saturday; 日 and 天 (not in _ZH_WEEKDAYS: find gives -1) Sunday.
     weekday = _WEEKDAYS.index(name) if name in _WEEKDAYS else _ZH_WEEKDAYS.find(name) % 7
     which = (groups["which"] or "").strip().lower()
     ahead = (weekday - today.weekday()) % 7
@@ -381,7 +385,7 @@ def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
     ("until Friday", "直到明天"); None when it names none. That day is counted in UTC and the
     fact holds until the end of the day after it: the speaker's time zone is not known, and
     wherever it is, the named day has ended by then."""
-    if any(span.search(sentence) for span in _DAY_SPAN):
+    if _PAST.search(sentence) or any(span.search(sentence) for span in _DAY_SPAN):
         return None
     today = said_at.astimezone(UTC).date()
     for pattern in (_REL_EN, *_REL_ZH):

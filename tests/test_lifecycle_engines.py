@@ -448,6 +448,8 @@ def test_a_day_named_from_when_it_was_said(sentence, said, ends_after):
         "我周一到周五都上班",
         "我们从周一一直到周五都在办公室",
         "我周一直到周五都很忙",
+        "I was in Rome until Friday",  # the past: that Friday is behind
+        "The office was closed until Monday",
     ],
 )
 def test_no_day_named_from_when_it_was_said(sentence):
