@@ -5,6 +5,8 @@ are per team. Concurrent twins through separate server processes leave one row."
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -122,6 +124,24 @@ def test_a_duplicate_skipped_under_a_key_is_replayed_as_skipped(api):
     assert Memory.objects.count() == 1
 
 
+def _at_once(clients: list[MemoryClient], call: Callable[[MemoryClient], Any]) -> list[Any]:
+    """`call` made by every client at the same moment, each from its own thread: the answers."""
+    answers: list[Any] = []
+    start = threading.Barrier(len(clients))
+
+    def send(client: MemoryClient) -> None:
+        start.wait()
+        answers.append(call(client))
+
+    threads = [threading.Thread(target=send, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(answers) == len(clients)
+    return answers
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_twins_through_two_processes_leave_one_row(tmp_path):
     """The same write and key sent at once by 8 threads to two gunicorn processes (each its own
@@ -131,56 +151,29 @@ def test_concurrent_twins_through_two_processes_leave_one_row(tmp_path):
             MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[i % 2], retries=0)
             for i in range(8)
         ]
+        reader = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
         for round_ in range(3):
             content = f"压测窗口 {round_} 号改到凌晨两点"
-            answers: list[dict] = []
-            start = threading.Barrier(len(clients))
-
-            def send(client: MemoryClient) -> None:
-                start.wait()
-                answers.append(
-                    client.write_memory(
-                        "ops", content, enable_dedup=False, idempotency_key=f"twin-{round_}"
-                    )
-                )
-
-            threads = [threading.Thread(target=send, args=(c,)) for c in clients]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            assert len(answers) == len(clients)
+            answers = _at_once(
+                clients,
+                lambda c, content=content, round_=round_: c.write_memory(
+                    "ops", content, enable_dedup=False, idempotency_key=f"twin-{round_}"
+                ),
+            )
             assert {a["id"] for a in answers} == {answers[0]["id"]}
-            reader = MemoryClient(stack.api_key, stack.secret, base_url=stack.urls[0])
             found = [m for m in reader.iter_memories(agent_id="ops") if m["content"] == content]
             assert len(found) == 1
         # A batch update and a batch delete sent at once under one key: run once, every twin
         # answered alike (each memory one revision, trashed once).
         ids = sorted(m["id"] for m in reader.iter_memories(agent_id="ops"))
         assert len(ids) == 3
-        for call in (
-            lambda c: c.update_memories(
-                [{"id": i, "importance": 0.8} for i in ids], idempotency_key="twin-update"
-            ),
-            lambda c: c.delete_memories(ids, idempotency_key="twin-delete"),
-        ):
-            answers = []
-            start = threading.Barrier(len(clients))
-
-            def send_batch(client: MemoryClient, call=call) -> None:
-                start.wait()
-                answers.append(call(client))
-
-            threads = [threading.Thread(target=send_batch, args=(c,)) for c in clients]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            assert len(answers) == len(clients)
+        changes = [{"id": i, "importance": 0.8} for i in ids]
+        updated = _at_once(clients, lambda c: c.update_memories(changes, idempotency_key="twin-u"))
+        assert [len(reader.memory_history(i)["revisions"]) for i in ids] == [1, 1, 1]
+        deleted = _at_once(clients, lambda c: c.delete_memories(ids, idempotency_key="twin-d"))
+        for answers in (updated, deleted):
             assert all(a == answers[0] for a in answers)
             assert {r["status"] for r in answers[0]["results"]} == {200}
-            if "updated" in answers[0]:
-                assert [len(reader.memory_history(i)["revisions"]) for i in ids] == [1, 1, 1]
         trash = reader.list_trash(agent_id="ops", page_size=50)["items"]
         assert sorted(t["id"] for t in trash) == ids
 
