@@ -336,9 +336,55 @@ _DAY_SPAN = (
     ),
     re.compile(r"(?:周|星期|礼拜)[一二三四五六日天]\s*(?:-|–|~|一直到|直到|到|至)"),
 )
-# "I was in Rome until Friday": the past, whose Friday is behind, not ahead. An English sentence
-# in the past tense names no end (a Chinese one says it with 上周…, which is not read).
-_PAST = re.compile(r"\b(?:was|were|had|did|used\s+to)\b", re.IGNORECASE)
+# "I was in Rome until Friday", "当时直到周五都在罗马": the past, whose Friday is behind, not
+# ahead. A sentence in the past tense names no end: in English a past form of be / have / do,
+# in Chinese a word that places it in the past (a bare 了 does not: "我换了组，直到周五都在…").
+_PAST = (
+    re.compile(r"\b(?:was|were|had|did|used\s+to)\b", re.IGNORECASE),
+    re.compile(r"当时|那时|曾经|上周|上个月|去年"),
+)
+# A fact that holds for a stretch of time counted from when it was said: "for the next three
+# days", "over the coming two weeks", "for the rest of the month", "接下来三天", "未来两个月".
+# Only a stretch ahead: "for two weeks" alone is as often one up to now ("I have been vegan for
+# two years") or a recurring one ("I run for two hours"), and "within the next three days",
+# "三天内" is a deadline. Hours and minutes are not read: too short to be worth a memory's end.
+_COUNT_EN = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+}
+_STRETCH_EN = (
+    re.compile(
+        r"\b(?:for|over|during|through)\s+the\s+(?:next|coming)\s+"
+        rf"(?:(?P<count>\d{{1,3}}|(?:a\s+)?couple\s+of|{'|'.join(_COUNT_EN)})\s+)?"
+        # "the coming weeks", with no count, is some weeks, not one: not read.
+        r"(?P<unit>day|week|month|year)(?(count)s?)\b",
+        re.IGNORECASE,
+    ),
+    re.compile(
+        r"\b(?:for|through)\s+the\s+(?:rest|remainder)\s+of\s+(?:the\s+|this\s+)?"
+        r"(?P<end>day|week|month|year)\b",
+        re.IGNORECASE,
+    ),
+)
+_ZH_DIGITS = "零一二三四五六七八九"
+_STRETCH_ZH = re.compile(
+    r"(?:接下来|未来|今后|往后)的?\s*(?P<count>\d{1,3}|[一二两三四五六七八九十]{1,3})\s*个?"
+    r"(?P<unit>天|日|周|星期|礼拜|月|年)(?!内|之内|以内|后|之后|以后)"
+)
+_UNITS = {"天": "day", "日": "day", "周": "week", "星期": "week", "礼拜": "week"}
+_UNITS.update({"月": "month", "年": "year"})
 _DAYS_AHEAD = {
     "today": 0,
     "tonight": 0,
@@ -353,6 +399,18 @@ _ENDS = {"周末": "week", "月底": "month", "年底": "year"}
 _ZH_WEEKDAYS = "一二三四五六"
 
 
+def _last_day_of(period: str, today: date) -> date:
+    """The last day of the day / week (its Sunday) / month / year that holds `today`."""
+    period = period.lower()
+    if period == "day":
+        return today
+    if period == "week":
+        return today + timedelta(days=6 - today.weekday())
+    if period == "month":
+        return today.replace(day=calendar.monthrange(today.year, today.month)[1])
+    return today.replace(month=12, day=31)
+
+
 def _named_day(found: re.Match[str], today: date) -> date:
     """The day a _REL_EN / _REL_ZH match names, counted from `today`. Where a phrase could name
     two days ("until Friday" said on a Friday; "next Friday"), the later one: an end that comes
@@ -362,12 +420,7 @@ def _named_day(found: re.Match[str], today: date) -> date:
         return today + timedelta(days=_DAYS_AHEAD.get(groups["day"].lower(), 2))
     end = "week" if groups.get("weekend") else _ENDS.get(groups["end"] or "", groups["end"] or "")
     if end:
-        end = end.lower()
-        if end == "week":
-            return today + timedelta(days=6 - today.weekday())  # Sunday
-        if end == "month":
-            return today.replace(day=calendar.monthrange(today.year, today.month)[1])
-        return today.replace(month=12, day=31)
+        return _last_day_of(end, today)
     name = groups["weekday"].lower()
     # 一…六 are Monday…Saturday; 日 and 天 (not in _ZH_WEEKDAYS: find gives -1) Sunday.
     weekday = _WEEKDAYS.index(name) if name in _WEEKDAYS else _ZH_WEEKDAYS.find(name) % 7
@@ -380,20 +433,70 @@ def _named_day(found: re.Match[str], today: date) -> date:
     return today + timedelta(days=(ahead or 7) + (7 if which == "next" else 0))
 
 
+def _count(said: str) -> int:
+    """A count as said ("3", "three", "a couple of", "三", "两", "十二", "二十") as a number."""
+    said = " ".join(said.lower().split())
+    if said.isdigit():
+        return int(said)
+    if said in _COUNT_EN:
+        return _COUNT_EN[said]
+    if said.endswith("couple of"):
+        return 2
+    tens, ten, ones = said.replace("两", "二").rpartition("十")
+    if not ten:
+        return _ZH_DIGITS.index(ones)
+    return (_ZH_DIGITS.index(tens) if tens else 1) * 10 + (_ZH_DIGITS.index(ones) if ones else 0)
+
+
+def _months_later(day: date, months: int) -> date:
+    """`day` `months` calendar months later, on the month's last day when it is shorter."""
+    year, month = divmod(day.month - 1 + months, 12)
+    year, month = day.year + year, month + 1
+    return day.replace(
+        year=year, month=month, day=min(day.day, calendar.monthrange(year, month)[1])
+    )
+
+
+def _stretch_end(found: re.Match[str], today: date) -> date:
+    """The last day of a _STRETCH_EN / _STRETCH_ZH match counted from `today`: "the next three
+    days" said on Wednesday ends on Saturday, the later of its readings (a stretch that starts
+    tomorrow)."""
+    groups = found.groupdict()
+    if groups.get("end"):
+        return _last_day_of(groups["end"], today)
+    count = _count(groups["count"]) if groups["count"] else 1
+    unit = _UNITS.get(groups["unit"], groups["unit"].lower())
+    if unit == "day":
+        return today + timedelta(days=count)
+    if unit == "week":
+        return today + timedelta(weeks=count)
+    return _months_later(today, count * (12 if unit == "year" else 1))
+
+
 def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
     """When `sentence`, said at `said_at`, says it stops being true on a day it names from then
-    ("until Friday", "直到明天"); None when it names none. That day is counted in UTC and the
+    ("until Friday", "直到明天") or at the end of a stretch it counts from then ("for the next
+    three days", "接下来两周"); None when it names none. That day is counted in UTC and the
     fact holds until the end of the day after it: the speaker's time zone is not known, and
-    wherever it is, the named day has ended by then."""
-    if _PAST.search(sentence) or any(span.search(sentence) for span in _DAY_SPAN):
+    wherever it is, the named day has ended by then. A sentence that names two ends keeps the
+    later one."""
+    if any(past.search(sentence) for past in _PAST) or any(
+        span.search(sentence) for span in _DAY_SPAN
+    ):
         return None
     today = said_at.astimezone(UTC).date()
-    for pattern in (_REL_EN, *_REL_ZH):
-        found = pattern.search(sentence)
-        if found is not None:
-            day = _named_day(found, today)
-            return datetime.combine(day + timedelta(days=2), time(0), tzinfo=UTC)
-    return None
+    days = [
+        _named_day(found, today)
+        for pattern in (_REL_EN, *_REL_ZH)
+        if (found := pattern.search(sentence)) is not None
+    ] + [
+        _stretch_end(found, today)
+        for pattern in (*_STRETCH_EN, _STRETCH_ZH)
+        if (found := pattern.search(sentence)) is not None
+    ]
+    if not days:
+        return None
+    return datetime.combine(max(days) + timedelta(days=2), time(0), tzinfo=UTC)
 
 
 def _content_sentences(text: str) -> list[str]:

@@ -69,7 +69,8 @@ about 0.6; one-off events 0.3-0.5).
 - expires_at: only when the fact says it stops being true on a calendar date the item writes \
 out ("on leave until 2027-01-31", "直到2027年1月31日"), that date as YYYY-MM-DD; otherwise \
 leave it out. Never compute a date from "Friday" or "next week", never guess one: keep such \
-words in the fact as they were said ("until Friday", "直到下周一").
+words in the fact as they were said ("until Friday", "for the next three days", "直到下周一", \
+"接下来两周").
 - {_language_rule(language)}
 
 Reply with JSON exactly like:

@@ -425,6 +425,25 @@ def test_extract_json_prefers_objects_and_gives_none_without_json():
         ("直到年底都用这个方案", "2031-01-08T10:00", "2031-12-31"),
         # The day it was said is read in UTC: 23:30 in New York is the next day there.
         ("away till tomorrow", "2031-01-08T23:30-05:00", "2031-01-10"),
+        # A stretch counted from then ends on its later reading: one that starts tomorrow.
+        ("I am in Rome for the next three days", "2031-01-08T10:00", "2031-01-11"),
+        ("over the coming 2 weeks the desk is closed", "2031-01-08T10:00", "2031-01-22"),
+        ("for the next week I answer support tickets", "2031-01-08T10:00", "2031-01-15"),
+        ("for the next couple of days", "2031-01-08T10:00", "2031-01-10"),
+        ("over the coming couple of weeks", "2031-01-08T10:00", "2031-01-22"),
+        ("during the next month I work remotely", "2031-01-31T10:00", "2031-02-28"),
+        ("for the next twelve months we hedge in USD", "2031-01-08T10:00", "2032-01-08"),
+        ("for the next year", "2032-02-29T10:00", "2033-02-28"),
+        ("on call for the rest of the week", "2031-01-08T10:00", "2031-01-12"),
+        ("for the remainder of the month", "2031-01-08T10:00", "2031-01-31"),
+        ("for the rest of the day", "2031-01-08T10:00", "2031-01-08"),
+        ("接下来三天我都在上海", "2031-01-08T10:00", "2031-01-11"),
+        ("未来两周只做回测", "2031-01-08T10:00", "2031-01-22"),
+        ("接下来的两个星期都在出差", "2031-01-08T10:00", "2031-01-22"),
+        ("今后十二个月不加仓", "2031-01-08T10:00", "2032-01-08"),
+        ("接下来二十天都在休假", "2031-01-08T10:00", "2031-01-28"),
+        # Two ends named: the later one.
+        ("until Friday, and then for the next two weeks remote", "2031-01-08T10:00", "2031-01-22"),
     ],
 )
 def test_a_day_named_from_when_it_was_said(sentence, said, ends_after):
@@ -450,6 +469,18 @@ def test_a_day_named_from_when_it_was_said(sentence, said, ends_after):
         "我周一直到周五都很忙",
         "I was in Rome until Friday",  # the past: that Friday is behind
         "The office was closed until Monday",
+        "当时直到周五都在罗马",
+        "上周直到周五都在出差",
+        # A stretch not counted ahead from then, or one that is a deadline or vague.
+        "I have been vegan for two years",
+        "I run for two hours every morning",
+        "Finish the report within the next three days",
+        "over the coming weeks we will migrate",  # some weeks, not one
+        "for the next few days",
+        "I was in Rome for the next three days",
+        "接下来三天内完成报告",  # a deadline
+        "接下来三天后开始休假",  # a start
+        "未来的日子里继续努力",
     ],
 )
 def test_no_day_named_from_when_it_was_said(sentence):

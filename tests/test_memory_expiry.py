@@ -381,6 +381,9 @@ class TestLifecycle:
             ("The standup was moved to Friday.", wednesday),  # moved, not ended
             ("会议推迟到周五。", wednesday),  # the same, in Chinese
             ("I was on leave until Friday.", "2020-01-08T10:00:00Z"),  # long past: kept as is
+            ("I am working from Rome for the next three days.", wednesday),  # a stretch
+            ("接下来两周我只做回测。", wednesday),
+            ("I have been vegan for two years.", wednesday),  # a stretch up to now
         ]
         body = {
             "agent_id": "alice",
@@ -397,6 +400,10 @@ class TestLifecycle:
             "The standup was moved to Friday": None,
             "会议推迟到周五": None,
             "I was on leave until Friday": None,
+            # Saturday the 11th (a stretch that starts the next day), and the day after.
+            "I am working from Rome for the next three days": "2031-01-13T00:00:00Z",
+            "接下来两周我只做回测": "2031-01-24T00:00:00Z",  # Wednesday the 22nd
+            "I have been vegan for two years": None,
         }
         # Without `at`, from the day it is ingested; extract-facts from the item's own day.
         before = timezone.now().astimezone(UTC).date()
