@@ -499,6 +499,16 @@ def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
     return datetime.combine(max(days) + timedelta(days=2), time(0), tzinfo=UTC)
 
 
+def whole_expiry(text: str, said_at: datetime) -> datetime | None:
+    """When all of `text`, said at `said_at`, stops being true: the latest end its sentences
+    name (stated_expiry, said_expiry), and None when one of them names none, or names one
+    already past (it speaks of the past, and a summary of it must outlive nothing it says)."""
+    ends = [stated_expiry(s) or said_expiry(s, said_at) for s in split_sentences(text)]
+    if not ends or any(end is None or end <= said_at for end in ends):
+        return None
+    return max(end for end in ends if end is not None)
+
+
 def _content_sentences(text: str) -> list[str]:
     """Sentences worth keeping: not too short, not chit-chat, not questions."""
     return [_clean(seg) for seg in _segments(text) if not _is_noise(seg)]

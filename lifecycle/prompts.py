@@ -44,6 +44,8 @@ long-term memories.
 - Every item index must appear in the source_indexes of exactly one summary.
 - A summary keeps every detail worth remembering later (decisions, preferences, numbers, names, \
 dates, open tasks) and drops chit-chat and greetings. It must be understandable on its own.
+- Keep the words that say how long something holds as they were said ("until Friday", "for the \
+next three days", "直到下周一", "接下来两周"); never turn them into a date.
 - importance is a number from 0 to 1: how valuable the summary is in the long term \
 (decisions, preferences and key metrics 0.7-0.9; plans about 0.6; routine events 0.3-0.5).
 - {_language_rule(language)}

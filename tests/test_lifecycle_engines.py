@@ -19,6 +19,7 @@ from lifecycle.offline import (
     said_expiry,
     split_sentences,
     trim_text,
+    whole_expiry,
 )
 from lifecycle.schemas import CATEGORIES, Fact, PersonaDraft, ScenarioDraft, Summary
 from llm import Usage, extract_json
@@ -485,6 +486,21 @@ def test_a_day_named_from_when_it_was_said(sentence, said, ends_after):
 )
 def test_no_day_named_from_when_it_was_said(sentence):
     assert said_expiry(sentence, datetime(2031, 1, 8, 10, tzinfo=UTC)) is None
+
+
+def test_a_text_expires_when_the_last_of_its_sentences_does_and_only_if_each_has_an_end():
+    said = datetime(2031, 1, 8, 10, tzinfo=UTC)
+    both = "On call until tomorrow; in Rome for the next three days"
+    assert whole_expiry(both, said) == datetime(2031, 1, 13, tzinfo=UTC)
+    assert whole_expiry("有效期至2031年2月1日。接下来两周只做回测。", said) == datetime(
+        2031, 2, 2, tzinfo=UTC
+    )
+    for lasting in (
+        "On call until tomorrow; I drink green tea",  # one sentence with no end
+        "On call until tomorrow; away until 2030-12-31",  # one whose end is already past
+        "",
+    ):
+        assert whole_expiry(lasting, said) is None, lasting
 
 
 # --- schemas --------------------------------------------------------------------------------------

@@ -417,6 +417,34 @@ class TestLifecycle:
         days = {f"{(d + timedelta(days=3)).isoformat()}T00:00:00Z" for d in (before, after)}
         assert fact["memory"]["expires_at"] in days and item["expires_at"] in days
 
+    @pytest.mark.parametrize("engine", ["offline", "llm"])
+    def test_a_summary_expires_only_when_all_it_says_does(self, api, engine, request):
+        said = {
+            "dave": [
+                "I am on call until tomorrow.",
+                "I am working from Rome for the next three days.",
+            ],
+            "erin": ["I am on call until tomorrow.", "I drink green tea with breakfast."],
+        }
+        if engine == "llm":  # the model's summaries, read the same way
+            fake = request.getfixturevalue("fake_llm")
+            for texts in said.values():
+                summary = {"content": " ".join(texts), "importance": 0.6, "source_indexes": [0, 1]}
+                fake.chat_replies.append(json.dumps({"summaries": [summary]}))
+        before = timezone.now().astimezone(UTC).date()
+        ends = {}
+        for agent, texts in said.items():
+            for text in texts:
+                api.post("/memories/working", {"agent_id": agent, "content": text})
+            body = {"agent_id": agent, "target_count": 1}
+            (memory_id,) = ok_data(api.post("/lifecycle/compress", body))["memory_ids"]
+            ends[agent] = ok_data(api.get(f"/memories/{memory_id}")).get("expires_at")
+        after = timezone.now().astimezone(UTC).date()
+        # Three days from the day it was said, as a stretch starting the next day, and the day
+        # after; one sentence that lasts keeps the whole summary for good.
+        days = {f"{(d + timedelta(days=5)).isoformat()}T00:00:00Z" for d in (before, after)}
+        assert ends["dave"] in days and ends["erin"] is None
+
     def test_the_llm_gives_the_end_date_and_a_bad_one_drops_only_the_date(self, api, fake_llm):
         facts = [
             {"content": "The user is in Lisbon until 2031-04-30.", "expires_at": "2031-04-30"},

@@ -32,7 +32,13 @@ from django.utils import timezone
 
 from lifecycle.llm import get_engine
 from lifecycle.models import ArchiveReason, JobKind, JobRun, Persona, Scenario, WorkingArchive
-from lifecycle.offline import REPEAT_THRESHOLD, repeated_points, said_expiry, similarity_matrix
+from lifecycle.offline import (
+    REPEAT_THRESHOLD,
+    repeated_points,
+    said_expiry,
+    similarity_matrix,
+    whole_expiry,
+)
 from lifecycle.schemas import Fact
 from llm import Usage
 from memories import locks
@@ -216,6 +222,11 @@ def _compress(
     runs = {i.run_id for i in items}
     run_id = runs.pop() if len(runs) == 1 else ""
     embed_passages([s.content for s in summaries])  # outside the transaction (fills the cache)
+    now = timezone.now()
+    # A summary expires only when all it says does ("on call until Friday; in Rome for the next
+    # three days"), counted from its latest item: one lasting sentence keeps it for good.
+    said = [i.created_at for i in items]
+    expiries = [whole_expiry(s.content, _said_when(s.source_indexes, said)) for s in summaries]
     written: list[int] = []
     locks.scope_lock_prepare(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
     with transaction.atomic():
@@ -224,13 +235,14 @@ def _compress(
         locks.scope_lock(team_id=team.id, scope=MemoryScope.PERSONAL, agent_id=agent_id)
         locks.job_agent_check(team_id=team.id, agent_id=agent_id, job_id=job_id)
         claim.confirm()
-        for s in summaries:
+        for s, expires_at in zip(summaries, expiries, strict=True):
             memory, _ = memory_create(
                 team=team,
                 scope=MemoryScope.PERSONAL,
                 agent_id=agent_id,
                 content=s.content,
                 importance=s.importance,
+                expires_at=expires_at if expires_at is not None and expires_at > now else None,
                 metadata={
                     "source": "compression",
                     "source_items": _sources(items, s.source_indexes),
@@ -265,16 +277,20 @@ class StoredFact:
     profile: dict[str, str] = field(default_factory=dict)
 
 
+def _said_when(source_indexes: list[int], said: list[datetime]) -> datetime:
+    """When what an engine wrote from some items was said: the latest of its items' moments
+    (`said`, by the items' index, as `source_indexes`), of all the items when it names none."""
+    return max([said[j] for j in source_indexes if 0 <= j < len(said)] or said)
+
+
 def facts_dated(facts: list[Fact], said: list[datetime]) -> None:
     """Gives each fact that states no end the one it names from the day it was said ("until
-    Friday": offline.said_expiry), counted from the latest of its items' moments (`said`, by
-    the items' index, as `source_indexes`; of all the items for a fact that names none). Read
+    Friday": offline.said_expiry), counted from when its items were said (`_said_when`). Read
     from the fact's own words, whichever engine wrote them: the LLM is never asked to count
     days."""
     for fact in facts:
-        moments = [said[j] for j in fact.source_indexes if 0 <= j < len(said)] or said
-        if fact.expires_at is None and moments:
-            fact.expires_at = said_expiry(fact.content, max(moments))
+        if fact.expires_at is None and said:
+            fact.expires_at = said_expiry(fact.content, _said_when(fact.source_indexes, said))
 
 
 def store_fact(
