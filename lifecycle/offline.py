@@ -385,6 +385,41 @@ _STRETCH_ZH = re.compile(
 )
 _UNITS = {"天": "day", "日": "day", "周": "week", "星期": "week", "礼拜": "week"}
 _UNITS.update({"月": "month", "年": "year"})
+# A calendar date written in words, or without its year: "until March 10", "till the 3rd of
+# June", "through March 10, 2031", "until March" (its last day), "直到3月10日", "到三月十号为止",
+# "有效期至3月底". The year, when not written, is the date's next one from the day it was said.
+_MONTHS_EN = (
+    "jan(?:uary)?",
+    "feb(?:ruary)?",
+    "mar(?:ch)?",
+    "apr(?:il)?",
+    "(?-i:May)",  # "until may…" is most often the verb
+    "june?",
+    "july?",
+    "aug(?:ust)?",
+    "sep(?:t(?:ember)?)?",
+    "oct(?:ober)?",
+    "nov(?:ember)?",
+    "dec(?:ember)?",
+)
+_MONTH_EN = "|".join(f"(?P<m{n}>{name})" for n, name in enumerate(_MONTHS_EN, 1))
+_ORDINAL = r"(?:st|nd|rd|th)?"
+_DATE_EN = re.compile(
+    r"\b(?:until|till|through|thru)\s+(?:"
+    rf"(?:the\s+end\s+of\s+)?(?:{_MONTH_EN})\.?(?:\s+(?P<mday>\d{{1,2}}){_ORDINAL})?"
+    rf"|(?:the\s+)?(?P<day_first>\d{{1,2}}){_ORDINAL}\s+(?:of\s+)?(?:{_MONTH_EN.replace('?P<m', '?P<n')})"
+    r")(?:,?\s+(?P<year>\d{4}))?\b(?!['’]s)",
+    re.IGNORECASE,
+)
+_ZH_COUNT = r"\d{1,2}|[一二两三四五六七八九十]{1,3}"
+_DATE_ZH_DAY = (
+    rf"(?:(?P<year>\d{{4}})\s*年\s*)?(?P<month>{_ZH_COUNT})\s*月"
+    rf"(?:\s*(?P<mday>{_ZH_COUNT})\s*[日号])?"
+)
+_DATE_ZH = (
+    re.compile(rf"(?:直到|一直到|有效期?(?:至|到)){_DATE_ZH_DAY}"),
+    re.compile(rf"(?:到|至){_DATE_ZH_DAY}\s*(?:底\s*)?(?:为止|止)"),
+)
 _DAYS_AHEAD = {
     "today": 0,
     "tonight": 0,
@@ -473,13 +508,35 @@ def _stretch_end(found: re.Match[str], today: date) -> date:
     return _months_later(today, count * (12 if unit == "year" else 1))
 
 
+def _calendar_day(found: re.Match[str], today: date) -> date | None:
+    """The day a _DATE_EN / _DATE_ZH match writes out, in its year or the next one from `today`
+    on which it is not past; a month alone is its last day. None for a day no calendar has
+    (February 30, a month 13)."""
+    groups = {k: v for k, v in found.groupdict().items() if v}
+    if "month" in groups:
+        month, mday = _count(groups["month"]), groups.get("mday")
+    else:
+        month = next(int(k[1:]) for k in groups if k[0] in "mn" and k[1:].isdigit())
+        mday = groups.get("mday") or groups.get("day_first")
+    day = _count(mday) if mday else None
+    year = int(groups["year"]) if "year" in groups else today.year
+    try:
+        found_day = date(year, month, day or calendar.monthrange(year, month)[1])
+        if "year" not in groups and found_day < today:
+            found_day = date(year + 1, month, day or calendar.monthrange(year + 1, month)[1])
+    except ValueError:
+        return None
+    return found_day
+
+
 def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
     """When `sentence`, said at `said_at`, says it stops being true on a day it names from then
     ("until Friday", "直到明天") or at the end of a stretch it counts from then ("for the next
     three days", "接下来两周"); None when it names none. That day is counted in UTC and the
     fact holds until the end of the day after it: the speaker's time zone is not known, and
-    wherever it is, the named day has ended by then. A sentence that names two ends keeps the
-    later one."""
+    wherever it is, the named day has ended by then. A calendar day it writes out ("until
+    March 10", "直到3月10日") ends, as a stated date does (stated_expiry), when that day ends in
+    UTC. A sentence that names two ends keeps the later one."""
     if any(past.search(sentence) for past in _PAST) or any(
         span.search(sentence) for span in _DAY_SPAN
     ):
@@ -494,9 +551,13 @@ def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
         for pattern in (*_STRETCH_EN, _STRETCH_ZH)
         if (found := pattern.search(sentence)) is not None
     ]
-    if not days:
-        return None
-    return datetime.combine(max(days) + timedelta(days=2), time(0), tzinfo=UTC)
+    ends = [datetime.combine(day + timedelta(days=2), time(0), tzinfo=UTC) for day in days]
+    for pattern in (_DATE_EN, *_DATE_ZH):
+        found = pattern.search(sentence)
+        written = None if found is None else _calendar_day(found, today)
+        if written is not None:
+            ends.append(datetime.combine(written + timedelta(days=1), time(0), tzinfo=UTC))
+    return max(ends, default=None)
 
 
 def whole_expiry(text: str, said_at: datetime) -> datetime | None:

@@ -488,6 +488,49 @@ def test_no_day_named_from_when_it_was_said(sentence):
     assert said_expiry(sentence, datetime(2031, 1, 8, 10, tzinfo=UTC)) is None
 
 
+# Calendar days written out without an ISO date: the day ends at midnight UTC, as a stated date
+# does; the year, when not written, is the next one on which the day is not past.
+@pytest.mark.parametrize(
+    ("sentence", "said", "last_day"),
+    [
+        ("on leave until March 10", "2031-01-08", "2031-03-10"),
+        ("on leave until Jan 5", "2031-01-08", "2032-01-05"),  # past this year: the next one
+        ("on leave until Jan 8th", "2031-01-08", "2031-01-08"),  # the day it was said
+        ("in Lisbon till the 3rd of June", "2031-01-08", "2031-06-03"),
+        ("the price is fixed through 10 March 2032", "2031-01-08", "2032-03-10"),
+        ("the price is fixed through March 10, 2031", "2031-01-08", "2031-03-10"),
+        ("in Rome until March", "2031-03-15", "2031-03-31"),  # a month alone: its last day
+        ("in Rome until the end of February", "2032-01-08", "2032-02-29"),
+        ("on call until May 2nd", "2031-01-08", "2031-05-02"),
+        ("直到3月10日都在出差", "2031-01-08", "2031-03-10"),
+        ("到三月十号为止", "2031-01-08", "2031-03-10"),
+        ("有效期至3月底", "2031-01-08", "2031-03-31"),
+        ("一直到十二月二十日都不在", "2031-01-08", "2031-12-20"),
+        # With a day named too: the later end.
+        ("until Friday, then remote until March 1", "2031-01-08", "2031-03-01"),
+    ],
+)
+def test_a_calendar_day_written_out(sentence, said, last_day):
+    moment = datetime.fromisoformat(said).replace(hour=10, tzinfo=UTC)
+    end = datetime.fromisoformat(last_day).replace(tzinfo=UTC) + timedelta(days=1)
+    assert said_expiry(sentence, moment) == end
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "you can stay until may be too late",  # the verb, not the month
+        "直到2月30日",  # no such day
+        "until February 29 the gym is shut",  # not in 2031 (nor read in a later year)
+        "until March's review the branch is frozen",  # an event
+        "I was in Lisbon until March 10",
+        "会议推迟到3月10日",  # moved to, not ended on
+    ],
+)
+def test_no_calendar_day_written_out(sentence):
+    assert said_expiry(sentence, datetime(2031, 1, 8, 10, tzinfo=UTC)) is None
+
+
 def test_a_text_expires_when_the_last_of_its_sentences_does_and_only_if_each_has_an_end():
     said = datetime(2031, 1, 8, 10, tzinfo=UTC)
     both = "On call until tomorrow; in Rome for the next three days"

@@ -384,6 +384,7 @@ class TestLifecycle:
             ("I am working from Rome for the next three days.", wednesday),  # a stretch
             ("接下来两周我只做回测。", wednesday),
             ("I have been vegan for two years.", wednesday),  # a stretch up to now
+            ("The user is in Lisbon until March 10.", wednesday),  # a day with no year
         ]
         body = {
             "agent_id": "alice",
@@ -404,6 +405,7 @@ class TestLifecycle:
             "I am working from Rome for the next three days": "2031-01-13T00:00:00Z",
             "接下来两周我只做回测": "2031-01-24T00:00:00Z",  # Wednesday the 22nd
             "I have been vegan for two years": None,
+            "The user is in Lisbon until March 10": "2031-03-11T00:00:00Z",  # when it ends
         }
         # Without `at`, from the day it is ingested; extract-facts from the item's own day.
         before = timezone.now().astimezone(UTC).date()
