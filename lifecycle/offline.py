@@ -312,6 +312,7 @@ _REL_EN = re.compile(
     r"\b(?:until|till|through|thru)\s+(?:"
     r"(?P<day>today|tonight|tomorrow|the\s+day\s+after\s+tomorrow)"
     r"|(?:the\s+)?end\s+of\s+(?:the\s+|this\s+)?(?P<end>week|month|year)"
+    r"|(?:the\s+end\s+of\s+)?next\s+(?P<next>week|month|year)"
     r"|(?:this\s+|the\s+)?(?P<weekend>weekend)"
     rf"|(?P<which>this\s+|next\s+)?(?P<weekday>{'|'.join(_WEEKDAYS)})"
     r")\b(?!['’]s)",
@@ -320,6 +321,7 @@ _REL_EN = re.compile(
 _REL_ZH_DAY = (
     r"(?:(?P<day>今天|今晚|明天|明日|后天)"
     r"|(?:本|这个?|今年)?(?P<end>周末|月底|年底)"
+    r"|(?P<next>下周|下个?星期|下个?礼拜|下个?月|明年)(?![一二三四五六日天])(?:年底|底|末)?"
     r"|(?P<which>本|这|下)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天]))"
 )
 _REL_ZH = (
@@ -431,6 +433,7 @@ _DAYS_AHEAD = {
     "后天": 2,
 }
 _ENDS = {"周末": "week", "月底": "month", "年底": "year"}
+_NEXT_ZH = {"周": "week", "星": "week", "礼": "week", "月": "month", "年": "year"}
 _ZH_WEEKDAYS = "一二三四五六"
 
 
@@ -453,6 +456,15 @@ def _named_day(found: re.Match[str], today: date) -> date:
     groups = found.groupdict()
     if groups["day"]:
         return today + timedelta(days=_DAYS_AHEAD.get(groups["day"].lower(), 2))
+    if groups["next"]:  # "next week", 下个月: the last day of the next one, the later reading
+        said = groups["next"].lower()
+        # 下周, 下星期, 下个礼拜, 下个月, 明年: the word after 下 / 下个, or 年 of 明年.
+        period = said if said in ("week", "month", "year") else _NEXT_ZH[said.lstrip("下个明")[0]]
+        if period == "week":
+            return _last_day_of("week", today + timedelta(weeks=1))
+        if period == "month":
+            return _last_day_of("month", _months_later(today.replace(day=1), 1))
+        return today.replace(year=today.year + 1, month=12, day=31)
     end = "week" if groups.get("weekend") else _ENDS.get(groups["end"] or "", groups["end"] or "")
     if end:
         return _last_day_of(end, today)

@@ -424,6 +424,16 @@ def test_extract_json_prefers_objects_and_gives_none_without_json():
         ("一直到明天都不在", "2031-01-08T10:00", "2031-01-09"),
         ("这个价格到月底为止", "2031-01-08T10:00", "2031-01-31"),
         ("直到年底都用这个方案", "2031-01-08T10:00", "2031-12-31"),
+        # The next week / month / year: its last day, the later of the readings.
+        ("away until next week", "2031-01-08T10:00", "2031-01-19"),
+        ("away until next week", "2031-01-12T10:00", "2031-01-19"),  # said on a Sunday
+        ("the promo runs until the end of next month", "2031-01-31T10:00", "2031-02-28"),
+        ("the contract runs till next year", "2031-01-08T10:00", "2032-12-31"),
+        ("直到下周都在出差", "2031-01-08T10:00", "2031-01-19"),
+        ("一直到下个礼拜都不在", "2031-01-08T10:00", "2031-01-19"),
+        ("直到下周末都在北京", "2031-01-08T10:00", "2031-01-19"),
+        ("到下个月底为止", "2031-12-08T10:00", "2032-01-31"),
+        ("直到明年都用这个方案", "2031-01-08T10:00", "2032-12-31"),
         # The day it was said is read in UTC: 23:30 in New York is the next day there.
         ("away till tomorrow", "2031-01-08T23:30-05:00", "2031-01-10"),
         # A stretch counted from then ends on its later reading: one that starts tomorrow.
