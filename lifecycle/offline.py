@@ -324,10 +324,18 @@ _REL_ZH_DAY = (
     r"|(?P<next>下周|下个?星期|下个?礼拜|下个?月|明年)(?![一二三四五六日天])(?:年底|底|末)?"
     r"|(?P<which>本|这|下)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天]))"
 )
-_REL_ZH = (
-    re.compile(rf"(?:直到|一直到|有效期?(?:至|到)){_REL_ZH_DAY}"),
-    re.compile(rf"(?:到|至){_REL_ZH_DAY}\s*(?:为止|止)"),
-)
+
+
+def _zh_until(day: str) -> tuple[re.Pattern[str], ...]:
+    """The Chinese ways to say "until `day`": after 直到, 一直到, 有效期至, or between 到 / 至 and
+    为止 (a bare 到 moves something: "推迟到周五")."""
+    return (
+        re.compile(rf"(?:直到|一直到|有效期?(?:至|到)){day}"),
+        re.compile(rf"(?:到|至){day}\s*(?:底\s*)?(?:为止|止)"),
+    )
+
+
+_REL_ZH = _zh_until(_REL_ZH_DAY)
 # "Monday through Friday", "周一到周五": a span of days, most often a recurring one ("I work
 # Monday through Friday"), never the end of the fact. A sentence holding one names no end.
 _DAY_SPAN = (
@@ -418,10 +426,7 @@ _DATE_ZH_DAY = (
     rf"(?:(?P<year>\d{{4}})\s*年\s*)?(?P<month>{_ZH_COUNT})\s*月"
     rf"(?:\s*(?P<mday>{_ZH_COUNT})\s*[日号])?"
 )
-_DATE_ZH = (
-    re.compile(rf"(?:直到|一直到|有效期?(?:至|到)){_DATE_ZH_DAY}"),
-    re.compile(rf"(?:到|至){_DATE_ZH_DAY}\s*(?:底\s*)?(?:为止|止)"),
-)
+_DATE_ZH = _zh_until(_DATE_ZH_DAY)
 _DAYS_AHEAD = {
     "today": 0,
     "tonight": 0,
