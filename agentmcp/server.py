@@ -178,6 +178,17 @@ ExpiresAt = Annotated[
         "without an offset, UTC): from then on it is not found, and it goes to the trash."
     ),
 ]
+CallKey = Annotated[
+    str | None,
+    Field(
+        description="Any string unique to this call (a UUID). Call again with the same key and "
+        "arguments after a failure that left you without an answer: within 24 h the first "
+        "answer comes back and nothing is written twice. The same key with other arguments is "
+        "refused (CONFLICT).",
+        min_length=1,
+        max_length=200,
+    ),
+]
 
 
 @mcp.tool(name="memory_add", annotations=WRITES)
@@ -192,6 +203,7 @@ async def memory_add(
     metadata: Metadata = None,
     agent_id: AgentId = None,
     expires_at: ExpiresAt = None,
+    idempotency_key: CallKey = None,
 ) -> dict[str, Any]:
     """Store a long-term memory. A memory saying the same as an existing one is not stored
     twice: the existing one comes back with dedup_skipped=true."""
@@ -204,6 +216,7 @@ async def memory_add(
         metadata=metadata,
         agent_id=agent_id,
         expires_at=expires_at,
+        idempotency_key=idempotency_key,
     )
 
 
@@ -327,6 +340,7 @@ async def memory_update_many(
         list[MemoryChange],
         Field(description="Up to 100 corrections, one per memory.", min_length=1, max_length=100),
     ],
+    idempotency_key: CallKey = None,
 ) -> dict[str, Any]:
     """Correct several memories in one call, each as memory_update would (a revision each).
     Results come in the order given, each with a status: 200 (with the memory), 400 refused
@@ -339,7 +353,7 @@ async def memory_update_many(
         }
         for item in items
     ]
-    return await _run(tools.memory_update_many, items=changes)
+    return await _run(tools.memory_update_many, items=changes, idempotency_key=idempotency_key)
 
 
 @mcp.tool(name="memory_forget_many", annotations=DESTRUCTIVE)
@@ -348,11 +362,14 @@ async def memory_forget_many(
         list[MemoryId],
         Field(description="Up to 100 memory ids, each listed once.", min_length=1, max_length=100),
     ],
+    idempotency_key: CallKey = None,
 ) -> dict[str, Any]:
     """Forget several memories in one call, each as memory_forget would (to the trash).
     Results come in the order given, each with a status: 200 forgotten, 403 not this token's
     to forget, 404 no such memory; the others are still forgotten."""
-    return await _run(tools.memory_forget_many, memory_ids=memory_ids)
+    return await _run(
+        tools.memory_forget_many, memory_ids=memory_ids, idempotency_key=idempotency_key
+    )
 
 
 @mcp.tool(name="memory_history", annotations=READ_ONLY)
@@ -410,12 +427,18 @@ async def ingest_messages(
     infer: Annotated[
         bool, Field(description="false: archive the messages without extracting facts.")
     ] = True,
+    idempotency_key: CallKey = None,
 ) -> dict[str, Any]:
     """Hand over a conversation: every message is archived, the facts in the user's messages
     are extracted and each is decided against the agent's memories: ADD (new), UPDATE (replaces
     an older memory, kept in its history) or NOOP (already known). Searchable at once."""
     return await _run(
-        tools.ingest_messages, messages=messages, agent_id=agent_id, run_id=run_id, infer=infer
+        tools.ingest_messages,
+        messages=messages,
+        agent_id=agent_id,
+        run_id=run_id,
+        infer=infer,
+        idempotency_key=idempotency_key,
     )
 
 

@@ -9,6 +9,7 @@ DRF validation errors), which `agentmcp.server` turns into MCP tool errors carry
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db.models import Q
@@ -50,10 +51,10 @@ from memories.apis import (
     batch_delete_validated,
     batch_update_validated,
     check_agent_id,
+    create_validated,
     episode_search_query,
     procedure_source,
     search_query,
-    write_validated,
 )
 from memories.models import Memory, MemoryRevision, MemoryScope, RemovedBy
 from memories.presenters import (
@@ -70,6 +71,7 @@ from memories.services import Actor
 from memories.working import get_working_store
 from memories.working.events import working_memory_written
 from tenants.authentication import McpPrincipal
+from tenants.idempotency import IdempotencyKey, Replayed
 from tenants.services import agent_registered
 from tenants.usage import KIND_WRITE, usage_record
 
@@ -121,6 +123,16 @@ def _memory(principal: McpPrincipal, memory_id: int, action: str) -> Memory:
     return memory
 
 
+def call_key(key: str | None, *, endpoint: str, arguments: dict[str, Any]) -> IdempotencyKey | None:
+    """The `idempotency_key` a caller gave a writing tool, as REST's `Idempotency-Key` for the
+    same `endpoint` (the same key space, so an erasure reaches the answers kept): fingerprinted
+    by the tool's other arguments, as REST's by the raw body. None without one."""
+    if key is None:
+        return None
+    body = json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str).encode()
+    return IdempotencyKey.of(endpoint=endpoint, key=key, body=body)
+
+
 def _hit(hit: SearchHit) -> dict[str, Any]:
     return search_hit_body(hit)
 
@@ -138,6 +150,7 @@ def memory_add(
     metadata: dict[str, Any] | None = None,
     agent_id: str | None = None,
     expires_at: str | None = None,
+    idempotency_key: str | None = None,
 ) -> dict[str, Any]:
     """POST /memories/personal or /memories/team."""
     personal = scope == MemoryScope.PERSONAL
@@ -151,11 +164,13 @@ def memory_add(
     )
     serializer = PersonalCreateInputSerializer if personal else TeamCreateInputSerializer
     data = _valid(serializer(data={**fields, "agent_id": agent}))
-    memory, hit = write_validated(team=principal.team, scope=scope, agent_id=agent, data=data)
-    usage_record(team=principal.team, agent_id=agent, kind=KIND_WRITE)
-    body = memory_body(memory)
-    if hit is not None:
-        body.update(dedup_skipped=True, dedup_score=round(hit.score, 4))
+    key = call_key(idempotency_key, endpoint=f"memories/{scope}", arguments=data)
+    try:
+        _status, body = create_validated(
+            team=principal.team, scope=scope, agent_id=agent, data=data, key=key
+        )
+    except Replayed as replayed:
+        return dict(replayed.body)
     return body
 
 
@@ -253,31 +268,43 @@ def memory_forget(principal: McpPrincipal, *, memory_id: int) -> dict[str, Any]:
     return {"forgotten": memory_id, "trash": True}
 
 
-def memory_update_many(principal: McpPrincipal, *, items: list[dict[str, Any]]) -> dict[str, Any]:
+def memory_update_many(
+    principal: McpPrincipal, *, items: list[dict[str, Any]], idempotency_key: str | None = None
+) -> dict[str, Any]:
     """POST /memories/{scope}/batch/update, either scope: each item as its own memory_update
     (REST's fields: `expires_at` null removes an expiry). A refused item is reported in its
     result and the others are applied."""
     data = _valid(BatchUpdateInputSerializer(data={"items": items}))
-    return batch_update_validated(
-        team=principal.team,
-        scope=None,
-        acting_agent=principal.agent_id,
-        items=data["items"],
-        actor=Actor(label=principal.label),
-    )
+    try:
+        return batch_update_validated(
+            team=principal.team,
+            scope=None,
+            acting_agent=principal.agent_id,
+            items=data["items"],
+            actor=Actor(label=principal.label),
+            key=call_key(idempotency_key, endpoint="memories/batch/update", arguments=data),
+        )
+    except Replayed as replayed:
+        return dict(replayed.body)
 
 
-def memory_forget_many(principal: McpPrincipal, *, memory_ids: list[int]) -> dict[str, Any]:
+def memory_forget_many(
+    principal: McpPrincipal, *, memory_ids: list[int], idempotency_key: str | None = None
+) -> dict[str, Any]:
     """POST /memories/{scope}/batch/delete without purge, either scope: each memory as its own
     memory_forget (to the trash); a refused id is reported and the others are forgotten."""
     data = _valid(BatchDeleteInputSerializer(data={"ids": memory_ids}))
-    return batch_delete_validated(
-        team=principal.team,
-        scope=None,
-        acting_agent=principal.agent_id,
-        data=data,
-        reason=f"forgotten through MCP by {principal.label}",
-    )
+    try:
+        return batch_delete_validated(
+            team=principal.team,
+            scope=None,
+            acting_agent=principal.agent_id,
+            data=data,
+            reason=f"forgotten through MCP by {principal.label}",
+            key=call_key(idempotency_key, endpoint="memories/batch/delete", arguments=data),
+        )
+    except Replayed as replayed:
+        return dict(replayed.body)
 
 
 def _revision(r: MemoryRevision) -> dict[str, Any]:
@@ -369,6 +396,7 @@ def ingest_messages(
     agent_id: str | None = None,
     run_id: str = "",
     infer: bool = True,
+    idempotency_key: str | None = None,
 ) -> dict[str, Any]:
     """POST /memories/ingest: the messages archived (L0), the facts of the user's messages each
     decided ADD / UPDATE / NOOP against the agent's memories → `{"archived", "facts"}`."""
@@ -378,7 +406,11 @@ def ingest_messages(
             data=_given(agent_id=agent, messages=messages, run_id=run_id, infer=infer)
         )
     )
-    _status, body = ingest_validated(team=principal.team, agent_id=agent, data=data)
+    key = call_key(idempotency_key, endpoint="ingest", arguments=data)
+    try:
+        _status, body = ingest_validated(team=principal.team, agent_id=agent, data=data, key=key)
+    except Replayed as replayed:
+        return dict(replayed.body)
     return body
 
 

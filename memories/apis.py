@@ -269,6 +269,31 @@ def _create(
     data = validated_body(request, input_serializer)
     agent_id = _writer(principal.agent_id, scope, data.get("agent_id", ""))
     team = principal.team
+    try:
+        status, body = create_validated(
+            team=team,
+            scope=scope,
+            agent_id=agent_id,
+            data=data,
+            key=request_idempotency_key(request, f"memories/{scope}"),
+        )
+    except Replayed as replayed:
+        return replayed_response(replayed)
+    return Response(body, status=status)
+
+
+def create_validated(
+    *,
+    team: Team,
+    scope: str,
+    agent_id: str,
+    data: dict[str, Any],
+    key: IdempotencyKey | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """One write of a validated create body (Personal/TeamCreateInputSerializer) for
+    `agent_id`, counted in the usage: (201 and the memory, or 200 and the known one with
+    `dedup_skipped`). With `key`, run once: a request sent again raises Replayed with the first
+    answer, and is not counted again. The MCP tool writes through here too."""
 
     def write(vector: np.ndarray) -> tuple[int, dict[str, Any]]:
         memory, hit = write_validated(
@@ -276,23 +301,20 @@ def _create(
         )
         return (200 if hit is not None else 201), _written_body(memory, hit)
 
-    try:
-        status, body = idempotent(
+    answered = idempotent(
+        team=team,
+        key=key,
+        prepare=lambda: services.memory_write_embed(
             team=team,
-            key=request_idempotency_key(request, f"memories/{scope}"),
-            prepare=lambda: services.memory_write_embed(
-                team=team,
-                scope=scope,
-                agent_id=agent_id,
-                content=data["content"],
-                enable_dedup=data["enable_dedup"],
-            ),
-            answer=write,
-        )
-    except Replayed as replayed:
-        return replayed_response(replayed)
+            scope=scope,
+            agent_id=agent_id,
+            content=data["content"],
+            enable_dedup=data["enable_dedup"],
+        ),
+        answer=write,
+    )
     usage_record(team=team, agent_id=agent_id, kind=KIND_WRITE)
-    return Response(body, status=status)
+    return answered
 
 
 # The create body's fields that memory_create takes as they are.
@@ -317,8 +339,8 @@ def write_validated(
     data: dict[str, Any],
     vector: np.ndarray | None = None,
 ) -> tuple[Memory, Any]:
-    """memory_create for a validated create body (Personal/TeamCreateInputSerializer); the
-    MCP tool writes through here too. `vector`: the content's embedding, when already made."""
+    """memory_create for a validated create body (Personal/TeamCreateInputSerializer).
+    `vector`: the content's embedding, when already made."""
     fields = {name: data[name] for name in CREATE_FIELDS}
     return services.memory_create(
         team=team, scope=scope, agent_id=agent_id, vector=vector, **fields

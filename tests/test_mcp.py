@@ -23,6 +23,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from memories import purge
 from memories.models import Memory, Procedure, ProcedureRevision, TrashedMemory
 from tenants.models import McpToken
 from tenants.services import mcp_token_revoke
@@ -268,6 +269,64 @@ def test_many_memories_updated_and_forgotten_in_one_call_each_as_alone(
     other_team.refresh_from_db()
     assert other_agent.importance == 0.5 and other_team.content == "Team B's vault code is 4711"
     assert Memory.objects.get(pk=own[1]).expires_at is None
+
+
+def test_writes_sent_again_with_their_key_are_answered_once(mcp_url, team_a, agent_token):
+    """memory_add, memory_update_many, memory_forget_many and ingest_messages with an
+    `idempotency_key`: sent again, the first answer and nothing written twice; the same key with
+    other arguments is CONFLICT; another team's same key is its own; an erasure reaches the kept
+    answer, as REST's Idempotency-Key does."""
+    token_b = McpTokenFactory(team=TeamFactory(id="mcp_b")).token
+    add = {"content": "a1 keeps the spare key in the blue box", "idempotency_key": "k-add"}
+    said = [{"role": "user", "content": "I moved to Lyon in May and I work on the payments team."}]
+
+    async def go():
+        async with session(mcp_url, agent_token) as c:
+            first, again = [ok(await c.call_tool("memory_add", add)) for _ in range(2)]
+            other = await c.call_tool("memory_add", {**add, "content": "something else"})
+            change = {
+                "items": [{"memory_id": first["id"], "importance": 0.9}],
+                "idempotency_key": "k-upd",
+            }
+            changed = [ok(await c.call_tool("memory_update_many", change)) for _ in range(2)]
+            ingest = {"messages": said, "idempotency_key": "k-ingest"}
+            ingested = [ok(await c.call_tool("ingest_messages", ingest)) for _ in range(2)]
+            too_long = await c.call_tool("memory_add", {**add, "idempotency_key": "k" * 201})
+        async with session(mcp_url, token_b) as b:
+            theirs = ok(await b.call_tool("memory_add", {**add, "scope": "team"}))
+        return first, again, other, changed, ingested, too_long, theirs
+
+    first, again, other, changed, ingested, too_long, theirs = run(go())
+    assert again == first and first["content"] == add["content"]
+    assert error_code(other) == "CONFLICT" and error_code(too_long) == "VALIDATION_ERROR"
+    assert changed[1] == changed[0] and changed[0]["updated"] == 1
+    assert Memory.objects.get(pk=first["id"]).revisions.count() == 1
+    assert ingested[1] == ingested[0] and ingested[0]["facts"]
+    facts = {f["memory"]["id"] for f in ingested[0]["facts"]}
+    assert set(Memory.objects.filter(team=team_a).values_list("pk", flat=True)) == {
+        first["id"],
+        *facts,
+    }
+    assert theirs["id"] != first["id"] and Memory.objects.filter(team_id="mcp_b").count() == 1
+
+    async def forget_twice():
+        forget = {"memory_ids": [first["id"]], "idempotency_key": "k-forget"}
+        async with session(mcp_url, agent_token) as c:
+            return [ok(await c.call_tool("memory_forget_many", forget)) for _ in range(2)]
+
+    forgotten = run(forget_twice())
+    # Sent again: the first answer (200), not a second run's 404 for a memory already trashed.
+    assert forgotten[1] == forgotten[0] and forgotten[0]["results"][0]["status"] == 200
+    assert TrashedMemory.objects.filter(memory_id=first["id"]).count() == 1
+
+    # Erased from the trash: the kept memory_add answer no longer shows it.
+    purge.trash_erase(team=team_a, memory_id=first["id"], acting_agent=None)
+
+    async def replay():
+        async with session(mcp_url, agent_token) as c:
+            return ok(await c.call_tool("memory_add", add))
+
+    assert run(replay()) == {"id": first["id"], "erased": True}
 
 
 def test_an_expiry_through_mcp_is_set_refused_when_past_and_ends_the_search(mcp_url, agent_token):
