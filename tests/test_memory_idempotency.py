@@ -4,11 +4,16 @@ are per team. Concurrent twins through separate server processes leave one row."
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from memories.models import Memory
 from memoryplatform.client import MemoryClient
@@ -16,7 +21,9 @@ from tenants.models import IdempotentRequest, UsageDay
 from tenants.usage import usage_flush
 
 from .helpers import error_code
-from .livestack import live_stack
+from .livestack import live_stack, manage_json
+
+T = TypeVar("T")
 
 KEY = {"Idempotency-Key": "write-7f3a"}
 BODIES = {
@@ -124,12 +131,12 @@ def test_a_duplicate_skipped_under_a_key_is_replayed_as_skipped(api):
     assert Memory.objects.count() == 1
 
 
-def _at_once(clients: list[MemoryClient], call: Callable[[MemoryClient], Any]) -> list[Any]:
+def _at_once(clients: list[T], call: Callable[[T], Any]) -> list[Any]:
     """`call` made by every client at the same moment, each from its own thread: the answers."""
     answers: list[Any] = []
     start = threading.Barrier(len(clients))
 
-    def send(client: MemoryClient) -> None:
+    def send(client: T) -> None:
         start.wait()
         answers.append(call(client))
 
@@ -176,6 +183,25 @@ def test_concurrent_twins_through_two_processes_leave_one_row(tmp_path):
             assert {r["status"] for r in answers[0]["results"]} == {200}
         trash = reader.list_trash(agent_id="ops", page_size=50)["items"]
         assert sorted(t["id"] for t in trash) == ids
+
+        # MCP's memory_add with one idempotency_key, at once through both processes: one memory.
+        token = manage_json(
+            stack.env, "create_mcp_token", "--team", stack.team_id, "--agent", "ops"
+        )
+        add = {"content": "发布冻结到周五", "idempotency_key": "twin-mcp"}
+
+        async def call(url: str) -> dict[str, Any]:
+            headers = {"Authorization": f"Bearer {token['token']}"}
+            async with (
+                httpx2.AsyncClient(headers=headers) as http,
+                Client(streamable_http_client(f"{url}/mcp", http_client=http)) as mcp,
+            ):
+                return json.loads((await mcp.call_tool("memory_add", add)).content[0].text)
+
+        answers = _at_once([stack.urls[i % 2] for i in range(8)], lambda u: asyncio.run(call(u)))
+        assert all(a == answers[0] for a in answers) and answers[0]["content"] == add["content"]
+        found = [m for m in reader.iter_memories(agent_id="ops") if m["content"] == add["content"]]
+        assert [m["id"] for m in found] == [answers[0]["id"]]
 
 
 def test_a_write_without_the_header_records_nothing(api):
