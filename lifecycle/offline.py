@@ -486,7 +486,8 @@ def _named_day(found: re.Match[str], today: date) -> date:
 
 
 def _count(said: str) -> int:
-    """A count as said ("3", "three", "a couple of", "三", "两", "十二", "二十") as a number."""
+    """A count as said ("3", "three", "a couple of", "三", "两", "十二", "二十") as a number;
+    ValueError for characters that are none ("十十", "三三")."""
     said = " ".join(said.lower().split())
     if said.isdigit():
         return int(said)
@@ -525,10 +526,14 @@ def _stretch_end(found: re.Match[str], today: date) -> date:
     return _months_later(today, count * (12 if unit == "year" else 1))
 
 
-def _calendar_day(found: re.Match[str], today: date) -> date | None:
+# Reads the day a match names, counted from the day it was said; None when it names none.
+_DayReader = Callable[[re.Match[str], date], date | None]
+
+
+def _calendar_day(found: re.Match[str], today: date) -> date:
     """The day a _DATE_EN / _DATE_ZH match writes out, in its year or the next one from `today`
-    on which it is not past; a month alone is its last day. None for a day no calendar has
-    (February 30, a month 13)."""
+    on which it is not past; a month alone is its last day. ValueError for a day no calendar
+    has (February 30, a month 13)."""
     groups = {k: v for k, v in found.groupdict().items() if v}
     if "month" in groups:
         month, mday = _count(groups["month"]), groups.get("mday")
@@ -537,12 +542,9 @@ def _calendar_day(found: re.Match[str], today: date) -> date | None:
         mday = groups.get("mday") or groups.get("day_first")
     day = _count(mday) if mday else None
     year = int(groups["year"]) if "year" in groups else today.year
-    try:
-        found_day = date(year, month, day or calendar.monthrange(year, month)[1])
-        if "year" not in groups and found_day < today:
-            found_day = date(year + 1, month, day or calendar.monthrange(year + 1, month)[1])
-    except ValueError:
-        return None
+    found_day = date(year, month, day or calendar.monthrange(year, month)[1])
+    if "year" not in groups and found_day < today:
+        found_day = date(year + 1, month, day or calendar.monthrange(year + 1, month)[1])
     return found_day
 
 
@@ -559,21 +561,23 @@ def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
     ):
         return None
     today = said_at.astimezone(UTC).date()
-    days = [
-        _named_day(found, today)
-        for pattern in (_REL_EN, *_REL_ZH)
-        if (found := pattern.search(sentence)) is not None
-    ] + [
-        _stretch_end(found, today)
-        for pattern in (*_STRETCH_EN, _STRETCH_ZH)
-        if (found := pattern.search(sentence)) is not None
-    ]
-    ends = [datetime.combine(day + timedelta(days=2), time(0), tzinfo=UTC) for day in days]
-    for pattern in (_DATE_EN, *_DATE_ZH):
-        found = pattern.search(sentence)
-        written = None if found is None else _calendar_day(found, today)
-        if written is not None:
-            ends.append(datetime.combine(written + timedelta(days=1), time(0), tzinfo=UTC))
+    readers: tuple[tuple[tuple[re.Pattern[str], ...], _DayReader, int], ...] = (
+        ((_REL_EN, *_REL_ZH), _named_day, 2),
+        ((*_STRETCH_EN, _STRETCH_ZH), _stretch_end, 2),
+        ((_DATE_EN, *_DATE_ZH), _calendar_day, 1),  # a written day: it ends with that day
+    )
+    ends: list[datetime] = []
+    for patterns, read, days_after in readers:
+        for pattern in patterns:
+            found = pattern.search(sentence)
+            try:
+                day = None if found is None else read(found, today)
+                if day is not None:
+                    ends.append(datetime.combine(day + timedelta(days_after), time(0), UTC))
+            except (ValueError, OverflowError):
+                # A count that is no number ("十十"), or an end past the calendar's last day
+                # (said in the year 9999): no end, never an error for the whole write.
+                continue
     return max(ends, default=None)
 
 

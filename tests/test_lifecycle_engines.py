@@ -499,10 +499,28 @@ def test_a_day_named_from_when_it_was_said(sentence, said, ends_after):
         "until March's review the branch is frozen",  # an event
         "I was in Lisbon until March 10",
         "会议推迟到3月10日",  # moved to, not ended on
+        "接下来十十天都在外地",  # no number
+        "直到三三月都在外地",
+        "直到13月",
     ],
 )
 def test_no_day_named_from_when_it_was_said(sentence):
     assert said_expiry(sentence, datetime(2031, 1, 8, 10, tzinfo=UTC)) is None
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "on call until tomorrow",
+        "in Rome for the next three days",
+        "away until next year",
+        "on leave until December 31",
+        "直到下个月",
+    ],
+)
+def test_an_end_past_the_calendar_is_no_end_never_an_error(sentence):
+    # Said on the calendar's last day (an ingested message's `at` may be): no day after it.
+    assert said_expiry(sentence, datetime(9999, 12, 31, 10, tzinfo=UTC)) is None
 
 
 # Calendar days written out without an ISO date: the day ends at midnight UTC, as a stated date

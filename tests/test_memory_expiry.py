@@ -385,6 +385,7 @@ class TestLifecycle:
             ("接下来两周我只做回测。", wednesday),
             ("I have been vegan for two years.", wednesday),  # a stretch up to now
             ("The user is in Lisbon until March 10.", wednesday),  # a day with no year
+            ("I am on call until tomorrow.", "9999-12-31T10:00:00Z"),  # no day after: none
         ]
         body = {
             "agent_id": "alice",
@@ -406,6 +407,7 @@ class TestLifecycle:
             "接下来两周我只做回测": "2031-01-24T00:00:00Z",  # Wednesday the 22nd
             "I have been vegan for two years": None,
             "The user is in Lisbon until March 10": "2031-03-11T00:00:00Z",  # when it ends
+            "I am on call until tomorrow": None,
         }
         # Without `at`, from the day it is ingested; extract-facts from the item's own day.
         before = timezone.now().astimezone(UTC).date()
