@@ -581,11 +581,19 @@ def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
     return max(ends, default=None)
 
 
+# Where a sentence joins two statements: "on call until Friday, and she likes green tea" says
+# one thing that ends and one that does not. Not a comma before a year ("March 10, 2031").
+_CLAUSE = re.compile(r",(?!\s*\d{4}\b)|[，;；]|\b(?:and|but|while)\b|但是|并且|而且|同时", re.I)
+
+
 def whole_expiry(text: str, said_at: datetime) -> datetime | None:
-    """When all of `text`, said at `said_at`, stops being true: the latest end its sentences
+    """When all of `text`, said at `said_at`, stops being true: the latest end its clauses
     name (stated_expiry, said_expiry), and None when one of them names none, or names one
     already past (it speaks of the past, and a summary of it must outlive nothing it says)."""
-    ends = [stated_expiry(s) or said_expiry(s, said_at) for s in split_sentences(text)]
+    clauses = [
+        c for s in split_sentences(text) for c in _CLAUSE.split(s) if c.strip(" \t.。!！?？")
+    ]
+    ends = [stated_expiry(c) or said_expiry(c, said_at) for c in clauses]
     if not ends or any(end is None or end <= said_at for end in ends):
         return None
     return max(end for end in ends if end is not None)

@@ -558,8 +558,13 @@ def test_a_text_expires_when_the_last_of_its_sentences_does_and_only_if_each_has
     assert whole_expiry("有效期至2031年2月1日。接下来两周只做回测。", said) == datetime(
         2031, 2, 2, tzinfo=UTC
     )
+    joined = "On call until tomorrow, and in Rome from then for the next two weeks"
+    assert whole_expiry(joined, said) == datetime(2031, 1, 24, tzinfo=UTC)
+    assert whole_expiry("Away until March 10, 2031", said) == datetime(2031, 3, 11, tzinfo=UTC)
     for lasting in (
         "On call until tomorrow; I drink green tea",  # one sentence with no end
+        "On call until Friday and she likes green tea",  # one clause with no end
+        "直到周五都在出差，下周一回来",
         "On call until tomorrow; away until 2030-12-31",  # one whose end is already past
         "",
     ):
