@@ -586,15 +586,19 @@ def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
 _CLAUSE = re.compile(r",(?!\s*\d{4}\b)|[，;；]|\b(?:and|but|while)\b|但是|并且|而且|同时", re.I)
 
 
-def whole_expiry(text: str, said_at: datetime) -> datetime | None:
+def whole_expiry(text: str, said_at: datetime | None = None) -> datetime | None:
     """When all of `text`, said at `said_at`, stops being true: the latest end its clauses
-    name (stated_expiry, said_expiry), and None when one of them names none, or names one
-    already past (it speaks of the past, and a summary of it must outlive nothing it says)."""
+    name (stated_expiry; said_expiry when `said_at` is known), and None when one of them names
+    none, or names one already past when it was said (it speaks of the past): a fact or a
+    summary must outlive everything it says ("on leave until Friday and she lives in Lyon"
+    never expires)."""
     clauses = [
         c for s in split_sentences(text) for c in _CLAUSE.split(s) if c.strip(" \t.。!！?？")
     ]
-    ends = [stated_expiry(c) or said_expiry(c, said_at) for c in clauses]
-    if not ends or any(end is None or end <= said_at for end in ends):
+    ends = [
+        stated_expiry(c) or (None if said_at is None else said_expiry(c, said_at)) for c in clauses
+    ]
+    if not ends or any(end is None or (said_at is not None and end <= said_at) for end in ends):
         return None
     return max(end for end in ends if end is not None)
 
@@ -1195,7 +1199,7 @@ class OfflineEngine:
                     importance=IMPORTANCE[category],
                     category=category,
                     source_indexes=[index],
-                    expires_at=stated_expiry(sentence),
+                    expires_at=whole_expiry(sentence),
                 )
                 by_key[key] = fact
                 facts.append(fact)

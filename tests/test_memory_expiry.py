@@ -386,6 +386,9 @@ class TestLifecycle:
             ("I have been vegan for two years.", wednesday),  # a stretch up to now
             ("The user is in Lisbon until March 10.", wednesday),  # a day with no year
             ("I am on call until tomorrow.", "9999-12-31T10:00:00Z"),  # no day after: none
+            # A clause that names no end: the fact outlives everything it says.
+            ("I am on call until Friday and my desk is by the window.", wednesday),
+            ("I am on leave until 2031-03-31, while Bob leads the desk.", wednesday),
         ]
         body = {
             "agent_id": "alice",
@@ -408,6 +411,8 @@ class TestLifecycle:
             "I have been vegan for two years": None,
             "The user is in Lisbon until March 10": "2031-03-11T00:00:00Z",  # when it ends
             "I am on call until tomorrow": None,
+            "I am on call until Friday and my desk is by the window": None,
+            "I am on leave until 2031-03-31, while Bob leads the desk": None,
         }
         # Without `at`, from the day it is ingested; extract-facts from the item's own day.
         before = timezone.now().astimezone(UTC).date()
@@ -478,11 +483,12 @@ class TestLifecycle:
         assert "expires_at" in prompt and "never guess" in prompt
 
     def test_a_fact_that_ends_later_than_the_same_memory_is_added_and_linked(self, api):
-        said = {"agent_id": "alice", "messages": [{"role": "user", "content": LEAVE}]}
+        leave = "The user is on parental leave from the trading desk."
+        said = {"agent_id": "alice", "messages": [{"role": "user", "content": leave}]}
         old = ok_data(api.post("/memories/ingest", said))["facts"][0]["memory"]["id"]
         assert api.put(f"/memories/personal/{old}", {"expires_at": ahead(1)}).status_code == 200
         # The same words, now said with a later end: it outlives the stored one.
-        later = LEAVE.rstrip(".") + " until 2031-01-31."
+        later = "The user is on parental leave from the trading desk until 2031-01-31."
         assert api.put(f"/memories/personal/{old}", {"content": later}).status_code == 200
         said["messages"][0]["content"] = later
         (fact,) = ok_data(api.post("/memories/ingest", said))["facts"]

@@ -35,7 +35,6 @@ from lifecycle.models import ArchiveReason, JobKind, JobRun, Persona, Scenario, 
 from lifecycle.offline import (
     REPEAT_THRESHOLD,
     repeated_points,
-    said_expiry,
     similarity_matrix,
     whole_expiry,
 )
@@ -285,12 +284,12 @@ def _said_when(source_indexes: list[int], said: list[datetime]) -> datetime:
 
 def facts_dated(facts: list[Fact], said: list[datetime]) -> None:
     """Gives each fact that states no end the one it names from the day it was said ("until
-    Friday": offline.said_expiry), counted from when its items were said (`_said_when`). Read
-    from the fact's own words, whichever engine wrote them: the LLM is never asked to count
-    days."""
+    Friday": offline.whole_expiry, each of its clauses naming one), counted from when its items
+    were said (`_said_when`). Read from the fact's own words, whichever engine wrote them: the
+    LLM is never asked to count days."""
     for fact in facts:
         if fact.expires_at is None and said:
-            fact.expires_at = said_expiry(fact.content, _said_when(fact.source_indexes, said))
+            fact.expires_at = whole_expiry(fact.content, _said_when(fact.source_indexes, said))
 
 
 def store_fact(
