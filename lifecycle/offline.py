@@ -584,6 +584,22 @@ def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
 # Where a sentence joins two statements: "on call until Friday, and she likes green tea" says
 # one thing that ends and one that does not. Not a comma before a year ("March 10, 2031").
 _CLAUSE = re.compile(r",(?!\s*\d{4}\b)|[，;；]|\b(?:and|but|while)\b|但是|并且|而且|同时", re.I)
+# Every phrase that names an end, and what may stand beside one in a clause that says nothing
+# else ("Until Friday, I am on call", "从现在到周五为止，我都在出差"): such a clause is the time of
+# the next one.
+_END_PHRASES = (*_UNTIL, _REL_EN, *_REL_ZH, *_STRETCH_EN, _STRETCH_ZH, _DATE_EN, *_DATE_ZH)
+_TIME_FILLER = re.compile(
+    r"\b(?:from\s+(?:now|today)|starting\s+(?:now|today)|i|we)\b|从现在(?:起|开始)?|从今天(?:起|开始)?"
+    r"|我们?|都|一直",
+    re.IGNORECASE,
+)
+
+
+def _time_alone(clause: str) -> bool:
+    """Whether `clause` holds an end and nothing else ("Until Friday", "接下来三天")."""
+    for pattern in _END_PHRASES:
+        clause = pattern.sub(" ", clause)
+    return not re.search(r"\w", _TIME_FILLER.sub(" ", clause))
 
 
 def whole_expiry(text: str, said_at: datetime | None = None) -> datetime | None:
@@ -591,13 +607,29 @@ def whole_expiry(text: str, said_at: datetime | None = None) -> datetime | None:
     name (stated_expiry; said_expiry when `said_at` is known), and None when one of them names
     none, or names one already past when it was said (it speaks of the past): a fact or a
     summary must outlive everything it says ("on leave until Friday and she lives in Lyon"
-    never expires)."""
-    clauses = [
-        c for s in split_sentences(text) for c in _CLAUSE.split(s) if c.strip(" \t.。!！?？")
-    ]
-    ends = [
-        stated_expiry(c) or (None if said_at is None else said_expiry(c, said_at)) for c in clauses
-    ]
+    never expires). A clause that is only a time ("Until Friday, I am on call", "I am on
+    call, until Friday") is the end of the clauses beside it."""
+    ends: list[datetime | None] = []
+    for sentence in split_sentences(text):
+        first = len(ends)  # a time reaches no clause of another sentence
+        leading: datetime | None = None  # a clause that is only a time: the next one's end
+        for clause in _CLAUSE.split(sentence):
+            if not clause.strip(" \t.。!！?？"):
+                continue
+            end = stated_expiry(clause) or (
+                None if said_at is None else said_expiry(clause, said_at)
+            )
+            if end is not None and _time_alone(clause):
+                # The time of the clause before it too ("I am on call, until Friday"), the
+                # later one when that clause named its own.
+                if len(ends) > first:
+                    ends[-1] = end if ends[-1] is None else max(end, ends[-1])
+                leading = end
+                continue
+            ends.append(end or leading)
+            leading = None
+        if leading is not None and len(ends) == first:  # the sentence is only a time
+            ends.append(leading)
     if not ends or any(end is None or (said_at is not None and end <= said_at) for end in ends):
         return None
     return max(end for end in ends if end is not None)

@@ -551,24 +551,45 @@ def test_a_calendar_day_written_out(sentence, said, last_day):
     assert said_expiry(sentence, moment) == end
 
 
-def test_a_text_expires_when_the_last_of_its_sentences_does_and_only_if_each_has_an_end():
-    said = datetime(2031, 1, 8, 10, tzinfo=UTC)
-    both = "On call until tomorrow; in Rome for the next three days"
-    assert whole_expiry(both, said) == datetime(2031, 1, 13, tzinfo=UTC)
-    assert whole_expiry("有效期至2031年2月1日。接下来两周只做回测。", said) == datetime(
-        2031, 2, 2, tzinfo=UTC
-    )
-    joined = "On call until tomorrow, and in Rome from then for the next two weeks"
-    assert whole_expiry(joined, said) == datetime(2031, 1, 24, tzinfo=UTC)
-    assert whole_expiry("Away until March 10, 2031", said) == datetime(2031, 3, 11, tzinfo=UTC)
-    for lasting in (
+# The moment each text expires, said on Wednesday 2031-01-08: a day named from then ends with the
+# day after it, a written date with its own day (test_a_day_named_from_when_it_was_said).
+@pytest.mark.parametrize(
+    ("text", "expires"),
+    [
+        ("On call until tomorrow; in Rome for the next three days", "2031-01-13"),
+        ("有效期至2031年2月1日。接下来两周只做回测。", "2031-02-02"),
+        ("On call until tomorrow, and in Rome from then for the next two weeks", "2031-01-24"),
+        ("Away until March 10, 2031", "2031-03-11"),  # no clause at the year's comma
+        # A clause that is only a time is the time of those beside it.
+        ("Until Friday, I am on call", "2031-01-12"),
+        ("I am on call, until Friday", "2031-01-12"),
+        ("直到周五，我都在出差", "2031-01-12"),
+        ("接下来三天，我们都在上海", "2031-01-13"),
+        ("从现在到周五为止，我都在出差", "2031-01-12"),
+        ("有效期至2031年1月31日，价格为100元", "2031-02-01"),
+        ("I am in Rome until Monday, until Friday", "2031-01-15"),  # the later
+    ],
+)
+def test_a_text_expires_when_the_last_of_its_clauses_does(text, expires):
+    end = whole_expiry(text, datetime(2031, 1, 8, 10, tzinfo=UTC))
+    assert end == datetime.fromisoformat(expires).replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
         "On call until tomorrow; I drink green tea",  # one sentence with no end
         "On call until Friday and she likes green tea",  # one clause with no end
+        "Until Friday, I am on call, and my desk is by the window",
         "直到周五都在出差，下周一回来",
+        "My desk is by the window. Until Friday, I am on call",  # no time across sentences
+        "Until Friday. I am on call.",
         "On call until tomorrow; away until 2030-12-31",  # one whose end is already past
         "",
-    ):
-        assert whole_expiry(lasting, said) is None, lasting
+    ],
+)
+def test_a_text_with_one_clause_that_names_no_end_never_expires(text):
+    assert whole_expiry(text, datetime(2031, 1, 8, 10, tzinfo=UTC)) is None
 
 
 # --- schemas --------------------------------------------------------------------------------------
