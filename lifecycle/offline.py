@@ -588,6 +588,12 @@ _CLAUSE = re.compile(r",(?!\s*\d{4}\b)|[，;；]|\b(?:and|but|while)\b|但是|�
 # else ("Until Friday, I am on call", "从现在到周五为止，我都在出差"): such a clause is the time of
 # the next one.
 _END_PHRASES = (*_UNTIL, _REL_EN, *_REL_ZH, *_STRETCH_EN, _STRETCH_ZH, _DATE_EN, *_DATE_ZH)
+# A word every one of them holds: a text without any names no end, and is not read further
+# (most facts; reading one clause by clause costs ~0.2 ms).
+_ANY_END = re.compile(
+    r"\b(?:until|till|through|thru|next|coming|rest|remainder)\b|到|至|接下来|未来|今后|往后",
+    re.IGNORECASE,
+)
 _TIME_FILLER = re.compile(
     r"\b(?:from\s+(?:now|today)|starting\s+(?:now|today)|i|we)\b|从现在(?:起|开始)?|从今天(?:起|开始)?"
     r"|我们?|都|一直",
@@ -609,6 +615,8 @@ def whole_expiry(text: str, said_at: datetime | None = None) -> datetime | None:
     summary must outlive everything it says ("on leave until Friday and she lives in Lyon"
     never expires). A clause that is only a time ("Until Friday, I am on call", "I am on
     call, until Friday") is the end of the clauses beside it."""
+    if not _ANY_END.search(text):
+        return None
     ends: list[datetime | None] = []
     for sentence in split_sentences(text):
         first = len(ends)  # a time reaches no clause of another sentence

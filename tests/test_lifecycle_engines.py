@@ -463,6 +463,8 @@ def test_a_day_named_from_when_it_was_said(sentence, said, ends_after):
         moment = moment.replace(tzinfo=UTC)
     day = datetime.fromisoformat(ends_after).replace(tzinfo=UTC)
     assert said_expiry(sentence, moment) == day + timedelta(days=2)
+    # The whole text's reading, clause by clause, after its quick test for a word of an end.
+    assert whole_expiry(sentence, moment) == day + timedelta(days=2)
 
 
 @pytest.mark.parametrize(
@@ -549,6 +551,7 @@ def test_a_calendar_day_written_out(sentence, said, last_day):
     moment = datetime.fromisoformat(said).replace(hour=10, tzinfo=UTC)
     end = datetime.fromisoformat(last_day).replace(tzinfo=UTC) + timedelta(days=1)
     assert said_expiry(sentence, moment) == end
+    assert whole_expiry(sentence, moment) == end
 
 
 # The moment each text expires, said on Wednesday 2031-01-08: a day named from then ends with the
