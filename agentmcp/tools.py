@@ -130,7 +130,11 @@ def call_key(key: str | None, *, endpoint: str, arguments: dict[str, Any]) -> Id
     if key is None:
         return None
     body = json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str).encode()
-    return IdempotencyKey.of(endpoint=endpoint, key=key, body=body)
+    try:
+        return IdempotencyKey.of(endpoint=endpoint, key=key, body=body)
+    except ValidationFailed as refused:  # named as the tool's argument, not REST's header
+        rule = refused.message.removeprefix("Idempotency-Key: ")
+        raise ValidationFailed({"idempotency_key": [rule]}, f"idempotency_key: {rule}") from None
 
 
 def _hit(hit: SearchHit) -> dict[str, Any]:

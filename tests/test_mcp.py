@@ -292,13 +292,16 @@ def test_writes_sent_again_with_their_key_are_answered_once(mcp_url, team_a, age
             ingest = {"messages": said, "idempotency_key": "k-ingest"}
             ingested = [ok(await c.call_tool("ingest_messages", ingest)) for _ in range(2)]
             too_long = await c.call_tool("memory_add", {**add, "idempotency_key": "k" * 201})
+            unprintable = await c.call_tool("memory_add", {**add, "idempotency_key": "k\n1"})
         async with session(mcp_url, token_b) as b:
             theirs = ok(await b.call_tool("memory_add", {**add, "scope": "team"}))
-        return first, again, other, changed, ingested, too_long, theirs
+        return first, again, other, changed, ingested, too_long, unprintable, theirs
 
-    first, again, other, changed, ingested, too_long, theirs = run(go())
+    first, again, other, changed, ingested, too_long, unprintable, theirs = run(go())
     assert again == first and first["content"] == add["content"]
     assert error_code(other) == "CONFLICT" and error_code(too_long) == "VALIDATION_ERROR"
+    assert error_code(unprintable) == "VALIDATION_ERROR"
+    assert data(unprintable)["details"] == {"idempotency_key": ["1..200 printable characters"]}
     assert changed[1] == changed[0] and changed[0]["updated"] == 1
     assert Memory.objects.get(pk=first["id"]).revisions.count() == 1
     assert ingested[1] == ingested[0] and ingested[0]["facts"]
