@@ -7,7 +7,7 @@ a console grant must be honoured by the API for an agent-scoped key.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import Client
@@ -198,6 +198,68 @@ def test_the_detail_shows_a_memorys_own_expiry(lead, corpus):
     memory.save()
     page = lead.get(_url(memory.team, f"{memory.pk}/")).content.decode()
     assert "<dt>expires</dt><dd>2031-05-01 18:00" in page
+
+
+def test_a_lead_sets_moves_and_clears_an_expiry_each_a_revision(lead, corpus):
+    """The correction's expiry field: set (UTC), kept when sent back as shown, cleared when
+    blank, refused in the past; a form without the field leaves it."""
+    memory = corpus["tea"]
+    url = _url(memory.team, f"{memory.pk}/")
+    fields = {"content": memory.content, "importance": "0.9", "category": memory.category}
+
+    def expiry_after(**sent):
+        r = lead.post(url, {**fields, **sent})
+        memory.refresh_from_db()
+        return r, memory.expires_at
+
+    r, end = expiry_after(expires_at="2031-05-01T18:00")
+    assert r.status_code == 302 and end == datetime(2031, 5, 1, 18, tzinfo=UTC)
+    page = lead.get(url).content.decode()
+    assert 'value="2031-05-01T18:00:00"' in page  # shown in the form as it is kept
+    # Sent back as shown (another field changed): the expiry stays, one revision for the pin.
+    r, end = expiry_after(expires_at="2031-05-01T18:00:00", pinned="on")
+    assert end == datetime(2031, 5, 1, 18, tzinfo=UTC)
+    # Without the field (a page from before it existed): left as it is, nothing changed.
+    _, end = expiry_after(pinned="on")
+    assert end is not None
+    # In the past: refused, nothing written.
+    r, end = expiry_after(expires_at="2020-01-01T00:00")
+    assert r.status_code == 200 and "Must be in the future" in r.content.decode()
+    assert end is not None
+    # Blank: never.
+    r, end = expiry_after(expires_at="", pinned="on")
+    assert r.status_code == 302 and end is None
+    changes = [
+        (rev.before.get("expires_at"), rev.after.get("expires_at"))
+        for rev in MemoryRevision.objects.filter(memory=memory).order_by("pk")
+    ]
+    assert changes == [
+        (None, "2031-05-01T18:00:00Z"),
+        (None, None),  # the pin alone
+        ("2031-05-01T18:00:00Z", None),
+    ]
+
+
+def test_an_expired_memory_corrected_before_it_is_moved_keeps_its_expiry(lead, corpus):
+    memory = corpus["tea"]
+    memory.expires_at = timezone.now() - timedelta(minutes=5)
+    memory.save()
+    page = lead.get(_url(memory.team, f"{memory.pk}/")).content.decode()
+    shown = re.search(r'name="expires_at" value="([^"]+)"', page)
+    assert shown is not None
+    r = lead.post(
+        _url(memory.team, f"{memory.pk}/"),
+        {
+            "content": "The user prefers jasmine tea.",
+            "importance": "0.9",
+            "category": "general",
+            "expires_at": shown.group(1),
+        },
+    )
+    assert r.status_code == 302
+    kept = memory.expires_at
+    memory.refresh_from_db()
+    assert memory.content == "The user prefers jasmine tea." and memory.expires_at == kept
 
 
 def test_pinning_alone_is_recorded_as_a_revision(lead, corpus):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.utils import timezone
 
 from memories.models import MemoryScope, MemoryTier, SharePermission
 
@@ -106,12 +108,37 @@ def _content_field(**kwargs: Any) -> forms.CharField:
 
 
 class CorrectionForm(forms.Form):
-    """The detail page's inline correction: content, importance, category and pin state."""
+    """The detail page's inline correction: content, importance, category, pin state and
+    expiry (blank: never), the last in UTC as the console shows it."""
 
     content = _content_field()
     importance = _importance()
     category = forms.CharField(max_length=64)
     pinned = forms.BooleanField(required=False)
+    expires_at = forms.DateTimeField(
+        required=False,
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"],
+        widget=forms.DateTimeInput(
+            attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"
+        ),
+    )
+
+    def __init__(self, *args: Any, current_expiry: datetime | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.current_expiry = current_expiry
+
+    def clean_expires_at(self) -> datetime | None:
+        value: datetime | None = self.cleaned_data["expires_at"]
+        current = self.current_expiry
+        if value is None:
+            return None
+        if current is not None and value == current.replace(microsecond=0):
+            # Shown to the second and sent back as it was: unchanged, even when already past
+            # (an expired memory corrected before the trash's pass moves it).
+            return current
+        if value <= timezone.now():
+            raise forms.ValidationError("Must be in the future; leave it blank for never.")
+        return value
 
     def clean_content(self) -> str:
         value: str = self.cleaned_data["content"]

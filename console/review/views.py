@@ -21,7 +21,7 @@ from core.errors import DomainError, NotFound
 from memories import purge, selectors, services
 from memories.models import Memory, MemoryRevision, MemoryScope
 from memories.retrieval import search
-from memories.services import Actor
+from memories.services import KEEP, Actor
 from tenants import selectors as tenant_selectors
 from tenants.models import Team
 
@@ -193,7 +193,7 @@ def bulk(request: HttpRequest, team: Team) -> HttpResponse:
 def detail(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
     memory = get_object_or_404(Memory.objects.defer("embedding"), team=team, pk=memory_id)
     if request.method == "POST":
-        form = CorrectionForm(request.POST)
+        form = CorrectionForm(request.POST, current_expiry=memory.expires_at)
         if form.is_valid():
             d = form.cleaned_data
             before = selectors.memory_revision_last_id(memory=memory)
@@ -205,6 +205,8 @@ def detail(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
                     importance=d["importance"],
                     category=d["category"],
                     pinned=d["pinned"],
+                    # A form without the field (an older page) leaves the expiry; blank: never.
+                    expires_at=d["expires_at"] if "expires_at" in request.POST else KEEP,
                 )
             except NotFound:
                 return _gone(request, team, memory.pk)
@@ -226,7 +228,9 @@ def detail(request: HttpRequest, team: Team, memory_id: int) -> HttpResponse:
                 "importance": memory.importance,
                 "category": memory.category,
                 "pinned": memory.pinned,
-            }
+                "expires_at": memory.expires_at,
+            },
+            current_expiry=memory.expires_at,
         )
     return render(request, "console/review/detail.html", _detail_context(team, memory, form))
 
