@@ -321,7 +321,8 @@ _REL_EN = re.compile(
 _REL_ZH_DAY = (
     r"(?:(?P<day>今天|今晚|明天|明日|后天)"
     r"|(?:本|这个?|今年)?(?P<end>周末|月底|年底)"
-    r"|(?P<next>下周|下个?星期|下个?礼拜|下个?月|明年)(?![一二三四五六日天])(?:年底|底|末)?"
+    # Not 下个月10号: a day of that month (_MDAY_ZH), not its last one.
+    r"|(?P<next>下周|下个?星期|下个?礼拜|下个?月|明年)(?![一二两三四五六七八九十日天\d])(?:年底|底|末)?"
     r"|(?P<which>本|这|下)?(?:周|星期|礼拜)(?P<weekday>[一二三四五六日天]))"
 )
 
@@ -427,6 +428,22 @@ _DATE_ZH_DAY = (
     rf"(?:\s*(?P<mday>{_ZH_COUNT})\s*[日号])?"
 )
 _DATE_ZH = _zh_until(_DATE_ZH_DAY)
+# A day of the month without its month: "until the 15th", "till the 3rd of next month",
+# "直到15号", "到下个月10号为止". The month is the first from the day it was said in which that
+# day is not past (and exists: "until the 31st" said in February is March 31). In English only
+# before the end of the clause or a word that starts another ("until the 5th floor" is a place);
+# in Chinese not before a word that makes it a number ("5号楼", "3号线").
+_MDAY_EN = re.compile(
+    r"\b(?:until|till|through|thru)\s+the\s+(?P<mday>\d{1,2})(?:st|nd|rd|th)\b"
+    r"(?:\s+of\s+(?P<which>this|the|next)\s+month\b)?"
+    r"(?!['’]s|\s+(?!(?:and|but|while|or|so|then|when|because|as|if|at|in|on|for|from|i|we"
+    r"|you|he|she|they|it)\b)[a-z])",
+    re.IGNORECASE,
+)
+_MDAY_ZH_DAY = (
+    rf"(?P<which>本月|这个月|下个?月)?(?P<mday>{_ZH_COUNT})\s*[日号](?![楼线门栋层室位路口期届次])"
+)
+_MDAY_ZH = _zh_until(_MDAY_ZH_DAY)
 _DAYS_AHEAD = {
     "today": 0,
     "tonight": 0,
@@ -548,6 +565,26 @@ def _calendar_day(found: re.Match[str], today: date) -> date:
     return found_day
 
 
+def _month_day(found: re.Match[str], today: date) -> date:
+    """The day a _MDAY_EN / _MDAY_ZH match names: that day of the month it names (this or the
+    next one), or else of the first month from `today` that has it and in which it is not past.
+    ValueError for a day no month has, or that the month named lacks."""
+    groups = found.groupdict()
+    mday = _count(groups["mday"])
+    which = (groups["which"] or "").lower()
+    first = today.replace(day=1)
+    if which:
+        month = _months_later(first, 1 if which in ("next", "下月", "下个月") else 0)
+        return month.replace(day=mday)
+    for ahead in range(3):  # a day up to 31 is in one of any three months in a row
+        month = _months_later(first, ahead)
+        if mday <= calendar.monthrange(month.year, month.month)[1]:
+            day = month.replace(day=mday)  # ValueError for the 0th
+            if day >= today:
+                return day
+    raise ValueError(f"no day {mday} in a month")  # the 32nd and up
+
+
 def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
     """When `sentence`, said at `said_at`, says it stops being true on a day it names from then
     ("until Friday", "直到明天") or at the end of a stretch it counts from then ("for the next
@@ -565,6 +602,7 @@ def said_expiry(sentence: str, said_at: datetime) -> datetime | None:
         ((_REL_EN, *_REL_ZH), _named_day, 2),
         ((*_STRETCH_EN, _STRETCH_ZH), _stretch_end, 2),
         ((_DATE_EN, *_DATE_ZH), _calendar_day, 1),  # a written day: it ends with that day
+        ((_MDAY_EN, *_MDAY_ZH), _month_day, 1),
     )
     ends: list[datetime] = []
     for patterns, read, days_after in readers:
@@ -587,7 +625,17 @@ _CLAUSE = re.compile(r",(?!\s*\d{4}\b)|[，;；]|\b(?:and|but|while)\b|但是|�
 # Every phrase that names an end, and what may stand beside one in a clause that says nothing
 # else ("Until Friday, I am on call", "从现在到周五为止，我都在出差"): such a clause is the time of
 # the next one.
-_END_PHRASES = (*_UNTIL, _REL_EN, *_REL_ZH, *_STRETCH_EN, _STRETCH_ZH, _DATE_EN, *_DATE_ZH)
+_END_PHRASES = (
+    *_UNTIL,
+    _REL_EN,
+    *_REL_ZH,
+    *_STRETCH_EN,
+    _STRETCH_ZH,
+    _DATE_EN,
+    *_DATE_ZH,
+    _MDAY_EN,
+    *_MDAY_ZH,
+)
 # A word every one of them holds: a text without any names no end, and is not split into
 # clauses and run through every pattern (most facts hold none).
 _ANY_END = re.compile(

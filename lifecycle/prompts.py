@@ -71,7 +71,7 @@ about 0.6; one-off events 0.3-0.5).
 - expires_at: only when the fact says it stops being true on a calendar date the item writes \
 out ("on leave until 2027-01-31", "直到2027年1月31日"), that date as YYYY-MM-DD; otherwise \
 leave it out. Never compute a date from "Friday" or "next week", never guess one (nor the \
-year of "March 10"): keep such words in the fact as they were said ("until Friday", "for the \
+year of "March 10", nor the month of "the 15th"): keep such words in the fact as they were said ("until Friday", "for the \
 next three days", "until March 10", "直到下周一", "接下来两周", "直到3月10日").
 - {_language_rule(language)}
 

@@ -504,6 +504,17 @@ def test_a_day_named_from_when_it_was_said(sentence, said, ends_after):
         "接下来十十天都在外地",  # no number
         "直到三三月都在外地",
         "直到13月",
+        # A day of the month that is a place, an event, a number, or no day at all.
+        "we climb until the 5th floor",
+        "until the 5th's party the branch is frozen",
+        "on leave until the 40th",
+        "on leave until the 0th",
+        "on leave until the 31st of next month",  # February has none
+        "直到5号楼",
+        "一直坐到3号线终点",
+        "直到下个月三十号",
+        "I was away until the 15th",
+        "当时直到15号都在出差",
     ],
 )
 def test_no_day_named_from_when_it_was_said(sentence):
@@ -543,6 +554,21 @@ def test_an_end_past_the_calendar_is_no_end_never_an_error(sentence):
         ("到三月十号为止", "2031-01-08", "2031-03-10"),
         ("有效期至3月底", "2031-01-08", "2031-03-31"),
         ("一直到十二月二十日都不在", "2031-01-08", "2031-12-20"),
+        # A day of the month alone: the first month in which it is not past and exists.
+        ("on leave until the 15th", "2031-01-08", "2031-01-15"),
+        ("on leave until the 5th", "2031-01-08", "2031-02-05"),
+        ("on leave until the 8th", "2031-01-08", "2031-01-08"),  # the day it was said
+        ("on leave until the 31st", "2031-02-08", "2031-03-31"),  # February has none
+        ("on leave until the 31st", "2031-12-08", "2031-12-31"),
+        ("on leave until the 2nd", "2031-12-08", "2032-01-02"),
+        ("till the 3rd of next month", "2031-01-08", "2031-02-03"),
+        ("through the 20th of this month", "2031-01-08", "2031-01-20"),
+        ("until the 5th, I am away", "2031-01-08", "2031-02-05"),
+        ("直到15号都在出差", "2031-01-08", "2031-01-15"),
+        ("一直到三十一日都在外地", "2031-02-08", "2031-03-31"),
+        ("到下个月10号为止", "2031-01-08", "2031-02-10"),
+        ("直到下个月十号都在外地", "2031-12-08", "2032-01-10"),  # not the month's last day
+        ("有效期至本月20日", "2031-01-08", "2031-01-20"),
         # With a day named too: the later end.
         ("until Friday, then remote until March 1", "2031-01-08", "2031-03-01"),
     ],
@@ -571,6 +597,8 @@ def test_a_calendar_day_written_out(sentence, said, last_day):
         ("从现在到周五为止，我都在出差", "2031-01-12"),
         ("有效期至2031年1月31日，价格为100元", "2031-02-01"),
         ("I am in Rome until Monday, until Friday", "2031-01-15"),  # the later
+        ("直到15号，我都在出差", "2031-01-16"),
+        ("Until the 20th of this month, we are in Lyon", "2031-01-21"),
     ],
 )
 def test_a_text_expires_when_the_last_of_its_clauses_does(text, expires):

@@ -385,6 +385,8 @@ class TestLifecycle:
             ("接下来两周我只做回测。", wednesday),
             ("I have been vegan for two years.", wednesday),  # a stretch up to now
             ("The user is in Lisbon until March 10.", wednesday),  # a day with no year
+            ("我直到15号都在深圳。", wednesday),  # a day with no month
+            ("We climb until the 5th floor.", wednesday),  # a place, not a day
             ("I am on call until tomorrow.", "9999-12-31T10:00:00Z"),  # no day after: none
             # A clause that names no end: the fact outlives everything it says.
             ("I am on call until Friday and my desk is by the window.", wednesday),
@@ -410,6 +412,8 @@ class TestLifecycle:
             "接下来两周我只做回测": "2031-01-24T00:00:00Z",  # Wednesday the 22nd
             "I have been vegan for two years": None,
             "The user is in Lisbon until March 10": "2031-03-11T00:00:00Z",  # when it ends
+            "我直到15号都在深圳": "2031-01-16T00:00:00Z",
+            "We climb until the 5th floor": None,
             "I am on call until tomorrow": None,
             "I am on call until Friday and my desk is by the window": None,
             "I am on leave until 2031-03-31, while Bob leads the desk": None,
