@@ -482,8 +482,10 @@ _NAME = (
 _NAME_RE = re.compile(rf"(?<![\w.])(?:{_NAME}|[A-Z])(?![\w])")
 _ADVERB = r"(?:\s+(?:now|also|currently|still|mostly|usually|often|recently|really|actually))?"
 _NEG = re.compile(r"\b(?:not|never|don't|doesn't|didn't|do not|does not|no longer)\s+$", re.I)
+# Runs of spaces here and in _AUX_TAIL are tried from their first space only (the lookbehind):
+# from each of them, a long run took quadratic time.
 _STOP_PHRASE = re.compile(
-    r"\s+(?:but|because|although|though|while|when|since|so|which|who|and then|if|unless|as)\b.*$",
+    r"(?<!\s)\s+(?:but|because|although|though|while|when|since|so|which|who|and then|if|unless|as)\b.*$",
     re.I,
 )
 _SELF_EN = re.compile(r"\b(?:I|[Mm]e|[Mm]y|[Tt]he user|[Uu]ser)\b")
@@ -561,7 +563,7 @@ _HUMAN_VERB = re.compile(
     r"resides?|residing|moved|relocated|settled|knows|met|befriended)\b"
 )
 _AUX_TAIL = re.compile(
-    r"(?:\s+(?:is|was|are|were|has been|had been|is now|now|also|currently|still|mostly|"
+    r"(?<!\s)(?:\s+(?:is|was|are|were|has been|had been|is now|now|also|currently|still|mostly|"
     r"usually|often|recently|really|actually))+$"
 )
 

@@ -181,7 +181,9 @@ _ABBREVIATIONS = frozenset(
     ["e.g", "i.e", "vs", "mr", "mrs", "dr", "prof", "st", "fig", "approx", "jr", "sr", "cf", "al"]
 )
 _LEADING_BULLET = re.compile(r"^\s*(?:[-*•·●▪]+|\d{1,2}[.)、]|[(（]\d{1,2}[)）])\s+")
-_TRAILING_PUNCT = re.compile(r"[\s。！？；!?;.,，、:：]+$")
+# Only from where the run starts (the lookbehind): tried from every character of a long run
+# of spaces before a word, `[...]+$` took seconds (quadratic) on one 32,000-character message.
+_TRAILING_PUNCT = re.compile(r"(?<![\s。！？；!?;.,，、:：])[\s。！？；!?;.,，、:：]+$")
 _LEADING_PUNCT = re.compile(r"^[\s,，、;；:：.。]+")
 
 
@@ -815,8 +817,10 @@ _RULES: list[tuple[str, tuple[str, ...], re.Pattern[str] | None]] = [
         ),
     ),
 ]
+# From the start of a run of digits, points and commas only (the lookbehind; a run may start
+# with a point: ".5 ms"): from each of its digits, a long run took quadratic time.
 _METRIC = re.compile(
-    r"\d(?:[\d.,]*\d)?\s*(?:%|‰|ms\b|毫秒|秒|倍|x\b|×|qps\b|tps\b|rps\b|fps\b|tb\b|gb\b|mb\b|kb\b)"
+    r"(?<![\d.,])[.,]*\d(?:[\d.,]*\d)?\s*(?:%|‰|ms\b|毫秒|秒|倍|x\b|×|qps\b|tps\b|rps\b|fps\b|tb\b|gb\b|mb\b|kb\b)"
 )
 
 

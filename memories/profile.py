@@ -99,9 +99,10 @@ _EN_SUBJ = r"(?i:\bi|\bthe user|\buser)"
 _EN_POSS = r"(?i:\bmy|\bthe user's|\buser's)"
 _ZH_SUBJ = r"(?:我|用户)"
 _ZH_POSS = r"(?:我的|用户的)"
-# Where an English value stops: punctuation, or a clause joined to it.
+# Where an English value stops: punctuation, or a clause joined to it. A run of spaces is tried
+# from its first one only (the lookbehind): from each of them, a long run took quadratic time.
 _EN_STOP = re.compile(
-    r"[,.;!?()\[\]\"]|\s+(?:and|but|where|which|who|with|so|because|since|while|when|though|"
+    r"[,.;!?()\[\]\"]|(?<!\s)\s+(?:and|but|where|which|who|with|so|because|since|while|when|though|"
     r"although|now|currently|these days|nowadays|every|most of)\b",
     re.IGNORECASE,
 )

