@@ -203,9 +203,34 @@ class GraphDraft:
 _SENTENCE_SPLIT = re.compile(r"(?<=[。！？；!?;\n])|(?<=\.)(?=\s|$)")
 
 
+# The longest piece of a sentence read at once. The rules run in time that grows faster than a
+# sentence's length on some texts (a name pattern tried from every letter of one long word;
+# jieba's part-of-speech HMM over a long run of characters it does not know): one 32,000-character
+# memory with no full stop took minutes. Real sentences are far shorter; a longer one is read in
+# pieces, cut at its last space or comma before the limit (a relation across the cut is lost).
+MAX_SENTENCE_CHARS = 400
+# How much of a memory jieba reads with its HMM, which guesses words its dictionary lacks from
+# runs of single characters: ~1 ms per character of such a run ("哈哈哈…", 32,000 of them took
+# 35 s). Past it (a memory longer than any note, most often a pasted document), the rest is cut
+# by the dictionary alone.
+HMM_CHARS = 2000
+_PIECE_CUT = re.compile(r"[\s,，、:：]")
+
+
+def _pieces(sentence: str) -> list[str]:
+    pieces = []
+    while len(sentence) > MAX_SENTENCE_CHARS:
+        cuts = [m.end() for m in _PIECE_CUT.finditer(sentence, 1, MAX_SENTENCE_CHARS)]
+        cut = cuts[-1] if cuts else MAX_SENTENCE_CHARS
+        pieces.append(sentence[:cut].strip())
+        sentence = sentence[cut:]
+    return [p for p in (*pieces, sentence.strip()) if p]
+
+
 def sentences(text: str) -> list[str]:
-    """Sentences (a "." ends one only before a space or the end: "3.13", "Node.js" stay whole)."""
-    return [s.strip() for s in _SENTENCE_SPLIT.split(text) if s and s.strip()]
+    """Sentences (a "." ends one only before a space or the end: "3.13", "Node.js" stay whole),
+    a long one in pieces of at most MAX_SENTENCE_CHARS."""
+    return [p for s in _SENTENCE_SPLIT.split(text) if s and s.strip() for p in _pieces(s.strip())]
 
 
 def is_chinese(text: str) -> bool:
@@ -338,8 +363,8 @@ def _clean_zh_object(text: str) -> str:
     return text.strip().strip("的了着过吧呢啊")
 
 
-def _extract_zh(sentence: str, s: _Sentence) -> None:
-    tokens = [(t.word, t.flag) for t in _pseg().cut(sentence)]
+def _extract_zh(sentence: str, s: _Sentence, *, hmm: bool = True) -> None:
+    tokens = [(t.word, t.flag) for t in _pseg().cut(sentence, HMM=hmm)]
     spans: list[tuple[str, str, int, int]] = []
     pos = 0
     for word, flag in tokens:
@@ -719,7 +744,9 @@ def third_party_subject(text: str) -> str | None:
         return None
     if not is_chinese(text):
         return None
-    for token in _pseg().cut(text.strip()):
+    # Only its opening is cut into words: the first one is all that is read, and jieba cuts a
+    # whole run of characters before it yields its first word (seconds for a long one).
+    for token in _pseg().cut(text.strip()[:100]):
         word, flag = token.word, token.flag
         if word.isspace():
             continue
@@ -737,10 +764,12 @@ def extract_offline(memories: list[tuple[int, str]]) -> GraphDraft:
     draft = GraphDraft()
     for memory_id, text in memories:
         last_person: list[int] = []
+        read = 0  # characters of this memory read so far
         for sentence in sentences(text):
             s = _Sentence(draft, memory_id, last_person)
             if is_chinese(sentence):
-                _extract_zh(sentence, s)
+                _extract_zh(sentence, s, hmm=read < HMM_CHARS)
             else:
                 _extract_en(sentence, s)
+            read += len(sentence)
     return draft

@@ -87,7 +87,7 @@ from django.conf import settings
 
 from core.dates import until_moment
 from core.errors import DomainError
-from core.text import CJK, UNSPACED, jieba_module
+from core.text import CJK, UNSPACED, han_pieces, jieba_module
 from graph.offline import third_party_subject
 from llm import Usage
 from memories.retrieval.text import STOP_WORDS, normalise, tokenize
@@ -1076,7 +1076,7 @@ def _features(text: str, idf: dict[str, float], median: float) -> dict[str, floa
     for match in _FEATURE_TOKEN.finditer(unicodedata.normalize("NFKC", text)):
         tok = match.group(0)
         if _CJK_RUN.fullmatch(tok):
-            for word in jieba.lcut(tok):
+            for word in (w for piece in han_pieces(tok) for w in jieba.lcut(piece)):
                 if len(word) >= 2 and word not in STOP_WORDS:
                     weights[word] = idf.get(word, median)
             # Character bigrams catch words jieba splits differently in two sentences

@@ -25,7 +25,7 @@ import unicodedata
 from collections import Counter
 from functools import lru_cache
 
-from core.text import combining_marks
+from core.text import combining_marks, han_pieces
 
 from .text import case_carries_meaning, tokenize
 
@@ -772,7 +772,7 @@ def _zh_words(run: str) -> list[str]:
     from .text import search_tokenizer
 
     out: list[str] = []
-    for word in search_tokenizer().lcut(run, HMM=True):
+    for word in (w for piece in han_pieces(run) for w in search_tokenizer().lcut(piece, HMM=True)):
         # "不喜欢" → NOT + 喜欢: a negation is compared as a marker, its verb as a word.
         if len(word) > 1 and word[0] in _ZH_NEG_CHARS and word not in _ZH_NOT_NEGATION:
             out.extend(["NOT", word[1:]])

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 
-from core.text import CJK, combining_marks, jieba_module
+from core.text import CJK, combining_marks, han_pieces, jieba_module
 
 _CJK = CJK
 # Runs of CJK characters, or runs of other letters/digits (with inner ' . - _ kept, e.g. "don't",
@@ -372,7 +372,14 @@ def tokenize(text: str) -> tuple[str, ...]:
     for match in _TOKEN_RE.finditer(text):
         tok = match.group(0)
         if _CJK_RUN.match(tok):
-            for word in search_tokenizer().cut_for_search(_simplified(tok)):
+            # In pieces (core.text.han_pieces). Not a new TOKENIZER_VERSION: only a run of more
+            # than 200 characters without a mark is cut differently, and its tokens as stored
+            # before still meet a query's (queries hold no such run).
+            for word in (
+                w
+                for piece in han_pieces(_simplified(tok))
+                for w in search_tokenizer().cut_for_search(piece)
+            ):
                 word = word.strip()
                 if word and word not in STOP_WORDS:
                     out.append(word)
