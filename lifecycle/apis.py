@@ -1068,8 +1068,8 @@ class ImportApi(APIView):
                 str,
                 enum=list(convert.SOURCES),
                 description="what the body is: a bundle (default), mem0's get_all JSON (each "
-                "memory a personal memory of the agent its user_id, or agent_id, names), or a "
-                "Letta agent file (.af)",
+                "memory a personal memory of the agent its user_id, or agent_id, names), a "
+                "Letta agent file (.af), or a Zep user's nodes, edges and threads",
             ),
             OpenApiParameter(
                 "agent_from",
@@ -1085,11 +1085,12 @@ class ImportApi(APIView):
             OpenApiParameter(
                 "agent_id",
                 str,
-                description="from=letta: the id here of the file's one agent (default: its name)",
+                description="from=letta: the id here of the file's one agent (default: its name); "
+                "from=zep: the agent the Zep user is here (default: its user_id)",
             ),
         ],
-        summary="Import a bundle, a mem0 listing or a Letta agent file into the key's team (all "
-        "or nothing)",
+        summary="Import a bundle, a mem0 listing, a Letta agent file or a Zep user's memory into "
+        "the key's team (all or nothing)",
     )
     def post(self, request: Request) -> Response:
         on_conflict = _choice(request, "on_conflict", bundle.ON_CONFLICT, "skip")

@@ -1505,6 +1505,26 @@ class _Endpoints:
             "POST", "/import", params=params, raw=data, binary=True, content_type="application/json"
         )
 
+    @_endpoint
+    def import_zep(
+        self,
+        export: bytes | dict[str, Any],
+        agent_id: str | None = None,
+        on_conflict: str = "skip",
+    ) -> _Call[ImportResult]:
+        """Imports a Zep user's memory (`{"user_id", "nodes", "edges", "threads"}`: what Zep's
+        SDK listed, or that JSON's bytes) into the key's team: each edge's fact a memory of the
+        agent the user is (`agent_id`, else its Zep user_id; the team's for a shared graph's
+        `graph_id`), expired where Zep marks it no longer true; nodes and edges still true the
+        agent's entities and relations; the threads' messages its archive.
+        `{"imported", "skipped", "reembedded"}`."""
+        # default=str: the SDK's models dumped without mode="json" hold datetimes.
+        data = export if isinstance(export, bytes) else json.dumps(export, default=str).encode()
+        params = {"from": "zep", "agent_id": agent_id, "on_conflict": on_conflict}
+        return _Call(
+            "POST", "/import", params=params, raw=data, binary=True, content_type="application/json"
+        )
+
 
 class MemoryClient(_Endpoints):
     """The blocking client (requests, one keep-alive session)."""

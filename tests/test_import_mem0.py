@@ -136,7 +136,7 @@ def test_the_agent_may_come_from_agent_id_with_a_default(team, api):
         (b"{not json", {}, "neither JSON nor JSON Lines"),
         (LISTING, {"agent_from": "actor_id"}, "agent_from"),
         (LISTING, {"default_agent": "a/b"}, "default_agent"),
-        (LISTING, {"from": "zep"}, "from"),
+        (LISTING, {"from": "chroma"}, "from"),
         ({"results": [{"memory": "x", "user_id": "a", "history": "v1"}]}, {}, "must be a list"),
         ({"results": [{"memory": "x", "user_id": "a", "history": [1]}]}, {}, "history entry 0"),
         (

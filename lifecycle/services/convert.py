@@ -41,7 +41,7 @@ from graph.services import name_key
 from .bundle import bundle_header, bundle_lines_write
 
 # What an import reads: this server's bundle, or another service's listing converted into one.
-SOURCES = ("bundle", "mem0", "letta")
+SOURCES = ("bundle", "mem0", "letta", "zep")
 # The mem0 keys a memory may be given to an agent by.
 AGENT_KEYS = ("user_id", "agent_id")
 # The keys of a mem0 item read into columns; the rest of the item goes to metadata.
@@ -73,7 +73,8 @@ def as_bundle(
     agent_id: str = "",
 ) -> bytes:
     """What an import of `data` reads: a bundle as it is, another service's listing converted
-    (`agent_from`, `default_agent`: mem0's; `agent_id`: a Letta file's agent here)."""
+    (`agent_from`, `default_agent`: mem0's; `agent_id`: a Letta file's or a Zep user's agent
+    here)."""
     if source not in SOURCES:
         raise invalid("from", f"must be one of {', '.join(SOURCES)}")
     if source == "bundle":
@@ -83,6 +84,10 @@ def as_bundle(
         from .convert_letta import letta_bundle
 
         return letta_bundle(data, agent_id=agent_id)
+    if source == "zep":
+        from .convert_zep import zep_bundle
+
+        return zep_bundle(data, agent_id=agent_id)
     items, relations = mem0_listing(data)
     return mem0_bundle(
         items, agent_from=agent_from, default_agent=default_agent, relations=relations

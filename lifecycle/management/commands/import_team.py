@@ -23,7 +23,7 @@ from tenants.models import Team
 class Command(BaseCommand):
     help = (
         "Import a gzipped JSON Lines bundle, or another service's export (--from mem0, --from "
-        "letta), into a team (all or nothing)."
+        "letta, --from zep), into a team (all or nothing)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -35,8 +35,8 @@ class Command(BaseCommand):
             dest="source",
             choices=SOURCES,
             default="bundle",
-            help="what the file is: this server's bundle, a mem0 listing (get_all's JSON) or a "
-            "Letta agent file (.af)",
+            help="what the file is: this server's bundle, a mem0 listing (get_all's JSON), a "
+            "Letta agent file (.af) or a Zep user's nodes, edges and threads (JSON)",
         )
         parser.add_argument(
             "--agent-from",
@@ -48,7 +48,9 @@ class Command(BaseCommand):
             "--default-agent", default="", help="mem0: the agent of a memory without that key"
         )
         parser.add_argument(
-            "--agent-id", default="", help="letta: the id here of the file's one agent"
+            "--agent-id",
+            default="",
+            help="letta: the id here of the file's one agent; zep: the agent the user is here",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:

@@ -1,0 +1,370 @@
+"""A Zep user's memory, as a bundle (docs/export.md, "Moving from Zep").
+
+Zep keeps what it learnt of a user as a graph: nodes (entities: `uuid`, `name`, `labels`,
+`summary`, `attributes`) and edges between them, each edge one fact in words (`fact`), with the
+relation's name (`WORKS_AT`, upper snake case), its ends (`source_node_uuid`,
+`target_node_uuid`) and the times it held (`valid_at`, `invalid_at`: when it became and stopped
+being true; `expired_at`: when Zep found it superseded). Its threads (sessions before) hold the
+conversation the graph was read from. The SDK reads each as a list (`graph.node.get_by_user_id`,
+`graph.edge.get_by_user_id`, a thread's messages); the document read here is those lists
+together, for one user (or one shared graph):
+
+    {"user_id": "alice", "nodes": [...], "edges": [...],
+     "threads": [{"thread_id": "t1", "messages": [...]}]}
+
+* each edge's fact becomes a memory of the user's agent here (of the team, for a shared graph's
+  `graph_id`): Zep answered with these facts, so they are what a search must return. A fact Zep
+  marks as no longer true (`invalid_at`, else `expired_at`) expires then here: one already past
+  is imported, out of search at once, and goes to the trash at the next hourly pass, as any
+  expired memory does; every time Zep gave stays in the memory's metadata;
+* each node becomes an entity of the same agent, and each edge still true a relation between
+  them, pointing at its fact's memory, which mentions both ends: the console and the graph API
+  show the same graph Zep had;
+* the conversation goes to the agent's archive as ingested messages, the user's and the
+  assistant's (system and tool messages are the application's runtime, not what was said), with
+  the thread's id as their run.
+
+The import then does the rest as for any bundle: embeds every text with this server's model
+(Zep's embeddings are not read), meets what is already here (the same agent and text; the same
+entity, relation or message) instead of writing it twice, all or nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+
+from core.dates import in_utc
+from core.validators import AGENT_ID_RE
+from graph.models import EntityType, RelationType
+from graph.services import name_key
+
+from .convert import checked_datetime, converted_bundle, invalid
+
+_NAME_MAX = 255  # an entity's name
+_SPEAKER_MAX = 64  # an archive item's speaker name
+# Zep's entity labels (its default ontology, and the common custom ones) whose type this server
+# has. Every node carries "Entity" too; a node with no label here is a `custom` entity, its labels
+# kept in its properties.
+_ENTITY_TYPES = {
+    "user": EntityType.PERSON,
+    "person": EntityType.PERSON,
+    "assistant": EntityType.PERSON,
+    "preference": EntityType.PREFERENCE,
+    "location": EntityType.LOCATION,
+    "place": EntityType.LOCATION,
+    "organization": EntityType.ORGANIZATION,
+    "organisation": EntityType.ORGANIZATION,
+    "company": EntityType.ORGANIZATION,
+    "topic": EntityType.CONCEPT,
+    "concept": EntityType.CONCEPT,
+    "skill": EntityType.SKILL,
+    "project": EntityType.PROJECT,
+    "goal": EntityType.GOAL,
+}
+# What an edge carries that is read into the memory's columns, or not kept: its embedding and a
+# search's scores are Zep's own, not the fact's.
+_EDGE_READ = {"fact", "created_at", "fact_embedding", "score", "relevance"}
+_NODE_READ = {"uuid", "name", "labels", "summary", "created_at", "name_embedding", "score"}
+_NODE_READ |= {"relevance"}
+# The message roles that are someone speaking (Zep's role, `role_type` in its v2 API).
+_SPOKEN = ("user", "assistant")
+
+
+def zep_bundle(data: bytes, *, agent_id: str = "") -> bytes:
+    """A bundle of a Zep user's (or shared graph's) memory. `agent_id`: the agent here the user
+    is (its Zep `user_id` otherwise, which must be a valid agent id); a document with a
+    `graph_id` and neither is the team's."""
+    document = _document(data)
+    owner = _owner(document, agent_id)
+    nodes = _objects("nodes", document.get("nodes"))
+    edges = _objects("edges", document.get("edges"))
+    now = datetime.now(UTC)
+
+    entities, by_uuid = _entities(nodes, owner)
+    memories: list[dict[str, Any]] = []
+    relations: dict[tuple[str, str, str], dict[str, Any]] = {}
+    mentions: set[tuple[str, int]] = set()
+    for n, edge in enumerate(edges):
+        where = f"edge {n}"
+        record = _fact(where, edge, owner, memory_id=len(memories) + 1)
+        memories.append(record)
+        ends = [edge.get(key) for key in ("source_node_uuid", "target_node_uuid")]
+        if not nodes:
+            continue  # a document of facts alone: no graph to draw them in
+        named = []
+        for key, uuid in zip(("source_node_uuid", "target_node_uuid"), ends, strict=True):
+            if not isinstance(uuid, str) or uuid not in by_uuid:
+                raise invalid(
+                    where,
+                    f"{key} {uuid!r} is no node of the document (list every page of the user's "
+                    "nodes)",
+                )
+            named.append(by_uuid[uuid])
+        for entity in named:
+            mentions.add((entity["id"], record["id"]))
+        record["metadata"]["zep_source_node"] = named[0]["name"]
+        record["metadata"]["zep_target_node"] = named[1]["name"]
+        ended = record.get("expires_at")
+        if ended is not None and datetime.fromisoformat(ended) <= now:
+            continue  # no longer true: its fact is kept (expired), the graph shows what holds
+        _relation(relations, edge, record, named[0]["id"], named[1]["id"])
+    archive = _archive(document, owner)
+    return converted_bundle(
+        {
+            # In the bundle's order (bundle.KINDS): a record refers only to kinds before it.
+            "memory": memories,
+            "archive": archive,
+            "entity": entities,
+            "relation": list(relations.values()),
+            "mention": [
+                {"kind": "mention", "id": f"m{k + 1}", "entity": entity, "memory": memory}
+                for k, (entity, memory) in enumerate(sorted(mentions))
+            ],
+        }
+    )
+
+
+def _document(data: bytes) -> dict[str, Any]:
+    try:
+        parsed = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise invalid("body", "not UTF-8 text") from exc
+    except json.JSONDecodeError as exc:
+        raise invalid("body", "not JSON") from exc
+    if not isinstance(parsed, dict):
+        raise invalid(
+            "body",
+            'expected a JSON object: {"user_id": ..., "nodes": [...], "edges": [...], '
+            '"threads": [...]}',
+        )
+    if not any(key in parsed for key in ("nodes", "edges", "threads", "messages")):
+        raise invalid("body", 'not a Zep export: no "nodes", "edges", "threads" or "messages"')
+    return parsed
+
+
+def _owner(document: dict[str, Any], agent_id: str) -> str:
+    """The agent here the document's memory is of; "" for a shared graph's (the team's)."""
+    if agent_id:
+        if not re.fullmatch(AGENT_ID_RE, agent_id):
+            raise invalid("agent_id", "not a valid agent id")
+        return agent_id
+    user_id = document.get("user_id")
+    if user_id is None:
+        if document.get("graph_id") is not None:
+            return ""  # a graph of no user: the team's
+        raise invalid(
+            "body", 'no "user_id" (or "graph_id" for a shared graph), and no agent_id given'
+        )
+    if not isinstance(user_id, str) or not re.fullmatch(AGENT_ID_RE, user_id):
+        raise invalid(
+            "user_id",
+            f"{user_id!r} is not a valid agent id here: give the id it should have (agent_id)",
+        )
+    return user_id
+
+
+def _objects(where: str, value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise invalid(where, "expected a list")
+    for n, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise invalid(f"{where.rstrip('s')} {n}", "not an object")
+    return value
+
+
+def _entities(
+    nodes: list[dict[str, Any]], owner: str
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The entities of the nodes, and each node's entity by its uuid. Nodes of one name (case
+    and width aside, as everywhere in the graph) and one type here are one entity: the first
+    name met, the others and every uuid kept in its properties."""
+    entities: dict[tuple[str, str], dict[str, Any]] = {}
+    by_uuid: dict[str, dict[str, Any]] = {}
+    for n, node in enumerate(nodes):
+        where = f"node {n}"
+        uuid, name = node.get("uuid"), node.get("name")
+        if not isinstance(uuid, str) or not uuid:
+            raise invalid(where, '"uuid" is required')
+        if not isinstance(name, str) or not name.strip():
+            raise invalid(where, '"name" is required')
+        if len(name) > _NAME_MAX:
+            raise invalid(where, f"its name is over {_NAME_MAX} characters")
+        labels = node.get("labels") or []
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            raise invalid(where, '"labels" must be a list of names')
+        entity_type = next(
+            (_ENTITY_TYPES[x.lower()] for x in labels if x.lower() in _ENTITY_TYPES),
+            EntityType.CUSTOM,
+        )
+        summary = node.get("summary")
+        if summary is not None and not isinstance(summary, str):
+            raise invalid(where, '"summary" must be text')
+        key = (name_key(name), str(entity_type))
+        entity = entities.get(key)
+        if entity is None:
+            properties: dict[str, Any] = {
+                k: v for k, v in node.items() if k not in _NODE_READ and v is not None
+            }
+            properties.update({"source": "zep", "zep_uuids": [], "zep_labels": labels})
+            entity = entities[key] = {
+                "kind": "entity",
+                "id": f"e{len(entities) + 1}",
+                "agent_id": owner,
+                "name": name,
+                "entity_type": entity_type,
+                "description": summary or "",
+                "properties": properties,
+            }
+            if node.get("created_at") is not None:
+                entity["created_at"] = _time(where, "created_at", node["created_at"])
+        else:
+            if name != entity["name"]:
+                variants = entity["properties"].setdefault("zep_names", [entity["name"]])
+                if name not in variants:
+                    variants.append(name)
+            if summary and summary not in entity["description"]:
+                entity["description"] = "\n".join(x for x in (entity["description"], summary) if x)
+        entity["properties"]["zep_uuids"].append(uuid)
+        by_uuid[uuid] = entity
+    return list(entities.values()), by_uuid
+
+
+def _fact(where: str, edge: dict[str, Any], owner: str, *, memory_id: int) -> dict[str, Any]:
+    """The memory of an edge: its fact, its times, and what else Zep said of it in metadata."""
+    fact = edge.get("fact")
+    if not isinstance(fact, str) or not fact.strip():
+        raise invalid(where, '"fact" (its text) is required')
+    if len(fact) > settings.MEMORY_MAX_CONTENT_CHARS:
+        raise invalid(where, f"its fact is over {settings.MEMORY_MAX_CONTENT_CHARS} characters")
+    metadata: dict[str, Any] = {
+        f"zep_{k}" if k in ("uuid", "name") else k: v
+        for k, v in edge.items()
+        if k not in _EDGE_READ and v is not None
+    }
+    metadata["source"] = "zep"
+    record: dict[str, Any] = {
+        "kind": "memory",
+        "id": memory_id,
+        "scope": "personal" if owner else "team",
+        "agent_id": owner,
+        "content": fact.strip(),
+        "category": "general",
+        "metadata": metadata,
+    }
+    if edge.get("created_at") is not None:
+        record["created_at"] = record["updated_at"] = _time(where, "created_at", edge["created_at"])
+    ends = [_time(where, k, edge[k]) for k in ("invalid_at", "expired_at") if edge.get(k)]
+    if edge.get("valid_at") is not None:
+        _time(where, "valid_at", edge["valid_at"])  # checked; kept as given, in metadata
+    if ends:
+        # When the fact stopped being true; when Zep superseded it, for an edge it gave no
+        # such time. A past one: imported expired, restorable from the trash.
+        record["expires_at"] = ends[0]
+    return record
+
+
+def _relation(
+    relations: dict[tuple[str, str, str], dict[str, Any]],
+    edge: dict[str, Any],
+    memory: dict[str, Any],
+    source: str,
+    target: str,
+) -> None:
+    """The relation an edge still true draws between its ends' entities. Zep names relations
+    freely (`WORKS_AT`, `LIKES`); a name that is one of this server's types keeps it, any other is
+    `related_to`. Edges between the same entities that end as one type here are one relation,
+    its description their facts."""
+    said = edge.get("name")
+    said = said.strip() if isinstance(said, str) and said.strip() else "RELATES_TO"
+    relation_type = said.lower().replace(" ", "_")
+    if relation_type not in RelationType.values:
+        relation_type = RelationType.RELATED_TO
+    relation = relations.get((source, target, relation_type))
+    if relation is None:
+        relation = relations[(source, target, relation_type)] = {
+            "kind": "relation",
+            "id": f"r{len(relations) + 1}",
+            "source": source,
+            "target": target,
+            "relation_type": relation_type,
+            "description": "",
+            "source_memory": memory["id"],
+            "properties": {"source": "zep", "zep_names": [], "zep_uuids": []},
+        }
+    properties = relation["properties"]
+    if said not in properties["zep_names"]:
+        properties["zep_names"].append(said)
+    if isinstance(edge.get("uuid"), str):
+        properties["zep_uuids"].append(edge["uuid"])
+    facts = [x for x in relation["description"].split("\n") if x]
+    if memory["content"] not in facts:
+        relation["description"] = "\n".join([*facts, memory["content"]])
+
+
+def _archive(document: dict[str, Any], owner: str) -> list[dict[str, Any]]:
+    """The user's and the assistant's messages of every thread, as ingested archive items of the
+    agent, the thread's id as their run."""
+    threads = _objects("threads", document.get("threads"))
+    if document.get("messages") is not None:
+        threads = [*threads, {"messages": document["messages"]}]
+    out: list[dict[str, Any]] = []
+    for t, thread in enumerate(threads):
+        messages = _objects(f"thread {t}: messages", thread.get("messages"))
+        if messages and not owner:
+            raise invalid(f"thread {t}", "a shared graph's document has no agent to archive to")
+        run = next((thread[k] for k in ("thread_id", "session_id") if thread.get(k)), None)
+        for n, message in enumerate(messages):
+            where = f"thread {t}, message {n}"
+            # Zep's v2 API called the role `role_type` and the speaker's name `role`.
+            v2 = "role_type" in message
+            role = message.get("role_type" if v2 else "role")
+            name = message.get("role" if v2 else "name")
+            if not isinstance(role, str) or role.lower() not in _SPOKEN:
+                continue
+            content = message.get("content")
+            if not isinstance(content, str):
+                raise invalid(where, '"content" must be text')
+            if not content.strip():
+                continue
+            stamp = message.get("created_at")
+            when = _time(where, "created_at", stamp)
+            role = role.lower()
+            digest = hashlib.sha256(
+                "\0".join((owner, role, when, content.strip())).encode()
+            ).hexdigest()
+            record: dict[str, Any] = {
+                "kind": "archive",
+                "id": len(out) + 1,
+                "agent_id": owner,
+                "item_id": f"zep-{digest[:28]}",
+                "content": content.strip(),
+                "item_created_at": when,
+                "reason": "ingested",
+                "role": role,
+            }
+            if isinstance(name, str) and 0 < len(name) <= _SPEAKER_MAX:
+                record["name"] = name
+            if isinstance(run, str) and re.fullmatch(AGENT_ID_RE, run):
+                record["run_id"] = run
+            out.append(record)
+    return out
+
+
+def _time(where: str, name: str, value: Any) -> str:
+    """An ISO 8601 date-time of the document, with its offset (UTC when Zep wrote none); a 400
+    naming it for one the databases cannot store, rather than one naming the bundle's line."""
+    parsed = checked_datetime(where, name, value)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    utc = in_utc(parsed)
+    if utc is None or utc.year < 1000:
+        raise invalid(where, f"{name} {value!r} is out of range (years 1000 to 9999 in UTC)")
+    return parsed.isoformat()
