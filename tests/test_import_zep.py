@@ -397,6 +397,41 @@ def test_nodes_of_one_name_are_one_entity_holding_every_edge(team, api):
     assert Relation.objects.filter(team=team, source=alice).count() == 2
 
 
+def test_a_fact_said_again_after_it_ended_is_one_memory_that_still_holds(team, api):
+    """Zep keeps a fact that stopped being true and, said again later, a new edge of the same
+    words: one memory here, as the import meets one text once, and it must not expire with the
+    old edge. The old edge draws no relation, the new one does."""
+    doc = copy.deepcopy(EXPORT)
+    doc["edges"].append(
+        dict(
+            EDGES[0],
+            uuid="e-5",
+            created_at="2026-01-10T09:00:00Z",
+            valid_at="2026-01-10T00:00:00Z",
+            invalid_at=None,
+            expired_at=None,
+        )
+    )
+    answer = ok_data(_import(api, doc))
+    assert (answer["imported"]["memory"], answer["imported"]["relation"]) == (4, 3)
+    acme = Memory.objects.get(team=team, content=EDGES[0]["fact"])
+    assert acme.expires_at is None
+    assert acme.metadata["zep_uuid"] == "e-1"
+    assert [r["zep_uuid"] for r in acme.metadata["zep_repeats"]] == ["e-5"]
+    works = Relation.objects.get(team=team, target__name="Acme Corp")
+    assert (works.relation_type, works.source_memory_id) == ("works_at", acme.pk)
+    assert memories_expire() == 0
+    # Said the other way round (the open edge first), it holds all the same.
+    doc["edges"] = [doc["edges"][4], doc["edges"][0]]
+    Memory.objects.filter(team=team).delete()
+    Relation.objects.filter(team=team).delete()
+    ok_data(_import(api, doc))
+    assert Memory.objects.get(team=team, content=EDGES[0]["fact"]).expires_at is None
+    # The relation is the open edge's alone: the ended one is not drawn.
+    works = Relation.objects.get(team=team, target__name="Acme Corp")
+    assert works.properties["zep_uuids"] == ["e-5"]
+
+
 def test_an_agent_key_imports_its_own_agent_only_and_only_into_its_team(
     team, agent, agent_api, other_team, other_api
 ):

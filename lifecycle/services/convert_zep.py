@@ -87,13 +87,15 @@ def zep_bundle(data: bytes, *, agent_id: str = "") -> bytes:
     now = datetime.now(UTC)
 
     entities, by_uuid = _entities(nodes, owner)
-    memories: list[dict[str, Any]] = []
+    memories: dict[str, dict[str, Any]] = {}  # by text: a fact in several edges is one memory
     relations: dict[tuple[str, str, str], dict[str, Any]] = {}
     mentions: set[tuple[str, int]] = set()
     for n, edge in enumerate(edges):
         where = f"edge {n}"
-        record = _fact(where, edge, owner, memory_id=len(memories) + 1)
-        memories.append(record)
+        fact = _fact(where, edge, owner, memory_id=len(memories) + 1)
+        record = memories.setdefault(fact["content"], fact)
+        if record is not fact:
+            _said_again(record, fact)
         ends = [edge.get(key) for key in ("source_node_uuid", "target_node_uuid")]
         if not nodes:
             continue  # a document of facts alone: no graph to draw them in
@@ -108,9 +110,9 @@ def zep_bundle(data: bytes, *, agent_id: str = "") -> bytes:
             named.append(by_uuid[uuid])
         for entity in named:
             mentions.add((entity["id"], record["id"]))
-        record["metadata"]["zep_source_node"] = named[0]["name"]
-        record["metadata"]["zep_target_node"] = named[1]["name"]
-        ended = record.get("expires_at")
+        fact["metadata"]["zep_source_node"] = named[0]["name"]
+        fact["metadata"]["zep_target_node"] = named[1]["name"]
+        ended = fact.get("expires_at")  # this edge's own end, not its memory's
         if ended is not None and datetime.fromisoformat(ended) <= now:
             continue  # no longer true: its fact is kept (expired), the graph shows what holds
         _relation(relations, edge, record, named[0]["id"], named[1]["id"])
@@ -118,7 +120,7 @@ def zep_bundle(data: bytes, *, agent_id: str = "") -> bytes:
     return converted_bundle(
         {
             # In the bundle's order (bundle.KINDS): a record refers only to kinds before it.
-            "memory": memories,
+            "memory": list(memories.values()),
             "archive": archive,
             "entity": entities,
             "relation": list(relations.values()),
@@ -269,6 +271,18 @@ def _fact(where: str, edge: dict[str, Any], owner: str, *, memory_id: int) -> di
         # such time. A past one: imported expired, restorable from the trash.
         record["expires_at"] = ends[0]
     return record
+
+
+def _said_again(record: dict[str, Any], again: dict[str, Any]) -> None:
+    """A fact Zep holds in several edges (said again after it had stopped being true, or
+    between other nodes) is one memory here, as the import would meet it: true as long as the
+    longest of them (never expiring when one does not), the other edges kept in its metadata."""
+    ends = [r.get("expires_at") for r in (record, again)]
+    if None in ends:
+        record.pop("expires_at", None)
+    else:
+        record["expires_at"] = max(ends, key=lambda end: datetime.fromisoformat(str(end)))
+    record["metadata"].setdefault("zep_repeats", []).append(again["metadata"])
 
 
 def _relation(
