@@ -271,6 +271,80 @@ def test_zeps_earlier_message_shape_and_a_bare_message_list_are_read(team, api):
     ]
 
 
+def test_zeps_current_api_edges_name_their_nodes_and_messages_their_time(team, api):
+    """Zep's v4 API writes an edge's nodes' names and labels on the edge, and a message's
+    reference time (when it was said, for a conversation added later): a document of edges alone
+    draws its graph from them, and the archive keeps when each message was said. The SDK's
+    objects, dumped, are sent as they are (`.dict()`: `uuid`, no empty fields)."""
+    doc = {
+        "user_id": "alice",
+        "edges": [
+            {
+                "uuid": "e-9",
+                "name": "LOCATED_IN",
+                "fact": "Alice lives in Lisbon.",
+                "scope": "entity",
+                "source_node_uuid": ALICE,
+                "source_node_name": "Alice",
+                "source_node_labels": ["Entity", "User"],
+                "target_node_uuid": "n-lisbon",
+                "target_node_name": "Lisbon",
+                "target_node_labels": ["Entity", "Location"],
+                "episode_uuids": ["ep-9"],
+                "graph_uuid": "g-alice",
+                "created_at": "2025-08-01T09:00:00Z",
+            },
+            {"uuid": "e-10", "fact": "Alice has a cat.", "created_at": "2025-08-02T09:00:00Z"},
+        ],
+        "threads": [
+            {
+                "uuid": "t-0001",
+                "user_uuid": "u-alice",
+                "messages": [
+                    {
+                        "uuid": "m-9",
+                        "role": "user",
+                        "name": "Alice",
+                        "content": "I moved to Lisbon in July.",
+                        "created_at": "2025-08-01T09:00:00Z",
+                        "reference_time": "2025-07-15T18:30:00Z",
+                        "processed": True,
+                        "thread_uuid": "t-0001",
+                    }
+                ],
+            }
+        ],
+    }
+    answer = ok_data(_import(api, doc))
+    assert (answer["imported"]["memory"], answer["imported"]["entity"]) == (2, 2)
+    lives = Relation.objects.select_related("source", "target").get(team=team)
+    assert (lives.source.name, lives.relation_type, lives.target.name) == (
+        "Alice",
+        "located_in",
+        "Lisbon",
+    )
+    assert (lives.source.entity_type, lives.target.entity_type) == ("person", "location")
+    assert lives.target.properties["zep_uuids"] == ["n-lisbon"]
+    assert Memory.objects.get(content="Alice lives in Lisbon.").metadata["episode_uuids"] == [
+        "ep-9"
+    ]
+    # The edge that names no node is a fact alone.
+    assert EntityMention.objects.filter(team=team).count() == 2
+    said = WorkingArchive.objects.get(team=team)
+    assert (said.item_created_at, said.run_id) == (
+        datetime(2025, 7, 15, 18, 30, tzinfo=UTC),
+        "t-0001",
+    )
+    # A node the document holds is met by its uuid, the edge's own words aside.
+    doc["nodes"] = [dict(NODES[0], name="Alice Smith")]
+    doc["edges"][1].update(source_node_uuid=ALICE, target_node_uuid="n-x")
+    refused = _import(api, doc)
+    assert "edge 1: target_node_uuid 'n-x' is no node of the document" in refused.json()["error"]
+    doc["edges"].pop()
+    ok_data(_import(api, doc))
+    assert Relation.objects.get(team=team, source__name="Alice Smith").target.name == "Lisbon"
+
+
 def test_a_shared_graph_becomes_team_memories_and_a_team_graph(team, api):
     doc = {"graph_id": "company-kb", "nodes": NODES[1:3], "edges": []}
     doc["edges"] = [

@@ -17,9 +17,10 @@ together, for one user (or one shared graph):
   marks as no longer true (`invalid_at`, else `expired_at`) expires then here: one already past
   is imported, out of search at once, and goes to the trash at the next hourly pass, as any
   expired memory does; every time Zep gave stays in the memory's metadata;
-* each node becomes an entity of the same agent, and each edge still true a relation between
-  them, pointing at its fact's memory, which mentions both ends: the console and the graph API
-  show the same graph Zep had;
+* each node becomes an entity of the same agent (Zep's current API also names an edge's nodes
+  on the edge: a document of edges alone draws them from there), and each edge still true a
+  relation between them, pointing at its fact's memory, which mentions both ends: the console and
+  the graph API show the same graph Zep had;
 * the conversation goes to the agent's archive as ingested messages, the user's and the
   assistant's (system and tool messages are the application's runtime, not what was said), with
   the thread's id as their run.
@@ -70,8 +71,16 @@ _ENTITY_TYPES = {
 # What an edge carries that is read into the memory's columns, or not kept: its embedding and a
 # search's scores are Zep's own, not the fact's.
 _EDGE_READ = {"fact", "created_at", "fact_embedding", "score", "relevance"}
-_NODE_READ = {"uuid", "name", "labels", "summary", "created_at", "name_embedding", "score"}
-_NODE_READ |= {"relevance"}
+_NODE_READ = {
+    "uuid",
+    "name",
+    "labels",
+    "summary",
+    "created_at",
+    "name_embedding",
+    "score",
+    "relevance",
+}
 # The message roles that are someone speaking (Zep's role, `role_type` in its v2 API).
 _SPOKEN = ("user", "assistant")
 
@@ -96,18 +105,9 @@ def zep_bundle(data: bytes, *, agent_id: str = "") -> bytes:
         record = memories.setdefault(fact["content"], fact)
         if record is not fact:
             _said_again(record, fact)
-        ends = [edge.get(key) for key in ("source_node_uuid", "target_node_uuid")]
-        if not nodes:
-            continue  # a document of facts alone: no graph to draw them in
-        named = []
-        for key, uuid in zip(("source_node_uuid", "target_node_uuid"), ends, strict=True):
-            if not isinstance(uuid, str) or uuid not in by_uuid:
-                raise invalid(
-                    where,
-                    f"{key} {uuid!r} is no node of the document (list every page of the user's "
-                    "nodes)",
-                )
-            named.append(by_uuid[uuid])
+        named = _ends(entities, by_uuid, where, edge, owner, nodes_given=bool(nodes))
+        if named is None:
+            continue  # facts alone: no graph to draw them in
         for entity in named:
             mentions.add((entity["id"], record["id"]))
         fact["metadata"]["zep_source_node"] = named[0]["name"]
@@ -122,7 +122,7 @@ def zep_bundle(data: bytes, *, agent_id: str = "") -> bytes:
             # In the bundle's order (bundle.KINDS): a record refers only to kinds before it.
             "memory": list(memories.values()),
             "archive": archive,
-            "entity": entities,
+            "entity": list(entities.values()),
             "relation": list(relations.values()),
             "mention": [
                 {"kind": "mention", "id": f"m{k + 1}", "entity": entity, "memory": memory}
@@ -184,59 +184,102 @@ def _objects(where: str, value: Any) -> list[dict[str, Any]]:
 
 def _entities(
     nodes: list[dict[str, Any]], owner: str
-) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """The entities of the nodes, and each node's entity by its uuid. Nodes of one name (case
-    and width aside, as everywhere in the graph) and one type here are one entity: the first
-    name met, the others and every uuid kept in its properties."""
+) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The entities of the nodes (by name and type), and each node's entity by its uuid."""
     entities: dict[tuple[str, str], dict[str, Any]] = {}
     by_uuid: dict[str, dict[str, Any]] = {}
     for n, node in enumerate(nodes):
-        where = f"node {n}"
-        uuid, name = node.get("uuid"), node.get("name")
-        if not isinstance(uuid, str) or not uuid:
-            raise invalid(where, '"uuid" is required')
-        if not isinstance(name, str) or not name.strip():
-            raise invalid(where, '"name" is required')
-        if len(name) > _NAME_MAX:
-            raise invalid(where, f"its name is over {_NAME_MAX} characters")
-        labels = node.get("labels") or []
-        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
-            raise invalid(where, '"labels" must be a list of names')
-        entity_type = next(
-            (_ENTITY_TYPES[x.lower()] for x in labels if x.lower() in _ENTITY_TYPES),
-            EntityType.CUSTOM,
-        )
-        summary = node.get("summary")
-        if summary is not None and not isinstance(summary, str):
-            raise invalid(where, '"summary" must be text')
-        key = (name_key(name), str(entity_type))
-        entity = entities.get(key)
-        if entity is None:
-            properties: dict[str, Any] = {
-                k: v for k, v in node.items() if k not in _NODE_READ and v is not None
-            }
-            properties.update({"source": "zep", "zep_uuids": [], "zep_labels": labels})
-            entity = entities[key] = {
-                "kind": "entity",
-                "id": f"e{len(entities) + 1}",
-                "agent_id": owner,
-                "name": name,
-                "entity_type": entity_type,
-                "description": summary or "",
-                "properties": properties,
-            }
-            if node.get("created_at") is not None:
-                entity["created_at"] = _time(where, "created_at", node["created_at"])
-        else:
-            if name != entity["name"]:
-                variants = entity["properties"].setdefault("zep_names", [entity["name"]])
-                if name not in variants:
-                    variants.append(name)
-            if summary and summary not in entity["description"]:
-                entity["description"] = "\n".join(x for x in (entity["description"], summary) if x)
+        _entity(entities, by_uuid, f"node {n}", node, owner)
+    return entities, by_uuid
+
+
+def _entity(
+    entities: dict[tuple[str, str], dict[str, Any]],
+    by_uuid: dict[str, dict[str, Any]],
+    where: str,
+    node: dict[str, Any],
+    owner: str,
+) -> dict[str, Any]:
+    """The entity of a node, added to `entities` and `by_uuid`. Nodes of one name (case and width
+    aside, as everywhere in the graph) and one type here are one entity: the first name met, the
+    others and every uuid kept in its properties."""
+    uuid, name = node.get("uuid"), node.get("name")
+    if not isinstance(uuid, str) or not uuid:
+        raise invalid(where, '"uuid" is required')
+    if not isinstance(name, str) or not name.strip():
+        raise invalid(where, '"name" is required')
+    if len(name) > _NAME_MAX:
+        raise invalid(where, f"its name is over {_NAME_MAX} characters")
+    labels = node.get("labels") or []
+    if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+        raise invalid(where, '"labels" must be a list of names')
+    entity_type = next(
+        (_ENTITY_TYPES[x.lower()] for x in labels if x.lower() in _ENTITY_TYPES),
+        EntityType.CUSTOM,
+    )
+    summary = node.get("summary")
+    if summary is not None and not isinstance(summary, str):
+        raise invalid(where, '"summary" must be text')
+    key = (name_key(name), str(entity_type))
+    entity = entities.get(key)
+    if entity is None:
+        properties: dict[str, Any] = {
+            k: v for k, v in node.items() if k not in _NODE_READ and v is not None
+        }
+        properties.update({"source": "zep", "zep_uuids": [], "zep_labels": labels})
+        entity = entities[key] = {
+            "kind": "entity",
+            "id": f"e{len(entities) + 1}",
+            "agent_id": owner,
+            "name": name,
+            "entity_type": entity_type,
+            "description": summary or "",
+            "properties": properties,
+        }
+        if node.get("created_at") is not None:
+            entity["created_at"] = _time(where, "created_at", node["created_at"])
+    else:
+        if name != entity["name"]:
+            variants = entity["properties"].setdefault("zep_names", [entity["name"]])
+            if name not in variants:
+                variants.append(name)
+        if summary and summary not in entity["description"]:
+            entity["description"] = "\n".join(x for x in (entity["description"], summary) if x)
+    if uuid not in entity["properties"]["zep_uuids"]:
         entity["properties"]["zep_uuids"].append(uuid)
-        by_uuid[uuid] = entity
-    return list(entities.values()), by_uuid
+    by_uuid[uuid] = entity
+    return entity
+
+
+def _ends(
+    entities: dict[tuple[str, str], dict[str, Any]],
+    by_uuid: dict[str, dict[str, Any]],
+    where: str,
+    edge: dict[str, Any],
+    owner: str,
+    *,
+    nodes_given: bool,
+) -> list[dict[str, Any]] | None:
+    """The entities an edge joins: the document's nodes of its ends' uuids, else the nodes its
+    ends' names and labels describe (Zep's current API writes them on the edge). None for an edge
+    of neither in a document without nodes (facts alone); a 400 when the document has nodes."""
+    out = []
+    for end in ("source", "target"):
+        uuid, name = edge.get(f"{end}_node_uuid"), edge.get(f"{end}_node_name")
+        if isinstance(uuid, str) and uuid in by_uuid:
+            out.append(by_uuid[uuid])
+        elif isinstance(uuid, str) and uuid and isinstance(name, str) and name.strip():
+            node = {"uuid": uuid, "name": name, "labels": edge.get(f"{end}_node_labels")}
+            out.append(_entity(entities, by_uuid, where, node, owner))
+        elif nodes_given:
+            raise invalid(
+                where,
+                f"{end}_node_uuid {uuid!r} is no node of the document (list every page of the "
+                "user's nodes)",
+            )
+        else:
+            return None
+    return out
 
 
 def _fact(where: str, edge: dict[str, Any], owner: str, *, memory_id: int) -> dict[str, Any]:
@@ -334,7 +377,8 @@ def _archive(document: dict[str, Any], owner: str) -> list[dict[str, Any]]:
         messages = _objects(f"thread {t}: messages", thread.get("messages"))
         if messages and not owner:
             raise invalid(f"thread {t}", "a shared graph's document has no agent to archive to")
-        run = next((thread[k] for k in ("thread_id", "session_id") if thread.get(k)), None)
+        # The application's id of the thread (a session's, in Zep's v2 API), else Zep's own.
+        run = next((thread[k] for k in ("thread_id", "session_id", "uuid") if thread.get(k)), None)
         for n, message in enumerate(messages):
             where = f"thread {t}, message {n}"
             # Zep's v2 API called the role `role_type` and the speaker's name `role`.
@@ -348,8 +392,10 @@ def _archive(document: dict[str, Any], owner: str) -> list[dict[str, Any]]:
                 raise invalid(where, '"content" must be text')
             if not content.strip():
                 continue
-            stamp = message.get("created_at")
-            when = _time(where, "created_at", stamp)
+            # When it was said: its reference time where one was given (a conversation added
+            # to Zep after it happened), else when Zep received it.
+            stamp = "reference_time" if message.get("reference_time") else "created_at"
+            when = _time(where, stamp, message.get(stamp))
             role = role.lower()
             digest = hashlib.sha256(
                 "\0".join((owner, role, when, content.strip())).encode()
