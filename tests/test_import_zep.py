@@ -345,6 +345,128 @@ def test_zeps_current_api_edges_name_their_nodes_and_messages_their_time(team, a
     assert Relation.objects.get(team=team, source__name="Alice Smith").target.name == "Lisbon"
 
 
+# What graphiti-core's EntityNode, EntityEdge and EpisodicNode give with model_dump(mode="json"):
+# Zep's fields, a group instead of a user, the embeddings beside them.
+GRAPHITI = {
+    "group_id": "support-kb",
+    "nodes": [
+        {
+            "uuid": "g-n1",
+            "name": "Order 1042",
+            "group_id": "support-kb",
+            "labels": ["Entity"],
+            "created_at": "2025-02-01T10:00:00Z",
+            "name_embedding": [0.5, 0.1],
+            "summary": "An order placed on 1 February.",
+            "attributes": {},
+        },
+        {
+            "uuid": "g-n2",
+            "name": "Lisbon warehouse",
+            "group_id": "support-kb",
+            "labels": ["Entity", "Location"],
+            "created_at": "2025-02-01T10:00:00Z",
+            "name_embedding": None,
+            "summary": "",
+            "attributes": {},
+        },
+    ],
+    "edges": [
+        {
+            "uuid": "g-e1",
+            "group_id": "support-kb",
+            "source_node_uuid": "g-n1",
+            "target_node_uuid": "g-n2",
+            "created_at": "2025-02-01T10:00:05Z",
+            "name": "SHIPS_FROM",
+            "fact": "Order 1042 ships from the Lisbon warehouse.",
+            "fact_embedding": [0.1, 0.9],
+            "episodes": ["g-ep1"],
+            "expired_at": None,
+            "valid_at": "2025-02-01T10:00:00Z",
+            "invalid_at": None,
+            "reference_time": "2025-02-01T10:00:00Z",
+            "attributes": {},
+        }
+    ],
+    "episodes": [
+        {
+            "uuid": "g-ep1",
+            "name": "support chat 1",
+            "group_id": "support-kb",
+            "labels": [],
+            "created_at": "2025-02-03T08:00:00Z",
+            "source": "message",
+            "source_description": "support chat",
+            "content": "customer: Where does order 1042 ship from?",
+            "valid_at": "2025-02-01T10:00:00Z",
+            "entity_edges": ["g-e1"],
+            "episode_metadata": None,
+        }
+    ],
+}
+
+
+def test_a_graphiti_group_imports_as_zeps_graph_and_its_episodes_into_the_archive(team, api):
+    """Graphiti, Zep's open-source core, stores the same nodes and edges in groups: a group is
+    the team's graph (its episodes then have no agent to go to), or an agent's with agent_id.
+    Its episodes are what was said: the archive keeps them, at the time they happened."""
+    refused = _import(api, GRAPHITI)
+    assert (refused.status_code, error_code(refused)) == (400, "VALIDATION_ERROR")
+    assert "episodes: a shared graph's document has no agent" in refused.json()["error"]
+    team_wide = ok_data(_import(api, {k: v for k, v in GRAPHITI.items() if k != "episodes"}))
+    assert (team_wide["imported"]["memory"], team_wide["imported"]["relation"]) == (1, 1)
+    assert Memory.objects.get(team=team).scope == "team"
+    answer = ok_data(_import(api, GRAPHITI, agent_id="support"))
+    assert (answer["imported"]["memory"], answer["imported"]["archive"]) == (1, 1)
+    fact = Memory.objects.get(team=team, agent_id="support")
+    assert "fact_embedding" not in fact.metadata and fact.metadata["group_id"] == "support-kb"
+    order = Entity.objects.get(team=team, agent_id="support", name="Order 1042")
+    assert "name_embedding" not in order.properties
+    said = WorkingArchive.objects.get(team=team)
+    assert (said.agent_id, said.role, said.content, said.item_created_at) == (
+        "support",
+        "",
+        "customer: Where does order 1042 ship from?",
+        datetime(2025, 2, 1, 10, tzinfo=UTC),
+    )
+
+
+def test_zep_episodes_no_thread_holds_go_to_the_archive(team, api):
+    """Zep's episodes hold the data added to the graph directly (text, JSON) beside the threads'
+    messages: one of a thread the document holds is read from its thread, a system message is
+    the application's runtime, the rest is kept."""
+    doc = copy.deepcopy(EXPORT)
+    doc["episodes"] = [
+        {
+            "uuid": "ep-1",
+            "content": "I just started at Acme Corp.",
+            "role": "user",
+            "role_name": "Alice",
+            "thread_uuid": "t-1",
+            "created_at": "2025-03-01T09:00:01Z",
+        },
+        {
+            "uuid": "ep-2",
+            "content": '{"plan": "Pro", "seats": 3}',
+            "source": "json",
+            "created_at": "2025-03-05T09:00:00Z",
+        },
+        {"uuid": "ep-3", "content": "Be brief.", "role": "system", "created_at": "2025-03-05"},
+    ]
+    ok_data(_import(api, doc))
+    items = WorkingArchive.objects.filter(team=team).order_by("item_created_at")
+    assert [(i.role, i.content) for i in items] == [
+        ("user", "I just started at Acme Corp."),
+        ("assistant", "Congratulations on the new job!"),
+        ("", '{"plan": "Pro", "seats": 3}'),
+    ]
+    # Without the threads, a thread's message episode is what is left of it: kept.
+    WorkingArchive.objects.filter(team=team).delete()
+    ok_data(_import(api, {k: v for k, v in doc.items() if k != "threads"}))
+    assert WorkingArchive.objects.filter(team=team, name="Alice").count() == 1
+
+
 def test_a_shared_graph_becomes_team_memories_and_a_team_graph(team, api):
     doc = {"graph_id": "company-kb", "nodes": NODES[1:3], "edges": []}
     doc["edges"] = [

@@ -23,7 +23,11 @@ together, for one user (or one shared graph):
   the graph API show the same graph Zep had;
 * the conversation goes to the agent's archive as ingested messages, the user's and the
   assistant's (system and tool messages are the application's runtime, not what was said), with
-  the thread's id as their run.
+  the thread's id as their run; so do the episodes no thread of the document holds (data added to
+  the graph directly).
+
+Graphiti, Zep's open-source core, gives the same nodes, edges and episodes, partitioned by
+`group_id`: its group is read as a shared graph.
 
 The import then does the rest as for any bundle: embeds every text with this server's model
 (Zep's embeddings are not read), meets what is already here (the same agent and text; the same
@@ -145,8 +149,10 @@ def _document(data: bytes) -> dict[str, Any]:
             'expected a JSON object: {"user_id": ..., "nodes": [...], "edges": [...], '
             '"threads": [...]}',
         )
-    if not any(key in parsed for key in ("nodes", "edges", "threads", "messages")):
-        raise invalid("body", 'not a Zep export: no "nodes", "edges", "threads" or "messages"')
+    if not any(key in parsed for key in ("nodes", "edges", "threads", "messages", "episodes")):
+        raise invalid(
+            "body", 'not a Zep export: no "nodes", "edges", "threads", "messages" or "episodes"'
+        )
     return parsed
 
 
@@ -158,10 +164,11 @@ def _owner(document: dict[str, Any], agent_id: str) -> str:
         return agent_id
     user_id = document.get("user_id")
     if user_id is None:
-        if document.get("graph_id") is not None:
-            return ""  # a graph of no user: the team's
+        if document.get("graph_id") is not None or document.get("group_id") is not None:
+            return ""  # a graph of no user (a Graphiti group): the team's
         raise invalid(
-            "body", 'no "user_id" (or "graph_id" for a shared graph), and no agent_id given'
+            "body",
+            'no "user_id" (or "graph_id" / "group_id" for a shared graph), and no agent_id given',
         )
     if not isinstance(user_id, str) or not re.fullmatch(AGENT_ID_RE, user_id):
         raise invalid(
@@ -367,8 +374,8 @@ def _relation(
 
 
 def _archive(document: dict[str, Any], owner: str) -> list[dict[str, Any]]:
-    """The user's and the assistant's messages of every thread, as ingested archive items of the
-    agent, the thread's id as their run."""
+    """The user's and the assistant's messages of every thread, the thread's id as their run,
+    then the episodes no thread of the document holds, as ingested archive items of the agent."""
     threads = _objects("threads", document.get("threads"))
     if document.get("messages") is not None:
         threads = [*threads, {"messages": document["messages"]}]
@@ -384,38 +391,71 @@ def _archive(document: dict[str, Any], owner: str) -> list[dict[str, Any]]:
             # Zep's v2 API called the role `role_type` and the speaker's name `role`.
             v2 = "role_type" in message
             role = message.get("role_type" if v2 else "role")
-            name = message.get("role" if v2 else "name")
             if not isinstance(role, str) or role.lower() not in _SPOKEN:
                 continue
-            content = message.get("content")
-            if not isinstance(content, str):
-                raise invalid(where, '"content" must be text')
-            if not content.strip():
-                continue
-            # When it was said: its reference time where one was given (a conversation added
-            # to Zep after it happened), else when Zep received it.
-            stamp = "reference_time" if message.get("reference_time") else "created_at"
-            when = _time(where, stamp, message.get(stamp))
-            role = role.lower()
-            digest = hashlib.sha256(
-                "\0".join((owner, role, when, content.strip())).encode()
-            ).hexdigest()
-            record: dict[str, Any] = {
-                "kind": "archive",
-                "id": len(out) + 1,
-                "agent_id": owner,
-                "item_id": f"zep-{digest[:28]}",
-                "content": content.strip(),
-                "item_created_at": when,
-                "reason": "ingested",
-                "role": role,
-            }
-            if isinstance(name, str) and 0 < len(name) <= _SPEAKER_MAX:
-                record["name"] = name
-            if isinstance(run, str) and re.fullmatch(AGENT_ID_RE, run):
-                record["run_id"] = run
-            out.append(record)
+            name = message.get("role" if v2 else "name")
+            _said(out, where, message, owner, role=role.lower(), name=name, run=run)
+    episodes = _objects("episodes", document.get("episodes"))
+    if episodes and not owner:
+        raise invalid(
+            "episodes",
+            "a shared graph's document has no agent to archive them to (give agent_id, or "
+            "leave them out)",
+        )
+    for n, episode in enumerate(episodes):
+        if threads and episode.get("thread_uuid"):
+            continue  # a thread's message: read from its thread
+        role = episode.get("role")
+        if isinstance(role, str) and role and role.lower() not in _SPOKEN:
+            continue  # a system or tool message: the application's runtime
+        _said(
+            out,
+            f"episode {n}",
+            episode,
+            owner,
+            role=role.lower() if isinstance(role, str) else "",
+            name=episode.get("role_name"),
+            run=None,
+        )
     return out
+
+
+def _said(
+    out: list[dict[str, Any]],
+    where: str,
+    said: dict[str, Any],
+    owner: str,
+    *,
+    role: str,
+    name: Any,
+    run: Any,
+) -> None:
+    """A message or episode as an ingested archive item of the agent (none for an empty one)."""
+    content = said.get("content")
+    if not isinstance(content, str):
+        raise invalid(where, '"content" must be text')
+    if not content.strip():
+        return
+    # When it was said: its reference time where one was given (a conversation added to Zep
+    # after it happened; Graphiti's `valid_at`), else when Zep received it.
+    stamp = next((k for k in ("reference_time", "valid_at") if said.get(k)), "created_at")
+    when = _time(where, stamp, said.get(stamp))
+    digest = hashlib.sha256("\0".join((owner, role, when, content.strip())).encode()).hexdigest()
+    record: dict[str, Any] = {
+        "kind": "archive",
+        "id": len(out) + 1,
+        "agent_id": owner,
+        "item_id": f"zep-{digest[:28]}",
+        "content": content.strip(),
+        "item_created_at": when,
+        "reason": "ingested",
+        "role": role,
+    }
+    if isinstance(name, str) and 0 < len(name) <= _SPEAKER_MAX:
+        record["name"] = name
+    if isinstance(run, str) and re.fullmatch(AGENT_ID_RE, run):
+        record["run_id"] = run
+    out.append(record)
 
 
 def _time(where: str, name: str, value: Any) -> str:
