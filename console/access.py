@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponseBase
 
 from tenants import selectors as tenant_selectors
 from tenants.models import Team, TeamRole
@@ -56,7 +56,8 @@ def team_for(request: HttpRequest, team_id: str, *, lead: bool = False) -> Team:
     return team
 
 
-ViewFunc = Callable[..., HttpResponse]
+# A view's answer: a page, a redirect, or a streamed download.
+ViewFunc = Callable[..., HttpResponseBase]
 
 
 def console_view(*, lead: bool = False) -> Callable[[ViewFunc], ViewFunc]:
@@ -69,7 +70,9 @@ def console_view(*, lead: bool = False) -> Callable[[ViewFunc], ViewFunc]:
 
     def decorator(view: ViewFunc) -> ViewFunc:
         @wraps(view)
-        def wrapper(request: HttpRequest, team_id: str, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(
+            request: HttpRequest, team_id: str, *args: Any, **kwargs: Any
+        ) -> HttpResponseBase:
             user = request.user
             if not (user.is_authenticated and user.is_active and user.is_staff):
                 return redirect_to_login(request.get_full_path(), "/admin/login/")

@@ -17,4 +17,5 @@ urlpatterns = [
     path("<str:team_id>/lifecycle/", include("console.lifecycle.urls")),
     path("<str:team_id>/graph/", include("console.graphview.urls")),
     path("<str:team_id>/keys/", include("console.keys.urls")),
+    path("<str:team_id>/transfer/", include("console.transfer.urls")),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import io
 import logging
 import re
@@ -48,13 +49,31 @@ class RequestIdMiddleware:
         return response
 
 
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _special_limit(path: str) -> int | None:
+    """The body limit of `path` when it has its own (REQUEST_BYTES_BY_PATH, exact; else the
+    first of REQUEST_BYTES_BY_PATH_PATTERN it matches whole), None for MAX_REQUEST_BYTES."""
+    exact = getattr(settings, "REQUEST_BYTES_BY_PATH", {}).get(path)
+    if exact is not None:
+        return int(exact)
+    for pattern, limit in getattr(settings, "REQUEST_BYTES_BY_PATH_PATTERN", {}).items():
+        if _compiled(pattern).fullmatch(path):
+            return int(limit)
+    return None
+
+
 class BodySizeLimitMiddleware:
     """Answers 413 in the envelope before a too-large body is read.
 
     Bodies without Content-Length (chunked) are caught later by Django's
     DATA_UPLOAD_MAX_MEMORY_SIZE check, which `core.api` maps to the same 413.
 
-    A path of REQUEST_BYTES_BY_PATH (POST /import: a whole bundle) has its own limit: its body
+    A path of REQUEST_BYTES_BY_PATH (POST /import: a whole bundle) or REQUEST_BYTES_BY_PATH_PATTERN
+    (the console's import form) has its own limit: its body
     is read here, at most that many bytes, and kept as the request's body, so that Django's
     global DATA_UPLOAD_MAX_MEMORY_SIZE check (made when `request.body` is first read) does not
     refuse it; a body over the limit, declared or not, is a 413.
@@ -69,7 +88,7 @@ class BodySizeLimitMiddleware:
             length = int(raw)
         except ValueError:
             length = 0
-        special = getattr(settings, "REQUEST_BYTES_BY_PATH", {}).get(request.path)
+        special = _special_limit(request.path)
         limit = settings.MAX_REQUEST_BYTES if special is None else special
         if length > limit:
             return self._too_large(limit)

@@ -57,7 +57,6 @@ from .selectors import (
     archive_derived_memories,
     archive_item_get,
     archive_page,
-    export_chunks,
     export_ready,
     job_get,
     memory_supersedes,
@@ -1017,15 +1016,10 @@ class ExportDownloadApi(APIView):
             )
         if not export_ready(job=job):
             raise NotFound("export (removed after EXPORT_RETENTION_HOURS)")
-        response = StreamingHttpResponse(export_chunks(job=job), content_type="application/gzip")
         name = bundle.bundle_filename(
             team=principal.team, agent_id=job.agent_id or None, job_id=job.pk
         )
-        response["Content-Disposition"] = f'attachment; filename="{name}"'
-        size = (job.result or {}).get("bytes")
-        if isinstance(size, int):
-            response["Content-Length"] = str(size)
-        return response
+        return presenters.export_download(job=job, name=name)
 
 
 class ImportOutputSerializer(serializers.Serializer):

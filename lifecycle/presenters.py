@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import StreamingHttpResponse
+
 from core.dates import iso
 from graph.extraction import GraphExtraction
 from graph.presenters import extraction_body
@@ -34,7 +36,7 @@ from .results import (
     ProposalsResult,
     ScenesResult,
 )
-from .selectors import MemoryTrace, ScenarioSeen
+from .selectors import MemoryTrace, ScenarioSeen, export_chunks
 
 
 def scenario_body(s: Scenario) -> dict[str, Any]:
@@ -238,6 +240,17 @@ def export_body(r: ExportResult) -> dict[str, Any]:
         "counts": r.counts,
         "expires_at": iso(r.expires_at),
     }
+
+
+def export_download(*, job: JobRun, name: str) -> StreamingHttpResponse:
+    """The bundle of a downloadable export job (`selectors.export_ready`), streamed one chunk
+    at a time, as the file `name` (services.bundle.bundle_filename)."""
+    response = StreamingHttpResponse(export_chunks(job=job), content_type="application/gzip")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    size = (job.result or {}).get("bytes")
+    if isinstance(size, int):
+        response["Content-Length"] = str(size)
+    return response
 
 
 def import_body(r: ImportResult) -> dict[str, Any]:

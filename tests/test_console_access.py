@@ -9,7 +9,7 @@ from .console_helpers import member_client
 
 pytestmark = pytest.mark.django_db
 
-AREAS = ["", "dashboard/", "memories/", "purge/", "lifecycle/", "graph/", "keys/"]
+AREAS = ["", "dashboard/", "memories/", "purge/", "lifecycle/", "graph/", "keys/", "transfer/"]
 
 
 def test_anonymous_is_sent_to_login(team):
