@@ -88,6 +88,8 @@ _ENTITY_ALIASES = {
     "目标": "goal",
     "事实": "fact",
     "概念": "concept",
+    "topic": "concept",
+    "assistant": "person",
 }
 _RELATION_ALIASES = {
     "works_for": "works_at",
@@ -107,6 +109,24 @@ _RELATION_ALIASES = {
     "related": "related_to",
     "goal": "has_goal",
 }
+
+
+def entity_type_named(name: str) -> str | None:
+    """This server's entity type that `name` says (its own, case and spacing aside, or a common
+    alias: "Company", "user"), None for any other: how another service's labels are read."""
+    try:
+        return _enum(name, ENTITY_TYPES, _ENTITY_ALIASES, "entity type")
+    except ValueError:
+        return None
+
+
+def relation_type_named(name: str) -> str | None:
+    """This server's relation type that `name` says (its own, case and spacing aside, or a
+    common alias: "WORKS_FOR", "likes"), None for any other."""
+    try:
+        return _enum(name, RELATION_TYPES, _RELATION_ALIASES, "relation type")
+    except ValueError:
+        return None
 
 
 def _enum(value: Any, choices: tuple[str, ...], aliases: dict[str, str], what: str) -> str:

@@ -64,7 +64,7 @@ UPDATE = {
 
 
 # One edge of mem0's graph memory, as get_all() lists it beside "results".
-EDGE = {"source": "alice", "relationship": "likes", "target": "tennis"}
+EDGE = {"source": "alice", "relationship": "enjoys", "target": "tennis"}
 
 
 def _import(api, body, **params):
@@ -359,9 +359,10 @@ def test_a_memorys_mem0_history_becomes_its_revisions(team, api):
 
 def test_a_mem0_graph_becomes_the_agents_entities_and_relations(team, api):
     """mem0's graph edges (get_all's "relations", one user's per call) become a personal graph of
-    the listing's agent: nodes as entities, the agent itself a person; a relationship of this
-    server's types keeps its type, any other is related_to and keeps its words; two edges that
-    end as one relation keep both names. Importing it again adds nothing."""
+    the listing's agent: nodes as entities, the agent itself a person; a relationship that says
+    one of this server's types (as the graph reads an LLM's: "likes" is prefers) has that type,
+    any other is related_to and keeps its words; two edges that end as one relation keep both
+    names. Importing it again adds nothing."""
     listing = {
         "results": [LISTING["results"][0]],
         "relations": [
@@ -370,10 +371,11 @@ def test_a_mem0_graph_becomes_the_agents_entities_and_relations(team, api):
             {"source": "alice", "relationship": "admires", "target": "tennis"},
             # mem0's search output says destination.
             {"source": "tennis", "relationship": "located_in", "destination": "lisbon_club"},
+            {"source": "alice", "relationship": "likes", "target": "tennis"},
         ],
     }
     answer = ok_data(_import(api, listing))
-    assert (answer["imported"]["entity"], answer["imported"]["relation"]) == (4, 3)
+    assert (answer["imported"]["entity"], answer["imported"]["relation"]) == (4, 4)
     entities = {e.name: e for e in Entity.objects.filter(team=team)}
     assert {(e.name, e.agent_id, e.entity_type) for e in entities.values()} == {
         ("alice", "alice", "person"),
@@ -388,12 +390,15 @@ def test_a_mem0_graph_becomes_the_agents_entities_and_relations(team, api):
     }
     assert set(relations) == {
         ("alice", "related_to", "tennis"),
+        ("alice", "prefers", "tennis"),
         ("alice", "works_at", "acme_corp"),
         ("tennis", "located_in", "lisbon_club"),
     }
-    liked = relations[("alice", "related_to", "tennis")]
-    assert liked.description == "likes; admires"
-    assert liked.properties == {"source": "mem0", "mem0_relationships": ["likes", "admires"]}
+    enjoyed = relations[("alice", "related_to", "tennis")]
+    assert enjoyed.description == "enjoys; admires"
+    assert enjoyed.properties == {"source": "mem0", "mem0_relationships": ["enjoys", "admires"]}
+    liked = relations[("alice", "prefers", "tennis")]
+    assert (liked.description, liked.properties["mem0_relationships"]) == ("likes", ["likes"])
     works = relations[("alice", "works_at", "acme_corp")]
     assert (works.description, works.properties["mem0_relationships"]) == ("", ["WORKS_AT"])
     # Through the graph API, as the agent's own graph.
@@ -403,7 +408,7 @@ def test_a_mem0_graph_becomes_the_agents_entities_and_relations(team, api):
     assert found[0]["name"] == "tennis"
     again = ok_data(_import(api, listing))
     assert (again["imported"]["entity"], again["imported"]["relation"]) == (0, 0)
-    assert (Entity.objects.filter(team=team).count(), Relation.objects.count()) == (4, 3)
+    assert (Entity.objects.filter(team=team).count(), Relation.objects.count()) == (4, 4)
 
 
 def test_mem0_nodes_differing_only_in_case_are_one_entity_holding_every_edge(team, api):
@@ -414,7 +419,7 @@ def test_mem0_nodes_differing_only_in_case_are_one_entity_holding_every_edge(tea
     listing = {
         "results": [LISTING["results"][0]],
         "relations": [
-            {"source": "Alice", "relationship": "likes", "target": "Tennis"},
+            {"source": "Alice", "relationship": "enjoys", "target": "Tennis"},
             {"source": "alice", "relationship": "admires", "target": "tennis"},
             {"source": "alice", "relationship": "plays", "target": "ＴＥＮＮＩＳ"},
         ],
@@ -430,8 +435,8 @@ def test_mem0_nodes_differing_only_in_case_are_one_entity_holding_every_edge(tea
     assert entities["Alice"].properties["mem0_names"] == ["Alice", "alice"]
     assert entities["Tennis"].properties["mem0_names"] == ["Tennis", "tennis", "ＴＥＮＮＩＳ"]
     (relation,) = Relation.objects.filter(team=team)
-    assert relation.properties["mem0_relationships"] == ["likes", "admires", "plays"]
-    assert relation.description == "likes; admires; plays"
+    assert relation.properties["mem0_relationships"] == ["enjoys", "admires", "plays"]
+    assert relation.description == "enjoys; admires; plays"
 
 
 def test_a_graph_of_several_users_names_each_edges_agent(team, api, other_team):

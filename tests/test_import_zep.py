@@ -94,7 +94,7 @@ EDGES = [
     },
     {
         "uuid": "e-4",
-        "name": "ENJOYS",
+        "name": "PREFERS",
         "fact": "Alice enjoys green tea with jasmine.",
         "source_node_uuid": ALICE,
         "target_node_uuid": TEA,
@@ -205,23 +205,23 @@ def test_a_zep_users_graph_becomes_facts_entities_relations_and_the_archive(team
         "zep_labels": ["Entity", "User"],
     }
     assert all(e.embedding for e in entities.values())
-    # The edges still true: relations pointing at their fact. LIKES and ENJOYS are not types
-    # here: one related_to relation holding both names and both facts. The Acme edge no longer
-    # holds: no relation, its fact (expired) still mentions both ends.
+    # The edges still true: relations pointing at their fact. LIKES says prefers, as the graph
+    # reads an LLM's relations: one prefers relation holding both names and both facts. The Acme
+    # edge no longer holds: no relation, its fact (expired) still mentions both ends.
     relations = {
         (r.source.name, r.relation_type, r.target.name): r
         for r in Relation.objects.filter(team=team).select_related("source", "target")
     }
-    assert set(relations) == {("Alice", "works_at", "Globex"), ("Alice", "related_to", "green tea")}
+    assert set(relations) == {("Alice", "works_at", "Globex"), ("Alice", "prefers", "green tea")}
     works = relations[("Alice", "works_at", "Globex")]
     assert (works.source_memory_id, works.description) == (globex.pk, "Alice works at Globex.")
-    tea = relations[("Alice", "related_to", "green tea")]
+    tea = relations[("Alice", "prefers", "green tea")]
     assert tea.description == (
         "Alice drinks green tea every morning.\nAlice enjoys green tea with jasmine."
     )
     assert tea.properties == {
         "source": "zep",
-        "zep_names": ["LIKES", "ENJOYS"],
+        "zep_names": ["LIKES", "PREFERS"],
         "zep_uuids": ["e-3", "e-4"],
     }
     mentioned = {
@@ -421,6 +421,9 @@ def test_a_graphiti_group_imports_as_zeps_graph_and_its_episodes_into_the_archiv
     assert (answer["imported"]["memory"], answer["imported"]["archive"]) == (1, 1)
     fact = Memory.objects.get(team=team, agent_id="support")
     assert "fact_embedding" not in fact.metadata and fact.metadata["group_id"] == "support-kb"
+    # A name that says none of this server's types is related_to, Zep's name kept.
+    ships = Relation.objects.get(team=team, source__agent_id="support")
+    assert (ships.relation_type, ships.properties["zep_names"]) == ("related_to", ["SHIPS_FROM"])
     order = Entity.objects.get(team=team, agent_id="support", name="Order 1042")
     assert "name_embedding" not in order.properties
     said = WorkingArchive.objects.get(team=team)

@@ -35,6 +35,7 @@ from django.utils.dateparse import parse_datetime
 from core.dates import until_moment
 from core.errors import DomainError, ErrorCode
 from core.validators import AGENT_ID_RE
+from graph.extraction import relation_type_named
 from graph.models import EntityType, RelationType
 from graph.services import name_key
 
@@ -304,8 +305,9 @@ def _graph(
 
     mem0 returns no node types and its relationships are free text, where this server has closed
     sets: a node is an entity of type `custom` (`person` when it is the agent itself, mem0's "I"),
-    an edge whose relationship is one of this server's types keeps it, any other becomes
-    `related_to` with the relationship as its description. Nothing is dropped: every edge keeps
+    an edge whose relationship says one of this server's types (as the graph reads an LLM's:
+    `works_for` is `works_at`, `likes` `prefers`) has it, any other becomes `related_to` with the
+    relationship as its description. Nothing is dropped: every edge keeps
     what mem0 called it in `properties.mem0_relationships`, and two edges between the same nodes
     that end as one type here are one relation holding both names."""
     entities: dict[tuple[str, str], dict[str, Any]] = {}
@@ -357,9 +359,7 @@ def _graph(
                 entity["entity_type"] = EntityType.PERSON  # the agent itself, mem0's "I"
             ends.append(entity["id"])
         said = relationship.strip()
-        relation_type = said.lower().replace(" ", "_")
-        if relation_type not in RelationType.values:
-            relation_type = RelationType.RELATED_TO
+        relation_type = relation_type_named(said) or RelationType.RELATED_TO
         edge = edges.get((ends[0], ends[1], relation_type))
         if edge is None:
             edge = edges[(ends[0], ends[1], relation_type)] = {

@@ -46,6 +46,7 @@ from django.conf import settings
 
 from core.dates import in_utc
 from core.validators import AGENT_ID_RE
+from graph.extraction import entity_type_named, relation_type_named
 from graph.models import EntityType, RelationType
 from graph.services import name_key
 
@@ -53,25 +54,9 @@ from .convert import checked_datetime, converted_bundle, invalid
 
 _NAME_MAX = 255  # an entity's name
 _SPEAKER_MAX = 64  # an archive item's speaker name
-# Zep's entity labels (its default ontology, and the common custom ones) whose type this server
-# has. Every node carries "Entity" too; a node with no label here is a `custom` entity, its labels
-# kept in its properties.
-_ENTITY_TYPES = {
-    "user": EntityType.PERSON,
-    "person": EntityType.PERSON,
-    "assistant": EntityType.PERSON,
-    "preference": EntityType.PREFERENCE,
-    "location": EntityType.LOCATION,
-    "place": EntityType.LOCATION,
-    "organization": EntityType.ORGANIZATION,
-    "organisation": EntityType.ORGANIZATION,
-    "company": EntityType.ORGANIZATION,
-    "topic": EntityType.CONCEPT,
-    "concept": EntityType.CONCEPT,
-    "skill": EntityType.SKILL,
-    "project": EntityType.PROJECT,
-    "goal": EntityType.GOAL,
-}
+# A node's type here is the first of its labels this server reads as one (graph.extraction's
+# names and aliases: "User", "Organization", "Company", "Location", "Topic"); every node carries
+# "Entity" too. A node with none is a `custom` entity, its labels kept in its properties.
 # What an edge carries that is read into the memory's columns, or not kept: its embedding and a
 # search's scores are Zep's own, not the fact's.
 _EDGE_READ = {"fact", "created_at", "fact_embedding", "score", "relevance"}
@@ -221,8 +206,7 @@ def _entity(
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise invalid(where, '"labels" must be a list of names')
     entity_type = next(
-        (_ENTITY_TYPES[x.lower()] for x in labels if x.lower() in _ENTITY_TYPES),
-        EntityType.CUSTOM,
+        (named for named in map(entity_type_named, labels) if named), EntityType.CUSTOM
     )
     summary = node.get("summary")
     if summary is not None and not isinstance(summary, str):
@@ -343,14 +327,13 @@ def _relation(
     target: str,
 ) -> None:
     """The relation an edge still true draws between its ends' entities. Zep names relations
-    freely (`WORKS_AT`, `LIKES`); a name that is one of this server's types keeps it, any other is
+    freely (`WORKS_AT`, `LIKES`); a name that says one of this server's types, as the graph
+    reads an LLM's (`WORKS_FOR` is `works_at`, `LIKES` `prefers`), is that type, any other is
     `related_to`. Edges between the same entities that end as one type here are one relation,
     its description their facts."""
     said = edge.get("name")
     said = said.strip() if isinstance(said, str) and said.strip() else "RELATES_TO"
-    relation_type = said.lower().replace(" ", "_")
-    if relation_type not in RelationType.values:
-        relation_type = RelationType.RELATED_TO
+    relation_type = relation_type_named(said) or RelationType.RELATED_TO
     relation = relations.get((source, target, relation_type))
     if relation is None:
         relation = relations[(source, target, relation_type)] = {
