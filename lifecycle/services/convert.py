@@ -234,6 +234,17 @@ def _expiry(value: Any) -> tuple[bool, str | None]:
     return True, moment.isoformat()
 
 
+def json_document(data: bytes, *, not_json: str = "not JSON") -> Any:
+    """`data` read as one JSON document; a 400 naming the body when it is not (`not_json`: what
+    to say then)."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise invalid("body", "not UTF-8 text") from exc
+    except json.JSONDecodeError as exc:
+        raise invalid("body", not_json) from exc
+
+
 def checked_datetime(where: str, name: str, value: Any) -> datetime:
     """`value` read as an ISO 8601 date-time (a 400 naming it otherwise)."""
     try:

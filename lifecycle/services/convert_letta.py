@@ -37,7 +37,7 @@ from django.conf import settings
 
 from core.validators import AGENT_ID_RE
 
-from .convert import checked_datetime, converted_bundle, invalid
+from .convert import checked_datetime, converted_bundle, invalid, json_document
 
 _CATEGORY_MAX = 64
 _NAME_MAX = 64  # an archive item's speaker name
@@ -74,12 +74,7 @@ def letta_bundle(data: bytes, *, agent_id: str = "") -> bytes:
 
 
 def _document(data: bytes) -> dict[str, Any]:
-    try:
-        parsed = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise invalid("body", "not UTF-8 text") from exc
-    except json.JSONDecodeError as exc:
-        raise invalid("body", "not JSON (a Letta agent file is one JSON document)") from exc
+    parsed = json_document(data, not_json="not JSON (a Letta agent file is one JSON document)")
     if isinstance(parsed, str):
         # Some tools hand the file over JSON-encoded once more.
         try:

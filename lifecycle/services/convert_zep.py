@@ -37,8 +37,8 @@ entity, relation or message) instead of writing it twice, all or nothing.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,7 +50,7 @@ from graph.extraction import entity_type_named, relation_type_named
 from graph.models import EntityType, RelationType
 from graph.services import name_key
 
-from .convert import checked_datetime, converted_bundle, invalid
+from .convert import checked_datetime, converted_bundle, invalid, json_document
 
 _NAME_MAX = 255  # an entity's name
 _SPEAKER_MAX = 64  # an archive item's speaker name
@@ -84,7 +84,9 @@ def zep_bundle(data: bytes, *, agent_id: str = "") -> bytes:
     edges = _objects("edges", document.get("edges"))
     now = datetime.now(UTC)
 
-    entities, by_uuid = _entities(nodes, owner)
+    graph = _Graph(owner)
+    for n, node in enumerate(nodes):
+        graph.entity(f"node {n}", node)
     memories: dict[str, dict[str, Any]] = {}  # by text: a fact in several edges is one memory
     relations: dict[tuple[str, str, str], dict[str, Any]] = {}
     mentions: set[tuple[str, int]] = set()
@@ -94,7 +96,7 @@ def zep_bundle(data: bytes, *, agent_id: str = "") -> bytes:
         record = memories.setdefault(fact["content"], fact)
         if record is not fact:
             _said_again(record, fact)
-        named = _ends(entities, by_uuid, where, edge, owner, nodes_given=bool(nodes))
+        named = graph.ends(where, edge, nodes_given=bool(nodes))
         if named is None:
             continue  # facts alone: no graph to draw them in
         for entity in named:
@@ -111,7 +113,7 @@ def zep_bundle(data: bytes, *, agent_id: str = "") -> bytes:
             # In the bundle's order (bundle.KINDS): a record refers only to kinds before it.
             "memory": list(memories.values()),
             "archive": archive,
-            "entity": list(entities.values()),
+            "entity": list(graph.entities.values()),
             "relation": list(relations.values()),
             "mention": [
                 {"kind": "mention", "id": f"m{k + 1}", "entity": entity, "memory": memory}
@@ -122,12 +124,7 @@ def zep_bundle(data: bytes, *, agent_id: str = "") -> bytes:
 
 
 def _document(data: bytes) -> dict[str, Any]:
-    try:
-        parsed = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise invalid("body", "not UTF-8 text") from exc
-    except json.JSONDecodeError as exc:
-        raise invalid("body", "not JSON") from exc
+    parsed = json_document(data)
     if not isinstance(parsed, dict):
         raise invalid(
             "body",
@@ -174,103 +171,88 @@ def _objects(where: str, value: Any) -> list[dict[str, Any]]:
     return value
 
 
-def _entities(
-    nodes: list[dict[str, Any]], owner: str
-) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, dict[str, Any]]]:
-    """The entities of the nodes (by name and type), and each node's entity by its uuid."""
-    entities: dict[tuple[str, str], dict[str, Any]] = {}
-    by_uuid: dict[str, dict[str, Any]] = {}
-    for n, node in enumerate(nodes):
-        _entity(entities, by_uuid, f"node {n}", node, owner)
-    return entities, by_uuid
+@dataclass
+class _Graph:
+    """The entities of a document's nodes, by name and type, and each node's entity by its uuid.
+    Nodes of one name (case and width aside, as everywhere in the graph) and one type here are
+    one entity: the first name met, the others and every uuid kept in its properties."""
 
+    owner: str
+    entities: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    by_uuid: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-def _entity(
-    entities: dict[tuple[str, str], dict[str, Any]],
-    by_uuid: dict[str, dict[str, Any]],
-    where: str,
-    node: dict[str, Any],
-    owner: str,
-) -> dict[str, Any]:
-    """The entity of a node, added to `entities` and `by_uuid`. Nodes of one name (case and width
-    aside, as everywhere in the graph) and one type here are one entity: the first name met, the
-    others and every uuid kept in its properties."""
-    uuid, name = node.get("uuid"), node.get("name")
-    if not isinstance(uuid, str) or not uuid:
-        raise invalid(where, '"uuid" is required')
-    if not isinstance(name, str) or not name.strip():
-        raise invalid(where, '"name" is required')
-    if len(name) > _NAME_MAX:
-        raise invalid(where, f"its name is over {_NAME_MAX} characters")
-    labels = node.get("labels") or []
-    if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
-        raise invalid(where, '"labels" must be a list of names')
-    entity_type = next(
-        (named for named in map(entity_type_named, labels) if named), EntityType.CUSTOM
-    )
-    summary = node.get("summary")
-    if summary is not None and not isinstance(summary, str):
-        raise invalid(where, '"summary" must be text')
-    key = (name_key(name), str(entity_type))
-    entity = entities.get(key)
-    if entity is None:
-        properties: dict[str, Any] = {
-            k: v for k, v in node.items() if k not in _NODE_READ and v is not None
-        }
-        properties.update({"source": "zep", "zep_uuids": [], "zep_labels": labels})
-        entity = entities[key] = {
-            "kind": "entity",
-            "id": f"e{len(entities) + 1}",
-            "agent_id": owner,
-            "name": name,
-            "entity_type": entity_type,
-            "description": summary or "",
-            "properties": properties,
-        }
-        if node.get("created_at") is not None:
-            entity["created_at"] = _time(where, "created_at", node["created_at"])
-    else:
-        if name != entity["name"]:
-            variants = entity["properties"].setdefault("zep_names", [entity["name"]])
-            if name not in variants:
-                variants.append(name)
-        if summary and summary not in entity["description"]:
-            entity["description"] = "\n".join(x for x in (entity["description"], summary) if x)
-    if uuid not in entity["properties"]["zep_uuids"]:
-        entity["properties"]["zep_uuids"].append(uuid)
-    by_uuid[uuid] = entity
-    return entity
-
-
-def _ends(
-    entities: dict[tuple[str, str], dict[str, Any]],
-    by_uuid: dict[str, dict[str, Any]],
-    where: str,
-    edge: dict[str, Any],
-    owner: str,
-    *,
-    nodes_given: bool,
-) -> list[dict[str, Any]] | None:
-    """The entities an edge joins: the document's nodes of its ends' uuids, else the nodes its
-    ends' names and labels describe (Zep's current API writes them on the edge). None for an edge
-    of neither in a document without nodes (facts alone); a 400 when the document has nodes."""
-    out = []
-    for end in ("source", "target"):
-        uuid, name = edge.get(f"{end}_node_uuid"), edge.get(f"{end}_node_name")
-        if isinstance(uuid, str) and uuid in by_uuid:
-            out.append(by_uuid[uuid])
-        elif isinstance(uuid, str) and uuid and isinstance(name, str) and name.strip():
-            node = {"uuid": uuid, "name": name, "labels": edge.get(f"{end}_node_labels")}
-            out.append(_entity(entities, by_uuid, where, node, owner))
-        elif nodes_given:
-            raise invalid(
-                where,
-                f"{end}_node_uuid {uuid!r} is no node of the document (list every page of the "
-                "user's nodes)",
-            )
+    def entity(self, where: str, node: dict[str, Any]) -> dict[str, Any]:
+        """The entity of a node, added to the graph."""
+        uuid, name = node.get("uuid"), node.get("name")
+        if not isinstance(uuid, str) or not uuid:
+            raise invalid(where, '"uuid" is required')
+        if not isinstance(name, str) or not name.strip():
+            raise invalid(where, '"name" is required')
+        if len(name) > _NAME_MAX:
+            raise invalid(where, f"its name is over {_NAME_MAX} characters")
+        labels = node.get("labels") or []
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            raise invalid(where, '"labels" must be a list of names')
+        entity_type = next(
+            (named for named in map(entity_type_named, labels) if named), EntityType.CUSTOM
+        )
+        summary = node.get("summary")
+        if summary is not None and not isinstance(summary, str):
+            raise invalid(where, '"summary" must be text')
+        key = (name_key(name), str(entity_type))
+        entity = self.entities.get(key)
+        if entity is None:
+            properties: dict[str, Any] = {
+                k: v for k, v in node.items() if k not in _NODE_READ and v is not None
+            }
+            properties.update({"source": "zep", "zep_uuids": [], "zep_labels": labels})
+            entity = self.entities[key] = {
+                "kind": "entity",
+                "id": f"e{len(self.entities) + 1}",
+                "agent_id": self.owner,
+                "name": name,
+                "entity_type": entity_type,
+                "description": summary or "",
+                "properties": properties,
+            }
+            if node.get("created_at") is not None:
+                entity["created_at"] = _time(where, "created_at", node["created_at"])
         else:
-            return None
-    return out
+            if name != entity["name"]:
+                variants = entity["properties"].setdefault("zep_names", [entity["name"]])
+                if name not in variants:
+                    variants.append(name)
+            if summary and summary not in entity["description"]:
+                entity["description"] = "\n".join(x for x in (entity["description"], summary) if x)
+        if uuid not in entity["properties"]["zep_uuids"]:
+            entity["properties"]["zep_uuids"].append(uuid)
+        self.by_uuid[uuid] = entity
+        return entity
+
+    def ends(
+        self, where: str, edge: dict[str, Any], *, nodes_given: bool
+    ) -> list[dict[str, Any]] | None:
+        """The entities an edge joins: the document's nodes of its ends' uuids, else the nodes
+        its ends' names and labels describe (Zep's current API writes them on the edge). None
+        for an edge of neither in a document without nodes (facts alone); a 400 when the
+        document has nodes."""
+        out = []
+        for end in ("source", "target"):
+            uuid, name = edge.get(f"{end}_node_uuid"), edge.get(f"{end}_node_name")
+            if isinstance(uuid, str) and uuid in self.by_uuid:
+                out.append(self.by_uuid[uuid])
+            elif isinstance(uuid, str) and uuid and isinstance(name, str) and name.strip():
+                node = {"uuid": uuid, "name": name, "labels": edge.get(f"{end}_node_labels")}
+                out.append(self.entity(where, node))
+            elif nodes_given:
+                raise invalid(
+                    where,
+                    f"{end}_node_uuid {uuid!r} is no node of the document (list every page of "
+                    "the user's nodes)",
+                )
+            else:
+                return None
+        return out
 
 
 def _fact(where: str, edge: dict[str, Any], owner: str, *, memory_id: int) -> dict[str, Any]:
