@@ -33,7 +33,8 @@ def upload(client: Client, team_id: str, content: bytes, name: str = "export.jso
     return client.post(url(team_id, "import/"), data)
 
 
-def test_a_lead_imports_a_zep_export_and_sees_what_came_in(team, lead):
+def test_a_lead_imports_a_zep_export_and_sees_what_came_in(team, lead, caplog):
+    caplog.set_level("INFO", logger="lifecycle.services.bundle")
     response = upload(lead, team.id, json.dumps(EXPORT).encode(), "alice.json", source="zep")
     assert response.status_code == 200, response.content.decode()[:2000]
     result = response.context["result"]
@@ -48,6 +49,10 @@ def test_a_lead_imports_a_zep_export_and_sees_what_came_in(team, lead):
     }
     assert 'id="import-result"' in response.content.decode()
     assert Memory.objects.filter(team=team, agent_id="alice").count() == 4
+    # The operator's trail: who imported what, in counts (never a memory's text).
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "lifecycle.services.bundle"]
+    assert line.startswith("import into team team_a by user lead_a: imported {'memory': 4,")
+    assert "Alice" not in line
     # Again: everything is met, nothing doubled.
     again = upload(lead, team.id, json.dumps(EXPORT).encode(), source="zep")
     rows = {

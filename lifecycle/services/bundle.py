@@ -23,6 +23,7 @@ import gzip
 import hashlib
 import io
 import json
+import logging
 import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -74,6 +75,8 @@ from tenants.services import agent_ensure
 
 from ..models import ExportChunk, Persona, Scenario, WorkingArchive
 from ..results import ExportResult, ImportResult
+
+logger = logging.getLogger(__name__)
 
 FORMAT = "memoryplatform-bundle"
 VERSION = 1
@@ -1878,6 +1881,14 @@ def bundle_import(
                     f"the bundle has {state.seen[kind]} {kind} records, its header says "
                     f"{expected.get(kind, 0)}",
                 )
+    # Who brought what into the team: the operator's trail of an import (counts, never content).
+    logger.info(
+        "import into team %s by %s: imported %s, skipped %s",
+        team.id,
+        actor.label if actor is not None else "system",
+        {k: n for k, n in state.imported.items() if n},
+        {k: n for k, n in state.skipped.items() if n},
+    )
     return ImportResult(imported=state.imported, skipped=state.skipped, reembedded=state.reembedded)
 
 

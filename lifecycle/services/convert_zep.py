@@ -5,9 +5,9 @@ Zep keeps what it learnt of a user as a graph: nodes (entities: `uuid`, `name`, 
 relation's name (`WORKS_AT`, upper snake case), its ends (`source_node_uuid`,
 `target_node_uuid`) and the times it held (`valid_at`, `invalid_at`: when it became and stopped
 being true; `expired_at`: when Zep found it superseded). Its threads (sessions before) hold the
-conversation the graph was read from. The SDK reads each as a list (`graph.node.get_by_user_id`,
-`graph.edge.get_by_user_id`, a thread's messages); the document read here is those lists
-together, for one user (or one shared graph):
+conversation the graph was read from. The SDK lists each (a user's nodes and edges, a thread's
+messages, the graph's episodes); the document read here is those lists together, for one user
+(or one shared graph):
 
     {"user_id": "alice", "nodes": [...], "edges": [...],
      "threads": [{"thread_id": "t1", "messages": [...]}]}
@@ -54,9 +54,6 @@ from .convert import checked_datetime, converted_bundle, invalid, json_document
 
 _NAME_MAX = 255  # an entity's name
 _SPEAKER_MAX = 64  # an archive item's speaker name
-# A node's type here is the first of its labels this server reads as one (graph.extraction's
-# names and aliases: "User", "Organization", "Company", "Location", "Topic"); every node carries
-# "Entity" too. A node with none is a `custom` entity, its labels kept in its properties.
 # What an edge carries that is read into the memory's columns, or not kept: its embedding and a
 # search's scores are Zep's own, not the fact's.
 _EDGE_READ = {"fact", "created_at", "fact_embedding", "score", "relevance"}
@@ -193,6 +190,9 @@ class _Graph:
         labels = node.get("labels") or []
         if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
             raise invalid(where, '"labels" must be a list of names')
+        # The first of its labels that says one of this server's types, as the graph reads an
+        # LLM's ("User", "Company", "Topic"); every node carries "Entity" too, which says none.
+        # A node with none is a `custom` entity, its labels kept in its properties.
         entity_type = next(
             (named for named in map(entity_type_named, labels) if named), EntityType.CUSTOM
         )
