@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -267,6 +268,21 @@ def test_the_earlier_format_and_memgpts_envelopes_are_read(team, api):
     ]
     # Its times were written without an offset: Letta's, in UTC.
     assert items[0].item_created_at.isoformat() == "2025-02-01T10:00:05+00:00"
+
+
+def test_a_file_as_lettas_own_schema_writes_it_is_read(team, api):
+    """tests/data/letta_agent_file_0.11.json is AGENT_FILE validated and dumped by letta
+    0.11.7's own `AgentFileSchema` (`model_dump(mode="json")`): every field that version writes,
+    its defaults and nulls included (its agent type and reasoning parts as that version has
+    them)."""
+    data = (Path(__file__).parent / "data" / "letta_agent_file_0.11.json").read_bytes()
+    answer = ok_data(_import(api, data))
+    assert (answer["imported"]["memory"], answer["imported"]["archive"]) == (5, 2)
+    items = WorkingArchive.objects.filter(team=team).order_by("item_created_at")
+    assert [(i.role, i.content) for i in items] == [
+        ("user", "I moved to Lisbon last month."),
+        ("assistant", "Welcome to Lisbon! How is the new flat?"),
+    ]
 
 
 def test_a_file_encoded_as_a_json_string_is_read_too(team, api):

@@ -9,6 +9,7 @@ import copy
 import io
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -468,6 +469,21 @@ def test_zep_episodes_no_thread_holds_go_to_the_archive(team, api):
     WorkingArchive.objects.filter(team=team).delete()
     ok_data(_import(api, {k: v for k, v in doc.items() if k != "threads"}))
     assert WorkingArchive.objects.filter(team=team, name="Alice").count() == 1
+
+
+def test_what_the_docs_sdk_example_reads_from_zep_imports(team, api):
+    """tests/data/zep_sdk_4_export.json is what the docs' example wrote, run with zep-cloud
+    4.0.1 against a stand-in Zep server (one item per page, so the SDK's pagers read every page):
+    the SDK's own objects, `.dict()`."""
+    data = (Path(__file__).parent / "data" / "zep_sdk_4_export.json").read_bytes()
+    answer = ok_data(_import(api, data))
+    assert (answer["imported"]["memory"], answer["imported"]["archive"]) == (2, 2)
+    relations = {
+        (r.source.name, r.relation_type, r.target.name)
+        for r in Relation.objects.filter(team=team).select_related("source", "target")
+    }
+    assert relations == {("Alice", "works_at", "Globex"), ("Alice", "located_in", "Lisbon")}
+    assert WorkingArchive.objects.filter(team=team, run_id="onboarding").count() == 2
 
 
 def test_a_shared_graph_becomes_team_memories_and_a_team_graph(team, api):
