@@ -212,8 +212,12 @@ IMPORT_MAX_UNCOMPRESSED_BYTES = env.int("IMPORT_MAX_UNCOMPRESSED_BYTES", default
 IMPORT_EMBED_AHEAD_MAX = env.int("IMPORT_EMBED_AHEAD_MAX", default=100_000)
 # Paths whose body limit is not MAX_REQUEST_BYTES (core.middleware.BodySizeLimitMiddleware).
 REQUEST_BYTES_BY_PATH = {"/import": IMPORT_MAX_BYTES}
-# The same by path pattern (matched whole): the console's import form uploads a whole file.
-REQUEST_BYTES_BY_PATH_PATTERN = {r"/review/[^/]+/transfer/import/": IMPORT_MAX_BYTES}
+# The same by path pattern (matched whole): the console's import form uploads a whole file, with
+# room for the form's other fields, so that a file just over IMPORT_MAX_BYTES gets the form's
+# own message rather than a bare 413.
+REQUEST_BYTES_BY_PATH_PATTERN = {
+    r"/review/[^/]+/transfer/import/": IMPORT_MAX_BYTES + MAX_REQUEST_BYTES
+}
 # Hours an export's bundle stays downloadable (GET /export/<job_id>); then the hourly
 # `lifecycle.prune_exports` task (or `manage.py prune_exports`) removes it.
 EXPORT_RETENTION_HOURS = env.int("EXPORT_RETENTION_HOURS", default=24)
