@@ -13,7 +13,7 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from console import access
 from core.errors import DomainError
@@ -110,6 +110,7 @@ def export_start(request: HttpRequest, team: Team) -> HttpResponse:
 
 
 @access.console_view(lead=True)
+@require_GET
 def export_download(request: HttpRequest, team: Team, job_id: int) -> StreamingHttpResponse:
     """The bundle of one of the team's exports; any other job, another team's or one not (or no
     longer) downloadable is a 404."""

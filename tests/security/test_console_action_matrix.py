@@ -13,6 +13,7 @@ preview tokens): the console resolves every id inside the team of the URL, so B 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import models
 from django.test import Client
 from django.urls import URLPattern, URLResolver, reverse
@@ -258,6 +260,19 @@ WRITES: dict[str, Payload] = {
     "keys-revoke": lambda o: {},
     "keys-mcp-issue": lambda o: {"mcp-label": "from the matrix"},
     "keys-mcp-revoke": lambda o: {},
+    # A fact for the team's own agent, as a Zep export; an export job of the whole team.
+    "transfer-import": lambda o: {
+        "file": SimpleUploadedFile(
+            "zep.json",
+            json.dumps(
+                {"user_id": "owner", "edges": [{"fact": f"{o.team.id}: imported by the matrix."}]}
+            ).encode(),
+        ),
+        "source": "zep",
+        "on_conflict": "skip",
+        "agent_from": "user_id",
+    },
+    "transfer-export": lambda o: {"agent": ""},
 }
 # Pages that only read: a POST to them must change nothing, whoever sends it.
 READS = {
@@ -281,6 +296,8 @@ READS = {
     "graph-data",
     "graph-entity",
     "keys",
+    "transfer",
+    "transfer-download",
 }
 
 
