@@ -8,12 +8,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from memories.models import Memory, MemoryScope
 from tenants.models import Team
 
-from .models import ExportChunk, JobRun, JobStatus, Persona, Scenario, WorkingArchive
+from .models import (
+    ExportChunk,
+    JobKind,
+    JobRun,
+    JobStatus,
+    Persona,
+    Scenario,
+    WorkingArchive,
+)
 
 
 def memory_source_item_ids(*, memory: Memory) -> list[str]:
@@ -265,6 +273,15 @@ def memories_in_order(*, team: Team, memory_ids: list[Any]) -> list[tuple[int, M
 def export_ready(*, job: JobRun) -> bool:
     """Whether an export job's bundle can be downloaded: it succeeded and was not pruned yet."""
     return job.status == JobStatus.SUCCEEDED and ExportChunk.objects.filter(job=job).exists()
+
+
+def export_list(*, team: Team, limit: int) -> list[tuple[JobRun, bool]]:
+    """The team's newest `limit` export jobs, each with whether it can be downloaded
+    (export_ready's rule), in one query."""
+    jobs = job_list(team=team, kind=JobKind.EXPORT).annotate(
+        has_chunks=Exists(ExportChunk.objects.filter(job=OuterRef("pk")))
+    )[:limit]
+    return [(job, job.status == JobStatus.SUCCEEDED and job.has_chunks) for job in jobs]
 
 
 def export_chunks(*, job: JobRun) -> Iterator[bytes]:

@@ -10,7 +10,9 @@ import json
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from lifecycle.models import JobRun, WorkingArchive
 from memories.models import Memory
@@ -157,6 +159,21 @@ def test_a_lead_exports_the_team_or_one_agent_and_downloads_the_bundle(
     data = b"".join(lead.get(url(team.id, f"export/{whole.pk}/")).streaming_content)
     kinds = [json.loads(x).get("kind") for x in gzip.decompress(data).splitlines()]
     assert kinds.count("memory") == 2
+
+
+def test_the_page_reads_its_exports_in_a_fixed_number_of_queries(team, lead):
+    """Whether each listed export can still be downloaded is read with the list, not once per
+    export."""
+    JobRun.objects.create(team=team, kind="export", trigger="admin", status="succeeded")
+    lead.get(url(team.id))  # the session and the user, read once
+    with CaptureQueriesContext(connection) as one:
+        lead.get(url(team.id))
+    for _ in range(5):
+        JobRun.objects.create(team=team, kind="export", trigger="admin", status="succeeded")
+    with CaptureQueriesContext(connection) as six:
+        page = lead.get(url(team.id))
+    assert len(page.context["exports"]) == 6
+    assert len(six) == len(one)
 
 
 def test_another_teams_agent_cannot_be_exported_and_other_jobs_are_no_download(

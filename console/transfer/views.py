@@ -40,12 +40,11 @@ def _page(
     result: dict[str, object] | None = None,
     status: int = 200,
 ) -> HttpResponse:
-    exports = list(selectors.job_list(team=team, kind=JobKind.EXPORT)[:EXPORTS_SHOWN])
     context = {
         "area": "transfer",
         "import_form": import_form or ImportForm(),
         "export_form": export_form or ExportForm(team=team),
-        "exports": [(job, selectors.export_ready(job=job)) for job in exports],
+        "exports": selectors.export_list(team=team, limit=EXPORTS_SHOWN),
         "result": result,
     }
     return render(request, "console/transfer/index.html", context, status=status)
